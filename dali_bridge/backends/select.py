@@ -1,0 +1,117 @@
+"""Which backends can run on this host, and what ``auto`` picks — every answer with its reason."""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+log = logging.getLogger("dali_bridge")
+
+BACKEND_NAMES = ("dali", "dali-cpu", "torchvision")
+
+
+class BackendUnavailable(RuntimeError):
+    """An explicitly requested backend cannot run here; the message says why."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What this host offers: each ``*_reason`` is None when the piece is usable."""
+    dali_version: str | None
+    dali_reason: str | None
+    cuda_devices: int
+    cuda_reason: str | None
+    torchvision_reason: str | None
+
+
+@lru_cache(maxsize=1)
+def probe() -> Probe:
+    """Probe DALI, CUDA and torchvision once per process (``DALI_BRIDGE_DISABLE`` simulates absences)."""
+    disabled = {p.strip() for p in os.environ.get("DALI_BRIDGE_DISABLE", "").split(",") if p.strip()}
+    dali_version = dali_reason = None
+    if "dali" in disabled:
+        dali_reason = "DALI disabled by DALI_BRIDGE_DISABLE"
+    else:
+        try:
+            import nvidia.dali as dali
+            dali_version = dali.__version__
+        except ImportError:
+            dali_reason = "DALI not installed (pip install nvidia-dali-cuda120)"
+        except Exception as exc:  # a broken install raises OSError & co. while loading its libraries
+            dali_reason = f"DALI failed to import: {type(exc).__name__}: {exc}"
+    cuda_devices = 0
+    cuda_reason = None
+    if "cuda" in disabled:
+        cuda_reason = "CUDA disabled by DALI_BRIDGE_DISABLE"
+    else:
+        try:
+            import torch
+            if not torch.cuda.is_available():
+                cuda_reason = "no CUDA device"
+            else:
+                cuda_devices = torch.cuda.device_count()
+        except Exception as exc:
+            cuda_reason = f"CUDA unusable: {type(exc).__name__}: {exc}"
+    if dali_version and cuda_devices and "dali" not in disabled:
+        try:
+            from nvidia.dali.backend import GetCudaVersion
+            if GetCudaVersion() <= 0:
+                cuda_reason = f"DALI {dali_version} cannot load libcuda"
+        except Exception as exc:
+            cuda_reason = f"DALI {dali_version} cannot use CUDA: {exc}"
+    torchvision_reason = None
+    if "torchvision" in disabled:
+        torchvision_reason = "torchvision disabled by DALI_BRIDGE_DISABLE"
+    else:
+        try:
+            import torchvision  # noqa: F401
+        except Exception as exc:
+            torchvision_reason = f"torchvision failed to import: {exc}"
+    return Probe(dali_version, dali_reason, cuda_devices, cuda_reason, torchvision_reason)
+
+
+def unavailable_reason(backend: str, host: Probe | None = None) -> str | None:
+    """Why ``backend`` cannot run here, or None when it can."""
+    host = host or probe()
+    if backend == "dali":
+        return host.dali_reason or host.cuda_reason
+    if backend == "dali-cpu":
+        return host.dali_reason
+    if backend == "torchvision":
+        return host.torchvision_reason
+    raise BackendUnavailable(f"unknown backend {backend!r} (expected auto, {', '.join(BACKEND_NAMES)})")
+
+
+@dataclass(frozen=True)
+class Choice:
+    backend: str
+    reason: str
+
+
+def choose_backend(requested: str = "auto", host: Probe | None = None) -> Choice:
+    """Resolve ``requested`` to a backend that can run here.
+
+    ``auto`` picks ``dali`` when DALI imports and a CUDA device is usable, otherwise
+    ``torchvision``. An explicit backend that cannot run raises :class:`BackendUnavailable`
+    with the reason instead of falling back.
+    """
+    host = host or probe()
+    if requested != "auto":
+        reason = unavailable_reason(requested, host)
+        if reason:
+            raise BackendUnavailable(f"backend '{requested}' cannot run here: {reason}")
+        return Choice(requested, f"backend '{requested}' requested explicitly")
+    dali_reason = unavailable_reason("dali", host)
+    if dali_reason is None:
+        return Choice("dali", f"auto: DALI {host.dali_version} and {host.cuda_devices} CUDA device(s) found")
+    tv_reason = unavailable_reason("torchvision", host)
+    if tv_reason:
+        raise BackendUnavailable(f"auto: no backend can run here: dali: {dali_reason}; torchvision: {tv_reason}")
+    return Choice("torchvision", f"auto: torchvision fallback ({dali_reason})")
+
+
+def available_backends(host: Probe | None = None) -> list[str]:
+    """Every backend that can run on this host, in preference order."""
+    host = host or probe()
+    return [name for name in BACKEND_NAMES if unavailable_reason(name, host) is None]

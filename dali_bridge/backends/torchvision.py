@@ -1,0 +1,230 @@
+"""The torchvision backend: the CPU fallback on torch's DataLoader.
+
+Workers decode with torchvision.io (libjpeg-turbo, the decoder DALI's CPU path also uses), apply
+the geometry the loader computed (``transforms.v2.functional`` on uint8 tensors) and ship whole
+uint8 batches — a quarter of the bytes of float32 — through the worker queue into shared-memory
+buffers they reuse. Dtype conversion and normalisation run on the batch: on the GPU when the
+loader targets one (copy on a side stream, overlapped with the consumer's work), else in the main
+process.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import sys
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+from torchvision.transforms import InterpolationMode
+from torchvision.transforms.v2 import functional as F
+
+from ..images import ImageError, decode_rgb, read_bytes
+from ..loader import RawBatch, SampleError, SkippedSample, Topology, default_workers
+from ..plan import Finish, Plan
+from ..sampling import BatchTask, Crop, Flip, Resize, draws, sample_geometry
+from ..sources import Listing
+from ..spec import PipelineSpec
+
+log = logging.getLogger("dali_bridge")
+
+_INTERPOLATION = {"nearest": InterpolationMode.NEAREST, "bilinear": InterpolationMode.BILINEAR,
+                  "bicubic": InterpolationMode.BICUBIC}
+_TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "uint8": torch.uint8}
+# Output buffers each worker cycles through. The DataLoader keeps at most `prefetch` batches in
+# flight per worker and the main process finishes one batch before it asks for another, so a
+# buffer is reused only after its batch was converted; two spare buffers keep a safe margin.
+_SPARE_BUFFERS = 2
+
+
+def apply_geometry(image: torch.Tensor, ops: list) -> torch.Tensor:
+    """Apply one sample's Crop/Resize/Flip list (from :func:`sample_geometry`) to a CHW uint8 tensor."""
+    for op in ops:
+        if isinstance(op, Crop):
+            image = F.crop(image, op.top, op.left, op.height, op.width)
+        elif isinstance(op, Resize):
+            if image.shape[-2:] != (op.height, op.width):
+                image = F.resize(image, [op.height, op.width], interpolation=_INTERPOLATION[op.interpolation],
+                                 antialias=op.antialias)
+        elif isinstance(op, Flip):
+            if op.apply:
+                image = F.horizontal_flip(image)
+    return image
+
+
+def _keep_freed_memory() -> None:
+    """Stop glibc from returning freed image buffers to the OS after every sample.
+
+    Each decode and resize allocates megabytes; by default glibc maps them fresh and unmaps them
+    on free, so every sample pays page faults to zero new pages. Keeping them in the heap lets
+    the next sample reuse them.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 256 * 1024 * 1024)  # M_MMAP_THRESHOLD: serve large blocks from the heap
+        libc.mallopt(-1, 512 * 1024 * 1024)  # M_TRIM_THRESHOLD: keep up to this much freed memory
+    except (OSError, AttributeError):
+        pass
+
+
+def _worker_init(_: int) -> None:
+    _keep_freed_memory()
+
+
+class BatchDataset(Dataset):
+    """Indexed by :class:`BatchTask`: returns the uint8 NCHW batch of the task's samples."""
+
+    def __init__(self, spec: PipelineSpec, listing: Listing, plan: Plan, spare_buffers: int):
+        self.paths = listing.paths
+        self.plan = plan
+        self.seed = spec.seed
+        self.on_error = spec.loader.on_error
+        self.batch_size = spec.batch_size
+        self.ring_size = spare_buffers
+        self._ring: list[torch.Tensor] = []
+        self._next = 0
+
+    def __len__(self) -> int:  # the sampler decides; DataLoader only needs the protocol
+        return 0
+
+    def _buffer(self, count: int) -> torch.Tensor:
+        height, width = self.plan.output_size
+        if not self._ring:
+            in_worker = torch.utils.data.get_worker_info() is not None
+            for _ in range(self.ring_size if in_worker else 1):
+                nbytes = self.batch_size * 3 * height * width
+                storage = torch.UntypedStorage._new_shared(nbytes) if in_worker else torch.UntypedStorage(nbytes)
+                self._ring.append(torch.empty(0, dtype=torch.uint8).set_(storage).view(self.batch_size, 3, height, width))
+        buffer = self._ring[self._next % len(self._ring)]
+        self._next += 1
+        return buffer[:count]
+
+    def __getitem__(self, task: BatchTask) -> dict[str, Any]:
+        sample_draws = draws(self.plan, self.seed, task.epoch, task.indices)
+        images: list[torch.Tensor] = []
+        rows: list[int] = []
+        skipped: list[tuple[int, str, str]] = []
+        for row, index in enumerate(task.indices.tolist()):
+            path = self.paths[index]
+            try:
+                image = decode_rgb(read_bytes(path))
+            except ImageError as exc:
+                if self.on_error == "raise":
+                    return {"error": (index, path, str(exc))}
+                skipped.append((index, path, str(exc)))
+                continue
+            ops = sample_geometry(self.plan, image.shape[-2], image.shape[-1],
+                                  {k: v[row] for k, v in sample_draws.items()})
+            images.append(apply_geometry(image, ops))
+            rows.append(row)
+        out = self._buffer(len(images))
+        for slot, image in enumerate(images):
+            out[slot].copy_(image)
+        return {"image": out, "rows": rows, "skipped": skipped, "number": task.number}
+
+
+class _TaskSampler:
+    """The current epoch's tasks; the executor swaps them before each pass of the DataLoader."""
+
+    def __init__(self) -> None:
+        self.tasks: list[BatchTask] = []
+
+    def __iter__(self) -> Iterator[BatchTask]:
+        return iter(self.tasks)
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+
+def finish_batch(images: torch.Tensor, finish: Finish, device: torch.device) -> torch.Tensor:
+    """uint8 NCHW → the declared dtype and layout, normalised as (pixel/255 - mean)/std."""
+    images = images.to(device, non_blocking=True)
+    dtype = _TORCH_DTYPES[finish.dtype]
+    if finish.dtype == "uint8":
+        out = images if images.device.type == "cuda" else images.clone()
+    else:
+        # The arithmetic of torchvision's ToDtype(scale=True) + Normalize, in float32, then cast.
+        out = images.to(torch.float32).div_(255.0)
+        if not finish.identity:
+            mean = torch.tensor(finish.mean, device=out.device).view(1, 3, 1, 1)
+            std = torch.tensor(finish.std, device=out.device).view(1, 3, 1, 1)
+            out.sub_(mean).div_(std)
+        if dtype != torch.float32:
+            out = out.to(dtype)
+    if finish.layout == "HWC":
+        out = out.permute(0, 2, 3, 1).contiguous()
+    return out
+
+
+class TorchvisionExecutor:
+    """DataLoader workers produce uint8 batches; finishing runs where the loader's device is."""
+
+    def __init__(self, spec: PipelineSpec, listing: Listing, plan: Plan, *, topology: Topology,
+                 device: str | torch.device | None = None):
+        self.spec, self.listing, self.plan = spec, listing, plan
+        if device is None:
+            device = torch.device("cuda", topology.local_rank) if torch.cuda.is_available() else torch.device("cpu")
+        self.device = torch.device(device)
+        self.workers = spec.loader.workers if spec.loader.workers is not None else default_workers()
+        self.sampler = _TaskSampler()
+        cuda = self.device.type == "cuda"
+        self.dataset = BatchDataset(spec, listing, plan, spare_buffers=spec.loader.prefetch + _SPARE_BUFFERS)
+        kwargs: dict[str, Any] = {}
+        if self.workers > 0:
+            kwargs.update(prefetch_factor=spec.loader.prefetch, persistent_workers=True, worker_init_fn=_worker_init)
+        else:
+            _keep_freed_memory()
+        self.dataloader = DataLoader(self.dataset, batch_size=None, sampler=self.sampler, num_workers=self.workers,
+                                     collate_fn=_identity, pin_memory=cuda, **kwargs)
+        self.stream = torch.cuda.Stream(self.device) if cuda else None
+
+    def run(self, tasks: list[BatchTask]) -> Iterator[RawBatch]:
+        self.sampler.tasks = list(tasks)
+        by_number = {task.number: task for task in tasks}
+        if self.stream is None:
+            for item in self.dataloader:
+                yield self._raw(item, by_number, finish_batch(item["image"], self.plan.finish, self.device)
+                                if "image" in item else None)
+            return
+        # GPU: copy + finish batch k+1 on a side stream while the consumer works on batch k.
+        previous = None
+        for item in self.dataloader:
+            raw = None
+            if "image" in item:
+                with torch.cuda.stream(self.stream):
+                    image = finish_batch(item["image"], self.plan.finish, self.device)
+                raw = self._raw(item, by_number, image)
+            else:
+                raw = self._raw(item, by_number, None)
+            if previous is not None:
+                yield self._ready(previous)
+            previous = raw
+        if previous is not None:
+            yield self._ready(previous)
+
+    def _ready(self, raw: RawBatch) -> RawBatch:
+        torch.cuda.current_stream(self.device).wait_stream(self.stream)
+        raw.image.record_stream(torch.cuda.current_stream(self.device))
+        return raw
+
+    def _raw(self, item: dict[str, Any], by_number: dict[int, BatchTask], image: torch.Tensor | None) -> RawBatch:
+        if "error" in item:
+            index, path, reason = item["error"]
+            raise SampleError(index, path, reason)
+        task = by_number[item["number"]]
+        rows = item["rows"]
+        skipped = [SkippedSample(index, path, task.epoch, reason) for index, path, reason in item["skipped"]]
+        return RawBatch(image, task.indices[rows], task.valid[rows], skipped)
+
+    def close(self) -> None:
+        iterator = getattr(self.dataloader, "_iterator", None)
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+        self.dataloader._iterator = None
+
+
+def _identity(batch: Any) -> Any:
+    return batch

@@ -1,0 +1,303 @@
+"""The loader contract shared by every backend.
+
+``build_loader`` turns a spec into a :class:`Loader`. The loader owns everything that must be
+identical across backends — the epoch's order, the rank's share, the last-batch policy, the
+per-sample random parameters, resumption and error accounting — and asks a backend executor to
+turn each :class:`~dali_bridge.sampling.BatchTask` into pixels.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Protocol
+
+import numpy as np
+import torch
+
+from .plan import Plan, build_plan, unsupported_ops
+from .sampling import BatchTask, batch_count, rank_batches
+from .sources import Listing, list_source
+from .spec import PipelineSpec, coerce_spec
+
+log = logging.getLogger("dali_bridge")
+
+STATE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class SkippedSample:
+    """A sample left out under ``on_error: skip``: where, which epoch, and the decoder's reason."""
+    index: int
+    path: str
+    epoch: int
+    reason: str
+
+
+class SampleError(RuntimeError):
+    """A sample could not be read or decoded (``on_error: raise``)."""
+
+    def __init__(self, index: int, path: str, reason: str):
+        self.index, self.path, self.reason = index, path, reason
+        super().__init__(f"sample {index} ({path}): {reason}")
+
+
+@dataclass
+class RawBatch:
+    """What an executor hands back: images of the kept samples and which samples they are."""
+    image: torch.Tensor
+    indices: np.ndarray
+    valid: np.ndarray
+    skipped: list[SkippedSample] = field(default_factory=list)
+
+
+class Executor(Protocol):
+    """A backend: applies a plan to the samples of each task, in order. Never draws randomness."""
+    device: torch.device
+
+    def run(self, tasks: list[BatchTask]) -> Iterator[RawBatch]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Topology:
+    """This process's place in a (possibly distributed) job."""
+    rank: int
+    world_size: int
+    local_rank: int
+
+
+def resolve_topology(rank: int | None = None, world_size: int | None = None) -> Topology:
+    """Rank/world from the arguments, else an initialised torch.distributed, else torchrun's
+    RANK/WORLD_SIZE/LOCAL_RANK environment, else 0/1."""
+    env = os.environ
+    if rank is None or world_size is None:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            rank = torch.distributed.get_rank() if rank is None else rank
+            world_size = torch.distributed.get_world_size() if world_size is None else world_size
+        else:
+            rank = int(env.get("RANK", 0)) if rank is None else rank
+            world_size = int(env.get("WORLD_SIZE", 1)) if world_size is None else world_size
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not within world size {world_size}")
+    if "LOCAL_RANK" in env:
+        local_rank = int(env["LOCAL_RANK"])
+    else:  # one process per GPU on a single node
+        local_rank = rank % torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return Topology(rank, world_size, local_rank)
+
+
+class Loader:
+    """Iterate for one epoch of batches: ``for image, label in loader``.
+
+    Each batch is a tuple in the order of the spec's ``outputs``: ``image`` (NCHW or NHWC, the
+    declared dtype, on ``loader.device``), ``label`` (int64 [N]), ``index`` (int64 [N], position in
+    the source listing) and ``valid`` (bool [N], False for ``pad`` repeats).
+
+    Each ``iter()`` runs the next epoch unless :meth:`set_epoch` chose one; :meth:`state_dict`
+    after k batches and :meth:`load_state_dict` on a fresh loader continue with batch k+1.
+    """
+
+    def __init__(self, spec: PipelineSpec, listing: Listing, plan: Plan, executor: Executor, backend: str,
+                 topology: Topology, reason: str = ""):
+        self.spec = spec
+        self.listing = listing
+        self.plan = plan
+        self.backend = backend
+        self.backend_reason = reason
+        self.rank = topology.rank
+        self.world_size = topology.world_size
+        self._executor = executor
+        self._next_epoch = 0
+        self._resume_batch = 0
+        self._epoch: int | None = None     # epoch of the iteration in progress / last one
+        self._batches_done = 0
+        self._epoch_batches = 0
+        self.skipped: list[SkippedSample] = []
+
+    # ---- properties users read
+    @property
+    def device(self) -> torch.device:
+        return self._executor.device
+
+    @property
+    def batch_size(self) -> int:
+        return self.spec.batch_size
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration runs (or the running one, while iterating)."""
+        return self._next_epoch
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.listing)
+
+    def __len__(self) -> int:
+        """Batches the next iteration yields on this rank (the rest of an epoch after a resume)."""
+        total = batch_count(len(self.listing), self.spec.batch_size, self.world_size, self.rank,
+                            self.spec.loader.last_batch)
+        return total - self._resume_batch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch of the next iteration (its order and random parameters)."""
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, found {epoch}")
+        self._next_epoch = int(epoch)
+        self._resume_batch = 0
+
+    def tasks(self, epoch: int) -> list[BatchTask]:
+        """The batches this rank yields in ``epoch`` (what the loader will ask the backend for)."""
+        loader = self.spec.loader
+        return rank_batches(len(self.listing), self.spec.batch_size, self.spec.seed, epoch, self.rank,
+                            self.world_size, loader.last_batch, loader.shuffle)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        epoch, start = self._next_epoch, self._resume_batch
+        self._next_epoch, self._resume_batch = epoch + 1, 0
+        tasks = self.tasks(epoch)
+        self._epoch, self._batches_done, self._epoch_batches = epoch, start, len(tasks)
+        return self._generate(tasks[start:])
+
+    def _generate(self, tasks: list[BatchTask]) -> Iterator[tuple[torch.Tensor, ...]]:
+        batches = self._executor.run(tasks)
+        try:
+            for raw in batches:
+                self._batches_done += 1
+                if raw.skipped:
+                    self._record_skips(raw.skipped)
+                if len(raw.indices) == 0:
+                    log.warning("epoch %d batch %d: every sample was skipped; no batch yielded",
+                                self._epoch, self._batches_done - 1)
+                    continue
+                yield self._outputs(raw)
+        finally:
+            close = getattr(batches, "close", None)
+            if close:
+                close()
+
+    def _record_skips(self, skipped: list[SkippedSample]) -> None:
+        for item in skipped:
+            log.warning("skipped sample %d (%s) in epoch %d: %s", item.index, item.path, item.epoch, item.reason)
+        self.skipped.extend(skipped)
+
+    def _outputs(self, raw: RawBatch) -> tuple[torch.Tensor, ...]:
+        device = self.device
+        values: dict[str, Any] = {}
+        for name in self.spec.outputs:
+            if name == "image":
+                values[name] = raw.image
+            elif name == "label":
+                values[name] = torch.from_numpy(self.listing.labels[raw.indices]).to(device, non_blocking=True)
+            elif name == "index":
+                values[name] = torch.from_numpy(np.asarray(raw.indices, dtype=np.int64)).to(device, non_blocking=True)
+            elif name == "valid":
+                values[name] = torch.from_numpy(np.asarray(raw.valid, dtype=bool)).to(device, non_blocking=True)
+        return tuple(values[name] for name in self.spec.outputs)
+
+    # ---- resumption
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader stands: load it into a fresh loader to continue with the next batch."""
+        if self._epoch is not None and self._batches_done < self._epoch_batches and self._next_epoch == self._epoch + 1:
+            epoch, batch = self._epoch, self._batches_done
+        else:
+            epoch, batch = self._next_epoch, self._resume_batch
+        return {"format": STATE_FORMAT, "epoch": epoch, "batch": batch, "seed": self.spec.seed,
+                "num_samples": len(self.listing), "batch_size": self.spec.batch_size,
+                "world_size": self.world_size, "rank": self.rank, "last_batch": self.spec.loader.last_batch,
+                "shuffle": self.spec.loader.shuffle, "skipped": len(self.skipped)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state``; refuses a state from a different dataset, seed or topology."""
+        if state.get("format") != STATE_FORMAT:
+            raise ValueError(f"unknown loader state format {state.get('format')!r} (expected {STATE_FORMAT})")
+        mine = self.state_dict()
+        for key in ("seed", "num_samples", "batch_size", "world_size", "rank", "last_batch", "shuffle"):
+            if state.get(key) != mine[key]:
+                raise ValueError(f"loader state does not match this loader: {key} is {state.get(key)!r} in the "
+                                 f"state and {mine[key]!r} here")
+        total = batch_count(len(self.listing), self.spec.batch_size, self.world_size, self.rank,
+                            self.spec.loader.last_batch)
+        if not 0 <= state["batch"] <= total:
+            raise ValueError(f"loader state batch {state['batch']} is outside this epoch's {total} batches")
+        self._next_epoch, self._resume_batch = int(state["epoch"]), int(state["batch"])
+        if self._resume_batch == total:
+            self._next_epoch, self._resume_batch = self._next_epoch + 1, 0
+        self._epoch = None
+
+    # ---- lifecycle
+    def close(self) -> None:
+        """Stop the backend's workers and threads now (also done when the loader is collected)."""
+        executor, self._executor = self._executor, _Closed(self._executor.device)
+        executor.close()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return (f"Loader(name={self.spec.name!r}, backend={self.backend!r}, device={str(self.device)!r}, "
+                f"samples={len(self.listing)}, batch_size={self.batch_size}, rank={self.rank}/{self.world_size})")
+
+
+class _Closed:
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def run(self, tasks: list[BatchTask]) -> Iterator[RawBatch]:
+        raise RuntimeError("this loader was closed")
+
+    def close(self) -> None:
+        pass
+
+
+def default_workers() -> int:
+    """Worker processes/threads when the spec says auto: the cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS
+        return max(1, os.cpu_count() or 1)
+
+
+def build_loader(spec_or_path: PipelineSpec | str | Path | Mapping, backend: str = "auto", *,
+                 overrides: Mapping[str, Any] | list[str] | None = None, rank: int | None = None,
+                 world_size: int | None = None, device: str | torch.device | None = None) -> Loader:
+    """Build the loader for a pipeline.
+
+    ``backend``: ``dali`` | ``dali-cpu`` | ``torchvision`` forces a backend (an unusable one raises
+    :class:`~dali_bridge.backends.select.BackendUnavailable` with the reason); ``auto`` defers to the
+    spec's ``backend`` key, whose own ``auto`` picks ``dali`` with DALI and a CUDA device, else
+    ``torchvision``. ``rank``/``world_size`` default to torch.distributed or torchrun's environment.
+    ``device``: where batches land (default ``cuda:LOCAL_RANK`` for GPU backends, else the CPU).
+    """
+    from .backends.select import BackendUnavailable, choose_backend
+
+    spec = coerce_spec(spec_or_path, overrides)
+    requested = spec.backend if backend == "auto" else backend
+    choice = choose_backend(requested)
+    log.info("dali-bridge %s: backend %s (%s)", spec.name, choice.backend, choice.reason)
+    missing = unsupported_ops(spec, choice.backend)
+    if missing:
+        details = "; ".join(f"ops[{i}] '{name}' runs only on {', '.join(b)}" for i, name, b in missing)
+        raise BackendUnavailable(f"{spec.origin}: backend '{choice.backend}' cannot run this pipeline: {details}")
+    topology = resolve_topology(rank, world_size)
+    listing = list_source(spec.source)
+    plan = build_plan(spec)
+    if choice.backend in ("dali", "dali-cpu"):
+        from .backends.dali import DaliExecutor
+        executor: Executor = DaliExecutor(spec, listing, plan, gpu=choice.backend == "dali",
+                                          topology=topology, device=device)
+    else:
+        from .backends.torchvision import TorchvisionExecutor
+        executor = TorchvisionExecutor(spec, listing, plan, topology=topology, device=device)
+    return Loader(spec, listing, plan, executor, choice.backend, topology, choice.reason)

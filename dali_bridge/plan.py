@@ -1,0 +1,167 @@
+"""Spec → plan: the backend-neutral list of steps, and where each runs on each backend.
+
+The plan lowers compound ops (``crop_mirror_normalize`` → centre crop, flip, normalize), puts
+sizes in (height, width) form and separates the finishing step (dtype, normalisation, layout).
+:func:`placement` answers, as plain data, which implementation and device every step gets on a
+backend — the DALI graph builder reads it, ``dali-bridge show`` prints it, tests check it
+without a GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .ops import OPS, fixed_output_size
+from .spec import PipelineSpec
+
+
+@dataclass(frozen=True)
+class Step:
+    """A geometry step: ``kind`` is random_resized_crop | resize | center_crop | horizontal_flip."""
+    kind: str
+    params: dict[str, Any] = field(hash=False)
+    op_index: int  # position of the op in the spec that produced it
+
+    @property
+    def random(self) -> bool:
+        return self.kind in ("random_resized_crop", "horizontal_flip")
+
+
+@dataclass(frozen=True)
+class Finish:
+    """dtype conversion and normalisation: float = (pixel/255 - mean)/std; uint8 = unchanged."""
+    mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    std: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    dtype: str = "uint8"
+    layout: str = "CHW"
+
+    @property
+    def identity(self) -> bool:
+        return self.mean == (0.0, 0.0, 0.0) and self.std == (1.0, 1.0, 1.0)
+
+
+@dataclass(frozen=True)
+class Plan:
+    steps: tuple[Step, ...]
+    finish: Finish
+    output_size: tuple[int, int]  # (height, width) in pixels
+    decode_device: str            # as declared: mixed | cpu
+
+    @property
+    def random(self) -> bool:
+        return any(step.random for step in self.steps)
+
+    def output_shape(self, batch: int) -> tuple[int, ...]:
+        h, w = self.output_size
+        return (batch, 3, h, w) if self.finish.layout == "CHW" else (batch, h, w, 3)
+
+
+def build_plan(spec: PipelineSpec) -> Plan:
+    """Lower a validated spec into a plan."""
+    steps: list[Step] = []
+    finish = Finish()
+    size: tuple[int, int] | None = None
+    for index, op in enumerate(spec.ops):
+        p = dict(op.params)
+        if op.name == "random_resized_crop":
+            size = fixed_output_size(p["size"])
+            steps.append(Step("random_resized_crop", {**p, "size": size}, index))
+        elif op.name == "resize":
+            shorter = isinstance(p["size"], int)
+            if not shorter:
+                size = fixed_output_size(p["size"])
+            steps.append(Step("resize", {**p, "size": (p["size"],) if shorter else fixed_output_size(p["size"]),
+                                         "shorter_side": shorter}, index))
+        elif op.name == "center_crop":
+            size = fixed_output_size(p["size"])
+            steps.append(Step("center_crop", {"size": size}, index))
+        elif op.name == "horizontal_flip":
+            steps.append(Step("horizontal_flip", p, index))
+        elif op.name == "crop_mirror_normalize":
+            if p["crop"] is not None:
+                size = fixed_output_size(p["crop"])
+                steps.append(Step("center_crop", {"size": size}, index))
+            if p["mirror"] > 0:
+                steps.append(Step("horizontal_flip", {"probability": p["mirror"]}, index))
+            finish = Finish(tuple(p["mean"]), tuple(p["std"]), p["dtype"], p["layout"])
+        elif op.name == "normalize":
+            finish = Finish(tuple(p["mean"]), tuple(p["std"]), p["dtype"], p["layout"])
+        else:  # the registry and this lowering must grow together
+            raise NotImplementedError(f"op {op.name!r} has no plan lowering")
+    if size is None:
+        raise ValueError("plan has no fixed output size (the spec validator should have caught this)")
+    return Plan(tuple(steps), finish, size, spec.decode_device)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """One stage of a backend's execution: what it does, the implementation, and the device."""
+    stage: str
+    implementation: str
+    device: str
+
+
+def unsupported_ops(spec: PipelineSpec, backend: str) -> list[tuple[int, str, tuple[str, ...]]]:
+    """(op position, op name, backends that support it) for every op ``backend`` cannot run."""
+    return [(i, op.name, OPS[op.name].backends) for i, op in enumerate(spec.ops)
+            if backend not in OPS[op.name].backends]
+
+
+def roi_decode(plan: Plan) -> bool:
+    """DALI decodes only the crop window when the first step is a random resized crop."""
+    return bool(plan.steps) and plan.steps[0].kind == "random_resized_crop"
+
+
+def fused_mirror(plan: Plan) -> bool:
+    """A flip that is the last geometry step folds into DALI's crop_mirror_normalize."""
+    return bool(plan.steps) and plan.steps[-1].kind == "horizontal_flip"
+
+
+def placement(plan: Plan, backend: str, cuda: bool = False) -> list[Placed]:
+    """Where each stage runs on ``backend``.
+
+    ``dali``: decode ``mixed`` (nvJPEG; ``cpu`` when the spec says ``decode.device: cpu``), every
+    other op on ``gpu``. ``dali-cpu``: everything on ``cpu``. ``torchvision``: decode and geometry
+    in DataLoader worker processes on the CPU, finishing on the batch — on ``cuda`` when the loader
+    targets a GPU (``cuda=True``), else in the main process.
+    """
+    if backend in ("dali", "dali-cpu"):
+        gpu = backend == "dali"
+        op_device = "gpu" if gpu else "cpu"
+        decode_device = ("mixed" if plan.decode_device == "mixed" else "cpu") if gpu else "cpu"
+        stages = [Placed("read", "fn.external_source (bridge-owned order)", "cpu")]
+        if roi_decode(plan):
+            stages.append(Placed("decode", "fn.decoders.image_slice (ROI decode of the crop window)", decode_device))
+        else:
+            stages.append(Placed("decode", "fn.decoders.image", decode_device))
+        if gpu and decode_device == "cpu":
+            stages.append(Placed("to_gpu", ".gpu()", "gpu"))
+        for n, step in enumerate(plan.steps):
+            if step.kind == "random_resized_crop":
+                if n > 0:
+                    stages.append(Placed("random_resized_crop.crop", "fn.slice", op_device))
+                stages.append(Placed("random_resized_crop.resize", "fn.resize", op_device))
+            elif step.kind == "resize":
+                stages.append(Placed("resize", "fn.resize", op_device))
+            elif step.kind == "center_crop":
+                stages.append(Placed("center_crop", "fn.slice (zero padding)", op_device))
+            elif step.kind == "horizontal_flip":
+                if n == len(plan.steps) - 1:
+                    stages.append(Placed("horizontal_flip", "fused into fn.crop_mirror_normalize", op_device))
+                else:
+                    stages.append(Placed("horizontal_flip", "fn.flip", op_device))
+        stages.append(Placed("finish", f"fn.crop_mirror_normalize ({plan.finish.dtype}, {plan.finish.layout})",
+                             op_device))
+        return stages
+    if backend == "torchvision":
+        stages = [Placed("read", "DataLoader worker: file read", "cpu"),
+                  Placed("decode", "torchvision.io.decode_image (RGB, EXIF orientation)", "cpu")]
+        for step in plan.steps:
+            impl = {"random_resized_crop": "F.crop + F.resize", "resize": "F.resize",
+                    "center_crop": "F.crop (zero padding)", "horizontal_flip": "F.horizontal_flip"}[step.kind]
+            stages.append(Placed(step.kind, impl, "cpu"))
+        stages.append(Placed("batch", "uint8 batch through worker queue", "cpu"))
+        stages.append(Placed("finish", f"to {plan.finish.dtype}, normalise, {plan.finish.layout} on the batch",
+                             "cuda" if cuda else "cpu"))
+        return stages
+    raise ValueError(f"unknown backend {backend!r}")

@@ -1,0 +1,571 @@
+"""Pipeline files: YAML → a validated, typed :class:`PipelineSpec`.
+
+Every problem in a file is collected in one pass and reported together, each with
+``file:line:column``, the key path (``ops[1].random_resized_crop.scale``), what was expected and
+what was found. YAML is data: it is read with ``yaml.safe_load`` (positions come from composing
+the same text with the safe loader), so nothing in a pipeline file can execute code.
+
+Pure Python: this layer never imports DALI or torch.
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import yaml
+
+from .ops import (OPS, REQUIRED, bool_checker, choice_checker, fixed_output_size, is_int, op_names,
+                  size_checker, _type_name)
+
+FORMAT_VERSION = 1
+BACKENDS = ("auto", "dali", "dali-cpu", "torchvision")
+SOURCE_TYPES = ("folder", "file_list")
+PLANNED_SOURCE_TYPES = ("webdataset",)
+OUTPUTS = ("image", "label", "index", "valid")
+LAST_BATCH = ("partial", "drop", "pad")
+ON_ERROR = ("raise", "skip")
+DECODE_DEVICES = ("mixed", "cpu")
+DEFAULT_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
+
+def format_path(path: Sequence[Any]) -> str:
+    """``("ops", 1, "resize", "size")`` → ``ops[1].resize.size``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "<top level>"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation problem: where (``file:line:col`` or the override), the key path, the message."""
+    where: str
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.path}: {self.message}"
+
+
+class SpecError(ValueError):
+    """A pipeline file (or its overrides) is invalid; ``problems`` lists every problem found."""
+
+    def __init__(self, problems: Sequence[Problem], source: str = "pipeline"):
+        self.problems = list(problems)
+        self.source = source
+        count = len(self.problems)
+        lines = [f"{source}: {count} problem{'s' if count != 1 else ''}:"] + [f"  {p}" for p in self.problems]
+        super().__init__("\n".join(lines))
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Where samples come from. ``root``/``file_list`` are absolute once resolved."""
+    type: str
+    root: str | None = None
+    file_list: str | None = None
+    extensions: tuple[str, ...] = DEFAULT_EXTENSIONS
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op as declared: its registry name and every parameter (defaults filled in)."""
+    name: str
+    params: Mapping[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.params[key]
+
+
+@dataclass(frozen=True)
+class LoaderSpec:
+    """Loader settings: ``workers`` None = from the cores available; ``prefetch`` in batches."""
+    workers: int | None = None
+    prefetch: int = 2
+    last_batch: str = "partial"
+    on_error: str = "raise"
+    shuffle: bool = True
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """A validated pipeline with every default filled in."""
+    version: int
+    name: str
+    backend: str
+    source: SourceSpec
+    batch_size: int
+    seed: int
+    decode_device: str
+    ops: tuple[OpSpec, ...]
+    outputs: tuple[str, ...]
+    loader: LoaderSpec
+    origin: str = field(default="<dict>", compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved spec as plain data (absolute paths), loadable by :func:`spec_from_dict`."""
+        source: dict[str, Any] = {"type": self.source.type}
+        if self.source.root is not None:
+            source["root"] = self.source.root
+        if self.source.file_list is not None:
+            source["file_list"] = self.source.file_list
+        source["extensions"] = list(self.source.extensions)
+        return {
+            "version": self.version,
+            "name": self.name,
+            "backend": self.backend,
+            "source": source,
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            "decode": {"device": self.decode_device},
+            "ops": [{op.name: copy.deepcopy(dict(op.params))} for op in self.ops],
+            "outputs": list(self.outputs),
+            "loader": {
+                "workers": self.loader.workers,
+                "prefetch": self.loader.prefetch,
+                "last_batch": self.loader.last_batch,
+                "on_error": self.loader.on_error,
+                "shuffle": self.loader.shuffle,
+            },
+        }
+
+    def to_yaml(self) -> str:
+        """The resolved spec as YAML; ``load_spec`` of it gives an equal spec."""
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
+
+    def replace(self, **overrides: Any) -> "PipelineSpec":
+        """A new spec with dotted-path overrides applied and validated (see :func:`apply_overrides`)."""
+        return spec_from_dict(self.to_dict(), origin=self.origin, overrides=overrides)
+
+
+# --------------------------------------------------------------------------------------------
+# Positions: compose the YAML (safe loader) and remember where each key path starts.
+
+def _positions(text: str, filename: str) -> dict[tuple, str]:
+    marks: dict[tuple, str] = {}
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return marks
+
+    def where(node: yaml.Node) -> str:
+        return f"{filename}:{node.start_mark.line + 1}:{node.start_mark.column + 1}"
+
+    def walk(node: yaml.Node, path: tuple) -> None:
+        marks.setdefault(path, where(node))
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                if isinstance(key_node, yaml.ScalarNode):
+                    child = path + (key_node.value,)
+                    marks[child] = where(key_node)
+                    walk(value_node, child)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, path + (i,))
+
+    if root is not None:
+        walk(root, ())
+    return marks
+
+
+class _Checker:
+    """Collects problems; knows where each key path came from."""
+
+    def __init__(self, filename: str, marks: dict[tuple, str], override_origin: dict[tuple, str]):
+        self.filename = filename
+        self.marks = marks
+        self.override_origin = override_origin
+        self.problems: list[Problem] = []
+
+    def where(self, path: tuple) -> str:
+        # An override of a prefix replaced what the file had there, so it wins over the file's marks.
+        for n in range(len(path), -1, -1):
+            if path[:n] in self.override_origin:
+                return self.override_origin[path[:n]]
+        for n in range(len(path), -1, -1):
+            if path[:n] in self.marks:
+                return self.marks[path[:n]]
+        return self.filename
+
+    def add(self, path: tuple, message: str) -> None:
+        self.problems.append(Problem(self.where(path), format_path(path), message))
+
+    def unknown_keys(self, mapping: Mapping, allowed: Iterable[str], path: tuple, what: str) -> None:
+        allowed = list(allowed)
+        for key in mapping:
+            if key not in allowed:
+                hint = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+                suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
+                self.add(path + (key,), f"unknown key '{key}' in {what} (expected one of: "
+                                        f"{', '.join(allowed)}){suggestion}")
+
+    def mapping(self, data: Any, path: tuple, what: str) -> dict | None:
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            self.add(path, f"expected {what} as a mapping, found {_type_name(data)} {data!r}")
+            return None
+        return data
+
+
+def _resolve_path(value: str, base_dir: Path) -> str:
+    path = Path(os.path.expanduser(value))
+    return str(path if path.is_absolute() else (base_dir / path).resolve())
+
+
+# --------------------------------------------------------------------------------------------
+# Overrides
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"batch_size=32"`` → ``("batch_size", 32)``; the value is read as YAML (safe_load)."""
+    if "=" not in text:
+        raise SpecError([Problem(f"--set {text}", text, "expected KEY=VALUE, e.g. batch_size=32")], "overrides")
+    key, _, raw = text.partition("=")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        raise SpecError([Problem(f"--set {text}", key.strip(), f"value is not valid YAML: {exc}")],
+                        "overrides") from None
+    return key.strip(), value
+
+
+def apply_overrides(data: dict, overrides: Mapping[str, Any]) -> tuple[dict, dict[tuple, str], list[Problem]]:
+    """Apply dotted-path overrides (``source.root``, ``ops.1.resize.size``) to raw pipeline data.
+
+    A mapping value replaces the mapping at that path whole. Returns the new data, where each
+    overridden path came from, and problems for paths that cannot be addressed.
+    """
+    data = copy.deepcopy(data)
+    origin: dict[tuple, str] = {}
+    problems: list[Problem] = []
+    for dotted, value in overrides.items():
+        label = f"--set {dotted}={value!r}"
+        parts: list[Any] = [int(p) if p.lstrip("-").isdigit() else p for p in str(dotted).split(".") if p != ""]
+        if not parts:
+            problems.append(Problem(label, str(dotted), "empty key path"))
+            continue
+        node: Any = data
+        ok = True
+        for i, part in enumerate(parts[:-1]):
+            if isinstance(node, dict):
+                if not isinstance(node.get(part), (dict, list)):
+                    node[part] = {}
+                node = node[part]
+            elif isinstance(node, list) and isinstance(part, int) and -len(node) <= part < len(node):
+                parts[i] = part % len(node)
+                node = node[part]
+            else:
+                problems.append(Problem(label, format_path(parts[: i + 1]),
+                                        f"cannot address '{part}' inside {_type_name(node)}"))
+                ok = False
+                break
+        if not ok:
+            continue
+        last = parts[-1]
+        if isinstance(node, dict):
+            node[last] = value
+        elif isinstance(node, list) and isinstance(last, int) and -len(node) <= last < len(node):
+            parts[-1] = last % len(node)
+            node[last] = value
+        else:
+            problems.append(Problem(label, format_path(parts), f"cannot address '{last}' inside {_type_name(node)}"))
+            continue
+        origin[tuple(parts)] = label
+    return data, origin, problems
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+
+def _check_ops(raw_ops: Any, chk: _Checker) -> list[OpSpec]:
+    path: tuple = ("ops",)
+    if raw_ops is None:
+        chk.add(path, "missing required key 'ops' (expected a list of ops, e.g. - center_crop: 224)")
+        return []
+    if not isinstance(raw_ops, list):
+        chk.add(path, f"expected a list of ops, found {_type_name(raw_ops)} {raw_ops!r}")
+        return []
+    ops: list[OpSpec] = []
+    for i, entry in enumerate(raw_ops):
+        item_path = path + (i,)
+        if isinstance(entry, str):
+            name, params = entry, {}
+        elif isinstance(entry, dict) and len(entry) == 1:
+            name, params = next(iter(entry.items()))
+        else:
+            chk.add(item_path, "expected an op as '- name: {params}' (one key per list item), "
+                               f"found {_type_name(entry)} {entry!r}")
+            continue
+        if name not in OPS:
+            hint = difflib.get_close_matches(str(name), op_names(), n=1, cutoff=0.5)
+            suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
+            chk.add(item_path + (name,) if isinstance(entry, dict) else item_path,
+                    f"unknown op '{name}' (known ops: {', '.join(op_names())}){suggestion}")
+            continue
+        op = OPS[name]
+        op_path = item_path + (name,)
+        if params is None:
+            params = {}
+        elif not isinstance(params, dict):
+            if op.primary is None:
+                chk.add(op_path, f"expected the parameters of '{name}' as a mapping, found {_type_name(params)} {params!r}")
+                continue
+            params = {op.primary: params}
+        chk.unknown_keys(params, [p.name for p in op.params], op_path, f"op '{name}'")
+        resolved: dict[str, Any] = {}
+        for param in op.params:
+            if param.name not in params:
+                if param.default is REQUIRED:
+                    chk.add(op_path, f"missing required parameter '{param.name}' ({param.doc})")
+                    continue
+                resolved[param.name] = copy.deepcopy(param.default)
+                continue
+            value, message = param.check(params[param.name])
+            if message:
+                chk.add(op_path + (param.name,), message)
+            resolved[param.name] = value
+        if op.extra_check and all(p.name in resolved for p in op.params):
+            for key, message in op.extra_check(resolved):
+                chk.add(op_path + (key,), message)
+        ops.append(OpSpec(name, resolved))
+    return ops
+
+
+def _check_op_sequence(ops: list[OpSpec], chk: _Checker, indices: list[int]) -> None:
+    """Cross-op rules: the finishing op is last and single; crops fit; the output size is fixed."""
+    finishing = [n for n, op in enumerate(ops) if OPS[op.name].kind in ("finish", "compound")]
+    if len(finishing) > 1:
+        chk.add(("ops", indices[finishing[1]]), "only one normalize/crop_mirror_normalize op is allowed")
+    for n in finishing:
+        if n != len(ops) - 1:
+            chk.add(("ops", indices[n]), f"'{ops[n].name}' must be the last op (it converts dtype and layout)")
+    state: Any = None  # None (input size), ("short", s) or (h, w); "unknown" after an invalid size
+    for n, op in enumerate(ops):
+        op_path = ("ops", indices[n], op.name)
+        key = {"random_resized_crop": "size", "resize": "size", "center_crop": "size",
+               "crop_mirror_normalize": "crop"}.get(op.name)
+        if key is None or (op.name == "crop_mirror_normalize" and op.params.get(key) is None):
+            continue
+        if key not in op.params or size_checker(op.params[key])[1]:
+            state = "unknown"  # already reported by the op's own checks
+            continue
+        if op.name == "random_resized_crop":
+            state = fixed_output_size(op["size"])
+        elif op.name == "resize":
+            state = ("short", op["size"]) if isinstance(op["size"], int) else fixed_output_size(op["size"])
+        else:
+            crop = fixed_output_size(op[key])
+            if state == "unknown":
+                state = crop
+                continue
+            if state is not None and state[0] == "short" and max(crop) > state[1]:
+                chk.add(op_path + (key,), f"crop {list(crop)} is larger than the preceding resize's shorter side "
+                                          f"({state[1]} px): images would be padded with zeros")
+            elif state is not None and state[0] != "short" and (crop[0] > state[0] or crop[1] > state[1]):
+                chk.add(op_path + (key,), f"crop {list(crop)} is larger than the preceding output size "
+                                          f"{list(state)} (height, width): images would be padded with zeros")
+            state = crop
+    if ops and (state is None or state[0] == "short"):
+        chk.add(("ops",), "the pipeline's output size is not fixed, so images cannot be batched: end with "
+                          "random_resized_crop, center_crop, or resize to [height, width]")
+
+
+def _check_choice(chk: _Checker, mapping: dict, key: str, path: tuple, choices: tuple, default: Any) -> Any:
+    if key not in mapping:
+        return default
+    value, message = choice_checker(choices)(mapping[key])
+    if message:
+        chk.add(path + (key,), message)
+    return value
+
+
+def _check_int(chk: _Checker, mapping: dict, key: str, path: tuple, default: Any, minimum: int,
+               allow_none: bool = False) -> Any:
+    if key not in mapping:
+        if default is REQUIRED:
+            chk.add(path or (key,), f"missing required key '{format_path(path + (key,))}' "
+                                    f"(expected an integer >= {minimum})")
+            return None
+        return default
+    value = mapping[key]
+    if value is None and allow_none:
+        return None
+    if not is_int(value):
+        chk.add(path + (key,), f"expected an integer >= {minimum}{' or null' if allow_none else ''}, "
+                               f"found {_type_name(value)} {value!r}")
+    elif value < minimum:
+        chk.add(path + (key,), f"expected an integer >= {minimum}, found {value}")
+    return value
+
+
+def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | None = None,
+                   overrides: Mapping[str, Any] | None = None, marks: dict[tuple, str] | None = None) -> PipelineSpec:
+    """Validate raw pipeline data (as ``yaml.safe_load`` returns it) into a :class:`PipelineSpec`.
+
+    Relative paths in the data resolve against ``base_dir`` (the YAML file's folder; default the
+    current directory); relative paths given in ``overrides`` resolve against the current directory.
+    Raises :class:`SpecError` listing every problem.
+    """
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise SpecError([Problem(origin, "<top level>", f"expected a mapping of keys, found {_type_name(data)}")], origin)
+    data, override_origin, override_problems = apply_overrides(data, overrides or {})
+    chk = _Checker(origin, marks or {}, override_origin)
+    chk.problems.extend(override_problems)
+    top_keys = ("version", "name", "backend", "source", "batch_size", "seed", "decode", "ops", "outputs", "loader")
+    chk.unknown_keys(data, top_keys, (), "the pipeline")
+
+    def base_for(path: tuple) -> Path:
+        return Path.cwd() if any(path[: n] in override_origin for n in range(1, len(path) + 1)) else base
+
+    version = data.get("version")
+    if "version" not in data:
+        chk.add((), f"missing required key 'version' (expected {FORMAT_VERSION})")
+    elif version != FORMAT_VERSION or isinstance(version, bool):
+        chk.add(("version",), f"expected format version {FORMAT_VERSION}, found {version!r}")
+
+    name = data.get("name", Path(origin).stem if origin != "<dict>" else "pipeline")
+    if not isinstance(name, str) or not name:
+        chk.add(("name",), f"expected a non-empty string, found {_type_name(name)} {name!r}")
+    backend = _check_choice(chk, data, "backend", (), BACKENDS, "auto")
+
+    # source
+    source = SourceSpec(type="folder")
+    raw_source = data.get("source")
+    if "source" not in data:
+        chk.add((), "missing required key 'source' (expected e.g. {type: folder, root: path/to/images})")
+    else:
+        src = chk.mapping(raw_source, ("source",), "the source")
+        if src is not None:
+            stype = src.get("type")
+            if stype is None:
+                chk.add(("source",), f"missing required key 'source.type' (expected one of {', '.join(SOURCE_TYPES)})")
+            elif stype in PLANNED_SOURCE_TYPES:
+                chk.add(("source", "type"), f"source type '{stype}' is not supported in this version "
+                                            f"(supported: {', '.join(SOURCE_TYPES)})")
+            elif stype not in SOURCE_TYPES:
+                hint = difflib.get_close_matches(str(stype), SOURCE_TYPES, n=1)
+                chk.add(("source", "type"), f"expected one of {', '.join(SOURCE_TYPES)}, found {stype!r}"
+                                            + (f"; did you mean '{hint[0]}'?" if hint else ""))
+            allowed = {"folder": ("type", "root", "extensions"),
+                       "file_list": ("type", "file_list", "root", "extensions")}.get(stype, ("type",))
+            if stype in SOURCE_TYPES:
+                chk.unknown_keys(src, allowed, ("source",), f"a '{stype}' source")
+            resolved: dict[str, Any] = {"type": stype}
+            for key in ("root", "file_list"):
+                if key in src and key in allowed:
+                    value = src[key]
+                    if not isinstance(value, str) or not value:
+                        chk.add(("source", key), f"expected a path (string), found {_type_name(value)} {value!r}")
+                    else:
+                        resolved[key] = _resolve_path(value, base_for(("source", key)))
+            if stype == "folder" and "root" not in src:
+                chk.add(("source",), "missing required key 'source.root' (the folder whose sub-folders are the classes)")
+            if stype == "file_list" and "file_list" not in src:
+                chk.add(("source",), "missing required key 'source.file_list' (a text file of 'path label' lines)")
+            extensions = src.get("extensions", list(DEFAULT_EXTENSIONS))
+            if not (isinstance(extensions, list) and extensions and all(isinstance(e, str) and e for e in extensions)):
+                chk.add(("source", "extensions"), f"expected a non-empty list of file extensions like ['.jpg'], "
+                                                  f"found {extensions!r}")
+                extensions = list(DEFAULT_EXTENSIONS)
+            extensions = tuple(("." + e.lstrip(".")).lower() for e in extensions)
+            if stype in SOURCE_TYPES:
+                source = SourceSpec(type=stype, root=resolved.get("root"), file_list=resolved.get("file_list"),
+                                    extensions=extensions)
+
+    batch_size = _check_int(chk, data, "batch_size", (), REQUIRED, 1)
+    seed = _check_int(chk, data, "seed", (), 0, 0)
+
+    decode = chk.mapping(data.get("decode"), ("decode",), "the decode step") or {}
+    chk.unknown_keys(decode, ("device",), ("decode",), "decode")
+    decode_device = _check_choice(chk, decode, "device", ("decode",), DECODE_DEVICES, "mixed")
+
+    raw_ops = data.get("ops")
+    ops = _check_ops(raw_ops, chk)
+    if isinstance(raw_ops, list) and len(ops) == len(raw_ops):  # cross-op rules need every op readable
+        _check_op_sequence(ops, chk, list(range(len(ops))))
+    if isinstance(raw_ops, list) and not raw_ops:
+        chk.add(("ops",), "expected at least one op (the output size must be fixed to batch images)")
+
+    outputs = data.get("outputs", ["image", "label"])
+    if not (isinstance(outputs, list) and outputs):
+        chk.add(("outputs",), f"expected a non-empty list drawn from {', '.join(OUTPUTS)}, found {outputs!r}")
+        outputs = ["image", "label"]
+    else:
+        for i, out in enumerate(outputs):
+            if out not in OUTPUTS:
+                hint = difflib.get_close_matches(str(out), OUTPUTS, n=1)
+                chk.add(("outputs", i), f"unknown output {out!r} (expected one of {', '.join(OUTPUTS)})"
+                                        + (f"; did you mean '{hint[0]}'?" if hint else ""))
+        duplicates = sorted({o for o in outputs if outputs.count(o) > 1})
+        if duplicates:
+            chk.add(("outputs",), f"each output may appear once; repeated: {', '.join(map(str, duplicates))}")
+
+    raw_loader = chk.mapping(data.get("loader"), ("loader",), "the loader settings") or {}
+    lp = ("loader",)
+    chk.unknown_keys(raw_loader, ("workers", "prefetch", "last_batch", "on_error", "shuffle"), lp, "loader")
+    workers = raw_loader.get("workers")
+    if workers == "auto":
+        workers = None
+    else:
+        workers = _check_int(chk, raw_loader, "workers", lp, None, 0, allow_none=True)
+    shuffle = raw_loader.get("shuffle", True)
+    if bool_checker(shuffle)[1]:
+        chk.add(lp + ("shuffle",), bool_checker(shuffle)[1])
+    loader = LoaderSpec(
+        workers=workers,
+        prefetch=_check_int(chk, raw_loader, "prefetch", lp, 2, 1),
+        last_batch=_check_choice(chk, raw_loader, "last_batch", lp, LAST_BATCH, "partial"),
+        on_error=_check_choice(chk, raw_loader, "on_error", lp, ON_ERROR, "raise"),
+        shuffle=shuffle,
+    )
+    if chk.problems:
+        raise SpecError(chk.problems, origin)
+    return PipelineSpec(version=version, name=name, backend=backend, source=source, batch_size=batch_size,
+                        seed=seed, decode_device=decode_device, ops=tuple(ops), outputs=tuple(outputs),
+                        loader=loader, origin=origin)
+
+
+def load_spec(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] | None = None) -> PipelineSpec:
+    """Read and validate a pipeline file.
+
+    ``overrides`` is a mapping of dotted key paths to values (``{"batch_size": 32}``) or a list of
+    ``KEY=VALUE`` strings as given to ``--set``. Raises :class:`SpecError` listing every problem
+    (file, line, column, key path, expected and found), or ``FileNotFoundError``.
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise SpecError([Problem(where, "<yaml>", f"not valid YAML: {getattr(exc, 'problem', exc)}")], str(path)) from None
+    if overrides is not None and not isinstance(overrides, Mapping):
+        overrides = dict(parse_override(o) for o in overrides)
+    return spec_from_dict(data, origin=str(path), base_dir=path.resolve().parent, overrides=overrides,
+                          marks=_positions(text, str(path)))
+
+
+def coerce_spec(spec_or_path: "PipelineSpec | str | Path | Mapping",
+                overrides: Mapping[str, Any] | Iterable[str] | None = None) -> PipelineSpec:
+    """Accept a spec, a path to a pipeline file, or raw pipeline data; apply overrides."""
+    if isinstance(spec_or_path, PipelineSpec):
+        if overrides:
+            if not isinstance(overrides, Mapping):
+                overrides = dict(parse_override(o) for o in overrides)
+            return spec_or_path.replace(**overrides)
+        return spec_or_path
+    if isinstance(spec_or_path, Mapping):
+        if overrides is not None and not isinstance(overrides, Mapping):
+            overrides = dict(parse_override(o) for o in overrides)
+        return spec_from_dict(dict(spec_or_path), overrides=overrides)
+    return load_spec(spec_or_path, overrides)
