@@ -19,6 +19,14 @@ class ImageError(ValueError):
     """The bytes are not a readable image; the message is the reason users see."""
 
 
+class SampleError(RuntimeError):
+    """A sample could not be read or decoded (``on_error: raise``): names its index, file and reason."""
+
+    def __init__(self, index: int, path: str, reason: str):
+        self.index, self.path, self.reason = index, path, reason
+        super().__init__(f"sample {index} ({path}): {reason}")
+
+
 def read_bytes(path: str) -> bytes:
     """The file's bytes; OSError reasons (missing, permission) become :class:`ImageError`."""
     try:

@@ -16,6 +16,7 @@ from typing import Any, Iterator, Mapping, Protocol
 import numpy as np
 import torch
 
+from .images import SampleError
 from .plan import Plan, build_plan, unsupported_ops
 from .sampling import BatchTask, batch_count, rank_batches
 from .sources import Listing, list_source
@@ -33,14 +34,6 @@ class SkippedSample:
     path: str
     epoch: int
     reason: str
-
-
-class SampleError(RuntimeError):
-    """A sample could not be read or decoded (``on_error: raise``)."""
-
-    def __init__(self, index: int, path: str, reason: str):
-        self.index, self.path, self.reason = index, path, reason
-        super().__init__(f"sample {index} ({path}): {reason}")
 
 
 @dataclass

@@ -505,7 +505,7 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
                 hint = difflib.get_close_matches(str(out), OUTPUTS, n=1)
                 chk.add(("outputs", i), f"unknown output {out!r} (expected one of {', '.join(OUTPUTS)})"
                                         + (f"; did you mean '{hint[0]}'?" if hint else ""))
-        duplicates = sorted({o for o in outputs if outputs.count(o) > 1})
+        duplicates = sorted({o for o in outputs if isinstance(o, str) and outputs.count(o) > 1})
         if duplicates:
             chk.add(("outputs",), f"each output may appear once; repeated: {', '.join(map(str, duplicates))}")
 

@@ -18,8 +18,8 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from ..images import ImageError, decode_rgb, probe, read_bytes
-from ..loader import RawBatch, SampleError, SkippedSample, Topology, default_workers
+from ..images import ImageError, SampleError, decode_rgb, probe, read_bytes
+from ..loader import RawBatch, SkippedSample, Topology, default_workers
 from ..plan import Plan, fused_mirror, placement, roi_decode
 from ..sampling import BatchTask, Crop, Flip, Resize, draws, sample_geometry
 from ..sources import Listing

@@ -20,8 +20,8 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2 import functional as F
 
-from ..images import ImageError, decode_rgb, read_bytes
-from ..loader import RawBatch, SampleError, SkippedSample, Topology, default_workers
+from ..images import ImageError, SampleError, decode_rgb, read_bytes
+from ..loader import RawBatch, SkippedSample, Topology, default_workers
 from ..plan import Finish, Plan
 from ..sampling import BatchTask, Crop, Flip, Resize, draws, sample_geometry
 from ..sources import Listing

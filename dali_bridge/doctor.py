@@ -1,0 +1,97 @@
+"""``dali-bridge doctor``: the facts about this host that decide which backend runs and how fast."""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Any
+
+from .backends.select import BACKEND_NAMES, choose_backend, probe, unavailable_reason
+from .loader import default_workers
+
+
+def _nvjpeg_hardware(dali_ok: bool, cuda_devices: int) -> str:
+    if not (dali_ok and cuda_devices):
+        return "n/a (needs DALI and a CUDA device)"
+    try:
+        import torch
+        major, minor = torch.cuda.get_device_capability(0)
+        name = torch.cuda.get_device_name(0)
+    except Exception as exc:
+        return f"unknown ({exc})"
+    # The nvJPEG hardware decoder (A100, H100/H200, some Blackwell parts) is used by DALI's mixed
+    # decoder when present; DALI exposes no query for it, so this reports the GPU generation.
+    hw = (major, minor) in ((8, 0), (9, 0), (10, 0))
+    return f"{'likely' if hw else 'unlikely'} on {name} (compute capability {major}.{minor})"
+
+
+def report() -> dict[str, Any]:
+    """The environment as data (printed by ``doctor``, tested without a GPU)."""
+    host = probe()
+    info: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": f"{platform.system()} {platform.machine()}",
+        "cpu_cores_available": default_workers(),
+        "cpu_cores_total": os.cpu_count(),
+    }
+    try:
+        import torch
+        info["torch"] = torch.__version__
+        info["torch_cuda_build"] = torch.version.cuda or "none (CPU build)"
+    except Exception as exc:
+        info["torch"] = f"unavailable: {exc}"
+    try:
+        import torchvision
+        info["torchvision"] = torchvision.__version__
+    except Exception as exc:
+        info["torchvision"] = f"unavailable: {exc}"
+    info["dali"] = host.dali_version or host.dali_reason
+    if host.dali_version:
+        try:
+            from importlib.metadata import distributions
+            builds = sorted(d.metadata["Name"] for d in distributions()
+                            if (d.metadata["Name"] or "").lower().startswith("nvidia-dali"))
+            info["dali_build"] = ", ".join(builds) or "unknown"
+        except Exception:
+            info["dali_build"] = "unknown"
+    devices = []
+    if host.cuda_devices:
+        import torch
+        for n in range(host.cuda_devices):
+            props = torch.cuda.get_device_properties(n)
+            devices.append(f"cuda:{n} {props.name} ({props.total_memory / 2**30:.0f} GiB, "
+                           f"cc {props.major}.{props.minor})")
+        try:
+            info["cuda_driver"] = str(torch._C._cuda_getDriverVersion())
+        except Exception:
+            pass
+    info["cuda_devices"] = devices or [host.cuda_reason or "none"]
+    info["nvjpeg_hardware_decoder"] = _nvjpeg_hardware(host.dali_version is not None, host.cuda_devices)
+    info["backends"] = {name: unavailable_reason(name, host) or "available" for name in BACKEND_NAMES}
+    try:
+        choice = choose_backend("auto", host)
+        info["auto_picks"] = f"{choice.backend} — {choice.reason}"
+    except Exception as exc:
+        info["auto_picks"] = f"nothing: {exc}"
+    cores = default_workers()
+    info["recommended"] = {
+        "loader.workers (torchvision processes)": cores,
+        "loader.workers (DALI threads)": cores if not host.cuda_devices else max(1, cores // max(host.cuda_devices, 1)),
+        "loader.prefetch": 2,
+    }
+    return info
+
+
+def format_report(info: dict[str, Any]) -> str:
+    lines = []
+    for key, value in info.items():
+        label = key.replace("_", " ")
+        if isinstance(value, dict):
+            lines.append(f"{label}:")
+            lines += [f"  {k:<40} {v}" for k, v in value.items()]
+        elif isinstance(value, list):
+            lines.append(f"{label}:")
+            lines += [f"  {v}" for v in value]
+        else:
+            lines.append(f"{label:<26} {value}")
+    return "\n".join(lines)
