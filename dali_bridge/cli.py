@@ -156,6 +156,140 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    from .convert import ConvertError, convert
+    from .spec import DEFAULT_EXTENSIONS
+
+    extensions = tuple("." + e.strip().lstrip(".").lower() for e in args.extensions.split(",")) \
+        if args.extensions else DEFAULT_EXTENSIONS
+    try:
+        result = convert(args.source, args.out_pattern, shard_size=args.shard_size, overwrite=args.overwrite,
+                         progress=not args.quiet, extensions=extensions)
+    except ConvertError as exc:
+        print(f"dali-bridge convert: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    print(f"wrote {len(result.shards)} shard(s), {result.samples} samples, {result.bytes_written / 2**20:.1f} MiB "
+          f"in {result.seconds:.1f} s; DALI index files beside them")
+    print(f"manifest: {result.manifest}")
+    print(f"pipeline source:\n  source: {{type: webdataset, shards: \"{result.pattern}\"}}")
+    return 0
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SystemExit(f"dali-bridge: {what} must be comma-separated integers, found {text!r}") from None
+    if not values or min(values) < 1:
+        raise SystemExit(f"dali-bridge: {what} must be integers >= 1, found {text!r}")
+    return values
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from . import bench
+    from .backends.select import BackendUnavailable, unavailable_reason
+
+    backends = [] if args.backends == "none" else _backend_list(args.backends)
+    threads = _int_list(args.threads, "--threads") if args.threads else [_default_threads()]
+    for option in ("batches", "warmup", "repeat", "rounds"):
+        if getattr(args, option) < 1:
+            raise SystemExit(f"dali-bridge: --{option} must be at least 1, found {getattr(args, option)}")
+    if args.model_ms is not None and args.model_ms <= 0:
+        raise SystemExit(f"dali-bridge: --model-ms must be a positive number of milliseconds, found {args.model_ms}")
+    for name in backends:  # an explicitly named backend that cannot run here is an error, not a skip
+        reason = unavailable_reason(name) if name != "auto" else None
+        if reason and args.backends != "available":
+            raise BackendUnavailable(f"backend '{name}' cannot run here: {reason}")
+    if args.baselines == "default":
+        baselines = bench.default_baselines(backends)
+    elif args.baselines == "none":
+        baselines = []
+    else:
+        baselines = [n.strip() for n in args.baselines.split(",") if n.strip()]
+        unknown = [n for n in baselines if n not in bench.REFERENCE_NAMES]
+        if unknown:
+            raise SystemExit(f"dali-bridge: unknown baseline(s) {', '.join(unknown)} "
+                             f"(expected {', '.join(bench.REFERENCE_NAMES)}, default or none)")
+    overrides = dict(parse_override(text) for text in (args.set or []))
+    if args.data != "source":
+        from .samples import ensure_sample_data
+
+        root = Path(args.data) if args.data else bench.default_data_dir()
+        if not args.data:  # the generated sample set, made on first use
+            ensure_sample_data(root, **bench.SAMPLE_SET)
+        overrides["source"] = {"type": "folder", "root": str(root.resolve())}
+    report = bench.run_bench(args.file, backends=backends, baselines=baselines, threads=threads,
+                             batches=args.batches, warmup=args.warmup, repeat=args.repeat, rounds=args.rounds,
+                             model_ms=args.model_ms, overrides=overrides, progress=not args.quiet)
+    print(bench.format_report(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.as_dict(), indent=2))
+    if args.plot:
+        bench.plot_report(report, args.plot)
+    return EXIT_FAILED if any("error" in row for row in report.rows) else 0
+
+
+def _default_threads() -> int:
+    from .loader import default_workers
+    return default_workers()
+
+
+EPILOG_BENCH = """examples:
+  dali-bridge bench pipelines/imagenet_train.yaml                       # generated sample set, all cores
+  dali-bridge bench pipelines/imagenet_train.yaml --threads 1,2 --json out.json --plot out.png
+  dali-bridge bench pipelines/imagenet_train.yaml --data /data/train --model-ms 80
+columns: img/s median over windows (spread = (max-min)/median); MP/s = megapixels of source images
+decoded per second; CPU ms/img = CPU time of the process tree (threads and workers) per image;
+peak RSS of the process tree; PSS (shared pages split) after warm-up and windows; first batch s = construction to the
+first batch; % of ceiling = img/s over read+decode-only at the same thread count; x hand-written =
+img/s over the hand-written loader of the same backend family at the same thread count.
+exit status: 0 every candidate ran, 1 some failed (listed after the table)
+"""
+
+
+EPILOG_COMPARE = """examples:
+  dali-bridge compare pipelines/imagenet_val.yaml --data data/sample
+  dali-bridge compare my.yaml --backends dali-cpu,torchvision --batches 20 --save compare-out/
+  dali-bridge compare my.yaml --set batch_size=16 --max-delta 2
+Samples are matched by index (order, labels and index must be identical); float images are mapped
+back to uint8 levels through the pipeline's mean/std before comparing. Default bounds: max 1 level,
+mean 0.25 level (plus one float16 step for float16 outputs); with the GPU backend's nvJPEG decoder
+max 4, mean 0.5.
+exit status: 0 PASS, 1 FAIL, 2 invalid pipeline or arguments, 3 a backend cannot run here
+"""
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from dataclasses import asdict, replace
+
+    from .compare import compare, default_bounds, default_pair
+
+    if args.backends == "default":
+        backends = list(default_pair())
+    else:
+        backends = [name.strip() for name in args.backends.split(",") if name.strip()]
+        unknown = [name for name in backends if name not in ("dali", "dali-cpu", "torchvision")]
+        if len(backends) != 2 or unknown:
+            raise SystemExit(f"dali-bridge: --backends takes two of dali, dali-cpu, torchvision separated by a "
+                             f"comma, found {args.backends!r}")
+    if args.batches < 0 or args.worst < 0:
+        raise SystemExit("dali-bridge: --batches and --worst must be >= 0")
+    spec = _load(args.file, args)
+    bounds = default_bounds(spec, backends)
+    if args.max_delta is not None or args.mean_delta is not None:
+        bounds = replace(bounds, max_abs=bounds.max_abs if args.max_delta is None else args.max_delta,
+                         mean_abs=bounds.mean_abs if args.mean_delta is None else args.mean_delta,
+                         reason="set on the command line")
+    result = compare(spec, backends, batches=args.batches or None, bounds=bounds, keep_worst=args.worst,
+                     save_dir=args.save)
+    print(result.format())
+    if args.json:
+        data = asdict(result)
+        data["passed"] = result.passed
+        Path(args.json).write_text(json.dumps(data, indent=2, default=str))
+    return 0 if result.passed else EXIT_FAILED
+
+
 # ---- parser
 
 def build_parser() -> argparse.ArgumentParser:
@@ -208,9 +342,70 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace a previous sample set in DIR")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
+    p = add("convert", cmd_convert, "Pack an image folder (or a 'path label' file list) into WebDataset tar shards "
+                                    "without re-encoding, with DALI index files and a manifest.",
+            "examples:\n  dali-bridge convert data/sample shards/train-%06d.tar --shard-size 1000\n"
+            "  dali-bridge convert train_list.txt /data/shards/train-%06d.tar --overwrite\n"
+            "Samples keep the source's order; each is KEY.cls (label) + KEY.<ext> (the original bytes).")
+    p.add_argument("source", metavar="SRC", help="ImageFolder root (class sub-folders) or a file list")
+    p.add_argument("out_pattern", metavar="OUT_PATTERN", help="printf-style shard path, e.g. shards/train-%%06d.tar")
+    p.add_argument("--shard-size", type=int, default=1000, metavar="N", help="samples per shard (default 1000)")
+    p.add_argument("--extensions", metavar="EXTS",
+                   help="comma-separated image extensions to pack (default .jpg,.jpeg,.png,.webp)")
+    p.add_argument("--overwrite", action="store_true", help="replace existing shards, indexes and manifest")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
     p = add("doctor", cmd_doctor, "Print the environment that matters: versions, CUDA devices, which backend "
                                   "auto picks and why, recommended worker counts.")
     p.add_argument("--json", action="store_true", help="print as JSON")
+
+    p = add("bench", cmd_bench, "Benchmark backends on the same samples against hand-written torchvision/DALI "
+                                "loaders and the decode-only ceiling; median and spread over repeated windows.",
+            EPILOG_BENCH)
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--data", metavar="DIR",
+                   help="image folder (ImageFolder layout) to read; 'source' keeps the pipeline's own source "
+                        "(default: the generated sample set ./data/sample, made if absent)")
+    p.add_argument("--backends", default="available",
+                   help="comma-separated backends, 'available' or 'none' (default: available)")
+    p.add_argument("--baselines", default="default",
+                   help="comma-separated references: ceiling, torchvision, torchvision-pil, dali-cpu, dali; "
+                        "'none'; default: the ceiling and the hand-written counterpart of each backend")
+    p.add_argument("--threads", metavar="N[,N...]",
+                   help="thread/worker counts to measure, e.g. 1,2 (default: the cores available)")
+    p.add_argument("--batches", type=int, default=8, help="batches per timed window (default 8)")
+    p.add_argument("--warmup", type=int, default=3, help="batches discarded before timing, first included (default 3)")
+    p.add_argument("--repeat", type=int, default=4, help="timed windows per process (default 4)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="fresh processes per candidate, interleaved across candidates (default 1)")
+    p.add_argument("--model-ms", type=float, default=None, metavar="T",
+                   help="simulate a model step of T ms per batch and report the share of step time spent "
+                        "waiting for data (measured, not computed)")
+    p.add_argument("--json", metavar="OUT", help="write the machine, settings and results as JSON")
+    p.add_argument("--plot", metavar="OUT.png", help="write a bar chart of images/s (PNG)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a pipeline key by dotted path (repeatable), e.g. --set batch_size=32")
+
+    p = add("compare", cmd_compare, "Run a pipeline on two backends over the same samples and check that their "
+                                    "batches match: max and mean |difference| per output (images in uint8 levels), "
+                                    "the worst samples, PASS/FAIL against the bounds.", EPILOG_COMPARE)
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--backends", default="default", metavar="A,B",
+                   help="the two backends to compare (dali, dali-cpu, torchvision); default: dali,torchvision "
+                        "where the GPU backend runs, else dali-cpu,torchvision")
+    p.add_argument("--batches", type=int, default=5, metavar="N",
+                   help="batches of the first epoch to compare (default 5; 0 = the whole epoch)")
+    p.add_argument("--save", metavar="DIR",
+                   help="write side-by-side PNGs of the worst samples (A | B | difference heat map) and "
+                        "mean_delta.png, the mean difference per pixel position")
+    p.add_argument("--worst", type=int, default=5, metavar="K", help="worst samples to list (default 5)")
+    p.add_argument("--max-delta", type=float, default=None, metavar="LEVELS",
+                   help="bound on max |difference| in uint8 levels (default 1; 4 with nvJPEG)")
+    p.add_argument("--mean-delta", type=float, default=None, metavar="LEVELS",
+                   help="bound on mean |difference| in uint8 levels (default 0.25; 0.5 with nvJPEG)")
+    p.add_argument("--json", metavar="OUT", help="also write the result as JSON")
+    _add_spec_options(p)
     return parser
 
 

@@ -7,6 +7,9 @@ bit-identical to DALI's CPU decoder): RGB for grayscale/CMYK/PNG inputs, EXIF or
 from __future__ import annotations
 
 import io
+import os
+import re
+import stat
 
 import numpy as np
 
@@ -28,20 +31,92 @@ class SampleError(RuntimeError):
 
 
 def read_bytes(path: str) -> bytes:
-    """The file's bytes; OSError reasons (missing, permission) become :class:`ImageError`."""
+    """The file's bytes, checked by :func:`check_encoded`; every failure is an :class:`ImageError`.
+
+    Opens without blocking and refuses anything but a regular file: a FIFO or device named
+    ``*.jpg`` would otherwise hang the reader or never end. OSError reasons (missing, permission,
+    dangling link) become the error's message.
+    """
     try:
-        with open(path, "rb") as handle:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise ImageError(f"cannot read file: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a device or socket"
+            raise ImageError(f"cannot read file: not a regular file ({kind})")
+        with os.fdopen(descriptor, "rb", closefd=False) as handle:
             data = handle.read()
     except OSError as exc:
         raise ImageError(f"cannot read file: {exc.strerror or exc}") from None
-    if not data:
-        raise ImageError("empty file (0 bytes)")
+    finally:
+        os.close(descriptor)
+    check_encoded(data)
     return data
 
 
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def check_encoded(data: bytes) -> str:
+    """The format (``jpeg``, ``png`` or ``webp``) of complete encoded image bytes, else :class:`ImageError`.
+
+    Both backends accept exactly these formats, judged by content, not file name: DALI also
+    decodes BMP/TIFF and torchvision also GIF, so those are refused everywhere to keep the
+    backends alike. A JPEG must have its end-of-image marker after the image data and a PNG its
+    IEND chunk: libjpeg-turbo's full decode rejects such truncated files on both backends, but
+    DALI's region-of-interest decode stops early and would accept a file cut below the crop.
+    """
+    if not data:
+        raise ImageError("empty file (0 bytes)")
+    if data[:3] == b"\xff\xd8\xff":
+        scan = _jpeg_scan_start(data)
+        if scan < 0:
+            raise ImageError(f"truncated JPEG: the file ends ({len(data)} bytes) before its image data starts")
+        if data.rfind(b"\xff\xd9") < scan:
+            raise ImageError(f"truncated JPEG: no end-of-image marker after the image data ({len(data)} bytes)")
+        return "jpeg"
+    if data[:8] == _PNG_SIGNATURE:
+        if data.rfind(b"IEND") < 8:
+            raise ImageError(f"truncated PNG: no IEND chunk ({len(data)} bytes)")
+        return "png"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    raise ImageError(f"not a JPEG, PNG or WebP image (starts with {data[:8].hex(' ')})")
+
+
+def _jpeg_scan_start(data: bytes) -> int:
+    """Offset of the first start-of-scan marker, walking the header segments; -1 if the data ends first.
+
+    Walking segment lengths (not searching bytes) skips EXIF thumbnails, which hold their own
+    scan and end markers.
+    """
+    position, size = 2, len(data)
+    while position + 4 <= size:
+        if data[position] != 0xFF:
+            return -1
+        marker = data[position + 1]
+        if marker == 0xFF:  # fill byte before a marker
+            position += 1
+            continue
+        if marker == 0xDA:
+            return position
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length field
+            position += 2
+            continue
+        position += 2 + int.from_bytes(data[position + 2:position + 4], "big")
+    return -1
+
+
 def probe(data: bytes) -> tuple[int, int]:
-    """(height, width) in pixels as decoded with EXIF orientation applied; reads the header only."""
-    from PIL import Image, UnidentifiedImageError
+    """(height, width) in pixels as decoded with EXIF orientation applied; reads the header only.
+
+    When PIL cannot read the header, the reference decoder (:func:`decode_rgb`) decides: its
+    error is raised — the same reason the torchvision backend reports — or, if it decodes the
+    image after all, the decoded size is returned.
+    """
+    from PIL import Image
 
     try:
         with Image.open(io.BytesIO(data)) as image:
@@ -49,10 +124,9 @@ def probe(data: bytes) -> tuple[int, int]:
             orientation = 1
             if image.format in ("JPEG", "MPO", "WEBP", "PNG", "TIFF") and "exif" in image.info:
                 orientation = image.getexif().get(_EXIF_ORIENTATION, 1)
-    except UnidentifiedImageError:
-        raise ImageError("not a decodable image (unknown format)") from None
-    except Exception as exc:  # PIL raises assorted errors on damaged headers
-        raise ImageError(f"damaged image header: {exc}") from None
+    except Exception:  # PIL raises assorted errors on damaged headers
+        decoded = decode_rgb(data)
+        return int(decoded.shape[-2]), int(decoded.shape[-1])
     if width <= 0 or height <= 0:
         raise ImageError(f"image has no pixels ({width}x{height})")
     return (width, height) if orientation in _TRANSPOSING else (height, width)
@@ -64,10 +138,19 @@ def decode_rgb(data: bytes):
     from torchvision.io import ImageReadMode, decode_image
 
     try:
-        return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB,
-                            apply_exif_orientation=True)
+        image = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB,
+                             apply_exif_orientation=True)
     except RuntimeError as exc:
-        raise ImageError(f"decode failed: {str(exc).splitlines()[0]}") from None
+        raise ImageError(f"decode failed: {_SOURCE_LOCATION.sub('', str(exc).splitlines()[0])}") from None
+    if image.dtype == torch.uint16:
+        # 16-bit PNGs decode to uint16; scale to 0-255 rounding to nearest (v/257), as DALI's decoder
+        # does — bit-identical to it, where torchvision's to_dtype(scale=True) (v >> 8) differs by 1.
+        image = ((image.to(torch.int32) * 255 + 32767) // 65535).to(torch.uint8)
+    return image
+
+
+# torchvision prefixes its messages with "decode_jpeg, /path/to/decode_jpeg.cpp:171, ".
+_SOURCE_LOCATION = re.compile(r"^\w+, \S+:\d+, ")
 
 
 def as_uint8_array(data: bytes) -> np.ndarray:

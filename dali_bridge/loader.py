@@ -135,11 +135,16 @@ class Loader:
         return total - self._resume_batch
 
     def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch of the next iteration (its order and random parameters)."""
+        """Choose the epoch of the next iteration (its order and random parameters).
+
+        Setting the epoch a :meth:`load_state_dict` resumes keeps the resume point, so the usual
+        ``loader.set_epoch(epoch)`` at the top of a resumed training loop does not replay the epoch.
+        """
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, found {epoch}")
+        if int(epoch) != self._next_epoch:
+            self._resume_batch = 0
         self._next_epoch = int(epoch)
-        self._resume_batch = 0
 
     def tasks(self, epoch: int) -> list[BatchTask]:
         """The batches this rank yields in ``epoch`` (what the loader will ask the backend for)."""
@@ -155,6 +160,7 @@ class Loader:
         return self._generate(tasks[start:])
 
     def _generate(self, tasks: list[BatchTask]) -> Iterator[tuple[torch.Tensor, ...]]:
+        epoch = self._epoch
         batches = self._executor.run(tasks)
         try:
             for raw in batches:
@@ -166,6 +172,13 @@ class Loader:
                                 self._epoch, self._batches_done - 1)
                     continue
                 yield self._outputs(raw)
+        except GeneratorExit:
+            if self._epoch == epoch and self._batches_done < self._epoch_batches:
+                # Abandoned mid-epoch by the consumer (break, close): the next iteration runs the next
+                # epoch, and a state saved from now on must say so, or a resumed run would replay the
+                # rest of this one. (A failing sample instead keeps the state at the failed batch.)
+                self._epoch = None
+            raise
         finally:
             close = getattr(batches, "close", None)
             if close:
@@ -285,6 +298,8 @@ def build_loader(spec_or_path: PipelineSpec | str | Path | Mapping, backend: str
         raise BackendUnavailable(f"{spec.origin}: backend '{choice.backend}' cannot run this pipeline: {details}")
     topology = resolve_topology(rank, world_size)
     listing = list_source(spec.source)
+    # Ignored non-image files are a warning: a wrong `source.extensions` would otherwise drop data quietly.
+    log.log(logging.WARNING if listing.ignored else logging.INFO, "dali-bridge %s: %s", spec.name, listing.describe())
     plan = build_plan(spec)
     if choice.backend in ("dali", "dali-cpu"):
         from .backends.dali import DaliExecutor

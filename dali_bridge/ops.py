@@ -203,6 +203,21 @@ def op_names() -> list[str]:
     return sorted(OPS)
 
 
+def unsupported_options(name: str, params: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+    """Option combinations of an op that only some backends reproduce: ``(what, those backends)``.
+
+    bicubic without antialias: torchvision's filter is Keys' cubic with a = -0.75 and DALI's
+    cubic filter has a = -0.5 (measured up to 11 levels of 255 apart, everywhere in the image),
+    so it runs on torchvision only rather than silently differ.
+    """
+    if name in ("resize", "random_resized_crop") and params.get("interpolation") == "bicubic" \
+            and params.get("antialias") is False:
+        return [("interpolation bicubic with antialias false (torchvision's non-antialiased bicubic, a=-0.75, "
+                 "has no DALI filter; DALI's cubic is a=-0.5): set antialias: true or use bilinear",
+                 ("torchvision",))]
+    return []
+
+
 def fixed_output_size(size: Any) -> tuple[int, int]:
     """(height, width) for a crop-like size parameter."""
     return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))

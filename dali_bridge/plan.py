@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .ops import OPS, fixed_output_size
+from .ops import OPS, fixed_output_size, unsupported_options
 from .spec import PipelineSpec
 
 
@@ -46,6 +46,7 @@ class Plan:
     finish: Finish
     output_size: tuple[int, int]  # (height, width) in pixels
     decode_device: str            # as declared: mixed | cpu
+    parity: str = "exact"         # exact: DALI reproduces torchvision's resize borders; fast: plain fn.resize
 
     @property
     def random(self) -> bool:
@@ -90,7 +91,7 @@ def build_plan(spec: PipelineSpec) -> Plan:
             raise NotImplementedError(f"op {op.name!r} has no plan lowering")
     if size is None:
         raise ValueError("plan has no fixed output size (the spec validator should have caught this)")
-    return Plan(tuple(steps), finish, size, spec.decode_device)
+    return Plan(tuple(steps), finish, size, spec.decode_device, spec.parity)
 
 
 @dataclass(frozen=True)
@@ -102,9 +103,95 @@ class Placed:
 
 
 def unsupported_ops(spec: PipelineSpec, backend: str) -> list[tuple[int, str, tuple[str, ...]]]:
-    """(op position, op name, backends that support it) for every op ``backend`` cannot run."""
-    return [(i, op.name, OPS[op.name].backends) for i, op in enumerate(spec.ops)
-            if backend not in OPS[op.name].backends]
+    """(op position, op name, backends that support it) for every op ``backend`` cannot run.
+
+    An op whose options only some backends reproduce is named with them (``resize with
+    interpolation bicubic with antialias false (...)``, see :func:`~dali_bridge.ops.unsupported_options`).
+    """
+    found = [(i, op.name, OPS[op.name].backends) for i, op in enumerate(spec.ops)
+             if backend not in OPS[op.name].backends]
+    for i, op in enumerate(spec.ops):
+        found += [(i, f"{op.name} with {what}", backends) for what, backends in unsupported_options(op.name, op.params)
+                  if backend not in backends and backend in OPS[op.name].backends]
+    return sorted(found, key=lambda item: item[0])
+
+
+def resize_method(interpolation: str, antialias: bool) -> str:
+    """How the DALI graph reproduces torchvision's F.resize on uint8 images (see backends/dali.py).
+
+    ``nearest`` (torchvision ignores antialias for nearest): two half-step-shifted resizes per
+    axis blended by a mask; ``linear`` (bilinear, no antialias): plain fn.resize; ``filter_1pass``
+    (bilinear, antialias): border renormalisation, one 2-D pass; ``filter_2pass`` (bicubic,
+    antialias): renormalised width then height pass, clamped in between; ``antialias``: plain
+    antialiased fn.resize, chosen by :func:`resize_methods` where a crop hides the border.
+    Bicubic without antialias has none (:func:`~dali_bridge.ops.unsupported_options`).
+    """
+    if interpolation == "nearest":
+        return "nearest"
+    if not antialias:
+        if interpolation == "bilinear":
+            return "linear"
+        raise ValueError(f"{interpolation} without antialias has no torchvision-exact DALI equivalent")
+    return "filter_1pass" if interpolation == "bilinear" else "filter_2pass"
+
+
+# Output pixels next to each border whose bilinear antialiasing filter reaches past the image:
+# 1 when downscaling ((x + 0.5) * s - s < 0 only for x = 0, likewise at the far end); none that
+# matter when upscaling (the truncated radius-1 filter equals the clamped one). One more for safety.
+_BILINEAR_BORDER = 2
+
+
+def resize_methods(plan: Plan) -> dict[int, str]:
+    """Step index of each resize (``resize``, ``random_resized_crop``) → its :func:`resize_method` on DALI.
+
+    A bilinear antialiased resize to a shorter side, cropped at the centre to at most that side
+    minus 2 x 2 pixels (the shipped validation pipeline: 256 then 224), never shows its border
+    rows, where alone the renormalisation changes pixels: it runs as a plain antialiased
+    fn.resize (``antialias``), without the cost of the exact border.
+    """
+    methods: dict[int, str] = {}
+    for n, step in enumerate(plan.steps):
+        if step.kind not in ("resize", "random_resized_crop"):
+            continue
+        method = resize_method(step.params["interpolation"], step.params["antialias"])
+        if plan.parity == "fast" and method in ("filter_1pass", "filter_2pass"):
+            method = "antialias"  # DALI's own border handling: plain fn.resize, up to a few levels off at the edges
+        following = plan.steps[n + 1] if n + 1 < len(plan.steps) else None
+        if (method == "filter_1pass" and step.kind == "resize" and step.params["shorter_side"]
+                and step.params["max_size"] is None and following is not None and following.kind == "center_crop"
+                and max(following.params["size"]) <= step.params["size"][0] - 2 * _BILINEAR_BORDER):
+            method = "antialias"
+        methods[n] = method
+    return methods
+
+
+# The DALI operators of each resize method, in the order the graph lists them (stage suffix, implementation).
+_NEAREST_PASS = [("", "fn.resize (nearest, grid shifted +1/2 step)"), ("", "arithmetic (x line mask)"),
+                 ("", "fn.resize (nearest, grid shifted -1/2 step)"), ("", "arithmetic (x line mask)"),
+                 ("", "arithmetic (sum: the lines PyTorch's float32 index picks)")]
+_RENORMALISED_PASS = [(".zero_margins", "fn.reshape (HWC, no copy)"),
+                      (".zero_margins", "fn.multi_paste (image on a zeroed canvas)"),
+                      ("", "fn.resize (antialias, float, region of interest on the image)")]
+RESIZE_STAGES: dict[str, list[tuple[str, str]]] = {
+    "linear": [("", "fn.resize (no antialias)")],
+    "antialias": [("", "fn.resize (antialias, DALI border handling)")],
+    "nearest": ([(".width", impl) for _, impl in _NEAREST_PASS] + [(".height", "fn.transpose (height as width)")]
+                + [(".height", impl) for _, impl in _NEAREST_PASS] + [(".height", "fn.transpose (back)")]),
+    "filter_1pass": (_RENORMALISED_PASS
+                     + [(".border_weights", "fn.resize (weight on the image per row)"),
+                        (".border_weights", "fn.resize (weight on the image per column)"),
+                        (".border_weights", "arithmetic (row x column)"),
+                        (".renormalise", "arithmetic (divide: torchvision's truncated filter)"),
+                        (".round", "fn.cast (uint8, round to nearest)")]),
+    "filter_2pass": ([(".width" + suffix, impl) for suffix, impl in _RENORMALISED_PASS]
+                     + [(".width.border_weights", "fn.resize (weight on the image per column)"),
+                        (".width.renormalise", "arithmetic (divide)"),
+                        (".width.clamp", "arithmetic (clamp to [0, 255], as torchvision between passes)")]
+                     + [(".height" + suffix, impl) for suffix, impl in _RENORMALISED_PASS]
+                     + [(".height.border_weights", "fn.resize (weight on the image per row)"),
+                        (".height.renormalise", "arithmetic (divide)"),
+                        (".round", "fn.cast (uint8, round to nearest)")]),
+}
 
 
 def roi_decode(plan: Plan) -> bool:
@@ -136,13 +223,15 @@ def placement(plan: Plan, backend: str, cuda: bool = False) -> list[Placed]:
             stages.append(Placed("decode", "fn.decoders.image", decode_device))
         if gpu and decode_device == "cpu":
             stages.append(Placed("to_gpu", ".gpu()", "gpu"))
+        methods = resize_methods(plan)
         for n, step in enumerate(plan.steps):
             if step.kind == "random_resized_crop":
                 if n > 0:
                     stages.append(Placed("random_resized_crop.crop", "fn.slice", op_device))
-                stages.append(Placed("random_resized_crop.resize", "fn.resize", op_device))
+                stages += [Placed("random_resized_crop.resize" + suffix, impl, op_device)
+                           for suffix, impl in RESIZE_STAGES[methods[n]]]
             elif step.kind == "resize":
-                stages.append(Placed("resize", "fn.resize", op_device))
+                stages += [Placed("resize" + suffix, impl, op_device) for suffix, impl in RESIZE_STAGES[methods[n]]]
             elif step.kind == "center_crop":
                 stages.append(Placed("center_crop", "fn.slice (zero padding)", op_device))
             elif step.kind == "horizontal_flip":

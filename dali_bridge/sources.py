@@ -1,12 +1,16 @@
-"""Source listings: a folder or a file list → an indexable list of (path, label) samples.
+"""Source listings: a folder, a file list or WebDataset shards → an indexable list of (path, label) samples.
 
 The listing fixes the sample indices and the label order once, the same for every backend:
 for a folder, the sorted sub-folder names are the classes and files are walked in sorted order,
 exactly as torchvision's ``ImageFolder`` does. Files whose extension is not an image extension
 are ignored (like ImageFolder and DALI's file reader) but counted, never silently dropped.
+Shard samples are indexed in shard order, then tar order; ``paths[i]`` names ``shard.tar#member``
+and :meth:`Listing.read` fetches the bytes with one positioned read (see :mod:`dali_bridge.shards`).
 """
 from __future__ import annotations
 
+import json
+import logging
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -14,7 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .images import check_encoded, read_bytes
+from .shards import ShardSamples, expand_braces, manifest_path, scan_shard
 from .spec import SourceSpec
+
+log = logging.getLogger("dali_bridge")
 
 
 class SourceError(ValueError):
@@ -29,21 +37,59 @@ class Listing:
     classes: tuple[str, ...]
     root: str
     ignored: Counter = field(default_factory=Counter, compare=False)  # extension → files skipped
+    shards: ShardSamples | None = field(default=None, compare=False)  # where shard samples' bytes are
 
     def __len__(self) -> int:
         return len(self.paths)
+
+    def read(self, index: int) -> bytes:
+        """Sample ``index``'s encoded image, checked like a file's; :class:`~dali_bridge.images.ImageError` if not."""
+        if self.shards is None:
+            return read_bytes(self.paths[index])
+        data = self.shards.read(index)
+        check_encoded(data)
+        return data
 
     def describe(self) -> str:
         text = f"{len(self)} samples in {len(self.classes)} classes under {self.root}"
         if self.ignored:
             total = sum(self.ignored.values())
             kinds = ", ".join(f"{ext or '(no extension)'}: {n}" for ext, n in sorted(self.ignored.items()))
-            text += f"; {total} non-image files ignored ({kinds})"
+            what = "shard members" if self.shards is not None else "non-image files"
+            text += f"; {total} {what} ignored ({kinds})"
         return text
 
 
 def _is_image(name: str, extensions: tuple[str, ...]) -> bool:
     return name.lower().endswith(extensions)
+
+
+def _walk(folder: Path) -> list[tuple[str, list[str]]]:
+    """``sorted(os.walk(folder, followlinks=True))`` as ImageFolder walks, minus symlink loops.
+
+    A linked folder that leads back to a folder already on the current path would be walked
+    again and again (until the OS refuses, after ~40 levels) and list the same files dozens
+    of times; it is pruned and logged. A folder that cannot be listed raises
+    :class:`SourceError` instead of being skipped silently, as ``os.walk`` would.
+    """
+    chains: dict[str, frozenset[str]] = {}
+    walked: list[tuple[str, list[str]]] = []
+
+    def fail(exc: OSError) -> None:
+        raise SourceError(f"source.root: cannot list folder {exc.filename}: {exc.strerror or exc}")
+
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True, onerror=fail):
+        chain = chains.pop(dirpath, frozenset()) | {os.path.realpath(dirpath)}
+        for dirname in list(dirnames):
+            child = os.path.join(dirpath, dirname)
+            real = os.path.realpath(child)
+            if real in chain:
+                log.warning("source.root: not following %s: it links back to %s (a symlink loop)", child, real)
+                dirnames.remove(dirname)
+            else:
+                chains[child] = chain
+        walked.append((dirpath, filenames))
+    return sorted(walked)
 
 
 def list_folder(root: str | Path, extensions: tuple[str, ...]) -> Listing:
@@ -53,7 +99,10 @@ def list_folder(root: str | Path, extensions: tuple[str, ...]) -> Listing:
         raise SourceError(f"source.root: folder {root} does not exist")
     if not root.is_dir():
         raise SourceError(f"source.root: {root} is not a folder")
-    classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
+    try:
+        classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
+    except OSError as exc:
+        raise SourceError(f"source.root: cannot list folder {root}: {exc.strerror or exc}") from None
     if not classes:
         raise SourceError(f"source.root: {root} has no class sub-folders (expected root/<class>/<image> files)")
     paths: list[str] = []
@@ -62,7 +111,7 @@ def list_folder(root: str | Path, extensions: tuple[str, ...]) -> Listing:
     empty: list[str] = []
     for label, name in enumerate(classes):
         before = len(paths)
-        for dirpath, _, filenames in sorted(os.walk(root / name, followlinks=True)):
+        for dirpath, filenames in _walk(root / name):
             for filename in sorted(filenames):
                 if _is_image(filename, extensions):
                     paths.append(os.path.join(dirpath, filename))
@@ -120,10 +169,85 @@ def list_file(file_list: str | Path, root: str | Path | None, extensions: tuple[
                    tuple(str(c) for c in range(num_classes)), str(base))
 
 
+def _manifest_for(pattern: str, manifest: str | None) -> tuple[str | None, dict | None]:
+    """The converter's manifest: the given path, else ``<prefix>.manifest.json`` next to the shards if present."""
+    if manifest is None:
+        candidate = manifest_path(pattern)
+        if not os.path.isfile(candidate):
+            return None, None
+        manifest = candidate
+    try:
+        with open(manifest, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise SourceError(f"source.manifest: cannot read {manifest}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise SourceError(f"source.manifest: {manifest} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("classes"), list):
+        raise SourceError(f"source.manifest: {manifest} has no 'classes' list (expected a dali-bridge convert manifest)")
+    return manifest, data
+
+
+def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = "cls",
+                    manifest: str | None = None) -> Listing:
+    """Samples of the shards ``pattern`` names (brace-expanded, in that order), members in tar order.
+
+    Every shard's headers are read before anything runs; every problem (missing shard, sample
+    without image or label member, bad label, damaged or truncated tar) is reported at once with
+    the shard and member key. Class names come from the converter's manifest (``manifest``, else
+    the one ``dali-bridge convert`` writes next to the shards), else they are ``"0"``…``"max"``.
+    """
+    try:
+        paths = expand_braces(pattern)
+    except ValueError as exc:
+        raise SourceError(f"source.shards: {exc}") from None
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+        raise SourceError(f"source.shards: {len(missing)} of {len(paths)} shard(s) do not exist: {shown}")
+    names, labels, shard_ids, offsets, sizes = [], [], [], [], []
+    problems: list[str] = []
+    ignored: Counter = Counter()
+    counts: dict[str, int] = {}
+    for number, path in enumerate(paths):
+        scan = scan_shard(path, image_keys, label_key)
+        problems.extend(scan.problems)
+        ignored.update(scan.ignored)
+        counts[os.path.basename(path)] = len(scan.keys)
+        names.extend(f"{path}#{name}" for name in scan.image_names)
+        labels.extend(scan.labels)
+        shard_ids.extend([number] * len(scan.keys))
+        offsets.extend(scan.offsets)
+        sizes.extend(scan.sizes)
+    manifest_file, manifest_data = _manifest_for(pattern, manifest)
+    classes: tuple[str, ...] = tuple(str(c) for c in range(max(labels) + 1)) if labels else ()
+    if manifest_data is not None:
+        classes = tuple(str(c) for c in manifest_data["classes"])
+        recorded = {entry.get("file"): entry.get("samples") for entry in manifest_data.get("shards", [])}
+        for name, count in counts.items():
+            if name in recorded and recorded[name] != count and not problems:
+                problems.append(f"{name}: {count} samples, the manifest {manifest_file} records {recorded[name]} "
+                                f"(a stale manifest or a changed shard)")
+        out_of_range = sorted({label for label in labels if label >= len(classes)})
+        if out_of_range:
+            problems.append(f"labels {out_of_range[:10]} are outside the manifest's {len(classes)} classes "
+                            f"({manifest_file})")
+    if problems:
+        shown = problems[:50] + ([f"... and {len(problems) - 50} more"] if len(problems) > 50 else [])
+        raise SourceError(f"source.shards: {len(problems)} problem(s) in {pattern}:\n  " + "\n  ".join(shown))
+    if not names:
+        raise SourceError(f"source.shards: {pattern} holds no samples with a .{' or .'.join(image_keys)} image "
+                          f"and a .{label_key} label")
+    return Listing(tuple(names), np.asarray(labels, dtype=np.int64), classes, pattern, ignored,
+                   ShardSamples(tuple(paths), np.asarray(shard_ids), np.asarray(offsets), np.asarray(sizes)))
+
+
 def list_source(source: SourceSpec) -> Listing:
     """The listing of a validated source."""
     if source.type == "folder":
         return list_folder(source.root, source.extensions)
     if source.type == "file_list":
         return list_file(source.file_list, source.root, source.extensions)
+    if source.type == "webdataset":
+        return list_webdataset(source.shards, source.image_keys, source.label_key, source.manifest)
     raise SourceError(f"source.type: unsupported source type {source.type!r}")

@@ -23,13 +23,15 @@ from .ops import (OPS, REQUIRED, bool_checker, choice_checker, fixed_output_size
 
 FORMAT_VERSION = 1
 BACKENDS = ("auto", "dali", "dali-cpu", "torchvision")
-SOURCE_TYPES = ("folder", "file_list")
-PLANNED_SOURCE_TYPES = ("webdataset",)
+SOURCE_TYPES = ("folder", "file_list", "webdataset")
+PLANNED_SOURCE_TYPES: tuple[str, ...] = ()
 OUTPUTS = ("image", "label", "index", "valid")
 LAST_BATCH = ("partial", "drop", "pad")
 ON_ERROR = ("raise", "skip")
 DECODE_DEVICES = ("mixed", "cpu")
+PARITY = ("exact", "fast")
 DEFAULT_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
+DEFAULT_IMAGE_KEYS = ("jpg", "jpeg", "png", "webp")  # webdataset members `dali-bridge convert` writes
 
 def format_path(path: Sequence[Any]) -> str:
     """``("ops", 1, "resize", "size")`` → ``ops[1].resize.size``."""
@@ -66,11 +68,21 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """Where samples come from. ``root``/``file_list`` are absolute once resolved."""
+    """Where samples come from. ``root``/``file_list``/``shards``/``manifest`` are absolute once resolved.
+
+    webdataset: ``shards`` a brace pattern (``data/train-{000000..000127}.tar``); ``image_keys``
+    the image member extensions, first present wins (default jpg, jpeg, png, webp); ``label_key``
+    the label member (default ``cls``, an integer as text); ``manifest`` the converter's JSON for
+    class names (default: ``<prefix>.manifest.json`` next to the shards when it exists).
+    """
     type: str
     root: str | None = None
     file_list: str | None = None
     extensions: tuple[str, ...] = DEFAULT_EXTENSIONS
+    shards: str | None = None
+    image_keys: tuple[str, ...] = DEFAULT_IMAGE_KEYS
+    label_key: str = "cls"
+    manifest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +118,7 @@ class PipelineSpec:
     ops: tuple[OpSpec, ...]
     outputs: tuple[str, ...]
     loader: LoaderSpec
+    parity: str = "exact"
     origin: str = field(default="<dict>", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -115,7 +128,13 @@ class PipelineSpec:
             source["root"] = self.source.root
         if self.source.file_list is not None:
             source["file_list"] = self.source.file_list
-        source["extensions"] = list(self.source.extensions)
+        if self.source.type == "webdataset":
+            source.update(shards=self.source.shards, image_key=";".join(self.source.image_keys),
+                          label_key=self.source.label_key)
+            if self.source.manifest is not None:
+                source["manifest"] = self.source.manifest
+        else:
+            source["extensions"] = list(self.source.extensions)
         return {
             "version": self.version,
             "name": self.name,
@@ -124,6 +143,7 @@ class PipelineSpec:
             "batch_size": self.batch_size,
             "seed": self.seed,
             "decode": {"device": self.decode_device},
+            "parity": self.parity,
             "ops": [{op.name: copy.deepcopy(dict(op.params))} for op in self.ops],
             "outputs": list(self.outputs),
             "loader": {
@@ -404,6 +424,40 @@ def _check_int(chk: _Checker, mapping: dict, key: str, path: tuple, default: Any
     return value
 
 
+def _member_keys(value: Any) -> tuple[str, ...] | None:
+    """``"jpg;png"``, ``".JPG"`` or ``["jpg", "png"]`` → ``("jpg", "png")``; None when malformed."""
+    items = value.split(";") if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        return None
+    keys = tuple(i.strip().lstrip(".").lower() for i in items)
+    return keys if keys and all(keys) else None
+
+
+def _check_webdataset(chk: _Checker, src: dict, resolved: dict[str, Any]) -> dict[str, Any]:
+    """The webdataset keys: ``shards`` required (brace pattern), ``image_key``/``label_key``/``manifest``."""
+    from .shards import expand_braces
+
+    out: dict[str, Any] = {"shards": resolved.get("shards"), "manifest": resolved.get("manifest")}
+    if "shards" not in src:
+        chk.add(("source",), "missing required key 'source.shards' (a tar shard pattern such as "
+                             "data/train-{000000..000127}.tar)")
+    elif out["shards"] is not None:
+        try:
+            expand_braces(src["shards"])  # the pattern as written, for the message
+        except ValueError as exc:
+            chk.add(("source", "shards"), str(exc))
+    for key, default, what in (("image_key", DEFAULT_IMAGE_KEYS, "an extension or a ';'-separated list like jpg;png"),
+                               ("label_key", ("cls",), "one member extension like cls")):
+        keys = _member_keys(src.get(key, list(default)))
+        if keys is None or (key == "label_key" and len(keys) != 1):
+            chk.add(("source", key), f"expected {what}, found {_type_name(src[key])} {src[key]!r}")
+            keys = default
+        out["image_keys" if key == "image_key" else key] = keys if key == "image_key" else keys[0]
+    if out["label_key"] in out["image_keys"]:
+        chk.add(("source", "label_key"), f"label_key '{out['label_key']}' is also an image key")
+    return out
+
+
 def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | None = None,
                    overrides: Mapping[str, Any] | None = None, marks: dict[tuple, str] | None = None) -> PipelineSpec:
     """Validate raw pipeline data (as ``yaml.safe_load`` returns it) into a :class:`PipelineSpec`.
@@ -420,7 +474,8 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
     data, override_origin, override_problems = apply_overrides(data, overrides or {})
     chk = _Checker(origin, marks or {}, override_origin)
     chk.problems.extend(override_problems)
-    top_keys = ("version", "name", "backend", "source", "batch_size", "seed", "decode", "ops", "outputs", "loader")
+    top_keys = ("version", "name", "backend", "source", "batch_size", "seed", "decode", "parity", "ops", "outputs",
+                "loader")
     chk.unknown_keys(data, top_keys, (), "the pipeline")
 
     def base_for(path: tuple) -> Path:
@@ -436,6 +491,7 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
     if not isinstance(name, str) or not name:
         chk.add(("name",), f"expected a non-empty string, found {_type_name(name)} {name!r}")
     backend = _check_choice(chk, data, "backend", (), BACKENDS, "auto")
+    parity = _check_choice(chk, data, "parity", (), PARITY, "exact")
 
     # source
     source = SourceSpec(type="folder")
@@ -456,11 +512,12 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
                 chk.add(("source", "type"), f"expected one of {', '.join(SOURCE_TYPES)}, found {stype!r}"
                                             + (f"; did you mean '{hint[0]}'?" if hint else ""))
             allowed = {"folder": ("type", "root", "extensions"),
-                       "file_list": ("type", "file_list", "root", "extensions")}.get(stype, ("type",))
+                       "file_list": ("type", "file_list", "root", "extensions"),
+                       "webdataset": ("type", "shards", "image_key", "label_key", "manifest")}.get(stype, ("type",))
             if stype in SOURCE_TYPES:
                 chk.unknown_keys(src, allowed, ("source",), f"a '{stype}' source")
             resolved: dict[str, Any] = {"type": stype}
-            for key in ("root", "file_list"):
+            for key in ("root", "file_list", "shards", "manifest"):
                 if key in src and key in allowed:
                     value = src[key]
                     if not isinstance(value, str) or not value:
@@ -471,6 +528,7 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
                 chk.add(("source",), "missing required key 'source.root' (the folder whose sub-folders are the classes)")
             if stype == "file_list" and "file_list" not in src:
                 chk.add(("source",), "missing required key 'source.file_list' (a text file of 'path label' lines)")
+            webdataset = _check_webdataset(chk, src, resolved) if stype == "webdataset" else {}
             extensions = src.get("extensions", list(DEFAULT_EXTENSIONS))
             if not (isinstance(extensions, list) and extensions and all(isinstance(e, str) and e for e in extensions)):
                 chk.add(("source", "extensions"), f"expected a non-empty list of file extensions like ['.jpg'], "
@@ -479,7 +537,7 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
             extensions = tuple(("." + e.lstrip(".")).lower() for e in extensions)
             if stype in SOURCE_TYPES:
                 source = SourceSpec(type=stype, root=resolved.get("root"), file_list=resolved.get("file_list"),
-                                    extensions=extensions)
+                                    extensions=extensions, **webdataset)
 
     batch_size = _check_int(chk, data, "batch_size", (), REQUIRED, 1)
     seed = _check_int(chk, data, "seed", (), 0, 0)
@@ -531,7 +589,7 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
         raise SpecError(chk.problems, origin)
     return PipelineSpec(version=version, name=name, backend=backend, source=source, batch_size=batch_size,
                         seed=seed, decode_device=decode_device, ops=tuple(ops), outputs=tuple(outputs),
-                        loader=loader, origin=origin)
+                        loader=loader, parity=parity, origin=origin)
 
 
 def load_spec(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] | None = None) -> PipelineSpec:

@@ -44,9 +44,13 @@ def measure_epoch(loader: Loader, *, max_batches: int | None = None, progress: b
     total = len(loader) if max_batches is None else min(len(loader), max_batches)
     bar = None
     if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=total, unit="batch", desc=description or f"{loader.spec.name} [{loader.backend}]",
-                   leave=False, dynamic_ncols=True, disable=None)
+        try:
+            from tqdm import tqdm
+        except ImportError:  # the bar is a nicety: hosts without tqdm (e.g. a bare GPU box) still run
+            tqdm = None
+        if tqdm is not None:
+            bar = tqdm(total=total, unit="batch", desc=description or f"{loader.spec.name} [{loader.backend}]",
+                       leave=False, dynamic_ncols=True, disable=None)
     skipped_before = len(loader.skipped)
     image_position = loader.spec.outputs.index("image") if "image" in loader.spec.outputs else None
     start = time.perf_counter()

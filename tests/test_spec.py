@@ -124,6 +124,7 @@ def test_dump_fills_every_default(tmp_path):
         "batch_size": 8,
         "seed": 0,
         "decode": {"device": "mixed"},
+        "parity": "exact",
         "ops": [
             {"random_resized_crop": {"size": 224, "scale": [0.08, 1.0], "ratio": [0.75, 4 / 3],
                                      "interpolation": "bilinear", "antialias": True}},
@@ -281,7 +282,7 @@ def test_loader_workers_auto_means_none_and_an_integer_is_kept():
 @pytest.mark.parametrize("key, value, path, snippet", [
     ("backend", "cuda", "backend", "expected one of auto, dali, dali-cpu, torchvision, found 'cuda'"),
     ("decode", {"device": "gpu"}, "decode.device", "expected one of mixed, cpu, found 'gpu'"),
-    ("source", {"type": "webdataset", "root": "/x"}, "source.type", "source type 'webdataset' is not supported"),
+    ("source", {"type": "webdataset"}, "source", "missing required key 'source.shards'"),
     ("source", {"type": "foldr", "root": "/x"}, "source.type", "did you mean 'folder'?"),
     ("source", {"type": "folder"}, "source", "missing required key 'source.root'"),
     ("source", {"root": "/x"}, "source", "missing required key 'source.type'"),

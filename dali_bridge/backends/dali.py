@@ -18,9 +18,10 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from ..images import ImageError, SampleError, decode_rgb, probe, read_bytes
+from ..images import ImageError, SampleError, decode_rgb, probe
 from ..loader import RawBatch, SkippedSample, Topology, default_workers
 from ..plan import Plan, fused_mirror, placement, roi_decode
+from ..plan import resize_methods as plan_resize_methods
 from ..sampling import BatchTask, Crop, Flip, Resize, draws, sample_geometry
 from ..sources import Listing
 from ..spec import PipelineSpec
@@ -86,46 +87,240 @@ class _Feeder:
         sample_draws = draws(self.plan, self.spec.seed, task.epoch, task.indices)
         encoded: list[np.ndarray] = []
         geometry: list[list] = []
+        sizes: list[tuple[int, int]] = []  # decoded (height, width) of each kept sample
         kept: list[int] = []
         skipped: list[SkippedSample] = []
+        error: SampleError | None = None
         for row, index in enumerate(task.indices.tolist()):
             path = self.listing.paths[index]
             try:
                 if index in self.bad:
                     raise ImageError(self.bad[index])
-                data = read_bytes(path)
+                data = self.listing.read(index)
                 height, width = probe(data)
             except ImageError as exc:
                 if self.spec.loader.on_error == "raise":
-                    raise SampleError(index, path, str(exc)) from None
+                    # Raised when the consumer reaches this batch, not now: DALI prefetches, and the
+                    # batches before this one must still be yielded (as on the torchvision backend).
+                    error = SampleError(index, path, str(exc))
+                    encoded, geometry, kept = [], [], []
+                    break
                 skipped.append(SkippedSample(index, path, task.epoch, str(exc)))
                 continue
             encoded.append(np.frombuffer(data, dtype=np.uint8))
             geometry.append(sample_geometry(self.plan, height, width, {k: v[row] for k, v in sample_draws.items()}))
+            sizes.append((height, width))
             kept.append(row)
-        meta = {"task": task, "rows": kept, "skipped": skipped, "placeholder": not kept}
+        meta = {"task": task, "rows": kept, "skipped": skipped, "placeholder": not kept, "error": error}
         if not kept:  # DALI cannot run an empty batch: feed one placeholder and drop its output
             if self._placeholder is None:
                 self._placeholder = _placeholder_jpeg()
             encoded = [np.frombuffer(self._placeholder, dtype=np.uint8)]
             geometry = [sample_geometry(self.plan, 8, 8, {k: v[0] for k, v in sample_draws.items()})]
-        return [encoded] + _geometry_columns(geometry), meta
+            sizes = [(8, 8)]
+        return [encoded] + _geometry_columns(geometry, sizes, resize_methods(self.plan)), meta
 
 
-def _geometry_columns(per_sample: list[list]) -> list[list[np.ndarray]]:
-    """Per-sample op lists → one input column per DALI argument, in graph order."""
+def _geometry_columns(per_sample: list[list], sizes: list[tuple[int, int]],
+                      methods: dict[int, str]) -> list[list[np.ndarray]]:
+    """Per-sample op lists → one input column per DALI argument, in graph order.
+
+    ``sizes`` are the samples' decoded (height, width): a resize's arguments depend on its input
+    size; ``methods`` the :func:`resize_methods` of the plan.
+    """
     columns: list[list[np.ndarray]] = []
+    current = list(sizes)
     for position in range(len(per_sample[0])):
         ops = [sample[position] for sample in per_sample]
         if isinstance(ops[0], Crop):
             columns.append([np.array([op.top, op.left], dtype=np.int32) for op in ops])
             columns.append([np.array([op.height, op.width], dtype=np.int32) for op in ops])
+            current = [(op.height, op.width) for op in ops]
         elif isinstance(ops[0], Resize):
-            columns.append([np.array(op.height, dtype=np.float32) for op in ops])
-            columns.append([np.array(op.width, dtype=np.float32) for op in ops])
+            per_op = [resize_arguments(methods[position], size, (op.height, op.width))
+                      for op, size in zip(ops, current)]
+            columns.extend([list(column) for column in zip(*per_op)])
+            current = [(op.height, op.width) for op in ops]
         elif isinstance(ops[0], Flip):
             columns.append([np.array(int(op.apply), dtype=np.int32) for op in ops])
     return columns
+
+
+# --------------------------------------------------------------------------------------------
+# torchvision-exact resizing
+#
+# The torchvision backend resizes uint8 images with F.resize, whose sampling differs from a plain
+# DALI fn.resize in three ways, each measured on the sample images (see tests/test_equivalence.py):
+#   * nearest: torchvision takes source pixel floor(x * in/out) (PyTorch's legacy "nearest"); DALI
+#     samples pixel centres, floor((x + 0.5) * in/out): up to 192 levels apart. Shifting DALI's
+#     region of interest by half an output pixel gives torchvision's grid; where x * in/out is an
+#     exact integer PyTorch's float32 product falls on either side of it, so two shifted resizes
+#     are blended with a per-line 0/1 mask (see _nearest_pass).
+#   * antialias=True (bilinear, bicubic): torchvision (like PIL) truncates the filter at the image
+#     border and renormalises the remaining weights; DALI clamps coordinates (repeats the edge).
+#     Up to 11 levels apart in the border rows. Reproduced as num / den: the image pasted on a
+#     zeroed canvas with margins wider than the filter (fn.multi_paste) and resized with its region
+#     of interest on the real pixels (num), divided by the same resize of 1-D masks of ones
+#     padded with zeros (den: the filter weight falling on the image, per output row/column).
+#   * bicubic with antialias=True: torchvision resizes width, then height, clamping the
+#     intermediate to [0, 255]; the cubic filter's overshoot makes a single 2-D pass up to 5
+#     levels off at strong edges. Done as two passes with the same clamp (kept in float, so
+#     one rounding, at the end).
+# bilinear with antialias=False matches plain fn.resize (measured max |Δ| 1 level). bicubic with
+# antialias=False cannot match: torchvision's non-antialiased bicubic is Keys' cubic with
+# a = -0.75, DALI's cubic filter has a = -0.5 (up to 11 levels apart anywhere in the image), so the
+# op registry offers that combination on torchvision only (ops.unsupported_options).
+
+def resize_methods(plan: Plan) -> dict[int, str]:
+    """Position in the geometry template of each resize → its :func:`~dali_bridge.plan.resize_method`
+    (from :func:`~dali_bridge.plan.resize_methods`, which placement() describes)."""
+    by_step = plan_resize_methods(plan)
+    positions = [n for n, step in enumerate(plan.steps) for _ in range(2 if step.kind == "random_resized_crop" else 1)]
+    return {position: by_step[step] for position, ((name, _), step) in
+            enumerate(zip(_geometry_template(plan), positions)) if name == "Resize"}
+
+
+def _nearest_pass(in_hw: tuple[int, int], out_hw: tuple[int, int], axis: int) -> list[np.ndarray]:
+    """Arguments of one nearest-neighbour pass along ``axis`` (0 = height, 1 = width).
+
+    PyTorch picks ``floor(float32(x) * float32(in / out))``. DALI samples ``start + (x + 0.5) *
+    scale``: start = -scale/2 gives the exact ``x * in / out``, whose fractional parts are
+    multiples of 1/out, so shifting by +0.5/out ("up") picks ``floor(x * in / out)`` with half a
+    grid step of margin, and -0.5/out ("down") picks one pixel lower exactly where ``x * in / out``
+    is an integer. PyTorch's float32 product lands on either side of those integers (it depends on
+    the rounding of each product), so both are resized and a 0/1 mask per output line selects the
+    one PyTorch takes. Order: output size, up roi start, up roi end, down roi start, down roi end,
+    up mask, down mask (uint8).
+    """
+    n_in, n_out = in_hw[axis], out_hw[axis]
+    x = np.arange(n_out, dtype=np.int64)
+    torch_index = np.minimum(np.floor(x.astype(np.float32) * (np.float32(n_in) / np.float32(n_out))),
+                             n_in - 1).astype(np.int64)
+    down = np.maximum((x * n_in - 1) // n_out, 0)
+    use_down = (torch_index == down) & (torch_index != np.minimum(x * n_in // n_out, n_in - 1))
+    scale = n_in / n_out
+    size = list(in_hw)
+    size[axis] = n_out
+    args = [np.array(size, dtype=np.float32)]
+    for shift in (0.5 / n_out, -0.5 / n_out):
+        start, end = [0.0, 0.0], [float(in_hw[0]), float(in_hw[1])]
+        start[axis] = -0.5 * scale + shift
+        end[axis] = start[axis] + n_in
+        args += [np.array(start, dtype=np.float32), np.array(end, dtype=np.float32)]
+    shape = (n_out, 1, 1) if axis == 0 else (1, n_out, 1)
+    args += [(~use_down).astype(np.uint8).reshape(shape), use_down.astype(np.uint8).reshape(shape)]
+    return args
+
+
+def _filter_margin(interpolation: str, in_size: int, out_size: int) -> int:
+    """Zero padding (source pixels) wider than the filter's reach: radius 1 (bilinear) or 2
+    (bicubic) output pixels when downscaling, source pixels when upscaling, plus a margin."""
+    reach = (1.0 if interpolation == "bilinear" else 2.0) * max(in_size / out_size, 1.0)
+    return int(np.ceil(reach)) + 2
+
+
+def _filter_pass(interpolation: str, in_hw: tuple[int, int], out_hw: tuple[int, int],
+                 axes: tuple[int, ...]) -> list[np.ndarray]:
+    """Arguments of one renormalised resize pass along ``axes`` (0 = height, 1 = width).
+
+    Order: output size, paste anchor (the zero margins), padded size, roi start, roi end, then per
+    axis: weight mask (ones on the image, zeros on the margins), its output size, roi start, roi end.
+    """
+    margin = [(_filter_margin(interpolation, in_hw[a], out_hw[a]) if a in axes else 0) for a in (0, 1)]
+    args = [np.array(out_hw, dtype=np.float32),
+            np.array([margin], dtype=np.int32),
+            np.array([in_hw[0] + 2 * margin[0], in_hw[1] + 2 * margin[1]], dtype=np.int32),
+            np.array(margin, dtype=np.float32),
+            np.array([margin[0] + in_hw[0], margin[1] + in_hw[1]], dtype=np.float32)]
+    for axis in axes:
+        length = in_hw[axis] + 2 * margin[axis]
+        mask = np.zeros(length, dtype=np.float32)
+        mask[margin[axis]:margin[axis] + in_hw[axis]] = 1.0
+        if axis == 0:
+            args += [mask.reshape(length, 1, 1), np.array([out_hw[0], 1], dtype=np.float32),
+                     np.array([margin[0], 0], dtype=np.float32), np.array([margin[0] + in_hw[0], 1], dtype=np.float32)]
+        else:
+            args += [mask.reshape(1, length, 1), np.array([1, out_hw[1]], dtype=np.float32),
+                     np.array([0, margin[1]], dtype=np.float32), np.array([1, margin[1] + in_hw[1]], dtype=np.float32)]
+    return args
+
+
+def resize_arguments(method: str, in_hw: tuple[int, int], out_hw: tuple[int, int]) -> list[np.ndarray]:
+    """The per-sample DALI arguments of one resize from ``in_hw`` to ``out_hw`` (pixels), in graph order."""
+    if method in ("linear", "antialias"):
+        return [np.array(out_hw, dtype=np.float32)]
+    if method == "nearest":  # width, then height as the width of the transposed image (see resize_graph)
+        return (_nearest_pass(in_hw, (in_hw[0], out_hw[1]), 1)
+                + _nearest_pass((out_hw[1], in_hw[0]), (out_hw[1], out_hw[0]), 1))
+    if method == "filter_1pass":
+        return _filter_pass("bilinear", in_hw, out_hw, (0, 1))
+    if method == "filter_2pass":  # width first, as torchvision
+        middle = (in_hw[0], out_hw[1])
+        return _filter_pass("bicubic", in_hw, middle, (1,)) + _filter_pass("bicubic", middle, out_hw, (0,))
+    raise ValueError(f"unknown resize method {method!r}")
+
+
+def resize_column_types(method: str, types: Any) -> list:
+    """DALI dtypes of :func:`resize_arguments`' columns."""
+    nearest_pass = [types.FLOAT] * 5 + [types.UINT8] * 2
+
+    def filter_pass(axes: int) -> list:
+        return [types.FLOAT, types.INT32, types.INT32, types.FLOAT, types.FLOAT] + [types.FLOAT] * 4 * axes
+
+    return {"linear": [types.FLOAT], "antialias": [types.FLOAT], "nearest": nearest_pass * 2,
+            "filter_1pass": filter_pass(2),
+            "filter_2pass": filter_pass(1) * 2}[method]
+
+
+def resize_graph(images: Any, columns: list, method: str, interpolation: str, device: str) -> Any:
+    """Add the resize to the graph, consuming its argument columns from the front of ``columns``."""
+    from nvidia.dali import fn, math, types
+
+    interp = getattr(types, _INTERP[interpolation])
+    if method in ("linear", "antialias"):
+        return fn.resize(images, size=columns.pop(0), interp_type=interp, antialias=method == "antialias",
+                         device=device)
+    if method == "nearest":
+        # Both passes run along the width: DALI's CPU resize steps through rows accumulating the
+        # source position in float32 (measured 0.003 pixel off after 168 rows of 2372 → 224), more
+        # than the half-grid-step margin, while columns are computed exactly. So the height pass
+        # runs on the transposed image.
+        for transposed in (False, True):
+            if transposed:
+                images = fn.transpose(images, perm=[1, 0, 2], transpose_layout=False, device=device)
+            size, up_start, up_end, down_start, down_end, up_mask, down_mask = (columns.pop(0) for _ in range(7))
+            if device == "gpu":
+                up_mask, down_mask = up_mask.gpu(), down_mask.gpu()
+            up, down = (fn.resize(images, size=size, roi_start=start, roi_end=end, roi_relative=False,
+                                  interp_type=interp, antialias=False, device=device)
+                        for start, end in ((up_start, up_end), (down_start, down_end)))
+            images = up * up_mask + down * down_mask  # uint8; exactly one mask is 1 on each output column
+        return fn.transpose(images, perm=[1, 0, 2], transpose_layout=False, device=device)
+
+    def renormalised(images: Any, axes: int) -> Any:
+        # Zero margins via multi_paste: a fresh zeroed canvas, ~6x faster than fn.slice's padding on the CPU.
+        size, anchor, canvas, start, end = (columns.pop(0) for _ in range(5))
+        padded = fn.multi_paste(fn.reshape(images, layout="HWC"), out_anchors=anchor, output_size=canvas,
+                                device=device)
+        out = fn.resize(padded, size=size, roi_start=start, roi_end=end, roi_relative=False, interp_type=interp,
+                        antialias=True, dtype=types.FLOAT, device=device)
+        weight = None
+        for _ in range(axes):
+            mask, mask_size, mask_start, mask_end = (columns.pop(0) for _ in range(4))
+            line = fn.resize(mask.gpu() if device == "gpu" else mask, size=mask_size, roi_start=mask_start,
+                             roi_end=mask_end, roi_relative=False, interp_type=interp, antialias=True,
+                             dtype=types.FLOAT, device=device)
+            weight = line if weight is None else weight * line
+        return out / weight  # broadcast: the in-image weight sum of each output row and column
+
+    if method == "filter_1pass":
+        out = renormalised(images, 2)
+    elif method == "filter_2pass":
+        out = math.clamp(renormalised(images, 1), 0.0, 255.0)  # torchvision clamps between the passes
+        out = renormalised(out, 1)
+    else:
+        raise ValueError(f"unknown resize method {method!r}")
+    return fn.cast(out, dtype=types.UINT8, device=device)  # rounds to nearest, saturates
 
 
 def _geometry_template(plan: Plan) -> list[tuple[str, Any]]:
@@ -143,13 +338,17 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
     op_device = "gpu" if gpu else "cpu"
     template = _geometry_template(plan)
     steps = [step for step in plan.steps for _ in range(2 if step.kind == "random_resized_crop" else 1)]
+    methods = resize_methods(plan)
     column_types = [types.UINT8]
-    for name, _ in template:
-        column_types += {"Crop": [types.INT32, types.INT32], "Resize": [types.FLOAT, types.FLOAT],
-                         "Flip": [types.INT32]}[name]
+    for n, (name, op) in enumerate(template):
+        if name == "Resize":
+            column_types += resize_column_types(methods[n], types)
+        else:
+            column_types += {"Crop": [types.INT32, types.INT32], "Flip": [types.INT32]}[name]
 
     @pipeline_def(batch_size=spec.batch_size, num_threads=threads, device_id=device_id,
-                  prefetch_queue_depth=spec.loader.prefetch, py_start_method="spawn")
+                  prefetch_queue_depth=spec.loader.prefetch, py_start_method="spawn",
+                  exec_dynamic=True)  # outputs stay valid after the next run: zero-copy DLPack
     def graph():
         columns = list(fn.external_source(source=feeder, num_outputs=len(column_types), dtype=column_types,
                                           batch=True, no_copy=False))
@@ -180,10 +379,8 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
                                   normalized_shape=False, out_of_bounds_policy="pad", fill_values=0,
                                   device=op_device)
             elif name == "Resize":
-                resize_y, resize_x = columns.pop(0), columns.pop(0)
-                images = fn.resize(images, resize_x=resize_x, resize_y=resize_y,
-                                   interp_type=getattr(types, _INTERP[step.params["interpolation"]]),
-                                   antialias=step.params["antialias"], device=op_device)
+                interpolation = step.params["interpolation"]
+                images = resize_graph(images, columns, methods[n], interpolation, op_device)
             elif name == "Flip":
                 flip = columns.pop(0)
                 if n == len(template) - 1 and fused_mirror(plan):
@@ -193,7 +390,7 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
         finish = plan.finish
         cmn_args: dict[str, Any] = dict(dtype=getattr(types, _DTYPES[finish.dtype]), output_layout=finish.layout,
                                         device=op_device)
-        if not finish.identity:
+        if finish.dtype != "uint8":  # float outputs are pixel/255 even with the default mean 0, std 1
             cmn_args.update(mean=[m * 255.0 for m in finish.mean], std=[s * 255.0 for s in finish.std])
         if mirror is not None:
             cmn_args["mirror"] = mirror
@@ -239,6 +436,8 @@ class DaliExecutor:
                     except StopIteration:  # the feeder ended early: should not happen
                         raise RuntimeError("DALI pipeline ended before the epoch's batches were produced") from None
                     meta = self.feeder.pending.popleft()
+                    if meta["error"] is not None:
+                        raise meta["error"]
                     position += 1
                     yield self._convert(images, meta)
             except (SampleError, GeneratorExit):
@@ -250,7 +449,9 @@ class DaliExecutor:
                 self._discard()
                 culprits = self._find_culprits(task)
                 if not culprits:
-                    raise
+                    raise RuntimeError(f"DALI failed on epoch {task.epoch} batch {task.number} (samples "
+                                       f"{task.indices.tolist()}), yet each of them reads and decodes on its "
+                                       f"own: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc!r}") from exc
                 index, reason = culprits[0]
                 if self.spec.loader.on_error == "raise":
                     raise SampleError(index, self.listing.paths[index], reason) from exc
@@ -265,7 +466,8 @@ class DaliExecutor:
         if meta["placeholder"]:
             tensor = torch.empty((0,) + tuple(self.plan.output_shape(0)[1:]), dtype=_torch_dtype(self.plan.finish.dtype))
         else:
-            tensor = torch.from_dlpack(images.as_tensor()).clone()  # DALI reuses its output buffers
+            # The dynamic executor never reuses a returned buffer, so DLPack hands it to torch without a copy.
+            tensor = torch.from_dlpack(images.as_tensor())
         if tensor.device != self.device:
             tensor = tensor.to(self.device, non_blocking=True)
         return RawBatch(tensor, task.indices[rows], task.valid[rows], meta["skipped"])
@@ -291,7 +493,7 @@ class DaliExecutor:
         found = []
         for index in task.indices.tolist():
             try:
-                decode_rgb(read_bytes(self.listing.paths[index]))
+                decode_rgb(self.listing.read(index))
             except ImageError as exc:
                 found.append((index, str(exc)))
         return found

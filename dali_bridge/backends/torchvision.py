@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2 import functional as F
 
-from ..images import ImageError, SampleError, decode_rgb, read_bytes
+from ..images import ImageError, SampleError, decode_rgb
 from ..loader import RawBatch, SkippedSample, Topology, default_workers
 from ..plan import Finish, Plan
 from ..sampling import BatchTask, Crop, Flip, Resize, draws, sample_geometry
@@ -78,6 +78,7 @@ class BatchDataset(Dataset):
     """Indexed by :class:`BatchTask`: returns the uint8 NCHW batch of the task's samples."""
 
     def __init__(self, spec: PipelineSpec, listing: Listing, plan: Plan, spare_buffers: int):
+        self.listing = listing  # read(i): a file, or a positioned read from a shard
         self.paths = listing.paths
         self.plan = plan
         self.seed = spec.seed
@@ -110,7 +111,7 @@ class BatchDataset(Dataset):
         for row, index in enumerate(task.indices.tolist()):
             path = self.paths[index]
             try:
-                image = decode_rgb(read_bytes(path))
+                image = decode_rgb(self.listing.read(index))
             except ImageError as exc:
                 if self.on_error == "raise":
                     return {"error": (index, path, str(exc))}
@@ -166,7 +167,8 @@ class TorchvisionExecutor:
                  device: str | torch.device | None = None):
         self.spec, self.listing, self.plan = spec, listing, plan
         if device is None:
-            device = torch.device("cuda", topology.local_rank) if torch.cuda.is_available() else torch.device("cpu")
+            from .select import probe  # the host facts auto and `show` use (DALI_BRIDGE_DISABLE=cuda included)
+            device = torch.device("cuda", topology.local_rank) if probe().cuda_devices else torch.device("cpu")
         self.device = torch.device(device)
         self.workers = spec.loader.workers if spec.loader.workers is not None else default_workers()
         self.sampler = _TaskSampler()

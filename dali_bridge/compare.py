@@ -1,0 +1,410 @@
+"""Run one pipeline on two backends over the same samples and measure how far their batches differ.
+
+Because the loader owns the sample order and every random parameter, two backends must yield the
+same samples in the same order, with the same crop windows and flips; only resampling and
+decoding arithmetic may differ. :func:`compare` checks that, batch by batch:
+
+* ``index``, ``label`` and ``valid`` must be identical (the sample order is compared even when the
+  pipeline does not output ``index``: it is always requested for the comparison);
+* images are compared in uint8 levels of 255: float outputs are mapped back through the plan's
+  normalisation (``level = (value * std + mean) * 255``), so a bound holds for any mean/std;
+  per channel in the normalised units that is the level bound divided by ``255 * std``.
+
+Default bounds (:data:`CPU_BOUNDS`): max |Δ| ≤ 1 level and mean |Δ| ≤ 0.25 level, plus one
+float16 step when the output is float16. A comparison involving the GPU ``dali`` backend with
+nvJPEG (``decode.device: mixed``) uses :data:`NVJPEG_BOUNDS` (see there for the reasoning).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from .plan import Finish, Plan, build_plan
+from .spec import PipelineSpec, coerce_spec
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Pass limits for image outputs, in uint8 levels of 255 (before normalisation)."""
+    max_abs: float = 1.0
+    mean_abs: float = 0.25
+    reason: str = "CPU decoders are both libjpeg-turbo; resampling differs only in rounding"
+
+
+CPU_BOUNDS = Bounds()
+
+# nvJPEG (GPU `dali`, decode.device mixed) vs libjpeg-turbo, with jpeg_fancy_upsampling on so the
+# chroma upsampling filter is the same as libjpeg-turbo's. What remains is arithmetic:
+#   * IDCT: libjpeg-turbo's accurate integer IDCT and nvJPEG's are both held to IEEE 1180
+#     accuracy, which allows a peak error of 1 per decoded sample: ±1 on Y, Cb and Cr.
+#   * YCbCr → RGB: R = Y + 1.402 Cr', G = Y - 0.344 Cb' - 0.714 Cr', B = Y + 1.772 Cb'. A ±1 on
+#     every component moves B by up to 1 + 1.772 = 2.8 and R by 2.4, plus 0.5 for the two
+#     implementations rounding the result differently: up to 3 levels per decoded pixel.
+#   * Resampling on the GPU rounds like the CPU kernels: ±1 more, so at most 4 levels per pixel.
+#   * IDCT errors are rare (a few pixels per block at most) and resampling averages them, so the
+#     mean stays below 0.5 level; PNG and other non-JPEG files decode on the CPU either way.
+# Not measured here (no CUDA on the build machine); tests/test_equivalence.py checks it on GPU hosts.
+NVJPEG_BOUNDS = Bounds(max_abs=4.0, mean_abs=0.5,
+                       reason="nvJPEG vs libjpeg-turbo: IEEE 1180 IDCT (±1 per component) through YCbCr→RGB "
+                              "(up to 2.8) and rounding, ±1 resampling")
+
+# Float32 arithmetic differs between the backends by ~1e-6 relative; the level check allows this much.
+FLOAT32_SLACK = 1e-3  # uint8 levels
+
+
+def default_pair() -> tuple[str, str]:
+    """The backends a user switches between: ``dali`` (GPU) vs ``torchvision`` where the GPU backend
+    runs, else ``dali-cpu`` vs ``torchvision``."""
+    from .backends.select import available_backends
+
+    return ("dali", "torchvision") if "dali" in available_backends() else ("dali-cpu", "torchvision")
+
+
+def default_bounds(spec: PipelineSpec, backends: Sequence[str]) -> Bounds:
+    """:data:`NVJPEG_BOUNDS` when GPU ``dali`` decodes with nvJPEG, else :data:`CPU_BOUNDS`."""
+    if "dali" in backends and spec.decode_device == "mixed":
+        return NVJPEG_BOUNDS
+    return CPU_BOUNDS
+
+
+def float16_step(finish: Finish) -> float:
+    """One float16 rounding step at the largest output magnitude, in uint8 levels (0 for other dtypes).
+
+    Each backend rounds its float32 result to float16 once; values a hair apart can round to
+    neighbouring float16 numbers, one step apart.
+    """
+    if finish.dtype != "float16":
+        return 0.0
+    step = 0.0
+    for mean, std in zip(finish.mean, finish.std):
+        largest = max(abs((0.0 - mean) / std), abs((1.0 - mean) / std))
+        # float16 has 10 fraction bits: spacing 2^(e-10) in [2^e, 2^(e+1)); values lie below `largest`
+        spacing = 2.0 ** (math.ceil(math.log2(largest)) - 11) if largest > 0 else 2.0 ** -24
+        step = max(step, spacing * std * 255.0)
+    return step
+
+
+@dataclass(frozen=True)
+class SampleDiff:
+    """One sample's image difference (uint8 levels): where it is and how far the backends differ."""
+    index: int
+    path: str
+    batch: int
+    row: int
+    max_abs: float
+    mean_abs: float
+
+
+@dataclass(frozen=True)
+class OutputDiff:
+    """The difference of one output over every compared sample.
+
+    Images: ``max_abs``/``mean_abs`` in uint8 levels, ``normalized_max_abs`` per channel in the
+    output's own units. Exact outputs: ``mismatches`` counts differing entries.
+    """
+    name: str
+    exact: bool
+    max_abs: float
+    mean_abs: float
+    mismatches: int
+    passed: bool
+    limit: str
+    max_limit: float = 0.0  # images: the max bound applied, levels (float16 step included)
+    normalized_max_abs: tuple[float, ...] = ()
+    normalized_limit: tuple[float, ...] = ()
+
+
+@dataclass
+class CompareResult:
+    """What :func:`compare` found; ``passed`` is the verdict, :meth:`format` the report."""
+    pipeline: str
+    backends: tuple[str, str]
+    batches: int
+    samples: int
+    bounds: Bounds
+    outputs: list[OutputDiff]
+    worst: list[SampleDiff]
+    problems: list[str] = field(default_factory=list)
+    saved: list[Path] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems and all(output.passed for output in self.outputs)
+
+    def output(self, name: str) -> OutputDiff:
+        return next(o for o in self.outputs if o.name == name)
+
+    def format(self) -> str:
+        a, b = self.backends
+        lines = [f"compare {self.pipeline}: {a} vs {b}, {self.batches} batches, {self.samples} samples",
+                 f"bounds: max |Δ| <= {self.bounds.max_abs:g} level, mean |Δ| <= {self.bounds.mean_abs:g} level "
+                 f"of 255 ({self.bounds.reason})"]
+        for output in self.outputs:
+            verdict = "PASS" if output.passed else "FAIL"
+            if output.exact:
+                lines.append(f"  {output.name:<6} {verdict}  {output.mismatches} mismatching entries ({output.limit})")
+            else:
+                lines.append(f"  {output.name:<6} {verdict}  max |Δ| {output.max_abs:.3f}  mean |Δ| "
+                             f"{output.mean_abs:.4f} levels ({output.limit})")
+                if output.normalized_max_abs:
+                    per_channel = ", ".join(f"{v:.5f} (<= {lim:.5f})" for v, lim in
+                                            zip(output.normalized_max_abs, output.normalized_limit))
+                    lines.append(f"         normalised units, max |Δ| per channel R, G, B: {per_channel}")
+        for problem in self.problems:
+            lines.append(f"  FAIL  {problem}")
+        if self.worst:
+            lines.append("worst samples (index, batch/row, max |Δ|, mean |Δ|, file):")
+            for item in self.worst:
+                lines.append(f"  {item.index:>6}  {item.batch}/{item.row:<4} {item.max_abs:8.3f} {item.mean_abs:8.4f}  "
+                             f"{item.path}")
+        for path in self.saved:
+            lines.append(f"saved {path}")
+        lines.append("PASS" if self.passed else "FAIL")
+        return "\n".join(lines)
+
+
+def to_levels(image: torch.Tensor, finish: Finish) -> np.ndarray:
+    """A batch as float32 NCHW in uint8 levels (0-255): undoes the plan's dtype, layout and normalisation."""
+    array = image.detach().to("cpu")
+    if finish.layout == "HWC":
+        array = array.permute(0, 3, 1, 2)
+    array = array.to(torch.float32).numpy()
+    if finish.dtype == "uint8":
+        return array
+    mean = np.asarray(finish.mean, dtype=np.float32).reshape(1, 3, 1, 1)
+    std = np.asarray(finish.std, dtype=np.float32).reshape(1, 3, 1, 1)
+    return (array * std + mean) * np.float32(255.0)
+
+
+class _Accumulator:
+    """Running statistics over batches: per-output totals, the worst samples, a mean |Δ| map."""
+
+    def __init__(self, finish: Finish, paths: Sequence[str], keep_worst: int, keep_pixels: bool):
+        self.finish = finish
+        self.paths = paths
+        self.keep_worst = keep_worst
+        self.keep_pixels = keep_pixels
+        self.samples = 0
+        self.image_max = 0.0
+        self.image_sum = 0.0
+        self.image_count = 0
+        self.normalized_max = np.zeros(3)
+        self.mismatches: dict[str, int] = {}
+        self.heap: list[tuple[float, float, int, SampleDiff, Any]] = []
+        self.delta_map: np.ndarray | None = None
+        self.counter = 0
+
+    def add(self, number: int, a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> None:
+        for name in a:
+            if name == "image":
+                continue
+            left, right = a[name].detach().cpu(), b[name].detach().cpu()
+            differing = int((left != right).sum()) if left.shape == right.shape else max(left.numel(), right.numel())
+            self.mismatches[name] = self.mismatches.get(name, 0) + differing
+        if "image" not in a:
+            self.samples += len(a["index"])
+            return
+        levels_a, levels_b = to_levels(a["image"], self.finish), to_levels(b["image"], self.finish)
+        delta = np.abs(levels_a - levels_b)
+        if self.finish.dtype != "uint8":
+            std = np.asarray(self.finish.std).reshape(1, 3, 1, 1)
+            self.normalized_max = np.maximum(self.normalized_max, (delta / (255.0 * std)).max(axis=(0, 2, 3)))
+        self.image_max = max(self.image_max, float(delta.max()) if delta.size else 0.0)
+        self.image_sum += float(delta.sum(dtype=np.float64))
+        self.image_count += delta.size
+        per_pixel = delta.max(axis=1)  # N H W: the largest channel difference
+        self.delta_map = per_pixel.sum(axis=0) if self.delta_map is None else self.delta_map + per_pixel.sum(axis=0)
+        indices = a["index"].cpu().numpy()
+        for row in range(delta.shape[0]):
+            sample_max = float(delta[row].max())
+            sample_mean = float(delta[row].mean())
+            index = int(indices[row])
+            item = SampleDiff(index, self.paths[index] if 0 <= index < len(self.paths) else "?", number, row,
+                              sample_max, sample_mean)
+            pixels = (levels_a[row], levels_b[row]) if self.keep_pixels else None
+            self.counter += 1
+            # Rank by max (to 0.01 level: float16/float32 noise must not reorder), then by mean.
+            entry = (round(sample_max, 2), sample_mean, -self.counter, item, pixels)
+            if len(self.heap) < self.keep_worst:
+                heapq.heappush(self.heap, entry)
+            elif self.keep_worst and entry[:3] > self.heap[0][:3]:
+                heapq.heapreplace(self.heap, entry)
+        self.samples += delta.shape[0]
+
+    def worst(self) -> list[tuple[SampleDiff, Any]]:
+        return [(entry[3], entry[4]) for entry in sorted(self.heap, key=lambda e: e[:3], reverse=True)]
+
+
+def compare_batches(batches_a: Iterable[Sequence[torch.Tensor]], batches_b: Iterable[Sequence[torch.Tensor]],
+                    outputs: Sequence[str], finish: Finish, paths: Sequence[str], *,
+                    bounds: Bounds = CPU_BOUNDS, backends: tuple[str, str] = ("a", "b"), pipeline: str = "pipeline",
+                    max_batches: int | None = None, keep_worst: int = 5, save_dir: str | Path | None = None,
+                    worst_to_save: int = 3) -> CompareResult:
+    """Compare two streams of batches (tuples in the order of ``outputs``, which must include ``index``).
+
+    ``paths`` maps sample indices to files (for the report). Stops after ``max_batches`` (default:
+    when both streams end); a stream ending before the other is a failure. ``save_dir`` writes
+    side-by-side PNGs of the ``worst_to_save`` worst samples and a mean |Δ| heat map.
+    """
+    if "index" not in outputs:
+        raise ValueError("compare_batches needs the 'index' output to match samples")
+    acc = _Accumulator(finish, paths, keep_worst=max(keep_worst, worst_to_save if save_dir else 0),
+                       keep_pixels=save_dir is not None)
+    problems: list[str] = []
+    iter_a, iter_b = iter(batches_a), iter(batches_b)
+    number = 0
+    while max_batches is None or number < max_batches:
+        batch_a, batch_b = next(iter_a, None), next(iter_b, None)
+        if batch_a is None and batch_b is None:
+            break
+        if batch_a is None or batch_b is None:
+            ended, other = (backends[0], backends[1]) if batch_a is None else (backends[1], backends[0])
+            problems.append(f"{ended} ended after {number} batches while {other} yielded more")
+            break
+        named_a, named_b = dict(zip(outputs, batch_a)), dict(zip(outputs, batch_b))
+        index_a, index_b = named_a["index"].cpu(), named_b["index"].cpu()
+        if index_a.shape != index_b.shape or not torch.equal(index_a, index_b):
+            problems.append(f"batch {number}: the backends yielded different samples (indices {index_a.tolist()[:8]}"
+                            f"... vs {index_b.tolist()[:8]}...); pixels of different samples are not compared")
+            break
+        if "image" in named_a and named_a["image"].shape != named_b["image"].shape:
+            problems.append(f"batch {number}: image shapes differ: {tuple(named_a['image'].shape)} vs "
+                            f"{tuple(named_b['image'].shape)}")
+            break
+        if "image" in named_a and named_a["image"].dtype != named_b["image"].dtype:
+            problems.append(f"batch {number}: image dtypes differ: {named_a['image'].dtype} vs {named_b['image'].dtype}")
+        acc.add(number, named_a, named_b)
+        number += 1
+    if number == 0 and not problems:
+        problems.append("no batch to compare")
+
+    results: list[OutputDiff] = []
+    for name in outputs:
+        if name == "image":
+            tolerance = float16_step(finish)
+            max_limit = bounds.max_abs + tolerance
+            mean = acc.image_sum / acc.image_count if acc.image_count else 0.0
+            normalized: tuple[float, ...] = ()
+            normalized_limit: tuple[float, ...] = ()
+            if finish.dtype != "uint8":
+                normalized = tuple(float(v) for v in acc.normalized_max)
+                normalized_limit = tuple((max_limit + FLOAT32_SLACK) / (255.0 * s) for s in finish.std)
+            limit = f"<= {max_limit:g} max, <= {bounds.mean_abs:g} mean"
+            if tolerance:
+                limit += f"; max includes one float16 step, {tolerance:.3f} level"
+            results.append(OutputDiff("image", False, acc.image_max, mean, 0,
+                                      acc.image_max <= max_limit + FLOAT32_SLACK and mean <= bounds.mean_abs,
+                                      limit, max_limit, normalized, normalized_limit))
+        else:
+            count = acc.mismatches.get(name, 0)
+            results.append(OutputDiff(name, True, float(count > 0), 0.0, count, count == 0, "must be identical"))
+    result = CompareResult(pipeline, backends, number, acc.samples, bounds, results,
+                           [item for item, _ in acc.worst()][:keep_worst], problems)
+    if save_dir is not None:
+        result.saved = save_pictures(Path(save_dir), acc, backends, worst_to_save)
+    return result
+
+
+def compare(pipeline: PipelineSpec | str | Path | Mapping, backends: Sequence[str] = ("dali-cpu", "torchvision"),
+            *, overrides: Mapping[str, Any] | list[str] | None = None, batches: int | None = 5,
+            bounds: Bounds | None = None, keep_worst: int = 5, save_dir: str | Path | None = None,
+            worst_to_save: int = 3) -> CompareResult:
+    """Run ``pipeline`` on two backends (default ``dali-cpu`` vs ``torchvision``) and compare the batches.
+
+    ``batches``: how many batches of the first epoch to compare (default 5; None = the whole
+    epoch). ``bounds`` default to :func:`default_bounds`. The ``index`` output is added for the
+    comparison when the pipeline lacks it. Raises what :func:`~dali_bridge.loader.build_loader`
+    raises when a backend cannot run the pipeline.
+    """
+    from .loader import build_loader
+
+    if len(backends) != 2:
+        raise ValueError(f"compare needs exactly two backends, found {list(backends)}")
+    spec = coerce_spec(pipeline, overrides)
+    outputs = list(spec.outputs) if "index" in spec.outputs else list(spec.outputs) + ["index"]
+    spec = spec.replace(outputs=outputs)
+    plan: Plan = build_plan(spec)
+    loaders = []
+    try:
+        for backend in backends:  # inside the try: the first closes if the second cannot be built
+            loaders.append(build_loader(spec, backend))
+        names = (loaders[0].backend, loaders[1].backend)
+        return compare_batches(_cpu(loaders[0]), _cpu(loaders[1]), outputs, plan.finish, loaders[0].listing.paths,
+                               bounds=bounds or default_bounds(spec, names), backends=names, pipeline=spec.name,
+                               max_batches=batches, keep_worst=keep_worst, save_dir=save_dir,
+                               worst_to_save=worst_to_save)
+    finally:
+        for loader in loaders:
+            loader.close()
+
+
+def _cpu(batches: Iterable[Sequence[torch.Tensor]]) -> Iterator[tuple[torch.Tensor, ...]]:
+    for batch in batches:
+        yield tuple(t.detach().to("cpu") for t in batch)
+
+
+# --------------------------------------------------------------------------------------------
+# Pictures
+
+def _heat(delta: np.ndarray, top: float) -> np.ndarray:
+    """|Δ| (H, W) → RGB uint8: black (0) → red → yellow → white (>= ``top`` levels)."""
+    t = np.clip(delta / top, 0.0, 1.0)
+    red = np.clip(t * 3.0, 0, 1)
+    green = np.clip(t * 3.0 - 1.0, 0, 1)
+    blue = np.clip(t * 3.0 - 2.0, 0, 1)
+    return (np.stack([red, green, blue], axis=-1) * 255.0 + 0.5).astype(np.uint8)
+
+
+def _labelled(panels: list[np.ndarray], captions: list[str], title: str, scale: int) -> "Image.Image":
+    from PIL import Image, ImageDraw
+
+    height, width = panels[0].shape[:2]
+    gap, header = 8, 34
+    canvas = Image.new("RGB", (len(panels) * (width * scale + gap) - gap, height * scale + header), (40, 40, 40))
+    draw = ImageDraw.Draw(canvas)
+    draw.text((4, 2), title, fill=(255, 255, 255))
+    for n, (panel, caption) in enumerate(zip(panels, captions)):
+        x = n * (width * scale + gap)
+        image = Image.fromarray(panel)
+        if scale != 1:
+            image = image.resize((width * scale, height * scale), Image.NEAREST)
+        canvas.paste(image, (x, header))
+        draw.text((x + 4, 18), caption, fill=(255, 255, 0))
+    return canvas
+
+
+def save_pictures(folder: Path, acc: _Accumulator, backends: tuple[str, str], count: int) -> list[Path]:
+    """Write ``worst_<n>_sample_<index>.png`` (backend a | backend b | |Δ| heat map) and ``mean_delta.png``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    saved: list[Path] = []
+    for rank, (item, pixels) in enumerate(acc.worst()[:count], start=1):
+        if pixels is None:
+            continue
+        left, right = pixels
+        delta = np.abs(left - right).max(axis=0)
+        top = max(4.0, float(delta.max()))
+        panels = [np.clip(left.transpose(1, 2, 0) + 0.5, 0, 255).astype(np.uint8),
+                  np.clip(right.transpose(1, 2, 0) + 0.5, 0, 255).astype(np.uint8), _heat(delta, top)]
+        scale = 2 if max(delta.shape) < 320 else 1
+        picture = _labelled(panels, [backends[0], backends[1], f"|diff|: black 0 .. white {top:g} levels"],
+                            f"sample {item.index} (batch {item.batch} row {item.row}): max {item.max_abs:.2f}, "
+                            f"mean {item.mean_abs:.3f} levels  {Path(item.path).name}", scale)
+        path = folder / f"worst_{rank}_sample_{item.index}.png"
+        picture.save(path)
+        saved.append(path)
+    if acc.delta_map is not None and acc.samples:
+        mean_map = acc.delta_map / acc.samples
+        top = max(0.5, float(mean_map.max()))
+        scale = 2 if max(mean_map.shape) < 320 else 1
+        picture = _labelled([_heat(mean_map, top)], [f"black 0 .. white {top:.2f} levels"],
+                            f"mean |diff| per pixel over {acc.samples} samples", scale)
+        path = folder / "mean_delta.png"
+        picture.save(path)
+        saved.append(path)
+    return saved

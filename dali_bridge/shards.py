@@ -1,0 +1,352 @@
+"""WebDataset tar shards: brace patterns, the member scan, and positioned reads of one sample.
+
+A shard is a plain tar whose members are grouped into samples by key: ``KEY.cls`` (the label,
+an integer as text) and ``KEY.jpg`` (the encoded image) are one sample; the key is the member
+name up to the first dot of its last path component, as in the ``webdataset`` package and DALI.
+
+The bridge does not stream shards: it scans each shard's headers once (stdlib ``tarfile``) into
+a table of (shard, byte offset, size) per sample, and a sample is then one positioned read
+(``os.pread``) from an open shard. That keeps the sources interchangeable: order, rank sharding,
+per-sample parameters and resumption are the folder source's, on every backend.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tarfile
+import threading
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from .images import ImageError
+
+# Samples whose shards stay open per process. pread does not move the file offset, so one
+# descriptor can serve every thread and forked worker; the cap stays far below `ulimit -n`.
+MAX_OPEN_SHARDS = 64
+
+_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """Shell-style brace expansion: ``a-{000..002}.tar`` → zero-padded numbers, ``{x,y}`` → each.
+
+    Numeric ranges keep the width of the wider bound when either is zero-padded (``{0..10}`` →
+    ``0``…``10``, ``{00..10}`` → ``00``…``10``) and may count down. Braces nest. Raises
+    :class:`ValueError` naming the problem for unbalanced braces or an empty alternative list.
+    """
+    depth = 0
+    start = -1
+    for position, char in enumerate(pattern):
+        if char == "{":
+            if depth == 0:
+                start = position
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced '}}' at character {position + 1} of {pattern!r}")
+            if depth == 0:
+                head, body, tail = pattern[:start], pattern[start + 1:position], pattern[position + 1:]
+                out: list[str] = []
+                for choice in _brace_choices(body, pattern):
+                    out.extend(expand_braces(head + choice + tail))
+                return out
+    if depth:
+        raise ValueError(f"unbalanced '{{' at character {start + 1} of {pattern!r}")
+    return [pattern]
+
+
+def _brace_choices(body: str, pattern: str) -> list[str]:
+    match = _RANGE.match(body)
+    if match:
+        first, last = match.groups()
+        low, high = int(first), int(last)
+        padded = any(len(b.lstrip("-")) > 1 and b.lstrip("-").startswith("0") for b in (first, last))
+        width = max(len(first), len(last)) if padded else 0
+        step = 1 if high >= low else -1
+        return [str(n).zfill(width) if width else str(n) for n in range(low, high + step, step)]
+    parts, depth, current = [], 0, ""
+    for char in body:  # split on top-level commas only: {a,{b,c}} has two alternatives
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+            continue
+        depth += (char == "{") - (char == "}")
+        current += char
+    parts.append(current)
+    if len(parts) == 1:  # "{x}" is literal in bash; a typo like {0-9} is more likely here
+        raise ValueError(f"'{{{body}}}' in {pattern!r} is neither a range like {{000..127}} nor a list like {{a,b}}")
+    return parts
+
+
+def split_member(name: str) -> tuple[str, str]:
+    """``dir/n0144_12.jpg`` → (``dir/n0144_12``, ``jpg``): the key ends at the last component's first dot."""
+    dot = name.find(".", name.rfind("/") + 1)
+    return (name, "") if dot < 0 else (name[:dot], name[dot + 1:])
+
+
+def index_path(shard: str) -> str:
+    """Where the DALI index of a shard lives: ``train-000000.tar`` → ``train-000000.idx``."""
+    return os.path.splitext(shard)[0] + ".idx"
+
+
+def manifest_path(pattern: str) -> str:
+    """The converter's manifest for a shard pattern, printf (``shards/train-%06d.tar``) or brace
+    (``shards/train-{000000..000127}.tar``) style: ``shards/train.manifest.json``.
+
+    The name is the file name before the shard number, trailing ``-_.`` dropped (``manifest.json``
+    when nothing is left).
+    """
+    folder, name = os.path.split(pattern)
+    prefix = re.split(r"%[0-9]*d|\{", name, maxsplit=1)[0].rstrip("-_.")
+    return os.path.join(folder, f"{prefix}.manifest.json" if prefix else "manifest.json")
+
+
+@dataclass
+class ShardScan:
+    """One shard's samples in tar order, what was ignored, and every problem found."""
+    keys: list[str] = field(default_factory=list)
+    image_names: list[str] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)    # bytes from the file start to the image payload
+    sizes: list[int] = field(default_factory=list)      # image payload bytes as the tar header says
+    labels: list[int] = field(default_factory=list)
+    ignored: Counter = field(default_factory=Counter)   # member extension → members not used
+    problems: list[str] = field(default_factory=list)
+    from_index: bool = False                            # members came from the shard's DALI index
+
+
+# (member name, payload offset, payload size) in tar order, regular files only.
+Member = tuple[str, int, int]
+
+
+def _members_from_index(path: str, size_on_disk: int) -> list[Member] | None:
+    """The members a DALI index (``wds2idx`` v1.2) lists, if it can be trusted; else None (scan the tar).
+
+    Trusted when it is at least as new as the shard, parses completely, and its last member plus
+    tar's end-of-archive blocks fit in the shard: a shard cut or rewritten after indexing is scanned.
+    """
+    index = index_path(path)
+    try:
+        if os.path.getmtime(index) < os.path.getmtime(path):
+            return None
+        with open(index, encoding="utf-8") as handle:
+            header = handle.readline().split()
+            lines = handle.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if len(header) != 2 or header[0] != "v1.2" or not header[1].isdigit() or int(header[1]) != len(lines):
+        return None
+    members: list[Member] = []
+    try:
+        for line in lines:
+            fields = line.split(" ")
+            if len(fields) % 4:
+                return None  # a member name with a space: the format cannot say where it ends
+            for i in range(0, len(fields), 4):
+                members.append((fields[i + 3], int(fields[i + 1]), int(fields[i + 2])))
+    except ValueError:
+        return None
+    end = max((offset + size for _, offset, size in members), default=0)
+    if end + 2 * tarfile.BLOCKSIZE > size_on_disk:
+        return None
+    return members
+
+
+def _members_from_tar(handle: BinaryIO, name: str, scan: ShardScan) -> list[Member]:
+    """Every regular member by reading the tar headers; a cut or damaged tar adds a problem."""
+    members: list[Member] = []
+    infos: list[tarfile.TarInfo] = []
+    try:
+        archive = tarfile.open(fileobj=handle, mode="r:")
+    except tarfile.ReadError as exc:
+        scan.problems.append(f"{name}: not a readable tar file ({exc})")
+        return members
+    try:
+        for info in archive:
+            infos.append(info)
+    except tarfile.ReadError as exc:
+        cut = infos[-1] if infos else None
+        if cut is None or "unexpected end of data" not in str(exc):
+            scan.problems.append(f"{name}: damaged tar after member {cut.name if cut else '(none)'}: {exc}")
+        else:
+            # The file ends inside this member's payload. Whatever followed it is gone, so the
+            # shard is refused as a whole rather than read as a shorter, complete-looking one.
+            scan.problems.append(f"{name}: truncated tar: the file ends at byte {handle.seek(0, os.SEEK_END)} "
+                                 f"inside member {cut.name} ({cut.size} bytes declared from byte "
+                                 f"{cut.offset_data}); samples after it, if any, are lost — re-copy or "
+                                 f"re-convert this shard")
+            key = split_member(cut.name)[0]
+            while infos and split_member(infos[-1].name)[0] == key:  # its sample is incomplete: already reported
+                infos.pop()
+    else:
+        end = archive.offset  # where tarfile stopped: the end-of-archive marker or an unreadable header
+        handle.seek(end)
+        rest = handle.read(tarfile.BLOCKSIZE)
+        after = f"after member {infos[-1].name}" if infos else "at the start"
+        if not rest:
+            scan.problems.append(f"{name}: truncated tar: the file ends at byte {end} {after} without the "
+                                 f"end-of-archive marker (samples after it, if any, are lost)")
+        elif rest.strip(b"\0"):
+            scan.problems.append(f"{name}: truncated or damaged tar header at byte {end} {after}")
+    for info in infos:
+        if info.isreg():
+            members.append((info.name, info.offset_data, info.size))
+        else:
+            scan.ignored["(not a file)"] += 1
+    return members
+
+
+def scan_shard(path: str, image_keys: tuple[str, ...], label_key: str, use_index: bool = True) -> ShardScan:
+    """One shard's samples in tar order, with every problem listed.
+
+    Members come from the shard's DALI index when one is trustworthy (see
+    :func:`_members_from_index`; ~10x faster than reading headers), else from the tar headers
+    (stdlib ``tarfile``). Label payloads are read either way. Problems (each naming the shard and
+    member key): a sample without an image or a label member, a label that is not a non-negative
+    integer, a damaged or truncated header, a shard cut short (inside a member or without tar's
+    end-of-archive blocks: later samples would be lost without a trace). An image member whose
+    bytes are a broken image is not a listing problem: its read fails under ``on_error``.
+    """
+    scan = ShardScan()
+    name = os.path.basename(path)
+    try:
+        size_on_disk = os.path.getsize(path)
+        handle = open(path, "rb")
+    except OSError as exc:
+        scan.problems.append(f"{path}: cannot read shard: {exc.strerror or exc}")
+        return scan
+    with handle:
+        members = _members_from_index(path, size_on_disk) if use_index else None
+        if members is None:
+            members = _members_from_tar(handle, name, scan)
+        else:
+            scan.from_index = True
+        groups: list[tuple[str, list[Member]]] = []
+        for member in members:
+            key, ext = split_member(member[0])
+            if not key or key.endswith("/") or key.rsplit("/", 1)[-1].startswith("."):
+                scan.ignored[f".{ext}" if ext else "(hidden)"] += 1  # hidden files, as wds2idx skips them
+                continue
+            if groups and groups[-1][0] == key:
+                groups[-1][1].append(member)
+            else:
+                groups.append((key, [member]))
+        seen: set[str] = set()
+        for key, group in groups:
+            if key in seen:
+                scan.problems.append(f"{name}: sample key {key} appears again after other samples "
+                                     f"(members of one sample must be adjacent)")
+                continue
+            seen.add(key)
+            by_ext = {split_member(m[0])[1].lower(): m for m in group}
+            image = next((by_ext[k] for k in image_keys if k in by_ext), None)
+            label_member = by_ext.get(label_key)
+            for m in group:
+                if m is not image and m is not label_member:
+                    scan.ignored["." + split_member(m[0])[1].lower()] += 1
+            found = ", ".join(m[0] for m in group)
+            if image is None:
+                scan.problems.append(f"{name}: sample {key} has no image member (expected {key}."
+                                     f"{' or .'.join(image_keys)}; found {found})")
+                continue
+            if label_member is None:
+                scan.problems.append(f"{name}: sample {key} has no label member {key}.{label_key} "
+                                     f"(found {found})")
+                continue
+            _, offset, size = label_member
+            text = os.pread(handle.fileno(), size, offset) if size else b""
+            if len(text) != size:
+                scan.problems.append(f"{name}: label member {label_member[0]} is cut short (truncated shard)")
+                continue
+            text = text.decode("utf-8", "replace").strip()
+            if not text.isdigit():
+                scan.problems.append(f"{name}: {label_member[0]} holds {text[:40]!r}; expected a "
+                                     f"non-negative integer as text")
+                continue
+            scan.keys.append(key)
+            scan.image_names.append(image[0])
+            scan.offsets.append(image[1])
+            scan.sizes.append(image[2])
+            scan.labels.append(int(text))
+    return scan
+
+
+class ShardSamples:
+    """Where each sample's image bytes are: ``shards[shard[i]]`` at ``offset[i]``, ``size[i]`` bytes.
+
+    :meth:`read` is a positioned read through a small per-process cache of open shards
+    (:data:`MAX_OPEN_SHARDS`); pickling (to spawned workers) drops the cache.
+    """
+
+    def __init__(self, shards: tuple[str, ...], shard: np.ndarray, offset: np.ndarray, size: np.ndarray):
+        self.shards = shards
+        self.shard = np.asarray(shard, dtype=np.int32)
+        self.offset = np.asarray(offset, dtype=np.int64)
+        self.size = np.asarray(size, dtype=np.int64)
+        self._open: OrderedDict[int, int] = OrderedDict()
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"shards": self.shards, "shard": self.shard, "offset": self.offset, "size": self.size}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["shards"], state["shard"], state["offset"], state["size"])
+
+    def _after_fork(self) -> None:
+        # A forked child: close its copies of the parent's descriptors and take a fresh lock (the
+        # inherited one may have been held by a parent thread that does not exist here).
+        for inherited in self._open.values():
+            os.close(inherited)
+        self._open, self._lock, self._pid = OrderedDict(), threading.Lock(), os.getpid()
+
+    def _descriptor(self, shard: int) -> int:
+        fd = self._open.get(shard)
+        if fd is not None:
+            self._open.move_to_end(shard)
+            return fd
+        fd = os.open(self.shards[shard], os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self._open[shard] = fd
+        if len(self._open) > MAX_OPEN_SHARDS:
+            os.close(self._open.popitem(last=False)[1])
+        return fd
+
+    def read(self, index: int) -> bytes:
+        """The encoded image of sample ``index``; :class:`ImageError` when the shard is unreadable or cut short."""
+        shard, offset, size = int(self.shard[index]), int(self.offset[index]), int(self.size[index])
+        if size == 0:
+            raise ImageError("empty image member (0 bytes)")
+        if self._pid != os.getpid():
+            self._after_fork()
+        try:
+            with self._lock:  # an evicted descriptor must not be closed under another thread's read
+                data = os.pread(self._descriptor(shard), size, offset)
+        except OSError as exc:
+            raise ImageError(f"cannot read shard {self.shards[shard]}: {exc.strerror or exc}") from None
+        if len(data) != size:
+            raise ImageError(f"truncated image member: {size} bytes expected at byte {offset}, "
+                             f"{len(data)} found (the shard file is cut short)")
+        return data
+
+    def close(self) -> None:
+        """Close the shards this process holds open (reads reopen them)."""
+        if self._pid != os.getpid():
+            self._after_fork()
+            return
+        with self._lock:
+            for fd in self._open.values():
+                os.close(fd)
+            self._open.clear()
+
+    def __del__(self) -> None:
+        try:
+            if self._pid == os.getpid():
+                self.close()
+        except Exception:
+            pass

@@ -1,0 +1,65 @@
+"""Shared fixtures: a small generated sample set and pipeline files written on the fly."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+from dali_bridge.backends.select import available_backends
+
+REPO = Path(__file__).resolve().parent.parent
+PIPELINES = REPO / "pipelines"
+TRAIN = PIPELINES / "imagenet_train.yaml"
+VAL = PIPELINES / "imagenet_val.yaml"
+
+# Backends that run on this host; the GPU `dali` backend joins where CUDA and DALI exist.
+HOST_BACKENDS = available_backends()
+CPU_BACKENDS = [b for b in ("dali-cpu", "torchvision") if b in HOST_BACKENDS]
+
+
+def backend_params(names: list[str] = ["dali-cpu", "torchvision", "dali"]) -> list:
+    """pytest params over backends, each unavailable one skipped with the reason."""
+    from dali_bridge.backends.select import unavailable_reason
+
+    params = []
+    for name in names:
+        reason = unavailable_reason(name)
+        marks = [pytest.mark.skip(reason=f"{name}: {reason}")] if reason else []
+        params.append(pytest.param(name, id=name, marks=marks))
+    return params
+
+
+@pytest.fixture(scope="session")
+def sample_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """37 natural-looking JPEGs in 3 classes (an odd count, so partial batches happen)."""
+    from dali_bridge.samples import generate_sample_data
+
+    root = tmp_path_factory.mktemp("samples")
+    generate_sample_data(root, images=37, classes=3, seed=1, workers=1)
+    return root
+
+
+@pytest.fixture
+def write_pipeline(tmp_path: Path) -> Callable[..., Path]:
+    """Write a pipeline file: a shipped one (by path) with dotted overrides, or raw data."""
+    counter = iter(range(10_000))
+
+    def write(base: Path | dict[str, Any] = TRAIN, **overrides: Any) -> Path:
+        data = yaml.safe_load(Path(base).read_text()) if not isinstance(base, dict) else dict(base)
+        for dotted, value in overrides.items():
+            node = data
+            parts = dotted.split("__")
+            for part in parts[:-1]:
+                node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+            last = parts[-1]
+            if isinstance(node, list):
+                node[int(last)] = value
+            else:
+                node[last] = value
+        path = tmp_path / f"pipeline_{next(counter)}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    return write

@@ -1,0 +1,178 @@
+"""Hostile inputs for the reliability tests: broken files, awkward sources, and the unusual-but-valid
+images ``tests/corpus.py`` does not cover (very large, names with spaces and non-ASCII characters).
+
+Every broken kind comes with the reason both backends report for it (:data:`BROKEN_REASONS`),
+so a test can pin the exact behaviour: the reason is produced by the shared reader
+(:func:`dali_bridge.images.read_bytes`, :func:`~dali_bridge.images.check_encoded`) or, for damage
+only a decoder sees, by the reference decoder both backends consult.
+"""
+from __future__ import annotations
+
+import errno
+import io
+import os
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from PIL import Image
+
+
+def tiny_jpeg(seed: int, height: int = 40, width: int = 56, **save: object) -> bytes:
+    """A small baseline JPEG (quality 90) of smooth colour ramps plus noise; ``save`` goes to PIL."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    base = rng.uniform(0, 255, 3)[None, None, :] + 80 * np.stack(
+        [np.sin(x / width * 3 + rng.uniform(0, 6)), np.cos(y / height * 3), np.sin((x + y) / (width + height) * 5)], -1)
+    pixels = np.clip(base + rng.normal(0, 12, (height, width, 3)), 0, 255).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, "JPEG", **{"quality": 90, **save})
+    return buffer.getvalue()
+
+
+def write_image_folder(root: Path, classes: int = 2, per_class: int = 6, seed: int = 0) -> list[Path]:
+    """An ImageFolder of tiny JPEGs of varied sizes; returns the files in listing order (index order)."""
+    files = []
+    for label in range(classes):
+        folder = root / f"class_{label}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for number in range(per_class):
+            seed_here = seed * 1000 + label * 100 + number
+            path = folder / f"img_{number:03d}.jpg"
+            path.write_bytes(tiny_jpeg(seed_here, 36 + 5 * (seed_here % 7), 44 + 3 * (seed_here % 11)))
+            files.append(path)
+    return files
+
+
+# ---------------------------------------------------------------------------------------------
+# Broken files: each kind turns a valid JPEG's bytes into damaged content.
+
+def _scan_start(data: bytes) -> int:
+    """Offset just past the first start-of-scan segment header (where entropy-coded data begins)."""
+    sos = data.find(b"\xff\xda")
+    return sos + 2 + int.from_bytes(data[sos + 2:sos + 4], "big")
+
+
+def _bad_huffman(data: bytes) -> bytes:
+    # Every header check passes (size, markers, end marker); libjpeg-turbo rejects the table at decode
+    # time, on both backends — on DALI this fails the whole batch, which exercises its culprit search.
+    dht = data.find(b"\xff\xc4")
+    counts = dht + 5  # marker(2) length(2) class/id(1), then 16 code-length counts
+    return data[:counts] + b"\xff" * 16 + data[counts + 16:]
+
+
+def _gif(_: bytes) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 16), (200, 30, 30)).save(buffer, "GIF")
+    return buffer.getvalue()
+
+
+def _png_without_end(_: bytes) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 16), (30, 200, 30)).save(buffer, "PNG")
+    return buffer.getvalue()[:-12]  # the IEND chunk is the last 12 bytes
+
+
+def _random(_: bytes) -> bytes:
+    noise = np.random.default_rng(7).integers(0, 256, 4096, dtype=np.uint8).tobytes()
+    return b"\x00" + noise  # never a JPEG/PNG/WebP signature
+
+
+BROKEN_CONTENT: dict[str, Callable[[bytes], bytes]] = {
+    "zero_bytes": lambda data: b"",
+    "cut_in_header": lambda data: data[:20],
+    "cut_before_scan": lambda data: data[:data.find(b"\xff\xda")],
+    "cut_just_after_scan_header": lambda data: data[:_scan_start(data) + 16],
+    "cut_halfway": lambda data: data[:len(data) // 2],
+    "cut_before_end_marker": lambda data: data[:-2],
+    "random_bytes": _random,
+    "bad_huffman_table": _bad_huffman,
+    "gif_named_jpg": _gif,
+    "png_cut_before_iend": _png_without_end,
+}
+
+# Kinds that are not file content: what stands at the file's name in the listing.
+BROKEN_ENTRIES = ("fifo", "dangling_symlink", "deleted_after_listing", "unreadable")
+
+BROKEN_REASONS: dict[str, str] = {
+    "zero_bytes": "empty file (0 bytes)",
+    "cut_in_header": "truncated JPEG: the file ends (20 bytes) before its image data starts",
+    "cut_before_scan": "truncated JPEG: the file ends",
+    "cut_just_after_scan_header": "truncated JPEG: no end-of-image marker after the image data",
+    "cut_halfway": "truncated JPEG: no end-of-image marker after the image data",
+    "cut_before_end_marker": "truncated JPEG: no end-of-image marker after the image data",
+    "random_bytes": "not a JPEG, PNG or WebP image (starts with 00 ",
+    "bad_huffman_table": "decode failed: Bogus Huffman table definition",
+    "gif_named_jpg": "not a JPEG, PNG or WebP image (starts with 47 49 46 38",
+    "png_cut_before_iend": "truncated PNG: no IEND chunk",
+    "fifo": "cannot read file: not a regular file (a FIFO)",
+    "dangling_symlink": "cannot read file: No such file or directory",
+    "deleted_after_listing": "cannot read file: No such file or directory",
+    "unreadable": "cannot read file: Permission denied",
+}
+BROKEN_KINDS = tuple(BROKEN_CONTENT) + BROKEN_ENTRIES
+
+
+def break_file(path: Path, kind: str) -> None:
+    """Replace the valid JPEG at ``path`` by broken kind ``kind`` (before the loader lists the folder).
+
+    ``deleted_after_listing`` and ``unreadable`` leave the file as it is: the test removes it after
+    building the loader, or makes it unreadable with :func:`make_unreadable`.
+    """
+    if kind in BROKEN_CONTENT:
+        path.write_bytes(BROKEN_CONTENT[kind](path.read_bytes()))
+    elif kind == "fifo":
+        path.unlink()
+        os.mkfifo(path)
+    elif kind == "dangling_symlink":
+        path.unlink()
+        path.symlink_to(path.with_name("no-such-target.jpg"))
+    elif kind not in ("deleted_after_listing", "unreadable"):
+        raise ValueError(f"unknown broken kind {kind!r}; expected one of {BROKEN_KINDS}")
+
+
+def make_unreadable(path: Path, monkeypatch) -> str:
+    """Make ``path`` unreadable; returns how. ``chmod 000`` when not root; root ignores permission
+    bits, so there ``os.open`` is patched to fail on this path with EACCES exactly as the kernel
+    would (forked DataLoader workers inherit the patch)."""
+    if os.geteuid() != 0:
+        path.chmod(0)
+        return "chmod 000"
+    target = os.fspath(path)
+    real_open = os.open
+
+    def open_denied(file, flags, *args, **kwargs):
+        if os.fspath(file) == target:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), target)
+        return real_open(file, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_denied)
+    return "os.open patched to raise EACCES (running as root)"
+
+
+# ---------------------------------------------------------------------------------------------
+# Valid but unusual: what tests/corpus.py leaves out.
+
+def write_awkward_names(folder: Path, seed: int = 0) -> list[Path]:
+    """Valid JPEGs whose names have spaces, non-ASCII letters, an emoji and an upper-case extension."""
+    folder.mkdir(parents=True, exist_ok=True)
+    names = ["with space.jpg", "  leading and trailing  .jpg", "Ünïcødé-ñame.jpg", "日本語の画像.jpg",
+             "emoji-📷.jpeg", "UPPER.JPG"]
+    paths = []
+    for number, name in enumerate(names):
+        path = folder / name
+        path.write_bytes(tiny_jpeg(seed + number, 40 + number, 52))
+        paths.append(path)
+    return paths
+
+
+def write_large_jpeg(path: Path, height: int = 6000, width: int = 8000) -> Path:
+    """A ``width`` x ``height`` JPEG (default 8000x6000, 48 MPixel) of smooth ramps: compresses to ~1 MB."""
+    y = np.linspace(0, 255, height, dtype=np.float32)[:, None]
+    x = np.linspace(0, 255, width, dtype=np.float32)[None, :]
+    pixels = np.empty((height, width, 3), dtype=np.uint8)
+    pixels[..., 0] = x.astype(np.uint8)
+    pixels[..., 1] = y.astype(np.uint8)
+    pixels[..., 2] = ((x + y) / 2).astype(np.uint8)
+    Image.fromarray(pixels).save(path, "JPEG", quality=85)
+    return path
