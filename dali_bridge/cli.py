@@ -417,23 +417,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    # Errors users can act on: one line (SpecError: every problem), no traceback.
+    exit_codes = ((SpecError, EXIT_INVALID), (SourceError, EXIT_INVALID), (BackendUnavailable, EXIT_UNAVAILABLE),
+                  (FileNotFoundError, EXIT_INVALID), (SampleError, EXIT_FAILED))
     try:
         return args.func(args)
-    except SpecError as exc:
-        print(exc, file=sys.stderr)
-        return EXIT_INVALID
-    except SourceError as exc:
-        print(f"dali-bridge: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    except BackendUnavailable as exc:
-        print(f"dali-bridge: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    except FileNotFoundError as exc:
-        print(f"dali-bridge: {exc.filename}: no such file", file=sys.stderr)
-        return EXIT_INVALID
-    except SampleError as exc:
-        print(f"dali-bridge: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    except tuple(kind for kind, _ in exit_codes) as exc:
+        if isinstance(exc, SpecError):
+            print(exc, file=sys.stderr)
+        elif isinstance(exc, FileNotFoundError):
+            print(f"dali-bridge: {exc.filename}: no such file", file=sys.stderr)
+        else:
+            print(f"dali-bridge: {exc}", file=sys.stderr)
+        return next(code for kind, code in exit_codes if isinstance(exc, kind))
     except KeyboardInterrupt:
         return 130
 

@@ -1,6 +1,8 @@
 """Shared fixtures: a small generated sample set and pipeline files written on the fly."""
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -63,3 +65,34 @@ def write_pipeline(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+# ---- lifecycle helpers: what a loader leaves behind (Linux /proc)
+
+def os_threads() -> int:
+    """OS threads of this process (DALI's C++ threads included, unlike threading.enumerate)."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def child_processes() -> list[int]:
+    """Live (non-zombie) child processes of this process, from /proc (any launcher, not only multiprocessing)."""
+    me, found = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == me and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def settle(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Wait (up to ``timeout`` seconds) for workers and threads to finish shutting down."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

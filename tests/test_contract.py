@@ -10,11 +10,9 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TRAIN, backend_params
+from conftest import TRAIN, backend_params, child_processes, os_threads, settle
 from dali_bridge import build_loader
 from dali_bridge.loader import Loader, resolve_topology
 from dali_bridge.sampling import epoch_order
@@ -430,31 +428,7 @@ def test_two_loaders_iterated_at_once_each_yield_their_own_batches(sample_root, 
     assert [i for batch in got_second for i in batch] == epoch_order(SAMPLES, 3, 0)[:len(got_second) * BATCH].tolist()
 
 
-def _os_threads() -> int:
-    return len(os.listdir("/proc/self/task"))
 
-
-def _children() -> list[int]:
-    """Live child processes of this process (from /proc; includes non-multiprocessing children)."""
-    me, found = str(os.getpid()), []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[1] == me and fields[0] != "Z":
-                found.append(int(entry))
-    return found
-
-
-def _settle(condition, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc to count threads")
@@ -472,14 +446,14 @@ def test_collected_loader_leaves_no_threads_or_child_processes(sample_root, back
 
     use_and_drop()      # warm-up: lazily created process-wide pools (torch intra-op, DALI) persist by design
     gc.collect()
-    assert _settle(lambda: not _children())
-    threads, python_threads = _os_threads(), len(threading.enumerate())
+    assert settle(lambda: not child_processes())
+    threads, python_threads = os_threads(), len(threading.enumerate())
     for _ in range(2):
         use_and_drop()
         gc.collect()
-    assert _settle(lambda: _os_threads() <= threads), f"OS threads grew from {threads} to {_os_threads()}"
+    assert settle(lambda: os_threads() <= threads), f"OS threads grew from {threads} to {os_threads()}"
     assert len(threading.enumerate()) <= python_threads, threading.enumerate()
-    assert _settle(lambda: not _children()), f"child processes left: {_children()}"
+    assert settle(lambda: not child_processes()), f"child processes left: {child_processes()}"
     assert not multiprocessing.active_children()
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import backend_params
+from conftest import backend_params, child_processes, os_threads, settle
 from dali_bridge import build_loader
 from dali_bridge.images import SampleError
 from dali_bridge.loader import Loader
@@ -429,32 +429,7 @@ def test_file_list_problems_are_all_reported_with_line_numbers_before_anything_r
 # ---------------------------------------------------------------------------------------------
 # Lifecycle: nothing left behind
 
-def _children() -> list[int]:
-    """Live (non-zombie) child processes of this process, from /proc."""
-    me, found = os.getpid(), []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == me and fields[0] != "Z":
-                found.append(int(entry))
-    return found
 
-
-def _os_threads() -> int:
-    return len(os.listdir("/proc/self/task"))
-
-
-def _settle(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    """Wait (up to ``timeout`` seconds) for workers and threads to finish shutting down."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def _scenarios(root: Path, backend: str) -> None:
@@ -478,17 +453,57 @@ def _scenarios(root: Path, backend: str) -> None:
     del loader, iterator
 
 
+@pytest.mark.parametrize("backend", backend_params(["dali-cpu", "dali"]))
+def test_a_process_forked_while_failed_dali_loaders_are_garbage_collects_them_without_hanging(tmp_path, backend):
+    # A SampleError's traceback keeps the loader's pipeline alive in a reference cycle; a DataLoader
+    # worker forked then (any torch DataLoader with workers) used to hang for ever when its garbage
+    # collector destroyed that pipeline without DALI's threads.
+    import signal
+
+    files = write_image_folder(tmp_path / "data", classes=2, per_class=6)
+    break_file(files[5], "zero_bytes")
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(2):
+            loader = build_loader(pipeline(tmp_path / "data"), backend)
+            try:
+                run_epoch(loader)
+            except SampleError as error:
+                cycle: list = [error]
+                cycle.append(cycle)
+            loader.close()
+            del loader, cycle
+        child = os.fork()
+        if child == 0:  # the child: collect the inherited garbage, then leave without any cleanup
+            gc.collect()
+            os._exit(0)
+    finally:
+        gc.enable()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        finished, status = os.waitpid(child, os.WNOHANG)
+        if finished:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        pytest.fail("the forked child hung destroying an inherited DALI pipeline")
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_breaking_early_two_loaders_at_once_and_deleting_mid_epoch_leave_no_processes_or_threads(tmp_path,
                                                                                                backend):
     write_image_folder(tmp_path / "data", classes=2, per_class=7)
     _scenarios(tmp_path / "data", backend)  # warm-up: process-wide pools (torch, DALI) are created once
     gc.collect()
-    assert _settle(lambda: not _children()), f"child processes left after warm-up: {_children()}"
-    threads, python_threads = _os_threads(), set(threading.enumerate())
+    assert settle(lambda: not child_processes()), f"child processes left after warm-up: {child_processes()}"
+    threads, python_threads = os_threads(), set(threading.enumerate())
     for _ in range(2):
         _scenarios(tmp_path / "data", backend)
         gc.collect()
-    assert _settle(lambda: not _children()), f"child processes left: {_children()}"
-    assert _settle(lambda: _os_threads() <= threads), f"OS threads grew from {threads} to {_os_threads()}"
+    assert settle(lambda: not child_processes()), f"child processes left: {child_processes()}"
+    assert settle(lambda: os_threads() <= threads), f"OS threads grew from {threads} to {os_threads()}"
     assert set(threading.enumerate()) <= python_threads, set(threading.enumerate()) - python_threads

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import threading
+import weakref
 from collections import deque
 from typing import Any, Iterator
 
@@ -29,6 +31,21 @@ from ..spec import PipelineSpec
 log = logging.getLogger("dali_bridge")
 
 _INTERP = {"nearest": "INTERP_NN", "bilinear": "INTERP_LINEAR", "bicubic": "INTERP_CUBIC"}
+
+# Every DALI pipeline alive in this process. A forked child (a DataLoader worker, say) inherits
+# them without DALI's threads, and destroying one there — e.g. when the child's garbage collector
+# finalizes a loader left in a reference cycle by a traceback — waits forever on a condition
+# variable those threads were waiting on. The child keeps them, never destroying them.
+_LIVE_PIPELINES: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_INHERITED_PIPELINES: list = []
+
+
+def _keep_inherited_pipelines() -> None:
+    _INHERITED_PIPELINES.extend(_LIVE_PIPELINES)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_keep_inherited_pipelines)
 _DTYPES = {"float32": "FLOAT", "float16": "FLOAT16", "uint8": "UINT8"}
 
 
@@ -399,6 +416,7 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
 
     pipe = graph()
     pipe.build()
+    _LIVE_PIPELINES.add(pipe)
     return pipe
 
 

@@ -9,12 +9,9 @@ process.
 """
 from __future__ import annotations
 
-import ctypes
 import logging
-import sys
 from typing import Any, Iterator
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import InterpolationMode
@@ -51,27 +48,6 @@ def apply_geometry(image: torch.Tensor, ops: list) -> torch.Tensor:
             if op.apply:
                 image = F.horizontal_flip(image)
     return image
-
-
-def _keep_freed_memory() -> None:
-    """Stop glibc from returning freed image buffers to the OS after every sample.
-
-    Each decode and resize allocates megabytes; by default glibc maps them fresh and unmaps them
-    on free, so every sample pays page faults to zero new pages. Keeping them in the heap lets
-    the next sample reuse them.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 256 * 1024 * 1024)  # M_MMAP_THRESHOLD: serve large blocks from the heap
-        libc.mallopt(-1, 512 * 1024 * 1024)  # M_TRIM_THRESHOLD: keep up to this much freed memory
-    except (OSError, AttributeError):
-        pass
-
-
-def _worker_init(_: int) -> None:
-    _keep_freed_memory()
 
 
 class BatchDataset(Dataset):
@@ -176,9 +152,7 @@ class TorchvisionExecutor:
         self.dataset = BatchDataset(spec, listing, plan, spare_buffers=spec.loader.prefetch + _SPARE_BUFFERS)
         kwargs: dict[str, Any] = {}
         if self.workers > 0:
-            kwargs.update(prefetch_factor=spec.loader.prefetch, persistent_workers=True, worker_init_fn=_worker_init)
-        else:
-            _keep_freed_memory()
+            kwargs.update(prefetch_factor=spec.loader.prefetch, persistent_workers=True)
         self.dataloader = DataLoader(self.dataset, batch_size=None, sampler=self.sampler, num_workers=self.workers,
                                      collate_fn=_identity, pin_memory=cuda, **kwargs)
         self.stream = torch.cuda.Stream(self.device) if cuda else None
