@@ -522,3 +522,10 @@ def test_rank_outside_the_world_is_refused(monkeypatch):
 def _host() -> list[str]:
     from conftest import CPU_BACKENDS
     return CPU_BACKENDS
+
+
+@pytest.mark.parametrize("backend", backend_params(["dali-cpu"]))
+def test_zero_workers_gives_dali_one_thread_not_every_core(sample_root, backend):
+    loader = build_loader(TRAIN, backend, overrides={"source.root": str(sample_root), "loader.workers": 0})
+    assert loader._executor.threads == 1
+    assert [len(images) for images, _ in loader] == [37]  # the 37 samples in one partial batch

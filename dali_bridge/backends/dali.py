@@ -46,6 +46,7 @@ def _keep_inherited_pipelines() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_keep_inherited_pipelines)
+
 _DTYPES = {"float32": "FLOAT", "float16": "FLOAT16", "uint8": "UINT8"}
 
 
@@ -426,7 +427,8 @@ class DaliExecutor:
     def __init__(self, spec: PipelineSpec, listing: Listing, plan: Plan, *, gpu: bool, topology: Topology,
                  device: str | torch.device | None = None):
         self.spec, self.listing, self.plan, self.gpu = spec, listing, plan, gpu
-        self.threads = spec.loader.workers or default_workers()
+        # workers: 0 means "in the calling process" on torchvision; DALI always needs a thread.
+        self.threads = default_workers() if spec.loader.workers is None else max(1, spec.loader.workers)
         self.device_id = topology.local_rank if gpu else None
         if gpu:
             self.device = torch.device(device) if device is not None else torch.device("cuda", self.device_id)
