@@ -356,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     p = add("doctor", cmd_doctor, "Print the environment that matters: versions, CUDA devices, which backend "
-                                  "auto picks and why, recommended worker counts.")
+                                  "auto picks and why, recommended worker counts.",
+            "examples:\n  dali-bridge doctor\n  dali-bridge doctor --json > host.json")
     p.add_argument("--json", action="store_true", help="print as JSON")
 
     p = add("bench", cmd_bench, "Benchmark backends on the same samples against hand-written torchvision/DALI "
