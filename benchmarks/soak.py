@@ -60,9 +60,10 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _status_kib(pid: int, key: str) -> int:
+def _proc_kib(path: str, key: str) -> int:
+    """The ``key:`` value (KiB) of a /proc status-style file, 0 when the process is gone."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        for line in Path(path).read_text().splitlines():
             if line.startswith(key + ":"):
                 return int(line.split()[1])
     except OSError:
@@ -70,14 +71,12 @@ def _status_kib(pid: int, key: str) -> int:
     return 0
 
 
+def _status_kib(pid: int, key: str) -> int:
+    return _proc_kib(f"/proc/{pid}/status", key)
+
+
 def _pss_kib(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+    return _proc_kib(f"/proc/{pid}/smaps_rollup", "Pss")
 
 
 def _fds(pid: int) -> int:
