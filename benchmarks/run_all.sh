@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate every benchmark figure and table the README shows, from a clean clone:
-#   bash benchmarks/run_all.sh            (about 7 minutes on 2 idle cores; more cores, more candidates)
+#   bash benchmarks/run_all.sh            (about 10 minutes on 2 cores, measured; more cores, more candidates)
 # Writes benchmarks/results/bench_train.{json,png}, bench_val.{json,png}, dali_cpu_hybrid.json and
 # bench_report.md (the README-ready markdown, printed at the end). Measure on a quiet machine: every JSON records the
 # 1-minute load average before and after each candidate, and the report prints it.
