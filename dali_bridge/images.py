@@ -109,6 +109,56 @@ def _jpeg_scan_start(data: bytes) -> int:
     return -1
 
 
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame: C4/C8/CC are DHT/JPG/DAC
+
+
+def _exif_orientation(data: bytes, start: int, end: int) -> int:
+    """Orientation tag (0x0112) of the TIFF structure in an APP1 Exif segment's [start, end); 1 if absent."""
+    order = data[start:start + 2]
+    if order not in (b"II", b"MM") or end - start < 8:
+        return 1
+    endian = "little" if order == b"II" else "big"
+    ifd = start + int.from_bytes(data[start + 4:start + 8], endian)
+    if ifd + 2 > end:
+        return 1
+    for entry in range(ifd + 2, min(ifd + 2 + 12 * int.from_bytes(data[ifd:ifd + 2], endian), end - 11), 12):
+        if int.from_bytes(data[entry:entry + 2], endian) == _EXIF_ORIENTATION:
+            return int.from_bytes(data[entry + 8:entry + 10], endian)
+    return 1
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """(height, width) after EXIF orientation from the JPEG header segments, or None to ask PIL.
+
+    About ten times faster than opening the image with PIL: the DALI feeder probes every sample
+    on the Python thread that feeds the pipeline.
+    """
+    position, size = 2, len(data)
+    orientation, frame = 1, None
+    while position + 4 <= size:
+        if data[position] != 0xFF:
+            return None
+        marker = data[position + 1]
+        if marker == 0xFF:
+            position += 1
+            continue
+        if marker == 0xDA:
+            break
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:
+            position += 2
+            continue
+        length = int.from_bytes(data[position + 2:position + 4], "big")
+        if marker in _SOF_MARKERS and frame is None and position + 9 <= size:
+            frame = (int.from_bytes(data[position + 5:position + 7], "big"),
+                     int.from_bytes(data[position + 7:position + 9], "big"))
+        elif marker == 0xE1 and orientation == 1 and data[position + 4:position + 10] == b"Exif\x00\x00":
+            orientation = _exif_orientation(data, position + 10, min(position + 2 + length, size))
+        position += 2 + length
+    if frame is None or min(frame) <= 0:
+        return None
+    return (frame[1], frame[0]) if orientation in _TRANSPOSING else frame
+
+
 def probe(data: bytes) -> tuple[int, int]:
     """(height, width) in pixels as decoded with EXIF orientation applied; reads the header only.
 
@@ -116,6 +166,10 @@ def probe(data: bytes) -> tuple[int, int]:
     error is raised — the same reason the torchvision backend reports — or, if it decodes the
     image after all, the decoded size is returned.
     """
+    if data[:3] == b"\xff\xd8\xff":
+        size = _jpeg_size(data)
+        if size is not None:
+            return size
     from PIL import Image
 
     try:
