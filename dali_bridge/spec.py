@@ -255,6 +255,20 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
+def _op_mapping_form(entry: Any) -> Any:
+    """``- horizontal_flip`` / ``- resize: 256`` → ``{name: {params}}`` so an override can set one parameter."""
+    if isinstance(entry, str):
+        return {entry: {}}
+    if isinstance(entry, dict) and len(entry) == 1:
+        name, params = next(iter(entry.items()))
+        if params is None:
+            return {name: {}}
+        op = OPS.get(name)
+        if not isinstance(params, dict) and op is not None and op.primary is not None:
+            return {name: {op.primary: params}}
+    return entry
+
+
 def apply_overrides(data: dict, overrides: Mapping[str, Any]) -> tuple[dict, dict[tuple, str], list[Problem]]:
     """Apply dotted-path overrides (``source.root``, ``ops.1.resize.size``) to raw pipeline data.
 
@@ -279,6 +293,8 @@ def apply_overrides(data: dict, overrides: Mapping[str, Any]) -> tuple[dict, dic
                 node = node[part]
             elif isinstance(node, list) and isinstance(part, int) and -len(node) <= part < len(node):
                 parts[i] = part % len(node)
+                if parts[:i] == ["ops"]:  # reaching into an op: its shorthand must not be lost
+                    node[part] = _op_mapping_form(node[part])
                 node = node[part]
             else:
                 problems.append(Problem(label, format_path(parts[: i + 1]),

@@ -893,3 +893,11 @@ def test_specs_compare_equal_regardless_of_origin(tmp_path):
     a = load_spec(write(tmp_path, HEAD + TRAIN_OPS, "a/pipe.yaml"))
     b = spec_from_dict(yaml.safe_load(a.to_yaml()), origin="elsewhere")
     assert isinstance(b, PipelineSpec) and a == b and a.origin != b.origin
+
+
+def test_override_of_one_parameter_keeps_an_ops_shorthand_value(tmp_path):
+    text = with_ops(["resize: 256", "center_crop: 224", "horizontal_flip", "normalize"])
+    spec = load_spec(write(tmp_path, text), {"ops.0.resize.interpolation": "bicubic",
+                                            "ops.2.horizontal_flip.probability": 0.25})
+    assert spec.ops[0].params["size"] == 256 and spec.ops[0].params["interpolation"] == "bicubic"
+    assert spec.ops[2].params["probability"] == 0.25
