@@ -11,7 +11,6 @@ import os
 import re
 import stat
 
-import numpy as np
 
 # EXIF orientations 5-8 transpose the image: stored width becomes displayed height.
 _TRANSPOSING = {5, 6, 7, 8}
@@ -71,7 +70,7 @@ def check_encoded(data: bytes) -> str:
     if not data:
         raise ImageError("empty file (0 bytes)")
     if data[:3] == b"\xff\xd8\xff":
-        scan = _jpeg_scan_start(data)
+        scan = _jpeg_header(data)[0]
         if scan < 0:
             raise ImageError(f"truncated JPEG: the file ends ({len(data)} bytes) before its image data starts")
         if data.rfind(b"\xff\xd9") < scan:
@@ -84,29 +83,6 @@ def check_encoded(data: bytes) -> str:
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "webp"
     raise ImageError(f"not a JPEG, PNG or WebP image (starts with {data[:8].hex(' ')})")
-
-
-def _jpeg_scan_start(data: bytes) -> int:
-    """Offset of the first start-of-scan marker, walking the header segments; -1 if the data ends first.
-
-    Walking segment lengths (not searching bytes) skips EXIF thumbnails, which hold their own
-    scan and end markers.
-    """
-    position, size = 2, len(data)
-    while position + 4 <= size:
-        if data[position] != 0xFF:
-            return -1
-        marker = data[position + 1]
-        if marker == 0xFF:  # fill byte before a marker
-            position += 1
-            continue
-        if marker == 0xDA:
-            return position
-        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length field
-            position += 2
-            continue
-        position += 2 + int.from_bytes(data[position + 2:position + 4], "big")
-    return -1
 
 
 _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame: C4/C8/CC are DHT/JPG/DAC
@@ -127,24 +103,25 @@ def _exif_orientation(data: bytes, start: int, end: int) -> int:
     return 1
 
 
-def _jpeg_size(data: bytes) -> tuple[int, int] | None:
-    """(height, width) after EXIF orientation from the JPEG header segments, or None to ask PIL.
+def _jpeg_header(data: bytes) -> tuple[int, tuple[int, int] | None, int]:
+    """Walk the JPEG header segments: (offset of the first start-of-scan marker or -1 if the data
+    ends first, (height, width) of the frame or None, EXIF orientation).
 
-    About ten times faster than opening the image with PIL: the DALI feeder probes every sample
-    on the Python thread that feeds the pipeline.
+    Walking segment lengths (not searching bytes) skips EXIF thumbnails, which hold their own
+    scan and end markers.
     """
     position, size = 2, len(data)
     orientation, frame = 1, None
     while position + 4 <= size:
         if data[position] != 0xFF:
-            return None
+            return -1, frame, orientation
         marker = data[position + 1]
-        if marker == 0xFF:
+        if marker == 0xFF:  # fill byte before a marker
             position += 1
             continue
         if marker == 0xDA:
-            break
-        if marker == 0x01 or 0xD0 <= marker <= 0xD8:
+            return position, frame, orientation
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length field
             position += 2
             continue
         length = int.from_bytes(data[position + 2:position + 4], "big")
@@ -154,7 +131,17 @@ def _jpeg_size(data: bytes) -> tuple[int, int] | None:
         elif marker == 0xE1 and orientation == 1 and data[position + 4:position + 10] == b"Exif\x00\x00":
             orientation = _exif_orientation(data, position + 10, min(position + 2 + length, size))
         position += 2 + length
-    if frame is None or min(frame) <= 0:
+    return -1, frame, orientation
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """(height, width) after EXIF orientation from the JPEG header, or None to ask PIL.
+
+    About ten times faster than opening the image with PIL: the DALI feeder probes every sample
+    on the Python thread that feeds the pipeline.
+    """
+    scan, frame, orientation = _jpeg_header(data)
+    if scan < 0 or frame is None or min(frame) <= 0:
         return None
     return (frame[1], frame[0]) if orientation in _TRANSPOSING else frame
 
@@ -205,7 +192,3 @@ def decode_rgb(data: bytes):
 
 # torchvision prefixes its messages with "decode_jpeg, /path/to/decode_jpeg.cpp:171, ".
 _SOURCE_LOCATION = re.compile(r"^\w+, \S+:\d+, ")
-
-
-def as_uint8_array(data: bytes) -> np.ndarray:
-    return np.frombuffer(data, dtype=np.uint8)

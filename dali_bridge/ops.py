@@ -8,7 +8,6 @@ Pure Python: no DALI or torch import, so the spec layer can validate anywhere.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -222,6 +221,3 @@ def fixed_output_size(size: Any) -> tuple[int, int]:
     """(height, width) for a crop-like size parameter."""
     return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
 
-
-def log_ratio(ratio: list[float]) -> tuple[float, float]:
-    return math.log(ratio[0]), math.log(ratio[1])

@@ -76,6 +76,7 @@ class _Feeder:
         self.bad: dict[int, str] = {}   # sample index → reason, found by a failed DALI run
         self.lock = threading.Lock()
         self._placeholder: bytes | None = None
+        self.resize_methods = resize_methods(plan)  # fixed per plan: not recomputed per batch
 
     def start(self, tasks: list[BatchTask]) -> None:
         with self.lock:
@@ -136,7 +137,7 @@ class _Feeder:
             encoded = [np.frombuffer(self._placeholder, dtype=np.uint8)]
             geometry = [sample_geometry(self.plan, 8, 8, {k: v[0] for k, v in sample_draws.items()})]
             sizes = [(8, 8)]
-        return [encoded] + _geometry_columns(geometry, sizes, resize_methods(self.plan)), meta
+        return [encoded] + _geometry_columns(geometry, sizes, self.resize_methods), meta
 
 
 def _geometry_columns(per_sample: list[list], sizes: list[tuple[int, int]],
