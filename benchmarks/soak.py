@@ -34,31 +34,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dali_bridge.bench import process_tree, tree_memory_mib
+
 REPO = Path(__file__).resolve().parent.parent
 
 
 # ---------------------------------------------------------------------------------------------
 # /proc readings
-
-def _descendants(pid: int) -> list[int]:
-    """Live descendants of ``pid`` (children, grandchildren, ...)."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z":
-            parents.setdefault(int(fields[1]), []).append(int(entry))
-    found, stack = [], [pid]
-    while stack:
-        for child in parents.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child)
-    return found
-
 
 def _proc_kib(path: str, key: str) -> int:
     """The ``key:`` value (KiB) of a /proc status-style file, 0 when the process is gone."""
@@ -71,14 +53,6 @@ def _proc_kib(path: str, key: str) -> int:
     return 0
 
 
-def _status_kib(pid: int, key: str) -> int:
-    return _proc_kib(f"/proc/{pid}/status", key)
-
-
-def _pss_kib(pid: int) -> int:
-    return _proc_kib(f"/proc/{pid}/smaps_rollup", "Pss")
-
-
 def _fds(pid: int) -> int:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))
@@ -89,10 +63,10 @@ def _fds(pid: int) -> int:
 def reading() -> dict[str, Any]:
     """Memory, fds, threads and processes of this process and its workers, now."""
     me = os.getpid()
-    processes = [me] + _descendants(me)
-    return {"rss_mb": round(sum(_status_kib(p, "VmRSS") for p in processes) / 1024, 1),
-            "pss_mb": round(sum(_pss_kib(p) for p in processes) / 1024, 1),
-            "main_rss_mb": round(_status_kib(me, "VmRSS") / 1024, 1),
+    processes = process_tree(me)  # the same /proc walk bench uses: this process first, then workers
+    rss_mib, pss_mib = tree_memory_mib(me)
+    return {"rss_mb": round(rss_mib, 1), "pss_mb": round(pss_mib, 1),
+            "main_rss_mb": round(_proc_kib(f"/proc/{me}/status", "VmRSS") / 1024, 1),
             "fds": sum(_fds(p) for p in processes), "threads": len(os.listdir("/proc/self/task")),
             "children": len(processes) - 1}
 
