@@ -30,29 +30,39 @@ class SampleError(RuntimeError):
 
 
 def read_bytes(path: str) -> bytes:
-    """The file's bytes, checked by :func:`check_encoded`; every failure is an :class:`ImageError`.
+    """The file's bytes, checked by :func:`check_encoded`; every failure is an :class:`ImageError`."""
+    data = read_file(path)
+    check_encoded(data)
+    return data
+
+
+def read_file(path: str) -> bytes:
+    """The file's bytes, unchecked; OSError reasons (missing, permission, dangling link) become
+    :class:`ImageError` messages.
 
     Opens without blocking and refuses anything but a regular file: a FIFO or device named
-    ``*.jpg`` would otherwise hang the reader or never end. OSError reasons (missing, permission,
-    dangling link) become the error's message.
+    ``*.jpg`` would otherwise hang the reader or never end.
     """
     try:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise ImageError(f"cannot read file: {exc.strerror or exc}") from None
     try:
-        mode = os.fstat(descriptor).st_mode
-        if not stat.S_ISREG(mode):
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            mode = status.st_mode
             kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a device or socket"
             raise ImageError(f"cannot read file: not a regular file ({kind})")
-        with os.fdopen(descriptor, "rb", closefd=False) as handle:
-            data = handle.read()
+        # os.read into bytes sized from fstat, not a buffered reader: this runs once per sample.
+        chunks, request = [], status.st_size + 1
+        while chunk := os.read(descriptor, request):  # until end of file, should the file have grown
+            chunks.append(chunk)
+            request = 1 << 20
     except OSError as exc:
         raise ImageError(f"cannot read file: {exc.strerror or exc}") from None
     finally:
         os.close(descriptor)
-    check_encoded(data)
-    return data
+    return b"".join(chunks)  # the one chunk itself, uncopied, in the usual case
 
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -67,21 +77,27 @@ def check_encoded(data: bytes) -> str:
     IEND chunk: libjpeg-turbo's full decode rejects such truncated files on both backends, but
     DALI's region-of-interest decode stops early and would accept a file cut below the crop.
     """
+    return inspect_encoded(data)[0]
+
+
+def inspect_encoded(data: bytes) -> tuple[str, tuple[int, int] | None]:
+    """:func:`check_encoded`'s format and, for a JPEG whose header tells it, the decoded (height,
+    width) with EXIF orientation applied (else None) — both from one walk of the header."""
     if not data:
         raise ImageError("empty file (0 bytes)")
     if data[:3] == b"\xff\xd8\xff":
-        scan = _jpeg_header(data)[0]
+        scan, frame, orientation = _jpeg_header(data)
         if scan < 0:
             raise ImageError(f"truncated JPEG: the file ends ({len(data)} bytes) before its image data starts")
         if data.rfind(b"\xff\xd9") < scan:
             raise ImageError(f"truncated JPEG: no end-of-image marker after the image data ({len(data)} bytes)")
-        return "jpeg"
+        return "jpeg", _oriented(frame, orientation)
     if data[:8] == _PNG_SIGNATURE:
         if data.rfind(b"IEND") < 8:
             raise ImageError(f"truncated PNG: no IEND chunk ({len(data)} bytes)")
-        return "png"
+        return "png", None
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "webp"
+        return "webp", None
     raise ImageError(f"not a JPEG, PNG or WebP image (starts with {data[:8].hex(' ')})")
 
 
@@ -134,6 +150,13 @@ def _jpeg_header(data: bytes) -> tuple[int, tuple[int, int] | None, int]:
     return -1, frame, orientation
 
 
+def _oriented(frame: tuple[int, int] | None, orientation: int) -> tuple[int, int] | None:
+    """A JPEG frame's (height, width) after EXIF orientation, None when the header has no usable frame."""
+    if frame is None or min(frame) <= 0:
+        return None
+    return (frame[1], frame[0]) if orientation in _TRANSPOSING else frame
+
+
 def _jpeg_size(data: bytes) -> tuple[int, int] | None:
     """(height, width) after EXIF orientation from the JPEG header, or None to ask PIL.
 
@@ -141,9 +164,7 @@ def _jpeg_size(data: bytes) -> tuple[int, int] | None:
     on the Python thread that feeds the pipeline.
     """
     scan, frame, orientation = _jpeg_header(data)
-    if scan < 0 or frame is None or min(frame) <= 0:
-        return None
-    return (frame[1], frame[0]) if orientation in _TRANSPOSING else frame
+    return None if scan < 0 else _oriented(frame, orientation)
 
 
 def probe(data: bytes) -> tuple[int, int]:

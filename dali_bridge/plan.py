@@ -147,7 +147,10 @@ def resize_methods(plan: Plan) -> dict[int, str]:
     A bilinear antialiased resize to a shorter side, cropped at the centre to at most that side
     minus 2 x 2 pixels (the shipped validation pipeline: 256 then 224), never shows its border
     rows, where alone the renormalisation changes pixels: it runs as a plain antialiased
-    fn.resize (``antialias``), without the cost of the exact border.
+    fn.resize (``antialias``), without the cost of the exact border. One to a fixed size of at
+    least 3 x 3 that is the last geometry step (a final flip folds into crop_mirror_normalize; the
+    shipped training pipeline) runs plain too, with only its outermost rows and columns computed
+    the exact way and written over the batch's (``border_patch``).
     """
     methods: dict[int, str] = {}
     for n, step in enumerate(plan.steps):
@@ -161,6 +164,10 @@ def resize_methods(plan: Plan) -> dict[int, str]:
                 and step.params["max_size"] is None and following is not None and following.kind == "center_crop"
                 and max(following.params["size"]) <= step.params["size"][0] - 2 * _BILINEAR_BORDER):
             method = "antialias"
+        fixed_size = step.kind == "random_resized_crop" or not step.params["shorter_side"]
+        last_geometry = following is None or (n + 2 == len(plan.steps) and fused_mirror(plan))
+        if method == "filter_1pass" and fixed_size and last_geometry and min(step.params["size"]) >= 3:
+            method = "border_patch"
         methods[n] = method
     return methods
 
@@ -183,6 +190,21 @@ RESIZE_STAGES: dict[str, list[tuple[str, str]]] = {
                         (".border_weights", "arithmetic (row x column)"),
                         (".renormalise", "arithmetic (divide: torchvision's truncated filter)"),
                         (".round", "fn.cast (uint8, round to nearest)")]),
+    "border_patch": ([("", "fn.resize (antialias: every line off the border equals torchvision's)"),
+                      (".border", "fn.reshape (HWC, no copy)")]
+                     + [(f".border.{edge}", impl) for edge in ("top", "bottom", "left", "right") for impl in
+                        ("fn.multi_paste (the edge strip beside a zeroed margin)",
+                         "fn.resize (antialias, float, roi mapping the edge as the full resize does)")]
+                     + [(".border_weights", "fn.resize (weight on the image per column)"),
+                        (".border_weights", "fn.resize (weight on the image, first column)"),
+                        (".border_weights", "fn.resize (weight on the image, first row)"),
+                        (".border.rows", "fn.cat (first and last row)"),
+                        (".border.rows", "arithmetic (row x column weights)"),
+                        (".border.rows", "arithmetic (divide: torchvision's truncated filter)"),
+                        (".border.rows", "fn.cast (uint8, round to nearest)"),
+                        (".border.columns", "fn.cat (first and last column of the rows between)"),
+                        (".border.columns", "arithmetic (divide: torchvision's truncated filter)"),
+                        (".border.columns", "fn.cast (uint8, round to nearest)")]),
     "filter_2pass": ([(".width" + suffix, impl) for suffix, impl in _RENORMALISED_PASS]
                      + [(".width.border_weights", "fn.resize (weight on the image per column)"),
                         (".width.renormalise", "arithmetic (divide)"),
@@ -241,6 +263,11 @@ def placement(plan: Plan, backend: str, cuda: bool = False) -> list[Placed]:
                     stages.append(Placed("horizontal_flip", "fn.flip", op_device))
         stages.append(Placed("finish", f"fn.crop_mirror_normalize ({plan.finish.dtype}, {plan.finish.layout})",
                              op_device))
+        if "border_patch" in methods.values():  # the resize's exact border lines, finished as the image
+            stages += [Placed("finish.border", f"fn.crop_mirror_normalize ({lines}, as the image)", op_device)
+                       for lines in ("first and last rows", "first and last columns")]
+            stages.append(Placed("border_patch", "torch: the exact border lines written over the batch's, in place",
+                                 "cuda" if gpu else "cpu"))
         return stages
     if backend == "torchvision":
         stages = [Placed("read", "DataLoader worker: file read", "cpu"),

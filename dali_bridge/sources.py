@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .images import check_encoded, read_bytes
+from .images import check_encoded, inspect_encoded, probe, read_file
 from .shards import ShardSamples, expand_braces, manifest_path, scan_shard
 from .spec import SourceSpec
 
@@ -44,11 +44,19 @@ class Listing:
 
     def read(self, index: int) -> bytes:
         """Sample ``index``'s encoded image, checked like a file's; :class:`~dali_bridge.images.ImageError` if not."""
-        if self.shards is None:
-            return read_bytes(self.paths[index])
-        data = self.shards.read(index)
+        data = self._raw(index)
         check_encoded(data)
         return data
+
+    def read_sized(self, index: int) -> tuple[bytes, tuple[int, int]]:
+        """:meth:`read` and the decoded (height, width) (:func:`~dali_bridge.images.probe`), with one
+        walk of a JPEG's header for both."""
+        data = self._raw(index)
+        size = inspect_encoded(data)[1]
+        return data, size if size is not None else probe(data)
+
+    def _raw(self, index: int) -> bytes:
+        return read_file(self.paths[index]) if self.shards is None else self.shards.read(index)
 
     def describe(self) -> str:
         text = f"{len(self)} samples in {len(self.classes)} classes under {self.root}"

@@ -221,7 +221,7 @@ def _random_cases(images: list[torch.Tensor], seed: int) -> list[tuple[np.ndarra
 
 
 @pytest.mark.parametrize("interpolation, antialias, method, max_delta", [
-    ("bilinear", True, "filter_1pass", 1), ("bicubic", True, "filter_2pass", 1),
+    ("bilinear", True, "filter_1pass", 1), ("bilinear", True, "border_patch", 1), ("bicubic", True, "filter_2pass", 1),
     ("bilinear", False, "linear", 1), ("nearest", False, "nearest", 0), ("nearest", True, "nearest", 0)])
 def test_dali_resize_reproduces_torchvision_resize_at_any_scale(mixed_root, interpolation, antialias, method,
                                                                  max_delta):
@@ -229,30 +229,38 @@ def test_dali_resize_reproduces_torchvision_resize_at_any_scale(mixed_root, inte
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms.v2 import functional as F
 
-    from dali_bridge.backends.dali import resize_arguments, resize_graph
+    from dali_bridge.backends.dali import resize_arguments, resize_graph, write_border
     from dali_bridge.images import decode_rgb, read_bytes
     from dali_bridge.plan import resize_method
 
-    assert resize_method(interpolation, antialias) == method
+    assert resize_method(interpolation, antialias) == ("filter_1pass" if method == "border_patch" else method)
     files = sorted(p for p in mixed_root.rglob("*") if p.is_file() and "large" not in p.name)
     cases = _random_cases([decode_rgb(read_bytes(str(p))) for p in files], seed=len(method) + int(antialias))
+    if method == "border_patch":  # chosen only for a fixed output size of at least 3 x 3 (resize_methods)
+        cases = [(crop, (max(3, out[0]), max(3, out[1]))) for crop, out in cases]
     inputs = [(crop,) + tuple(resize_arguments(method, crop.shape[:2], out)) for crop, out in cases]
 
     @pipeline_def(batch_size=len(inputs), num_threads=1, device_id=None)
     def graph():
         columns = [fn.external_source(source=[[sample[k] for sample in inputs]], batch=True, cycle=True)
                    for k in range(len(inputs[0]))]
-        return resize_graph(columns[0], columns[1:], method, interpolation, "cpu")
+        resized = resize_graph(columns[0], columns[1:], method, interpolation, "cpu")
+        return (resized[0], *resized[1]) if method == "border_patch" else resized
 
     pipe = graph()
     pipe.build()
-    (outputs,) = pipe.run()
+    outputs, *border = pipe.run()
     mode = {"nearest": InterpolationMode.NEAREST, "bilinear": InterpolationMode.BILINEAR,
             "bicubic": InterpolationMode.BICUBIC}[interpolation]
     worst, means = 0, []
     for k, (crop, out) in enumerate(cases):
         want = F.resize(torch.from_numpy(crop).permute(2, 0, 1), list(out), interpolation=mode, antialias=antialias)
-        got = torch.from_numpy(np.array(outputs[k])).permute(2, 0, 1)
+        got = torch.from_numpy(np.array(outputs[k]))
+        if border:  # the exact outermost lines written over the plain resize, as the DALI backend does
+            plain = got.clone()
+            write_border(got[None], *(torch.from_numpy(np.array(lines[k]))[None] for lines in border), "HWC")
+            assert not torch.equal(plain, got) or out[0] > crop.shape[0]  # the plain border differs when downscaling
+        got = got.permute(2, 0, 1)
         assert got.shape == want.shape
         delta = (got.int() - want.int()).abs()
         worst = max(worst, int(delta.max()))
@@ -270,7 +278,13 @@ def test_border_renormalisation_is_skipped_only_where_a_crop_hides_the_border():
     assert methods([{"resize": 240}, {"center_crop": 238}, {"normalize": {}}]) == {0: "filter_1pass"}
     assert methods([{"resize": {"size": 256, "max_size": 300}}, {"center_crop": 224}]) == {0: "filter_1pass"}
     assert methods([{"resize": [256, 256]}, {"center_crop": 224}]) == {0: "filter_1pass"}
-    assert methods([{"random_resized_crop": 224}, {"normalize": {}}]) == {0: "filter_1pass"}
+    # A fixed-size resize that ends the geometry: only its outermost lines are computed the exact way.
+    assert methods([{"random_resized_crop": 224}, {"normalize": {}}]) == {0: "border_patch"}
+    assert methods([{"random_resized_crop": 224}, {"horizontal_flip": 0.5}, {"normalize": {}}]) == {0: "border_patch"}
+    assert methods([{"center_crop": 300}, {"resize": [224, 200]}]) == {1: "border_patch"}
+    assert methods([{"random_resized_crop": 224}, {"center_crop": 200}]) == {0: "filter_1pass"}
+    assert methods([{"random_resized_crop": 224}, {"horizontal_flip": 0.5}, {"center_crop": 200}]) == {0: "filter_1pass"}
+    assert methods([{"random_resized_crop": [2, 224]}]) == {0: "filter_1pass"}  # no rows between first and last
     assert methods([{"resize": {"size": 256, "interpolation": "bicubic"}}, {"center_crop": 224}]) == {0: "filter_2pass"}
     assert methods([{"resize": {"size": 256, "interpolation": "nearest"}}, {"center_crop": 224}]) == {0: "nearest"}
 

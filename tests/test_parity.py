@@ -30,7 +30,7 @@ def test_unknown_parity_is_reported_with_the_choices():
 def test_fast_parity_uses_plain_dali_resize_and_exact_uses_border_renormalisation():
     exact = build_plan(load_spec(TRAIN))
     fast = build_plan(load_spec(TRAIN, {"parity": "fast"}))
-    assert resize_methods(exact) == {0: "filter_1pass"}
+    assert resize_methods(exact) == {0: "border_patch"}
     assert resize_methods(fast) == {0: "antialias"}
     fast_stages = [stage.implementation for stage in placement(fast, "dali-cpu")]
     assert not any("multi_paste" in impl for impl in fast_stages)

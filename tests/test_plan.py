@@ -7,6 +7,8 @@ and compare the operators DALI would run: same operators, same arguments, differ
 """
 from __future__ import annotations
 
+from collections import Counter
+
 import re
 from typing import Any
 
@@ -81,9 +83,10 @@ def test_crop_mirror_normalize_without_crop_or_mirror_adds_no_steps():
 
 def test_dali_places_decode_on_mixed_and_every_op_on_the_gpu():
     stages = placement(plan_of(TRAIN_OPS), "dali")
-    resize = [("random_resized_crop.resize" + suffix, "gpu") for suffix, _ in RESIZE_STAGES["filter_1pass"]]
+    resize = [("random_resized_crop.resize" + suffix, "gpu") for suffix, _ in RESIZE_STAGES["border_patch"]]
     assert [(s.stage, s.device) for s in stages] == [
-        ("read", "cpu"), ("decode", "mixed"), *resize, ("horizontal_flip", "gpu"), ("finish", "gpu")]
+        ("read", "cpu"), ("decode", "mixed"), *resize, ("horizontal_flip", "gpu"), ("finish", "gpu"),
+        ("finish.border", "gpu"), ("finish.border", "gpu"), ("border_patch", "cuda")]
 
 
 def test_dali_with_cpu_decode_adds_a_transfer_and_keeps_ops_on_the_gpu():
@@ -121,8 +124,10 @@ def test_roi_decode_only_when_the_first_op_is_a_random_resized_crop():
     stages = placement(later, "dali")
     assert stages[1].implementation == "fn.decoders.image"
     exact_resize = [suffix for suffix, _ in RESIZE_STAGES["filter_1pass"]]
+    patched = [suffix for suffix, _ in RESIZE_STAGES["border_patch"]]
     assert [s.stage for s in stages][2:] == (["resize" + s for s in exact_resize] + ["random_resized_crop.crop"]
-                                             + ["random_resized_crop.resize" + s for s in exact_resize] + ["finish"])
+                                             + ["random_resized_crop.resize" + s for s in patched]
+                                             + ["finish", "finish.border", "finish.border", "border_patch"])
 
 
 def test_flip_is_fused_into_crop_mirror_normalize_only_when_last():
@@ -178,7 +183,7 @@ DALI_OPS = {"decoders__ImageSlice": "fn.decoders.image_slice", "decoders__Image"
             "CropMirrorNormalize": "fn.crop_mirror_normalize",
             # the torchvision-exact resize arrangements (plan.RESIZE_STAGES)
             "Reshape": "fn.reshape", "MultiPaste": "fn.multi_paste", "_ArithmeticGenericOp": "arithmetic",
-            "Cast": "fn.cast", "Transpose": "fn.transpose"}
+            "Cast": "fn.cast", "Transpose": "fn.transpose", "Cat": "fn.cat"}
 
 
 def parse_opspec(text: str) -> dict[str, Any]:
@@ -263,13 +268,27 @@ def test_dali_and_dali_cpu_graphs_differ_only_in_devices(monkeypatch, name):
 @pytest.mark.parametrize("name", list(PIPELINES))
 @pytest.mark.parametrize("backend", ["dali", "dali-cpu"])
 def test_dali_graph_operators_are_what_placement_says(monkeypatch, name, backend):
-    """placement() is the graph's description: same operators in the same order on the same devices."""
+    """placement() is the graph's description: the same operators on the same devices, in the same order
+    along the image's own chain (DALI lists a border patch's side branches interleaved with it)."""
     graph = dali_graph(monkeypatch, PIPELINES[name], gpu=backend == "dali")
     ran = [(DALI_OPS[op["op"]], op["args"]["device"]) for op in graph if op["op"] != "ExternalSource"]
     stages = placement(plan_of(PIPELINES[name]), backend)
-    described = [(s.implementation.split(" ")[0], s.device) for s in stages
-                 if s.stage not in ("read", "to_gpu") and not s.implementation.startswith("fused")]
-    assert ran == described
+    dali_stages = [s for s in stages if s.stage not in ("read", "to_gpu", "border_patch")
+                   and not s.implementation.startswith("fused")]
+    described = [(s.implementation.split(" ")[0], s.device) for s in dali_stages]
+    assert Counter(ran) == Counter(described)
+    chain = [(s.implementation.split(" ")[0], s.device) for s in dali_stages if ".border" not in s.stage]
+    remaining = iter(ran)
+    assert all(op in remaining for op in chain)  # in order (a subsequence)
+    if chain == described:
+        assert ran == described
+
+
+def test_shipped_training_pipeline_patches_only_its_border_lines_in_torch():
+    stages = placement(plan_of(TRAIN_OPS), "dali-cpu")
+    assert stages[-1].stage == "border_patch" and stages[-1].implementation.startswith("torch:")
+    assert stages[2].implementation.startswith("fn.resize (antialias")  # the image itself: one plain resize
+    assert sum(s.implementation.startswith("fn.resize") for s in stages) == 1 + 4 + 3
 
 
 @needs_dali
@@ -306,7 +325,8 @@ def test_dali_cpu_pipeline_builds_and_runs_here(sample_root):
     feeder = _Feeder(spec, listing, plan)
     pipe = build_pipeline(spec, plan, feeder, gpu=False, device_id=None, threads=1)
     feeder.start(rank_batches(len(listing), 4, 0, 0)[:1])
-    (images,) = pipe.run()
+    images, rows, cols = pipe.run()  # the image and its exact border lines (a border patch)
     batch = np.asarray(images.as_tensor())
     assert batch.shape == (4, 3, 224, 224) and batch.dtype == np.float32
+    assert np.asarray(rows.as_tensor()).shape == (4, 3, 2, 224) and np.asarray(cols.as_tensor()).shape == (4, 3, 222, 2)
     assert feeder.pending.popleft()["rows"] == [0, 1, 2, 3]

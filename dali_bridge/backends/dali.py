@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from ..images import ImageError, SampleError, decode_rgb, probe
+from ..images import ImageError, SampleError, decode_rgb
 from ..loader import RawBatch, SkippedSample, Topology, default_workers
 from ..plan import Plan, fused_mirror, placement, roi_decode
 from ..plan import resize_methods as plan_resize_methods
@@ -115,8 +115,7 @@ class _Feeder:
             try:
                 if index in self.bad:
                     raise ImageError(self.bad[index])
-                data = self.listing.read(index)
-                height, width = probe(data)
+                data, (height, width) = self.listing.read_sized(index)
             except ImageError as exc:
                 if self.spec.loader.on_error == "raise":
                     # Raised when the consumer reaches this batch, not now: DALI prefetches, and the
@@ -141,28 +140,42 @@ class _Feeder:
 
 
 def _geometry_columns(per_sample: list[list], sizes: list[tuple[int, int]],
-                      methods: dict[int, str]) -> list[list[np.ndarray]]:
+                      methods: dict[int, str]) -> list[np.ndarray | list[np.ndarray]]:
     """Per-sample op lists → one input column per DALI argument, in graph order.
 
     ``sizes`` are the samples' decoded (height, width): a resize's arguments depend on its input
-    size; ``methods`` the :func:`resize_methods` of the plan.
+    size; ``methods`` the :func:`resize_methods` of the plan. A column whose samples all have one
+    shape is a single array with the batch as its first axis: DALI's external source converts it
+    once, where a list costs a conversion per sample on the feeding thread.
     """
-    columns: list[list[np.ndarray]] = []
+    columns: list[np.ndarray | list[np.ndarray]] = []
     current = list(sizes)
     for position in range(len(per_sample[0])):
         ops = [sample[position] for sample in per_sample]
         if isinstance(ops[0], Crop):
-            columns.append([np.array([op.top, op.left], dtype=np.int32) for op in ops])
-            columns.append([np.array([op.height, op.width], dtype=np.int32) for op in ops])
-            current = [(op.height, op.width) for op in ops]
+            columns.append(np.array([(op.top, op.left) for op in ops], dtype=np.int32))
+            columns.append(np.array([(op.height, op.width) for op in ops], dtype=np.int32))
         elif isinstance(ops[0], Resize):
-            per_op = [resize_arguments(methods[position], size, (op.height, op.width))
-                      for op, size in zip(ops, current)]
-            columns.extend([list(column) for column in zip(*per_op)])
-            current = [(op.height, op.width) for op in ops]
+            if methods[position] in ("linear", "antialias", "border_patch"):
+                out_hw = np.array([(op.height, op.width) for op in ops], dtype=np.float32)
+                columns.append(out_hw)  # the plain resize's only argument
+                if methods[position] == "border_patch":
+                    columns.extend(border_columns(np.array(current), out_hw))
+            else:
+                per_op = [resize_arguments(methods[position], size, (op.height, op.width))
+                          for op, size in zip(ops, current)]
+                columns.extend(_batched(list(column)) for column in zip(*per_op))
         elif isinstance(ops[0], Flip):
-            columns.append([np.array(int(op.apply), dtype=np.int32) for op in ops])
+            columns.append(np.array([op.apply for op in ops], dtype=np.int32))
+        if isinstance(ops[0], (Crop, Resize)):
+            current = [(op.height, op.width) for op in ops]
     return columns
+
+
+def _batched(arrays: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
+    """One array (batch first) when every sample's array has the same shape, else the list."""
+    shape = arrays[0].shape
+    return np.stack(arrays) if all(array.shape == shape for array in arrays) else arrays
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,6 +277,63 @@ def _filter_pass(interpolation: str, in_hw: tuple[int, int], out_hw: tuple[int, 
     return args
 
 
+def border_columns(in_hw: np.ndarray, out_hw: np.ndarray) -> list[np.ndarray]:
+    """Argument columns (batch first) of the exact outermost output rows and columns of bilinear
+    antialiased resizes from ``in_hw`` to ``out_hw`` ([N, 2] arrays of (height, width) pixels).
+
+    Only output lines whose filter reaches past the image differ from a plain fn.resize: the first
+    and last row and column when downscaling (none when upscaling, computed anyway). Each comes
+    from a strip of the image along its edge, pasted beside a zero margin wider than the filter
+    and resized with its region of interest mapping the strip's edge exactly as the full resize
+    maps the image's; the left and right strips give the rows in between the first and last.
+    Columns, per strip (top, bottom, left, right): paste source anchor, shape, canvas anchor
+    ([N, 1, 2] int32), canvas size ([N, 2] int32), output size, roi start, roi end ([N, 2]
+    float32); then the column and the row weight masks (ones on the image, zeros on the margin
+    and beyond: [N, 1, L, 1] and [N, L, 1, 1]), and the mask resizes' output sizes and regions:
+    every output column's, the first column's, the first row's. Vectorised: this runs per batch on
+    the thread that feeds DALI.
+    """
+    n_h, n_w = (in_hw[:, axis].astype(np.int64) for axis in (0, 1))
+    m_h, m_w = (out_hw[:, axis].astype(np.int64) for axis in (0, 1))
+    s_h, s_w = n_h / m_h, n_w / m_w
+    # Zero margin wider than the filter's reach (radius s, 1 when upscaling), as _filter_margin.
+    margin_h, margin_w = (np.ceil(np.maximum(s, 1.0)).astype(np.int64) + 2 for s in (s_h, s_w))
+    # Source lines the first output line's filter reaches: centre 0.5 s, radius s (1 when upscaling).
+    k_h = np.minimum(n_h, np.ceil(1.5 * s_h).astype(np.int64) + 2)
+    k_w = np.minimum(n_w, np.ceil(1.5 * s_w).astype(np.int64) + 2)
+    zero, one = np.zeros_like(n_h), np.ones_like(n_h)
+
+    def pairs(first, second) -> np.ndarray:  # [N, 1, 2] int32: one paste region per sample
+        return np.stack(np.broadcast_arrays(first, second), axis=1).astype(np.int32)[:, None, :]
+
+    def sizes(first, second) -> np.ndarray:
+        return np.stack(np.broadcast_arrays(first, second), axis=1).astype(np.int32)
+
+    def floats(first, second) -> np.ndarray:
+        return np.stack(np.broadcast_arrays(first, second), axis=1).astype(np.float32)
+
+    rows_canvas = sizes(k_h + margin_h, n_w + 2 * margin_w)
+    cols_canvas = sizes(n_h, k_w + margin_w)
+    columns = [pairs(zero, zero), pairs(k_h, n_w), pairs(margin_h, margin_w), rows_canvas,
+               floats(one, m_w), floats(margin_h, margin_w), floats(margin_h + s_h, margin_w + n_w),
+               pairs(n_h - k_h, zero), pairs(k_h, n_w), pairs(zero, margin_w), rows_canvas,
+               floats(one, m_w), floats(k_h - s_h, margin_w), floats(k_h, margin_w + n_w),
+               pairs(zero, zero), pairs(n_h, k_w), pairs(zero, margin_w), cols_canvas,
+               floats(m_h - 2, one), floats(s_h, margin_w), floats(n_h - s_h, margin_w + s_w),
+               pairs(zero, n_w - k_w), pairs(n_h, k_w), pairs(zero, zero), cols_canvas,
+               floats(m_h - 2, one), floats(s_h, k_w - s_w), floats(n_h - s_h, k_w)]
+    # One mask length for the batch (zeros past each sample's canvas are never reached): one array.
+    along_w = np.arange(int((n_w + 2 * margin_w).max()))
+    along_h = np.arange(int((n_h + 2 * margin_h).max()))
+    column_mask = (along_w >= margin_w[:, None]) & (along_w < (margin_w + n_w)[:, None])
+    row_mask = (along_h >= margin_h[:, None]) & (along_h < (margin_h + n_h)[:, None])
+    # The last row's and column's weights equal the first's: the filter is symmetric.
+    return columns + [column_mask.astype(np.float32)[:, None, :, None], row_mask.astype(np.float32)[:, :, None, None],
+                      floats(one, m_w), floats(zero, margin_w), floats(one, margin_w + n_w),
+                      floats(one, one), floats(zero, margin_w), floats(one, margin_w + s_w),
+                      floats(one, one), floats(margin_h, zero), floats(margin_h + s_h, one)]
+
+
 def resize_arguments(method: str, in_hw: tuple[int, int], out_hw: tuple[int, int]) -> list[np.ndarray]:
     """The per-sample DALI arguments of one resize from ``in_hw`` to ``out_hw`` (pixels), in graph order."""
     if method in ("linear", "antialias"):
@@ -273,6 +343,9 @@ def resize_arguments(method: str, in_hw: tuple[int, int], out_hw: tuple[int, int
                 + _nearest_pass((out_hw[1], in_hw[0]), (out_hw[1], out_hw[0]), 1))
     if method == "filter_1pass":
         return _filter_pass("bilinear", in_hw, out_hw, (0, 1))
+    if method == "border_patch":  # the feeder builds these per batch (_geometry_columns)
+        return [np.array(out_hw, dtype=np.float32)] + [column[0] for column in
+                                                        border_columns(np.array([in_hw]), np.array([out_hw]))]
     if method == "filter_2pass":  # width first, as torchvision
         middle = (in_hw[0], out_hw[1])
         return _filter_pass("bicubic", in_hw, middle, (1,)) + _filter_pass("bicubic", middle, out_hw, (0,))
@@ -286,8 +359,9 @@ def resize_column_types(method: str, types: Any) -> list:
     def filter_pass(axes: int) -> list:
         return [types.FLOAT, types.INT32, types.INT32, types.FLOAT, types.FLOAT] + [types.FLOAT] * 4 * axes
 
+    strip = [types.INT32] * 4 + [types.FLOAT] * 3
     return {"linear": [types.FLOAT], "antialias": [types.FLOAT], "nearest": nearest_pass * 2,
-            "filter_1pass": filter_pass(2),
+            "filter_1pass": filter_pass(2), "border_patch": [types.FLOAT] + strip * 4 + [types.FLOAT] * 11,
             "filter_2pass": filter_pass(1) * 2}[method]
 
 
@@ -299,6 +373,26 @@ def resize_graph(images: Any, columns: list, method: str, interpolation: str, de
     if method in ("linear", "antialias"):
         return fn.resize(images, size=columns.pop(0), interp_type=interp, antialias=method == "antialias",
                          device=device)
+    if method == "border_patch":  # (image, border rows, border columns): see _border_strips
+        image = fn.resize(images, size=columns.pop(0), interp_type=interp, antialias=True, device=device)
+        hwc = fn.reshape(images, layout="HWC")
+        strips = []
+        for _ in range(4):
+            source_anchor, shape, anchor, canvas, size, start, end = (columns.pop(0) for _ in range(7))
+            pasted = fn.multi_paste(hwc, in_anchors=source_anchor, shapes=shape, out_anchors=anchor,
+                                    output_size=canvas, device=device)
+            strips.append(fn.resize(pasted, size=size, roi_start=start, roi_end=end, roi_relative=False,
+                                    interp_type=interp, antialias=True, dtype=types.FLOAT, device=device))
+        column_mask, row_mask = (columns.pop(0) for _ in range(2))
+        if device == "gpu":
+            column_mask, row_mask = column_mask.gpu(), row_mask.gpu()
+        column_weights, first_column, first_row = (
+            fn.resize(mask, size=columns.pop(0), roi_start=columns.pop(0), roi_end=columns.pop(0),
+                      roi_relative=False, interp_type=interp, antialias=True, dtype=types.FLOAT, device=device)
+            for mask in (column_mask, column_mask, row_mask))
+        rows = fn.cat(strips[0], strips[1], axis=0, device=device) / (first_row * column_weights)
+        cols = fn.cat(strips[2], strips[3], axis=1, device=device) / first_column
+        return image, [fn.cast(line, dtype=types.UINT8, device=device) for line in (rows, cols)]
     if method == "nearest":
         # Both passes run along the width: DALI's CPU resize steps through rows accumulating the
         # source position in float32 (measured 0.003 pixel off after 168 rows of 2372 → 224), more
@@ -388,7 +482,7 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
             images = fn.decoders.image(encoded, **decoder_args)
         if gpu and decode.device == "cpu":
             images = images.gpu()
-        mirror = None
+        mirror, border = None, []
         for n, ((name, _), step) in enumerate(zip(template, steps)):
             if n < first:
                 continue
@@ -400,6 +494,8 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
             elif name == "Resize":
                 interpolation = step.params["interpolation"]
                 images = resize_graph(images, columns, methods[n], interpolation, op_device)
+                if methods[n] == "border_patch":  # the last geometry step: its border lines finish alike
+                    images, border = images
             elif name == "Flip":
                 flip = columns.pop(0)
                 if n == len(template) - 1 and fused_mirror(plan):
@@ -413,8 +509,7 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
             cmn_args.update(mean=[m * 255.0 for m in finish.mean], std=[s * 255.0 for s in finish.std])
         if mirror is not None:
             cmn_args["mirror"] = mirror
-        images = fn.crop_mirror_normalize(images, **cmn_args)
-        return images
+        return tuple(fn.crop_mirror_normalize(out, **cmn_args) for out in [images] + border)
 
     pipe = graph()
     pipe.build()
@@ -453,14 +548,14 @@ class DaliExecutor:
             try:
                 for _ in range(len(tasks) - position):
                     try:
-                        (images,) = pipe.run()
+                        images, *border = pipe.run()
                     except StopIteration:  # the feeder ended early: should not happen
                         raise RuntimeError("DALI pipeline ended before the epoch's batches were produced") from None
                     meta = self.feeder.pending.popleft()
                     if meta["error"] is not None:
                         raise meta["error"]
                     position += 1
-                    yield self._convert(images, meta)
+                    yield self._convert(images, meta, border)
             except (SampleError, GeneratorExit):
                 self._discard()
                 raise
@@ -481,7 +576,7 @@ class DaliExecutor:
             else:
                 self._end_epoch()
 
-    def _convert(self, images, meta: dict[str, Any]) -> RawBatch:
+    def _convert(self, images, meta: dict[str, Any], border: list) -> RawBatch:
         task: BatchTask = meta["task"]
         rows = meta["rows"]
         if meta["placeholder"]:
@@ -489,6 +584,9 @@ class DaliExecutor:
         else:
             # The dynamic executor never reuses a returned buffer, so DLPack hands it to torch without a copy.
             tensor = torch.from_dlpack(images.as_tensor())
+            if border:
+                write_border(tensor, *(torch.from_dlpack(lines.as_tensor()) for lines in border),
+                             self.plan.finish.layout)
         if tensor.device != self.device:
             tensor = tensor.to(self.device, non_blocking=True)
         return RawBatch(tensor, task.indices[rows], task.valid[rows], meta["skipped"])
@@ -521,6 +619,22 @@ class DaliExecutor:
 
     def close(self) -> None:
         self._discard()
+
+
+def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, layout: str) -> None:
+    """Write a ``border_patch`` resize's exact outermost lines over the batch, in place.
+
+    ``rows``: the first and last row of each image ([N, C, 2, W] for CHW, [N, 2, W, C] for HWC);
+    ``cols``: the first and last column of the rows in between ([N, C, H-2, 2] / [N, H-2, 2, C]).
+    Both went through the same crop_mirror_normalize as the images, flip included.
+    """
+    if layout == "HWC":  # as CHW with the channel axis moved: views, no copies
+        images, rows, cols = (t.permute(0, 3, 1, 2) for t in (images, rows, cols))
+    height, width = images.shape[-2:]
+    # One strided pass each (first and last together): the column writes touch every row of the
+    # batch, so both ends of a row are written while its memory is at hand.
+    images[:, :, ::height - 1, :] = rows
+    images[:, :, 1:-1, ::width - 1] = cols
 
 
 def _torch_dtype(name: str) -> torch.dtype:
