@@ -150,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="epochs left out of the slope")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2, help="DALI threads / DataLoader worker processes")
+    parser.add_argument("--malloc-mmap-threshold", type=int, default=None, metavar="BYTES",
+                        help="run the backends with glibc's MALLOC_MMAP_THRESHOLD_ fixed at BYTES (e.g. 131072): "
+                             "buffers above it are mapped and unmapped, never kept in the heap")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "soak.json"))
     parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: run one backend, print JSON
     args = parser.parse_args(argv)
@@ -172,7 +175,10 @@ def main(argv: list[str] | None = None) -> int:
                          "loader.workers": args.workers}
             command = [sys.executable, __file__, "--child", json.dumps(overrides), "--pipeline", args.pipeline,
                        "--epochs", str(args.epochs)]
-            done = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+            env = dict(os.environ, PYTHONPATH=str(REPO))
+            if args.malloc_mmap_threshold is not None:
+                env["MALLOC_MMAP_THRESHOLD_"] = str(args.malloc_mmap_threshold)
+            done = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=env)
             if done.returncode != 0:
                 print(f"soak: {backend} failed with exit status {done.returncode}", file=sys.stderr)
                 return done.returncode
@@ -183,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:]), "pipeline": args.pipeline,
               "root": args.root, "samples": args.samples or "all", "epochs": args.epochs,
               "batch_size": args.batch_size, "workers": args.workers, "host": platform.node(),
+              "malloc_mmap_threshold": args.malloc_mmap_threshold,
               "cpus": os.cpu_count(), "python": platform.python_version(), "results": results}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))

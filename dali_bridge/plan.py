@@ -195,12 +195,9 @@ RESIZE_STAGES: dict[str, list[tuple[str, str]]] = {
                      + [(f".border.{edge}", impl) for edge in ("top", "bottom", "left", "right") for impl in
                         ("fn.multi_paste (the edge strip beside a zeroed margin)",
                          "fn.resize (antialias, float, roi mapping the edge as the full resize does)")]
-                     + [(".border_weights", "fn.resize (weight on the image per column)"),
-                        (".border_weights", "fn.resize (weight on the image, first column)"),
-                        (".border_weights", "fn.resize (weight on the image, first row)"),
-                        (".border.rows", "fn.cat (first and last row)"),
-                        (".border.rows", "arithmetic (row x column weights)"),
-                        (".border.rows", "arithmetic (divide: torchvision's truncated filter)"),
+                     + [(".border.rows", "fn.cat (first and last row)"),
+                        (".border.rows", "arithmetic (divide by the filter's weight on the image: "
+                                         "torchvision's truncated filter)"),
                         (".border.rows", "fn.cast (uint8, round to nearest)"),
                         (".border.columns", "fn.cat (first and last column of the rows between)"),
                         (".border.columns", "arithmetic (divide: torchvision's truncated filter)"),

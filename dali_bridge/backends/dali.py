@@ -277,61 +277,72 @@ def _filter_pass(interpolation: str, in_hw: tuple[int, int], out_hw: tuple[int, 
     return args
 
 
+def image_weight(in_size: np.ndarray, out_size: int) -> np.ndarray:
+    """[N, out_size]: the share of each output line's bilinear antialiasing filter that falls on the
+    image, resizing ``in_size`` (per sample) source pixels to ``out_size`` (1 off the border).
+
+    DALI's filter, in closed form: a triangle of radius max(scale, 1) source pixels centred at
+    (x + 0.5) * scale, sampled at pixel centres (agrees with fn.resize of a 0/1 mask to 2e-5).
+    Dividing a zero-padded resize by it gives torchvision's truncated, renormalised filter.
+    """
+    scale = in_size.astype(np.float64) / out_size
+    radius = np.maximum(scale, 1.0)
+    # Lines per end whose filter can reach past the image: 1 when downscaling, ~1/scale upscaling.
+    edge = int(min(out_size, np.ceil((radius / scale).max()) + 1))
+    lines = np.unique(np.concatenate([np.arange(edge), np.arange(out_size - edge, out_size)]))
+    centre = (lines[None, :] + 0.5) * scale[:, None]
+    taps = np.floor(centre - radius[:, None])[..., None] + np.arange(int(np.ceil(2 * radius.max())) + 3)
+    weight = np.clip(1 - np.abs(taps + 0.5 - centre[..., None]) / radius[:, None, None], 0, None)
+    inside = (taps >= 0) & (taps < in_size[:, None, None])
+    share = np.ones((len(in_size), out_size))
+    share[:, lines] = (weight * inside).sum(-1) / weight.sum(-1)
+    return share
+
+
 def border_columns(in_hw: np.ndarray, out_hw: np.ndarray) -> list[np.ndarray]:
     """Argument columns (batch first) of the exact outermost output rows and columns of bilinear
-    antialiased resizes from ``in_hw`` to ``out_hw`` ([N, 2] arrays of (height, width) pixels).
+    antialiased resizes from ``in_hw`` ([N, 2] (height, width) pixels) to one ``out_hw`` size.
 
     Only output lines whose filter reaches past the image differ from a plain fn.resize: the first
     and last row and column when downscaling (none when upscaling, computed anyway). Each comes
     from a strip of the image along its edge, pasted beside a zero margin wider than the filter
     and resized with its region of interest mapping the strip's edge exactly as the full resize
-    maps the image's; the left and right strips give the rows in between the first and last.
-    Columns, per strip (top, bottom, left, right): paste source anchor, shape, canvas anchor
-    ([N, 1, 2] int32), canvas size ([N, 2] int32), output size, roi start, roi end ([N, 2]
-    float32); then the column and the row weight masks (ones on the image, zeros on the margin
-    and beyond: [N, 1, L, 1] and [N, L, 1, 1]), and the mask resizes' output sizes and regions:
-    every output column's, the first column's, the first row's. Vectorised: this runs per batch on
-    the thread that feeds DALI.
+    maps the image's, then divided by :func:`image_weight`; the left and right strips give the
+    rows between the first and last. Columns: the strips' shapes ([N, 1, 2] int32), canvas sizes
+    ([N, 2] int32) and output sizes (float32) — rows, then columns; per strip the paste source
+    anchor and canvas anchor (where not 0, 0) and the roi start and end; then the weights of the
+    two rows ([N, 2, W, 1]) and of the two columns ([N, 1, 2, 1]). Vectorised: this runs per
+    batch on the thread that feeds DALI.
     """
     n_h, n_w = (in_hw[:, axis].astype(np.int64) for axis in (0, 1))
-    m_h, m_w = (out_hw[:, axis].astype(np.int64) for axis in (0, 1))
+    (m_h, m_w), = {(int(h), int(w)) for h, w in np.asarray(out_hw)}  # one output size per batch
     s_h, s_w = n_h / m_h, n_w / m_w
     # Zero margin wider than the filter's reach (radius s, 1 when upscaling), as _filter_margin.
     margin_h, margin_w = (np.ceil(np.maximum(s, 1.0)).astype(np.int64) + 2 for s in (s_h, s_w))
     # Source lines the first output line's filter reaches: centre 0.5 s, radius s (1 when upscaling).
     k_h = np.minimum(n_h, np.ceil(1.5 * s_h).astype(np.int64) + 2)
     k_w = np.minimum(n_w, np.ceil(1.5 * s_w).astype(np.int64) + 2)
-    zero, one = np.zeros_like(n_h), np.ones_like(n_h)
+    zero = np.zeros_like(n_h)
+
+    def sizes(first, second, dtype=np.int32) -> np.ndarray:  # [N, 2]
+        return np.stack(np.broadcast_arrays(first, second, zero)[:2], axis=1).astype(dtype)
 
     def pairs(first, second) -> np.ndarray:  # [N, 1, 2] int32: one paste region per sample
-        return np.stack(np.broadcast_arrays(first, second), axis=1).astype(np.int32)[:, None, :]
+        return sizes(first, second)[:, None, :]
 
-    def sizes(first, second) -> np.ndarray:
-        return np.stack(np.broadcast_arrays(first, second), axis=1).astype(np.int32)
-
-    def floats(first, second) -> np.ndarray:
-        return np.stack(np.broadcast_arrays(first, second), axis=1).astype(np.float32)
-
-    rows_canvas = sizes(k_h + margin_h, n_w + 2 * margin_w)
-    cols_canvas = sizes(n_h, k_w + margin_w)
-    columns = [pairs(zero, zero), pairs(k_h, n_w), pairs(margin_h, margin_w), rows_canvas,
-               floats(one, m_w), floats(margin_h, margin_w), floats(margin_h + s_h, margin_w + n_w),
-               pairs(n_h - k_h, zero), pairs(k_h, n_w), pairs(zero, margin_w), rows_canvas,
-               floats(one, m_w), floats(k_h - s_h, margin_w), floats(k_h, margin_w + n_w),
-               pairs(zero, zero), pairs(n_h, k_w), pairs(zero, margin_w), cols_canvas,
-               floats(m_h - 2, one), floats(s_h, margin_w), floats(n_h - s_h, margin_w + s_w),
-               pairs(zero, n_w - k_w), pairs(n_h, k_w), pairs(zero, zero), cols_canvas,
-               floats(m_h - 2, one), floats(s_h, k_w - s_w), floats(n_h - s_h, k_w)]
-    # One mask length for the batch (zeros past each sample's canvas are never reached): one array.
-    along_w = np.arange(int((n_w + 2 * margin_w).max()))
-    along_h = np.arange(int((n_h + 2 * margin_h).max()))
-    column_mask = (along_w >= margin_w[:, None]) & (along_w < (margin_w + n_w)[:, None])
-    row_mask = (along_h >= margin_h[:, None]) & (along_h < (margin_h + n_h)[:, None])
-    # The last row's and column's weights equal the first's: the filter is symmetric.
-    return columns + [column_mask.astype(np.float32)[:, None, :, None], row_mask.astype(np.float32)[:, :, None, None],
-                      floats(one, m_w), floats(zero, margin_w), floats(one, margin_w + n_w),
-                      floats(one, one), floats(zero, margin_w), floats(one, margin_w + s_w),
-                      floats(one, one), floats(margin_h, zero), floats(margin_h + s_h, one)]
+    across, down = image_weight(n_w, m_w), image_weight(n_h, m_h)
+    row_weights = np.stack([down[:, :1] * across, down[:, -1:] * across], axis=1)
+    column_weights = np.stack([across[:, 0], across[:, -1]], axis=1)
+    return [pairs(k_h, n_w), sizes(k_h + margin_h, n_w + 2 * margin_w), sizes(1, m_w, np.float32),
+            pairs(n_h, k_w), sizes(n_h, k_w + margin_w), sizes(m_h - 2, 1, np.float32),
+            # top: pasted at the margins; bottom: its last rows, margin below; left; right: its last columns
+            pairs(margin_h, margin_w), sizes(margin_h, margin_w, np.float32),
+            sizes(margin_h + s_h, margin_w + n_w, np.float32),
+            pairs(n_h - k_h, zero), pairs(zero, margin_w), sizes(k_h - s_h, margin_w, np.float32),
+            sizes(k_h, margin_w + n_w, np.float32),
+            pairs(zero, margin_w), sizes(s_h, margin_w, np.float32), sizes(n_h - s_h, margin_w + s_w, np.float32),
+            pairs(zero, n_w - k_w), sizes(s_h, k_w - s_w, np.float32), sizes(n_h - s_h, k_w, np.float32),
+            row_weights.astype(np.float32)[..., None], column_weights.astype(np.float32)[:, None, :, None]]
 
 
 def resize_arguments(method: str, in_hw: tuple[int, int], out_hw: tuple[int, int]) -> list[np.ndarray]:
@@ -359,9 +370,12 @@ def resize_column_types(method: str, types: Any) -> list:
     def filter_pass(axes: int) -> list:
         return [types.FLOAT, types.INT32, types.INT32, types.FLOAT, types.FLOAT] + [types.FLOAT] * 4 * axes
 
-    strip = [types.INT32] * 4 + [types.FLOAT] * 3
+    shapes = [types.INT32, types.INT32, types.FLOAT]
+    anchored, two_anchors = [types.INT32] + [types.FLOAT] * 2, [types.INT32] * 2 + [types.FLOAT] * 2
+    edges = anchored + two_anchors + anchored + anchored  # top, bottom, left, right: see border_columns
     return {"linear": [types.FLOAT], "antialias": [types.FLOAT], "nearest": nearest_pass * 2,
-            "filter_1pass": filter_pass(2), "border_patch": [types.FLOAT] + strip * 4 + [types.FLOAT] * 11,
+            "filter_1pass": filter_pass(2),
+            "border_patch": [types.FLOAT] + shapes * 2 + edges + [types.FLOAT] * 2,
             "filter_2pass": filter_pass(1) * 2}[method]
 
 
@@ -373,25 +387,28 @@ def resize_graph(images: Any, columns: list, method: str, interpolation: str, de
     if method in ("linear", "antialias"):
         return fn.resize(images, size=columns.pop(0), interp_type=interp, antialias=method == "antialias",
                          device=device)
-    if method == "border_patch":  # (image, border rows, border columns): see _border_strips
+    if method == "border_patch":  # (image, [border rows, border columns]): see border_columns
         image = fn.resize(images, size=columns.pop(0), interp_type=interp, antialias=True, device=device)
         hwc = fn.reshape(images, layout="HWC")
+        row_shape, row_canvas, row_size, col_shape, col_canvas, col_size = (columns.pop(0) for _ in range(6))
         strips = []
-        for _ in range(4):
-            source_anchor, shape, anchor, canvas, size, start, end = (columns.pop(0) for _ in range(7))
-            pasted = fn.multi_paste(hwc, in_anchors=source_anchor, shapes=shape, out_anchors=anchor,
-                                    output_size=canvas, device=device)
-            strips.append(fn.resize(pasted, size=size, roi_start=start, roi_end=end, roi_relative=False,
-                                    interp_type=interp, antialias=True, dtype=types.FLOAT, device=device))
-        column_mask, row_mask = (columns.pop(0) for _ in range(2))
+        for edge in ("top", "bottom", "left", "right"):
+            anchors = {}  # multi_paste's anchors default to 0, 0
+            if edge in ("bottom", "right"):
+                anchors["in_anchors"] = columns.pop(0)
+            if edge != "right":
+                anchors["out_anchors"] = columns.pop(0)
+            shape, canvas, size = (row_shape, row_canvas, row_size) if edge in ("top", "bottom") else \
+                (col_shape, col_canvas, col_size)
+            pasted = fn.multi_paste(hwc, shapes=shape, output_size=canvas, device=device, **anchors)
+            strips.append(fn.resize(pasted, size=size, roi_start=columns.pop(0), roi_end=columns.pop(0),
+                                    roi_relative=False, interp_type=interp, antialias=True, dtype=types.FLOAT,
+                                    device=device))
+        row_weights, column_weights = (columns.pop(0) for _ in range(2))
         if device == "gpu":
-            column_mask, row_mask = column_mask.gpu(), row_mask.gpu()
-        column_weights, first_column, first_row = (
-            fn.resize(mask, size=columns.pop(0), roi_start=columns.pop(0), roi_end=columns.pop(0),
-                      roi_relative=False, interp_type=interp, antialias=True, dtype=types.FLOAT, device=device)
-            for mask in (column_mask, column_mask, row_mask))
-        rows = fn.cat(strips[0], strips[1], axis=0, device=device) / (first_row * column_weights)
-        cols = fn.cat(strips[2], strips[3], axis=1, device=device) / first_column
+            row_weights, column_weights = row_weights.gpu(), column_weights.gpu()
+        rows = fn.cat(strips[0], strips[1], axis=0, device=device) / row_weights
+        cols = fn.cat(strips[2], strips[3], axis=1, device=device) / column_weights
         return image, [fn.cast(line, dtype=types.UINT8, device=device) for line in (rows, cols)]
     if method == "nearest":
         # Both passes run along the width: DALI's CPU resize steps through rows accumulating the
