@@ -149,6 +149,11 @@ CASES: dict[str, list] = {
         {"random_resized_crop": {"size": 224, "interpolation": "bicubic"}}, UINT8],
     "random resized crop, crops at the border (scale 0.9-1)": [
         {"random_resized_crop": {"size": [160, 208], "scale": [0.9, 1.0]}}, UINT8],
+    "random resized crop + flip, float16 HWC (border lines patched in torch)": [
+        {"random_resized_crop": [200, 224]}, {"horizontal_flip": 0.5},
+        {"normalize": {**MEAN_STD, "dtype": "float16", "layout": "HWC"}}],
+    "resize [h, w] bilinear as the last step, up- and downscaling, uint8 HWC": [
+        {"resize": [500, 420]}, {"normalize": {"dtype": "uint8", "layout": "HWC"}}],
     "resize [h, w] bicubic, float16 HWC": [
         {"resize": {"size": [181, 243], "interpolation": "bicubic"}},
         {"normalize": {**MEAN_STD, "dtype": "float16", "layout": "HWC"}}],
