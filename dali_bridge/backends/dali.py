@@ -194,6 +194,9 @@ def _batched(arrays: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
 #     zeroed canvas with margins wider than the filter (fn.multi_paste) and resized with its region
 #     of interest on the real pixels (num), divided by the same resize of 1-D masks of ones
 #     padded with zeros (den: the filter weight falling on the image, per output row/column).
+#     Where the resize is the last geometry step at a fixed size (``border_patch``), only the
+#     outermost output lines differ from a plain resize, so only they go that way, from edge
+#     strips, with den in closed form (image_weight); torch writes them over the batch.
 #   * bicubic with antialias=True: torchvision resizes width, then height, clamping the
 #     intermediate to [0, 255]; the cubic filter's overshoot makes a single 2-D pass up to 5
 #     levels off at strong edges. Done as two passes with the same clamp (kept in float, so
