@@ -15,6 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .images import ImageError
 from .plan import Plan, Step
 
 RRC_ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 windows, then falls back to the centre
@@ -182,11 +183,18 @@ def rrc_window(height: int, width: int, u: Sequence[float], scale: Sequence[floa
 
 
 def shorter_side_size(height: int, width: int, size: int, max_size: int | None = None) -> tuple[int, int]:
-    """torchvision's output size for ``Resize(int)``: shorter side ``size``, aspect kept (truncated)."""
+    """torchvision's output size for ``Resize(int)``: shorter side ``size``, aspect kept (truncated).
+
+    Raises :class:`~dali_bridge.images.ImageError` (a sample error, handled by ``on_error``) when
+    ``max_size`` leaves the shorter side under one pixel: an image too thin for this resize.
+    """
     short, long = (width, height) if width <= height else (height, width)
     new_short, new_long = size, int(size * long / short)
     if max_size is not None and new_long > max_size:
         new_short, new_long = int(max_size * new_short / new_long), max_size
+        if new_short < 1:
+            raise ImageError(f"too thin to resize: shorter side {size} with max_size {max_size} would make this "
+                             f"{height}x{width} image {max_size} pixels long and {max_size * short / long:.2f} wide")
     return (new_long, new_short) if width <= height else (new_short, new_long)
 
 

@@ -237,6 +237,26 @@ def test_a_truncated_jpeg_is_refused_even_when_its_crop_lies_in_the_part_that_is
         loader.close()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_an_image_too_thin_for_a_max_size_resize_is_a_sample_error_naming_its_shape(tmp_path, backend, on_error):
+    # 256 on the shorter side, capped at 300 on the longer: a 2 x 1000 image would be 0 pixels wide.
+    files = write_image_folder(tmp_path / "data", classes=2, per_class=6)
+    files[7].write_bytes(tiny_jpeg(7, 2, 1000))
+    spec = pipeline(tmp_path / "data", on_error=on_error, shuffle=False)
+    spec["ops"] = [{"resize": {"size": 256, "max_size": 300}}, {"center_crop": SIZE}, {"normalize": {"dtype": "uint8"}}]
+    loader = build_loader(spec, backend)
+    reason = "too thin to resize: shorter side 256 with max_size 300 would make this 2x1000 image 300 pixels long"
+    if on_error == "raise":
+        with pytest.raises(SampleError) as info:
+            run_epoch(loader)
+        assert info.value.index == 7 and info.value.path == str(files[7]) and info.value.reason.startswith(reason)
+    else:
+        assert sorted(i for batch in run_epoch(loader) for i in batch["index"]) == [i for i in range(12) if i != 7]
+        assert [item.index for item in loader.skipped] == [7] and loader.skipped[0].reason.startswith(reason)
+    loader.close()
+
+
 def test_check_encoded_skips_exif_thumbnails_when_looking_for_the_end_marker():
     from dali_bridge.images import ImageError, check_encoded
 

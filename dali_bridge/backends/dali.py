@@ -116,7 +116,8 @@ class _Feeder:
                 if index in self.bad:
                     raise ImageError(self.bad[index])
                 data, (height, width) = self.listing.read_sized(index)
-            except ImageError as exc:
+                ops = sample_geometry(self.plan, height, width, {k: v[row] for k, v in sample_draws.items()})
+            except ImageError as exc:  # unreadable, or no geometry fits it (too thin for a max_size resize)
                 if self.spec.loader.on_error == "raise":
                     # Raised when the consumer reaches this batch, not now: DALI prefetches, and the
                     # batches before this one must still be yielded (as on the torchvision backend).
@@ -126,7 +127,7 @@ class _Feeder:
                 skipped.append(SkippedSample(index, path, task.epoch, str(exc)))
                 continue
             encoded.append(np.frombuffer(data, dtype=np.uint8))
-            geometry.append(sample_geometry(self.plan, height, width, {k: v[row] for k, v in sample_draws.items()}))
+            geometry.append(ops)
             sizes.append((height, width))
             kept.append(row)
         meta = {"task": task, "rows": kept, "skipped": skipped, "placeholder": not kept, "error": error}

@@ -88,13 +88,13 @@ class BatchDataset(Dataset):
             path = self.paths[index]
             try:
                 image = decode_rgb(self.listing.read(index))
-            except ImageError as exc:
+                ops = sample_geometry(self.plan, image.shape[-2], image.shape[-1],
+                                      {k: v[row] for k, v in sample_draws.items()})
+            except ImageError as exc:  # unreadable, or no geometry fits it (too thin for a max_size resize)
                 if self.on_error == "raise":
                     return {"error": (index, path, str(exc))}
                 skipped.append((index, path, str(exc)))
                 continue
-            ops = sample_geometry(self.plan, image.shape[-2], image.shape[-1],
-                                  {k: v[row] for k, v in sample_draws.items()})
             images.append(apply_geometry(image, ops))
             rows.append(row)
         out = self._buffer(len(images))
