@@ -248,11 +248,13 @@ def _nearest_pass(in_hw: tuple[int, int], out_hw: tuple[int, int], axis: int) ->
     return args
 
 
-def _filter_margin(interpolation: str, in_size: int, out_size: int) -> int:
+def _filter_margin(interpolation: str, in_size: Any, out_size: int) -> Any:
     """Zero padding (source pixels) wider than the filter's reach: radius 1 (bilinear) or 2
-    (bicubic) output pixels when downscaling, source pixels when upscaling, plus a margin."""
-    reach = (1.0 if interpolation == "bilinear" else 2.0) * max(in_size / out_size, 1.0)
-    return int(np.ceil(reach)) + 2
+    (bicubic) output pixels when downscaling, source pixels when upscaling, plus a margin.
+    ``in_size`` an int (an int back) or an array of them (an int64 array back)."""
+    reach = (1.0 if interpolation == "bilinear" else 2.0) * np.maximum(np.asarray(in_size) / out_size, 1.0)
+    margin = np.ceil(reach).astype(np.int64) + 2
+    return int(margin) if margin.ndim == 0 else margin
 
 
 def _filter_pass(interpolation: str, in_hw: tuple[int, int], out_hw: tuple[int, int],
@@ -321,8 +323,7 @@ def border_columns(in_hw: np.ndarray, out_hw: np.ndarray) -> list[np.ndarray]:
     n_h, n_w = (in_hw[:, axis].astype(np.int64) for axis in (0, 1))
     (m_h, m_w), = {(int(h), int(w)) for h, w in np.asarray(out_hw)}  # one output size per batch
     s_h, s_w = n_h / m_h, n_w / m_w
-    # Zero margin wider than the filter's reach (radius s, 1 when upscaling), as _filter_margin.
-    margin_h, margin_w = (np.ceil(np.maximum(s, 1.0)).astype(np.int64) + 2 for s in (s_h, s_w))
+    margin_h, margin_w = _filter_margin("bilinear", n_h, m_h), _filter_margin("bilinear", n_w, m_w)
     # Source lines the first output line's filter reaches: centre 0.5 s, radius s (1 when upscaling).
     k_h = np.minimum(n_h, np.ceil(1.5 * s_h).astype(np.int64) + 2)
     k_w = np.minimum(n_w, np.ceil(1.5 * s_w).astype(np.int64) + 2)
