@@ -55,6 +55,17 @@ class Listing:
         size = inspect_encoded(data)[1]
         return data, size if size is not None else probe(data)
 
+    def signature(self, index: int) -> tuple[int, int] | None:
+        """(modification time in ns, size) of sample ``index``'s file, to notice that it changed;
+        None for a shard member (shards are immutable) or a file that cannot be stat'ed."""
+        if self.shards is not None:
+            return None
+        try:
+            status = os.stat(self.paths[index])
+        except OSError:
+            return None
+        return status.st_mtime_ns, status.st_size
+
     def _raw(self, index: int) -> bytes:
         return read_file(self.paths[index]) if self.shards is None else self.shards.read(index)
 

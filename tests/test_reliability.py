@@ -194,7 +194,8 @@ def test_a_batch_whose_every_sample_fails_is_not_yielded_but_counted_and_logged(
 
 
 @pytest.mark.parametrize("backend", [p for p in backend_params(["dali-cpu", "dali"])])
-def test_dali_finds_the_culprit_of_a_failed_batch_rebuilds_once_and_remembers_it(tmp_path, monkeypatch, backend):
+def test_dali_finds_the_culprit_of_a_failed_batch_rebuilds_once_and_remembers_it_until_it_changes(tmp_path, monkeypatch,
+                                                                                                   backend):
     import dali_bridge.backends.dali as dali_backend
 
     files = write_image_folder(tmp_path / "data", classes=2, per_class=6)
@@ -211,7 +212,11 @@ def test_dali_finds_the_culprit_of_a_failed_batch_rebuilds_once_and_remembers_it
     assert len(builds) == 2  # the culprit is remembered: the next epoch does not fail again
     assert [(s.index, s.epoch, s.reason) for s in loader.skipped] == [
         (7, 0, BROKEN_REASONS["bad_huffman_table"]), (7, 1, BROKEN_REASONS["bad_huffman_table"])]
+    files[7].write_bytes(tiny_jpeg(7, 60, 80))  # repaired: read again from the next epoch, as torchvision does
+    assert 7 in {i for batch in run_epoch(loader) for i in batch["index"]}
+    assert len(loader.skipped) == 2 and len(builds) == 2
     loader.close()
+    break_file(files[7], "bad_huffman_table")
     raising = build_loader(pipeline(tmp_path / "data"), backend)
     with pytest.raises(SampleError) as info:
         run_epoch(raising)

@@ -73,7 +73,9 @@ class _Feeder:
         self.position = 0
         self.stopped = True
         self.pending: deque = deque()
-        self.bad: dict[int, str] = {}   # sample index → reason, found by a failed DALI run
+        # sample index → (reason, file signature then), found by a failed DALI run: skipped without
+        # another failed run while the file stays as it was, read again once it changed.
+        self.bad: dict[int, tuple[str, tuple[int, int] | None]] = {}
         self.lock = threading.Lock()
         self._placeholder: bytes | None = None
         self.resize_methods = resize_methods(plan)  # fixed per plan: not recomputed per batch
@@ -114,7 +116,10 @@ class _Feeder:
             path = self.listing.paths[index]
             try:
                 if index in self.bad:
-                    raise ImageError(self.bad[index])
+                    reason, signature = self.bad[index]
+                    if self.listing.signature(index) == signature:
+                        raise ImageError(reason)
+                    del self.bad[index]  # replaced or gone since it failed: read it again, as torchvision would
                 data, (height, width) = self.listing.read_sized(index)
                 ops = sample_geometry(self.plan, height, width, {k: v[row] for k, v in sample_draws.items()})
             except ImageError as exc:  # unreadable, or no geometry fits it (too thin for a max_size resize)
@@ -593,7 +598,7 @@ class DaliExecutor:
                 index, reason = culprits[0]
                 if self.spec.loader.on_error == "raise":
                     raise SampleError(index, self.listing.paths[index], reason) from exc
-                self.feeder.bad.update(culprits)
+                self.feeder.bad.update((index, (reason, self.listing.signature(index))) for index, reason in culprits)
                 continue
             else:
                 self._end_epoch()
