@@ -175,6 +175,26 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .convert import verify_shards
+    from .shards import manifest_path
+
+    failed = False
+    for target in args.targets:
+        manifest = target if target.endswith(".json") else manifest_path(target)
+        try:
+            problems = verify_shards(manifest)
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            print(f"dali-bridge verify: {manifest}: not a dali-bridge shard manifest ({exc})", file=sys.stderr)
+            return EXIT_INVALID
+        for problem in problems:
+            print(problem)  # "<shard>: <what differs>"
+        print(f"{manifest}: " + (f"{len(problems)} shard(s) missing or different" if problems
+                                 else "every shard matches its recorded size and sha256"))
+        failed = failed or bool(problems)
+    return EXIT_FAILED if failed else 0
+
+
 def _int_list(text: str, what: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -354,6 +374,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated image extensions to pack (default .jpg,.jpeg,.png,.webp)")
     p.add_argument("--overwrite", action="store_true", help="replace existing shards, indexes and manifest")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+    p = add("verify", cmd_verify, "Check shards written by 'convert' against their manifest: every shard present, "
+                                  "with the recorded size and sha256.",
+            "examples:\n  dali-bridge verify shards/train.manifest.json\n"
+            "  dali-bridge verify 'shards/train-%06d.tar'   # the manifest beside a shard pattern\n"
+            "exit status: 0 all match, 1 a shard is missing or differs, 2 no readable manifest")
+    p.add_argument("targets", nargs="+", metavar="MANIFEST_OR_PATTERN")
 
     p = add("doctor", cmd_doctor, "Print the environment that matters: versions, CUDA devices, which backend "
                                   "auto picks and why, recommended worker counts.",

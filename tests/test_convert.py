@@ -161,3 +161,21 @@ def test_cli_convert_prints_the_pipeline_source_and_refuses_to_overwrite(sample_
     assert f'source: {{type: webdataset, shards: "{tmp_path}/train-{{000000..000001}}.tar"}}' in printed
     assert main(["convert", str(sample_root), out, "-q"]) == EXIT_INVALID
     assert "pass --overwrite to replace it" in capsys.readouterr().err
+
+
+def test_cli_verify_checks_shards_by_manifest_or_pattern_and_exits_1_naming_a_bad_one(sample_root, tmp_path,
+                                                                                     capsys):
+    result = convert(sample_root, str(tmp_path / "train-%06d.tar"), shard_size=20)
+    assert main(["verify", str(tmp_path / "train-%06d.tar")]) == 0
+    assert "every shard matches its recorded size and sha256" in capsys.readouterr().out
+    Path(result.shards[0]).unlink()
+    shard = Path(result.shards[1])
+    shard.write_bytes(shard.read_bytes()[:-512])
+    assert main(["verify", result.manifest]) == 1
+    out = capsys.readouterr().out
+    assert f"{result.shards[0]}: missing" in out and f"{shard}: " in out and "the manifest records" in out
+    assert "2 shard(s) missing or different" in out
+    (tmp_path / "other.json").write_text('{"name": "not a manifest"}')
+    assert main(["verify", str(tmp_path / "other.json")]) == 2
+    assert "not a dali-bridge shard manifest" in capsys.readouterr().err
+    assert main(["verify", str(tmp_path / "absent.manifest.json")]) == 2
