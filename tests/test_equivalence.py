@@ -274,6 +274,36 @@ def test_dali_resize_reproduces_torchvision_resize_at_any_scale(mixed_root, inte
     assert float(np.mean(means)) <= (0.25 if max_delta else 0.0)
 
 
+def test_image_weight_is_dalis_own_filter_weight_on_the_image():
+    """The closed form the border patch divides by equals fn.resize of a 0/1 mask (ones on the
+    image, zeros on a margin wider than the filter) at random up- and downscales."""
+    from nvidia.dali import fn, pipeline_def, types
+
+    from dali_bridge.backends.dali import _filter_margin, image_weight
+
+    rng = np.random.default_rng(0)
+    in_sizes, out_size = rng.integers(1, 900, 48), 223
+    margins = _filter_margin("bilinear", in_sizes, out_size)
+    masks = [np.pad(np.ones((1, n, 1), np.float32), ((0, 0), (m, m), (0, 0))) for n, m in zip(in_sizes, margins)]
+    starts = [np.array([0, m], np.float32) for m in margins]
+    ends = [np.array([1, m + n], np.float32) for n, m in zip(in_sizes, margins)]
+
+    @pipeline_def(batch_size=len(masks), num_threads=1, device_id=None)
+    def graph():
+        mask, start, end = (fn.external_source(source=[column], batch=True, cycle=True)
+                            for column in (masks, starts, ends))
+        return fn.resize(mask, size=[1, out_size], roi_start=start, roi_end=end, roi_relative=False,
+                         antialias=True, dtype=types.FLOAT)
+
+    pipe = graph()
+    pipe.build()
+    (resized,) = pipe.run()
+    dali = np.stack([np.asarray(resized[k]).reshape(-1) for k in range(len(masks))])
+    ours = image_weight(in_sizes, out_size)
+    assert np.abs(dali - ours).max() < 1e-4
+    assert (ours[:, 0] < 1).all() and np.allclose(ours[:, 1:-1][in_sizes >= out_size], 1.0)  # edges only, downscaling
+
+
 def test_border_renormalisation_is_skipped_only_where_a_crop_hides_the_border():
     def methods(ops: list) -> dict[int, str]:
         spec = spec_from_dict({"version": 1, "source": {"type": "folder", "root": "/x"}, "batch_size": 2, "ops": ops})
