@@ -207,14 +207,22 @@ def unsupported_options(name: str, params: dict[str, Any]) -> list[tuple[str, tu
 
     bicubic without antialias: torchvision's filter is Keys' cubic with a = -0.75 and DALI's
     cubic filter has a = -0.5 (measured up to 11 levels of 255 apart, everywhere in the image),
-    so it runs on torchvision only rather than silently differ.
+    so it runs on torchvision only rather than silently differ. A 1 x 1 output (size 1, or a
+    shorter side of 1 on a square image) with bilinear or bicubic: PyTorch's uint8 resize fails on
+    it with an internal assert, so it runs on the DALI backends only.
     """
-    if name in ("resize", "random_resized_crop") and params.get("interpolation") == "bicubic" \
-            and params.get("antialias") is False:
-        return [("interpolation bicubic with antialias false (torchvision's non-antialiased bicubic, a=-0.75, "
-                 "has no DALI filter; DALI's cubic is a=-0.5): set antialias: true or use bilinear",
-                 ("torchvision",))]
-    return []
+    found = []
+    if name not in ("resize", "random_resized_crop"):
+        return found
+    if params.get("interpolation") == "bicubic" and params.get("antialias") is False:
+        found.append(("interpolation bicubic with antialias false (torchvision's non-antialiased bicubic, a=-0.75, "
+                      "has no DALI filter; DALI's cubic is a=-0.5): set antialias: true or use bilinear",
+                      ("torchvision",)))
+    if params.get("size") in (1, [1, 1], (1, 1)) and params.get("interpolation", "bilinear") != "nearest":
+        found.append((f"size {params['size']} with interpolation {params.get('interpolation', 'bilinear')} "
+                      "(PyTorch's uint8 resize cannot make a 1x1 image): use nearest or at least 2 pixels",
+                      ("dali", "dali-cpu")))
+    return found
 
 
 def fixed_output_size(size: Any) -> tuple[int, int]:

@@ -208,6 +208,21 @@ def test_bicubic_without_antialias_is_refused_on_dali_naming_op_option_and_backe
     build_loader(spec, "torchvision").close()  # the reference backend runs it
 
 
+def test_a_1x1_bilinear_resize_is_refused_on_torchvision_naming_the_reason(mixed_root):
+    from dali_bridge.backends.select import BackendUnavailable
+    from dali_bridge.loader import build_loader
+
+    for op in ({"resize": {"size": [1, 1]}}, {"random_resized_crop": 1}, {"resize": 1}):
+        spec = pipeline(mixed_root, [op, UINT8] if "random" in str(op) else [op, {"center_crop": 1}, UINT8])
+        with pytest.raises(BackendUnavailable) as caught:
+            build_loader(spec, "torchvision")
+        assert "cannot make a 1x1 image" in str(caught.value)
+        with build_loader(spec, "dali-cpu") as loader:  # DALI makes 1x1 images (resize 1: after the crop)
+            assert tuple(next(iter(loader))[0].shape[-2:]) == (1, 1)
+    build_loader(pipeline(mixed_root, [{"random_resized_crop": {"size": 1, "interpolation": "nearest"}}, UINT8]),
+                 "torchvision").close()
+
+
 # ---------------------------------------------------------------------------------------------
 # The DALI resize arrangements on their own, against F.resize, over random crops and scales
 
