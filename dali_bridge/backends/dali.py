@@ -328,10 +328,14 @@ def border_columns(in_hw: np.ndarray, out_hw: np.ndarray) -> list[np.ndarray]:
     n_h, n_w = (in_hw[:, axis].astype(np.int64) for axis in (0, 1))
     (m_h, m_w), = {(int(h), int(w)) for h, w in np.asarray(out_hw)}  # one output size per batch
     s_h, s_w = n_h / m_h, n_w / m_w
-    margin_h, margin_w = _filter_margin("bilinear", n_h, m_h), _filter_margin("bilinear", n_w, m_w)
-    # Source lines the first output line's filter reaches: centre 0.5 s, radius s (1 when upscaling).
-    k_h = np.minimum(n_h, np.ceil(1.5 * s_h).astype(np.int64) + 2)
-    k_w = np.minimum(n_w, np.ceil(1.5 * s_w).astype(np.int64) + 2)
+    # The first output line's filter (centre 0.5 s, radius r = max(s, 1)) reaches r - 0.5 s source
+    # pixels past the edge (the zero margin) and 0.5 s + r into the image (the strip), a pixel of
+    # slack on each. Only edge lines are computed here, so the strips stay that thin: DALI's CPU
+    # resize and paste cost grows with their area.
+    (margin_h, k_h), (margin_w, k_w) = (
+        (np.ceil(np.maximum(s, 1.0) - 0.5 * s + 0.5).astype(np.int64) + 1,
+         np.minimum(n, np.ceil(0.5 * s + np.maximum(s, 1.0) - 0.5).astype(np.int64) + 1))
+        for s, n in ((s_h, n_h), (s_w, n_w)))
     zero = np.zeros_like(n_h)
 
     def sizes(first, second, dtype=np.int32) -> np.ndarray:  # [N, 2]
