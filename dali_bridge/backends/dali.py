@@ -253,13 +253,11 @@ def _nearest_pass(in_hw: tuple[int, int], out_hw: tuple[int, int], axis: int) ->
     return args
 
 
-def _filter_margin(interpolation: str, in_size: Any, out_size: int) -> Any:
+def _filter_margin(interpolation: str, in_size: int, out_size: int) -> int:
     """Zero padding (source pixels) wider than the filter's reach: radius 1 (bilinear) or 2
-    (bicubic) output pixels when downscaling, source pixels when upscaling, plus a margin.
-    ``in_size`` an int (an int back) or an array of them (an int64 array back)."""
-    reach = (1.0 if interpolation == "bilinear" else 2.0) * np.maximum(np.asarray(in_size) / out_size, 1.0)
-    margin = np.ceil(reach).astype(np.int64) + 2
-    return int(margin) if margin.ndim == 0 else margin
+    (bicubic) output pixels when downscaling, source pixels when upscaling, plus a margin."""
+    reach = (1.0 if interpolation == "bilinear" else 2.0) * max(in_size / out_size, 1.0)
+    return int(np.ceil(reach)) + 2
 
 
 def _filter_pass(interpolation: str, in_hw: tuple[int, int], out_hw: tuple[int, int],
