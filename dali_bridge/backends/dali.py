@@ -15,6 +15,7 @@ import os
 import threading
 import weakref
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
@@ -22,7 +23,7 @@ import torch
 
 from ..images import ImageError, SampleError, decode_rgb
 from ..loader import RawBatch, SkippedSample, Topology, default_workers
-from ..plan import Plan, fused_mirror, placement, roi_decode
+from ..plan import Finish, Plan, fused_mirror, placement, roi_decode
 from ..plan import resize_methods as plan_resize_methods
 from ..sampling import BatchTask, Crop, Flip, Resize, draws, sample_geometry
 from ..sources import Listing
@@ -57,6 +58,14 @@ def _placeholder_jpeg() -> bytes:
     buffer = io.BytesIO()
     Image.new("RGB", (8, 8)).save(buffer, "JPEG")
     return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class BorderPatch:
+    """Host-side inputs of :func:`write_border` for one batch: the filter's share on the image at
+    the ends ([N, 2, 2]: rows, columns; :func:`border_weights`) and the fused flip ([N] bool)."""
+    weights: np.ndarray
+    mirror: np.ndarray | None = None
 
 
 class _Feeder:
@@ -142,12 +151,14 @@ class _Feeder:
             encoded = [np.frombuffer(self._placeholder, dtype=np.uint8)]
             geometry = [sample_geometry(self.plan, 8, 8, {k: v[0] for k, v in sample_draws.items()})]
             sizes = [(8, 8)]
-        return [encoded] + _geometry_columns(geometry, sizes, self.resize_methods), meta
+        columns, meta["border"] = _geometry_columns(geometry, sizes, self.resize_methods)
+        return [encoded] + columns, meta
 
 
-def _geometry_columns(per_sample: list[list], sizes: list[tuple[int, int]],
-                      methods: dict[int, str]) -> list[np.ndarray | list[np.ndarray]]:
-    """Per-sample op lists → one input column per DALI argument, in graph order.
+def _geometry_columns(per_sample: list[list], sizes: list[tuple[int, int]], methods: dict[int, str]
+                      ) -> tuple[list[np.ndarray | list[np.ndarray]], BorderPatch | None]:
+    """Per-sample op lists → one input column per DALI argument, in graph order, and what torch
+    needs to finish a ``border_patch`` resize's edge lines (None without one).
 
     ``sizes`` are the samples' decoded (height, width): a resize's arguments depend on its input
     size; ``methods`` the :func:`resize_methods` of the plan. A column whose samples all have one
@@ -155,6 +166,7 @@ def _geometry_columns(per_sample: list[list], sizes: list[tuple[int, int]],
     once, where a list costs a conversion per sample on the feeding thread.
     """
     columns: list[np.ndarray | list[np.ndarray]] = []
+    border = None
     current = list(sizes)
     for position in range(len(per_sample[0])):
         ops = [sample[position] for sample in per_sample]
@@ -167,15 +179,19 @@ def _geometry_columns(per_sample: list[list], sizes: list[tuple[int, int]],
                 columns.append(out_hw)  # the plain resize's only argument
                 if methods[position] == "border_patch":
                     columns.extend(border_columns(np.array(current), out_hw))
+                    border = BorderPatch(border_weights(np.array(current), (ops[0].height, ops[0].width)))
             else:
                 per_op = [resize_arguments(methods[position], size, (op.height, op.width))
                           for op, size in zip(ops, current)]
                 columns.extend(_batched(list(column)) for column in zip(*per_op))
         elif isinstance(ops[0], Flip):
-            columns.append(np.array([op.apply for op in ops], dtype=np.int32))
+            flips = np.array([op.apply for op in ops], dtype=np.int32)
+            columns.append(flips)
+            if border is not None:  # after the patched resize: fused into crop_mirror_normalize
+                border = BorderPatch(border.weights, flips.astype(bool))
         if isinstance(ops[0], (Crop, Resize)):
             current = [(op.height, op.width) for op in ops]
-    return columns
+    return columns, border
 
 
 def _batched(arrays: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
@@ -201,8 +217,9 @@ def _batched(arrays: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
 #     of interest on the real pixels (num), divided by the same resize of 1-D masks of ones
 #     padded with zeros (den: the filter weight falling on the image, per output row/column).
 #     Where the resize is the last geometry step at a fixed size (``border_patch``), only the
-#     outermost output lines differ from a plain resize, so only they go that way, from edge
-#     strips, with den in closed form (image_weight); torch writes them over the batch.
+#     outermost output lines differ from a plain resize: DALI resizes the image plainly plus its
+#     edge rows and columns, and torch takes the clamped edge's share (1 - image_weight, closed
+#     form) out of the batch's outermost lines (write_border).
 #   * bicubic with antialias=True: torchvision resizes width, then height, clamping the
 #     intermediate to [0, 255]; the cubic filter's overshoot makes a single 2-D pass up to 5
 #     levels off at strong edges. Done as two passes with the same clamp (kept in float, so
@@ -309,52 +326,48 @@ def image_weight(in_size: np.ndarray, out_size: int) -> np.ndarray:
 
 
 def border_columns(in_hw: np.ndarray, out_hw: np.ndarray) -> list[np.ndarray]:
-    """Argument columns (batch first) of the exact outermost output rows and columns of bilinear
-    antialiased resizes from ``in_hw`` ([N, 2] (height, width) pixels) to one ``out_hw`` size.
+    """Argument columns (batch first) of a ``border_patch`` resize's edge lines, from ``in_hw``
+    ([N, 2] (height, width) pixels) to one ``out_hw`` size.
 
-    Only output lines whose filter reaches past the image differ from a plain fn.resize: the first
-    and last row and column when downscaling (none when upscaling, computed anyway). Each comes
-    from a strip of the image along its edge, pasted beside a zero margin wider than the filter
-    and resized with its region of interest mapping the strip's edge exactly as the full resize
-    maps the image's, then divided by :func:`image_weight`; the left and right strips give the
-    rows between the first and last. Columns: the strips' shapes ([N, 1, 2] int32), canvas sizes
-    ([N, 2] int32) and output sizes (float32) — rows, then columns; per strip the paste source
-    anchor and canvas anchor (where not 0, 0) and the roi start and end; then the weights of the
-    two rows ([N, 2, W, 1]) and of the two columns ([N, 1, 2, 1]). Vectorised: this runs per
-    batch on the thread that feeds DALI.
+    DALI's plain resize clamps: the filter weight past the image falls on the edge pixel. Only the
+    first and last output row and column feel it (see :func:`write_border`, which takes it out), and
+    only through the image's own edge lines: the first and last row resized along the width (the
+    plain resize's horizontal pass, [N, 2, W, C] float), the first and last column resized along the
+    height ([N, H, 2, C] float), and the four corner pixels ([N, 2, 2, C]). Each is one
+    fn.multi_paste of 1-pixel-wide regions (the image given once per region), resized where needed.
+    Columns: row anchors and shapes ([N, 2, 2] int32), row canvas ([N, 2] int32), row output size
+    ([N, 2] float32), the same for the columns, then the corner anchors ([N, 4, 2] int32).
+    Vectorised: this runs per batch on the thread that feeds DALI.
     """
-    n_h, n_w = (in_hw[:, axis].astype(np.int64) for axis in (0, 1))
+    n_h, n_w = (in_hw[:, axis].astype(np.int32) for axis in (0, 1))
     (m_h, m_w), = {(int(h), int(w)) for h, w in np.asarray(out_hw)}  # one output size per batch
-    s_h, s_w = n_h / m_h, n_w / m_w
-    # The first output line's filter (centre 0.5 s, radius r = max(s, 1)) reaches r - 0.5 s source
-    # pixels past the edge (the zero margin) and 0.5 s + r into the image (the strip), a pixel of
-    # slack on each. Only edge lines are computed here, so the strips stay that thin: DALI's CPU
-    # resize and paste cost grows with their area.
-    (margin_h, k_h), (margin_w, k_w) = (
-        (np.ceil(np.maximum(s, 1.0) - 0.5 * s + 0.5).astype(np.int64) + 1,
-         np.minimum(n, np.ceil(0.5 * s + np.maximum(s, 1.0) - 0.5).astype(np.int64) + 1))
-        for s, n in ((s_h, n_h), (s_w, n_w)))
-    zero = np.zeros_like(n_h)
+    zero, one = np.zeros_like(n_h), np.ones_like(n_h)
 
-    def sizes(first, second, dtype=np.int32) -> np.ndarray:  # [N, 2]
-        return np.stack(np.broadcast_arrays(first, second, zero)[:2], axis=1).astype(dtype)
+    def stack(*points) -> np.ndarray:  # [N, len(points), 2] int32: one (y, x) per region
+        return np.stack([np.stack(np.broadcast_arrays(y, x), axis=1) for y, x in points], axis=1).astype(np.int32)
 
-    def pairs(first, second) -> np.ndarray:  # [N, 1, 2] int32: one paste region per sample
-        return sizes(first, second)[:, None, :]
+    def size(first, second, dtype=np.int32) -> np.ndarray:  # [N, 2]
+        return np.stack(np.broadcast_arrays(first, second), axis=1).astype(dtype)
 
-    across, down = image_weight(n_w, m_w), image_weight(n_h, m_h)
-    row_weights = np.stack([down[:, :1] * across, down[:, -1:] * across], axis=1)
-    column_weights = np.stack([across[:, 0], across[:, -1]], axis=1)
-    return [pairs(k_h, n_w), sizes(k_h + margin_h, n_w + 2 * margin_w), sizes(1, m_w, np.float32),
-            pairs(n_h, k_w), sizes(n_h, k_w + margin_w), sizes(m_h - 2, 1, np.float32),
-            # top: pasted at the margins; bottom: its last rows, margin below; left; right: its last columns
-            pairs(margin_h, margin_w), sizes(margin_h, margin_w, np.float32),
-            sizes(margin_h + s_h, margin_w + n_w, np.float32),
-            pairs(n_h - k_h, zero), pairs(zero, margin_w), sizes(k_h - s_h, margin_w, np.float32),
-            sizes(k_h, margin_w + n_w, np.float32),
-            pairs(zero, margin_w), sizes(s_h, margin_w, np.float32), sizes(n_h - s_h, margin_w + s_w, np.float32),
-            pairs(zero, n_w - k_w), sizes(s_h, k_w - s_w, np.float32), sizes(n_h - s_h, k_w, np.float32),
-            row_weights.astype(np.float32)[..., None], column_weights.astype(np.float32)[:, None, :, None]]
+    return [stack((zero, zero), (n_h - 1, zero)), stack((one, n_w), (one, n_w)), size(2 * one, n_w),
+            size(2 * one, m_w * one, np.float32),
+            stack((zero, zero), (zero, n_w - 1)), stack((n_h, one), (n_h, one)), size(n_h, 2 * one),
+            size(m_h * one, 2 * one, np.float32),
+            stack((zero, zero), (zero, n_w - 1), (n_h - 1, zero), (n_h - 1, n_w - 1))]
+
+
+def border_weights(in_hw: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
+    """[N, 2, 2] float32: the share of the filter on the image ([:, 0]: first and last output row;
+    [:, 1]: first and last column) of a bilinear antialiased resize from ``in_hw`` ([N, 2]) to
+    ``out_hw`` (:func:`image_weight` at the ends), 1 along an axis that is not downscaled.
+
+    Upscaling, the radius-1 filter past the edge and the truncated one both give the edge pixel
+    all the weight: DALI's line is torchvision's already. Solving for it anyway would only divide
+    the plain resize's rounding by a share that tends to 1/2 (up to a level off, measured).
+    """
+    weights = np.stack([image_weight(in_hw[:, axis], out_hw[axis])[:, [0, -1]] for axis in (0, 1)], axis=1)
+    weights[np.asarray(in_hw)[:, :2] <= np.asarray(out_hw)[:2]] = 1.0
+    return weights.astype(np.float32)
 
 
 def resize_arguments(method: str, in_hw: tuple[int, int], out_hw: tuple[int, int]) -> list[np.ndarray]:
@@ -382,12 +395,10 @@ def resize_column_types(method: str, types: Any) -> list:
     def filter_pass(axes: int) -> list:
         return [types.FLOAT, types.INT32, types.INT32, types.FLOAT, types.FLOAT] + [types.FLOAT] * 4 * axes
 
-    shapes = [types.INT32, types.INT32, types.FLOAT]
-    anchored, two_anchors = [types.INT32] + [types.FLOAT] * 2, [types.INT32] * 2 + [types.FLOAT] * 2
-    edges = anchored + two_anchors + anchored + anchored  # top, bottom, left, right: see border_columns
+    lines = [types.INT32] * 3 + [types.FLOAT]  # anchors, shapes, canvas, output size: see border_columns
     return {"linear": [types.FLOAT], "antialias": [types.FLOAT], "nearest": nearest_pass * 2,
             "filter_1pass": filter_pass(2),
-            "border_patch": [types.FLOAT] + shapes * 2 + edges + [types.FLOAT] * 2,
+            "border_patch": [types.FLOAT] + lines * 2 + [types.INT32],
             "filter_2pass": filter_pass(1) * 2}[method]
 
 
@@ -399,29 +410,23 @@ def resize_graph(images: Any, columns: list, method: str, interpolation: str, de
     if method in ("linear", "antialias"):
         return fn.resize(images, size=columns.pop(0), interp_type=interp, antialias=method == "antialias",
                          device=device)
-    if method == "border_patch":  # (image, [border rows, border columns]): see border_columns
+    if method == "border_patch":  # (image, [edge rows, edge columns, corners]): see border_columns
         image = fn.resize(images, size=columns.pop(0), interp_type=interp, antialias=True, device=device)
         hwc = fn.reshape(images, layout="HWC")
-        row_shape, row_canvas, row_size, col_shape, col_canvas, col_size = (columns.pop(0) for _ in range(6))
-        strips = []
-        for edge in ("top", "bottom", "left", "right"):
-            anchors = {}  # multi_paste's anchors default to 0, 0
-            if edge in ("bottom", "right"):
-                anchors["in_anchors"] = columns.pop(0)
-            if edge != "right":
-                anchors["out_anchors"] = columns.pop(0)
-            shape, canvas, size = (row_shape, row_canvas, row_size) if edge in ("top", "bottom") else \
-                (col_shape, col_canvas, col_size)
-            pasted = fn.multi_paste(hwc, shapes=shape, output_size=canvas, device=device, **anchors)
-            strips.append(fn.resize(pasted, size=size, roi_start=columns.pop(0), roi_end=columns.pop(0),
-                                    roi_relative=False, interp_type=interp, antialias=True, dtype=types.FLOAT,
-                                    device=device))
-        row_weights, column_weights = (columns.pop(0) for _ in range(2))
-        if device == "gpu":
-            row_weights, column_weights = row_weights.gpu(), column_weights.gpu()
-        rows = fn.cat(strips[0], strips[1], axis=0, device=device) / row_weights
-        cols = fn.cat(strips[2], strips[3], axis=1, device=device) / column_weights
-        return image, [fn.cast(line, dtype=types.UINT8, device=device) for line in (rows, cols)]
+        lines = []
+        for out_anchors in ([[0, 0], [1, 0]], [[0, 0], [0, 1]]):  # rows stacked, columns side by side
+            anchors, shapes, canvas, size = (columns.pop(0) for _ in range(4))
+            pasted = fn.multi_paste(hwc, hwc, in_anchors=anchors, shapes=shapes, output_size=canvas,
+                                    out_anchors=np.array(out_anchors, dtype=np.int32), device=device)
+            # The pasted axis keeps its 2 lines (scale 1: the filter's neighbours weigh 0); the other
+            # is resized as in the full resize, its clamped ends included.
+            lines.append(fn.resize(pasted, size=size, interp_type=interp, antialias=True, dtype=types.FLOAT,
+                                   device=device))
+        corners = fn.multi_paste(hwc, hwc, hwc, hwc, in_anchors=columns.pop(0),
+                                 shapes=np.ones((4, 2), dtype=np.int32), output_size=np.array([2, 2], np.int32),
+                                 out_anchors=np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.int32),
+                                 device=device)
+        return image, lines + [corners]
     if method == "nearest":
         # Both passes run along the width: DALI's CPU resize steps through rows accumulating the
         # source position in float32 (measured 0.003 pixel off after 168 rows of 2372 → 224), more
@@ -538,7 +543,7 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
             cmn_args.update(mean=[m * 255.0 for m in finish.mean], std=[s * 255.0 for s in finish.std])
         if mirror is not None:
             cmn_args["mirror"] = mirror
-        return tuple(fn.crop_mirror_normalize(out, **cmn_args) for out in [images] + border)
+        return (fn.crop_mirror_normalize(images, **cmn_args), *border)
 
     pipe = graph()
     pipe.build()
@@ -614,8 +619,8 @@ class DaliExecutor:
             # The dynamic executor never reuses a returned buffer, so DLPack hands it to torch without a copy.
             tensor = torch.from_dlpack(images.as_tensor())
             if border:
-                write_border(tensor, *(torch.from_dlpack(lines.as_tensor()) for lines in border),
-                             self.plan.finish.layout)
+                write_border(tensor, *(torch.from_dlpack(lines.as_tensor()) for lines in border), meta["border"],
+                             self.plan.finish)
         if tensor.device != self.device:
             tensor = tensor.to(self.device, non_blocking=True)
         return RawBatch(tensor, task.indices[rows], task.valid[rows], meta["skipped"])
@@ -650,20 +655,55 @@ class DaliExecutor:
         self._discard()
 
 
-def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, layout: str) -> None:
-    """Write a ``border_patch`` resize's exact outermost lines over the batch, in place.
+def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, corners: torch.Tensor,
+                 patch: BorderPatch, finish: Finish) -> None:
+    """Give a ``border_patch`` resize's outermost lines torchvision's values, in place on the finished batch.
 
-    ``rows``: the first and last row of each image ([N, C, 2, W] for CHW, [N, 2, W, C] for HWC);
-    ``cols``: the first and last column of the rows in between ([N, C, H-2, 2] / [N, H-2, 2, C]).
-    Both went through the same crop_mirror_normalize as the images, flip included.
+    DALI's plain resize folds the filter weight past the image onto the edge pixel, so with ``a``
+    the share on the image (``patch.weights``) each edge line mixes torchvision's truncated,
+    renormalised filter with the edge: ``dali = a * torchvision + (1 - a) * edge`` — on the first and
+    last row with the image's edge rows resized along the width (``rows``, [N, 2, W, C] float),
+    on the first and last column with the edge columns resized along the height (``cols``, [N, H, 2,
+    C] float), at the corners along both, the corner pixels (``corners``, [N, 2, 2, C]) entering
+    through the edge lines' own ends. Solving for torchvision's value on the batch's lines (undoing
+    ``finish``'s normalisation and the fused flip, ``patch.mirror``), rounding as its uint8 resize
+    does and finishing again: one vectorised pass over the lines, not the image.
     """
-    if layout == "HWC":  # as CHW with the channel axis moved: views, no copies
-        images, rows, cols = (t.permute(0, 3, 1, 2) for t in (images, rows, cols))
-    height, width = images.shape[-2:]
-    # One strided pass each (first and last together): the column writes touch every row of the
-    # batch, so both ends of a row are written while its memory is at hand.
-    images[:, :, ::height - 1, :] = rows
-    images[:, :, 1:-1, ::width - 1] = cols
+    hwc = images if finish.layout == "HWC" else images.permute(0, 2, 3, 1)  # a view: writes land in images
+    height, width = hwc.shape[1:3]
+    f32, device = torch.float32, images.device
+    rows, cols, corners = (t.to(device=device, dtype=f32) for t in (rows, cols, corners))
+    weights = torch.as_tensor(patch.weights, device=device)
+    a_v, a_h = weights[:, 0, :, None, None], weights[:, 1, None, :, None]  # [N, 2, 1, 1] rows, [N, 1, 2, 1] columns
+    scale = offset = None
+    if finish.dtype != "uint8":  # crop_mirror_normalize: (pixel - 255 mean) / (255 std)
+        scale = torch.tensor(finish.std, device=device, dtype=f32) * 255.0
+        offset = torch.tensor(finish.mean, device=device, dtype=f32) * 255.0
+    mirror = None if patch.mirror is None else torch.as_tensor(patch.mirror, device=device)[:, None, None, None]
+
+    def unfinished(lines: torch.Tensor) -> torch.Tensor:  # [N, *, 2 or W, C] → the plain resize's uint8 pixels, unflipped
+        lines = lines.to(f32)
+        if scale is not None:  # rounded back to the integers they were: float16 is ~0.1 level off
+            lines = torch.round(lines * scale + offset)
+        return lines if mirror is None else torch.where(mirror, lines.flip(2), lines)
+
+    def finished(pixels: torch.Tensor) -> torch.Tensor:
+        pixels = torch.floor(pixels + 0.5).clamp_(0.0, 255.0)  # torchvision's uint8 resize rounds half up
+        if mirror is not None:
+            pixels = torch.where(mirror, pixels.flip(2), pixels)
+        if scale is not None:
+            pixels = (pixels - offset) / scale
+        return pixels.to(hwc.dtype)
+
+    # First and last row, torchvision's filter down the height (DALI's still across the width).
+    top_bottom = (unfinished(hwc[:, ::height - 1]) - (1 - a_v) * rows) / a_v
+    # The edge columns' ends likewise, then their corners across the width too.
+    column_ends = (cols[:, ::height - 1] - (1 - a_v) * corners) / a_v  # [N, 2 rows, 2 columns, C]
+    top_bottom[:, :, ::width - 1] = (top_bottom[:, :, ::width - 1] - (1 - a_h) * column_ends) / a_h
+    # The rows between: only the first and last column differ, across the width.
+    sides = (unfinished(hwc[:, 1:-1, ::width - 1]) - (1 - a_h) * cols[:, 1:-1]) / a_h
+    hwc[:, ::height - 1] = finished(top_bottom)
+    hwc[:, 1:-1, ::width - 1] = finished(sides)
 
 
 def _torch_dtype(name: str) -> torch.dtype:
