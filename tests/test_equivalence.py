@@ -293,6 +293,37 @@ def test_dali_resize_reproduces_torchvision_resize_at_any_scale(mixed_root, inte
         assert plain_worst >= 5  # what the patch corrects: DALI's clamped border, several levels off
 
 
+@pytest.mark.parametrize("dtype, layout", [("float32", "CHW"), ("float16", "HWC"), ("uint8", "HWC")])
+def test_border_patch_computes_alike_with_numpy_on_the_host_and_torch_on_a_device(dtype, layout):
+    """write_border's torch branch is what runs on the GPU; run here on the CPU, it must write what
+    the numpy branch (the CPU default) writes: flip, normalisation and layout included."""
+    from dali_bridge.backends.dali import BorderPatch, write_border
+    from dali_bridge.plan import Finish
+
+    rng = np.random.default_rng(1)
+    n, height, width = 6, 7, 9
+    pixels = torch.from_numpy(rng.integers(0, 256, (n, height, width, 3), dtype=np.uint8))
+    finish = Finish(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), dtype=dtype, layout=layout) \
+        if dtype != "uint8" else Finish(layout=layout)
+    images = pixels.float() if dtype != "uint8" else pixels
+    if dtype != "uint8":
+        images = ((images / 255 - torch.tensor(finish.mean)) / torch.tensor(finish.std)).to(getattr(torch, dtype))
+    if layout == "CHW":
+        images = images.permute(0, 3, 1, 2).contiguous()
+    rows = torch.from_numpy(rng.uniform(0, 255, (n, 2, width, 3)).astype(np.float32))
+    cols = torch.from_numpy(rng.uniform(0, 255, (n, height, 2, 3)).astype(np.float32))
+    corners = torch.from_numpy(rng.integers(0, 256, (n, 2, 2, 3), dtype=np.uint8))
+    patch = BorderPatch(rng.uniform(0.8, 1.0, (n, 2, 2)).astype(np.float32), rng.integers(0, 2, n).astype(bool))
+    host, device = images.clone(), images.clone()
+    write_border(host, rows, cols, corners, patch, finish, host=True)
+    write_border(device, rows, cols, corners, patch, finish, host=False)
+    assert not torch.equal(host, images)  # the outermost lines were rewritten
+    inner = (slice(None), slice(None), slice(1, -1), slice(1, -1)) if layout == "CHW" else \
+        (slice(None), slice(1, -1), slice(1, -1))
+    assert torch.equal(host[inner], images[inner])  # and nothing else
+    torch.testing.assert_close(host, device, rtol=0, atol=1e-6)
+
+
 def test_image_weight_is_dalis_own_filter_weight_on_the_image():
     """The closed form the border patch divides by equals fn.resize of a 0/1 mask (ones on the
     image, zeros on a margin wider than the filter) at random up- and downscales."""
