@@ -259,7 +259,10 @@ def test_dali_resize_reproduces_torchvision_resize_at_any_scale(mixed_root, inte
     cases = _random_cases([decode_rgb(read_bytes(str(p))) for p in files], seed=len(method) + int(antialias))
     if method == "border_patch":  # chosen only for a fixed output size of at least 3 x 3 (resize_methods)
         cases = [(crop, (max(3, out[0]), max(3, out[1]))) for crop, out in cases]
-    inputs = [(crop,) + tuple(resize_arguments(method, crop.shape[:2], out)) for crop, out in cases]
+    # The border patch also gets the fused flip that may follow it (its edge lines come flipped).
+    mirror = np.random.default_rng(7).integers(0, 2, len(cases)).astype(bool) & (method == "border_patch")
+    inputs = [(crop,) + tuple(resize_arguments(method, crop.shape[:2], out, *([flip] if flip else [])))
+              for (crop, out), flip in zip(cases, mirror)]
 
     @pipeline_def(batch_size=len(inputs), num_threads=1, device_id=None)
     def graph():
@@ -277,10 +280,13 @@ def test_dali_resize_reproduces_torchvision_resize_at_any_scale(mixed_root, inte
     for k, (crop, out) in enumerate(cases):
         want = F.resize(torch.from_numpy(crop).permute(2, 0, 1), list(out), interpolation=mode, antialias=antialias)
         got = torch.from_numpy(np.array(outputs[k]))
+        if mirror[k]:  # as crop_mirror_normalize does after the resize
+            want, got = want.flip(-1), got.flip(1)
         if border:  # the exact outermost lines written over the plain resize, as the DALI backend does
             plain = got.clone()
             write_border(got[None], *(torch.from_numpy(np.array(lines[k]))[None] for lines in border),
-                         BorderPatch(border_weights(np.array([crop.shape[:2]]), out)), Finish(layout="HWC"))
+                         BorderPatch(border_weights(np.array([crop.shape[:2]]), out, mirror[k:k + 1])),
+                         Finish(layout="HWC"))
             plain_worst = max(plain_worst, int((plain.int() - want.permute(1, 2, 0).int()).abs().max()))
         got = got.permute(2, 0, 1)
         assert got.shape == want.shape
@@ -296,7 +302,7 @@ def test_dali_resize_reproduces_torchvision_resize_at_any_scale(mixed_root, inte
 @pytest.mark.parametrize("dtype, layout", [("float32", "CHW"), ("float16", "HWC"), ("uint8", "HWC")])
 def test_border_patch_computes_alike_with_numpy_on_the_host_and_torch_on_a_device(dtype, layout):
     """write_border's torch branch is what runs on the GPU; run here on the CPU, it must write what
-    the numpy branch (the CPU default) writes: flip, normalisation and layout included."""
+    the numpy branch (the CPU default) writes: normalisation and layout included."""
     from dali_bridge.backends.dali import BorderPatch, write_border
     from dali_bridge.plan import Finish
 
@@ -313,7 +319,7 @@ def test_border_patch_computes_alike_with_numpy_on_the_host_and_torch_on_a_devic
     rows = torch.from_numpy(rng.uniform(0, 255, (n, 2, width, 3)).astype(np.float32))
     cols = torch.from_numpy(rng.uniform(0, 255, (n, height, 2, 3)).astype(np.float32))
     corners = torch.from_numpy(rng.integers(0, 256, (n, 2, 2, 3), dtype=np.uint8))
-    patch = BorderPatch(rng.uniform(0.8, 1.0, (n, 2, 2)).astype(np.float32), rng.integers(0, 2, n).astype(bool))
+    patch = BorderPatch(rng.uniform(0.8, 1.0, (n, 2, 2)).astype(np.float32))
     host, device = images.clone(), images.clone()
     write_border(host, rows, cols, corners, patch, finish, host=True)
     write_border(device, rows, cols, corners, patch, finish, host=False)

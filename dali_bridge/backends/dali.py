@@ -62,10 +62,9 @@ def _placeholder_jpeg() -> bytes:
 
 @dataclass(frozen=True)
 class BorderPatch:
-    """Host-side inputs of :func:`write_border` for one batch: the filter's share on the image at
-    the ends ([N, 2, 2]: rows, columns; :func:`border_weights`) and the fused flip ([N] bool)."""
+    """Host-side input of :func:`write_border` for one batch: the filter's share on the image at
+    the ends ([N, 2, 2]: rows, columns; :func:`border_weights`, in the output's coordinates)."""
     weights: np.ndarray
-    mirror: np.ndarray | None = None
 
 
 class _Feeder:
@@ -168,7 +167,8 @@ def _geometry_columns(per_sample: list[list], sizes: list[tuple[int, int]], meth
     columns: list[np.ndarray | list[np.ndarray]] = []
     border = None
     current = list(sizes)
-    for position in range(len(per_sample[0])):
+    length = len(per_sample[0])
+    for position in range(length):
         ops = [sample[position] for sample in per_sample]
         if isinstance(ops[0], Crop):
             columns.append(np.array([(op.top, op.left) for op in ops], dtype=np.int32))
@@ -177,18 +177,17 @@ def _geometry_columns(per_sample: list[list], sizes: list[tuple[int, int]], meth
             if methods[position] in ("linear", "antialias", "border_patch"):
                 out_hw = np.array([(op.height, op.width) for op in ops], dtype=np.float32)
                 columns.append(out_hw)  # the plain resize's only argument
-                if methods[position] == "border_patch":
-                    columns.extend(border_columns(np.array(current), out_hw))
-                    border = BorderPatch(border_weights(np.array(current), (ops[0].height, ops[0].width)))
+                if methods[position] == "border_patch":  # followed at most by the flip it folds in
+                    mirror = (np.array([sample[position + 1].apply for sample in per_sample], dtype=bool)
+                              if position + 1 < length else None)
+                    columns.extend(border_columns(np.array(current), out_hw, mirror))
+                    border = BorderPatch(border_weights(np.array(current), (ops[0].height, ops[0].width), mirror))
             else:
                 per_op = [resize_arguments(methods[position], size, (op.height, op.width))
                           for op, size in zip(ops, current)]
                 columns.extend(_batched(list(column)) for column in zip(*per_op))
         elif isinstance(ops[0], Flip):
-            flips = np.array([op.apply for op in ops], dtype=np.int32)
-            columns.append(flips)
-            if border is not None:  # after the patched resize: fused into crop_mirror_normalize
-                border = BorderPatch(border.weights, flips.astype(bool))
+            columns.append(np.array([op.apply for op in ops], dtype=np.int32))
         if isinstance(ops[0], (Crop, Resize)):
             current = [(op.height, op.width) for op in ops]
     return columns, border
@@ -325,23 +324,27 @@ def image_weight(in_size: np.ndarray, out_size: int) -> np.ndarray:
     return share
 
 
-def border_columns(in_hw: np.ndarray, out_hw: np.ndarray) -> list[np.ndarray]:
+def border_columns(in_hw: np.ndarray, out_hw: np.ndarray, mirror: np.ndarray | None = None) -> list[np.ndarray]:
     """Argument columns (batch first) of a ``border_patch`` resize's edge lines, from ``in_hw``
-    ([N, 2] (height, width) pixels) to one ``out_hw`` size.
+    ([N, 2] (height, width) pixels) to one ``out_hw`` size, flipped where ``mirror`` ([N] bool, the
+    fused flip that follows) is set.
 
     DALI's plain resize clamps: the filter weight past the image falls on the edge pixel. Only the
     first and last output row and column feel it (see :func:`write_border`, which takes it out), and
     only through the image's own edge lines: the first and last row resized along the width (the
     plain resize's horizontal pass, [N, 2, W, C] float), the first and last column resized along the
     height ([N, H, 2, C] float), and the four corner pixels ([N, 2, 2, C]). Each is one
-    fn.multi_paste of 1-pixel-wide regions (the image given once per region), resized where needed.
-    Columns: row anchors and shapes ([N, 2, 2] int32), row canvas ([N, 2] int32), row output size
-    ([N, 2] float32), the same for the columns, then the corner anchors ([N, 4, 2] int32).
+    fn.multi_paste of 1-pixel-wide regions (the image given once per region), resized where needed;
+    a flip swaps the columns and corners and reverses the rows' region of interest. Columns: row
+    anchors and shapes ([N, 2, 2] int32), canvas ([N, 2] int32), output size, roi start and end
+    ([N, 2] float32); column anchors, shapes, canvas, output size; corner anchors ([N, 4, 2] int32).
     Vectorised: this runs per batch on the thread that feeds DALI.
     """
     n_h, n_w = (in_hw[:, axis].astype(np.int32) for axis in (0, 1))
     (m_h, m_w), = {(int(h), int(w)) for h, w in np.asarray(out_hw)}  # one output size per batch
     zero, one = np.zeros_like(n_h), np.ones_like(n_h)
+    flip = np.zeros(len(n_h), dtype=bool) if mirror is None else np.asarray(mirror, dtype=bool)
+    left, right = np.where(flip, n_w - 1, 0), np.where(flip, 0, n_w - 1)  # the output's, in the image
 
     def stack(*points) -> np.ndarray:  # [N, len(points), 2] int32: one (y, x) per region
         return np.stack([np.stack(np.broadcast_arrays(y, x), axis=1) for y, x in points], axis=1).astype(np.int32)
@@ -351,15 +354,17 @@ def border_columns(in_hw: np.ndarray, out_hw: np.ndarray) -> list[np.ndarray]:
 
     return [stack((zero, zero), (n_h - 1, zero)), stack((one, n_w), (one, n_w)), size(2 * one, n_w),
             size(2 * one, m_w * one, np.float32),
-            stack((zero, zero), (zero, n_w - 1)), stack((n_h, one), (n_h, one)), size(n_h, 2 * one),
+            size(zero, np.where(flip, n_w, 0), np.float32), size(2 * one, np.where(flip, 0, n_w), np.float32),
+            stack((zero, left), (zero, right)), stack((n_h, one), (n_h, one)), size(n_h, 2 * one),
             size(m_h * one, 2 * one, np.float32),
-            stack((zero, zero), (zero, n_w - 1), (n_h - 1, zero), (n_h - 1, n_w - 1))]
+            stack((zero, left), (zero, right), (n_h - 1, left), (n_h - 1, right))]
 
 
-def border_weights(in_hw: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
+def border_weights(in_hw: np.ndarray, out_hw: tuple[int, int], mirror: np.ndarray | None = None) -> np.ndarray:
     """[N, 2, 2] float32: the share of the filter on the image ([:, 0]: first and last output row;
-    [:, 1]: first and last column) of a bilinear antialiased resize from ``in_hw`` ([N, 2]) to
-    ``out_hw`` (:func:`image_weight` at the ends), 1 along an axis that is not downscaled.
+    [:, 1]: first and last column, swapped where ``mirror``) of a bilinear antialiased resize from
+    ``in_hw`` ([N, 2]) to ``out_hw`` (:func:`image_weight` at the ends), 1 along an axis that is
+    not downscaled.
 
     Upscaling, the radius-1 filter past the edge and the truncated one both give the edge pixel
     all the weight: DALI's line is torchvision's already. Solving for it anyway would only divide
@@ -367,11 +372,15 @@ def border_weights(in_hw: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
     """
     weights = np.stack([image_weight(in_hw[:, axis], out_hw[axis])[:, [0, -1]] for axis in (0, 1)], axis=1)
     weights[np.asarray(in_hw)[:, :2] <= np.asarray(out_hw)[:2]] = 1.0
+    if mirror is not None:
+        weights[np.asarray(mirror, dtype=bool), 1] = weights[np.asarray(mirror, dtype=bool), 1, ::-1]
     return weights.astype(np.float32)
 
 
-def resize_arguments(method: str, in_hw: tuple[int, int], out_hw: tuple[int, int]) -> list[np.ndarray]:
-    """The per-sample DALI arguments of one resize from ``in_hw`` to ``out_hw`` (pixels), in graph order."""
+def resize_arguments(method: str, in_hw: tuple[int, int], out_hw: tuple[int, int], mirror: bool = False
+                     ) -> list[np.ndarray]:
+    """The per-sample DALI arguments of one resize from ``in_hw`` to ``out_hw`` (pixels), in graph
+    order; ``mirror``: a flip folded into the finish follows (``border_patch`` only)."""
     if method in ("linear", "antialias"):
         return [np.array(out_hw, dtype=np.float32)]
     if method == "nearest":  # width, then height as the width of the transposed image (see resize_graph)
@@ -380,8 +389,8 @@ def resize_arguments(method: str, in_hw: tuple[int, int], out_hw: tuple[int, int
     if method == "filter_1pass":
         return _filter_pass("bilinear", in_hw, out_hw, (0, 1))
     if method == "border_patch":  # the feeder builds these per batch (_geometry_columns)
-        return [np.array(out_hw, dtype=np.float32)] + [column[0] for column in
-                                                        border_columns(np.array([in_hw]), np.array([out_hw]))]
+        return [np.array(out_hw, dtype=np.float32)] + [
+            column[0] for column in border_columns(np.array([in_hw]), np.array([out_hw]), np.array([mirror]))]
     if method == "filter_2pass":  # width first, as torchvision
         middle = (in_hw[0], out_hw[1])
         return _filter_pass("bicubic", in_hw, middle, (1,)) + _filter_pass("bicubic", middle, out_hw, (0,))
@@ -395,10 +404,10 @@ def resize_column_types(method: str, types: Any) -> list:
     def filter_pass(axes: int) -> list:
         return [types.FLOAT, types.INT32, types.INT32, types.FLOAT, types.FLOAT] + [types.FLOAT] * 4 * axes
 
-    lines = [types.INT32] * 3 + [types.FLOAT]  # anchors, shapes, canvas, output size: see border_columns
+    lines = [types.INT32] * 3 + [types.FLOAT]  # anchors, shapes, canvas, output size (+ rows' roi): border_columns
     return {"linear": [types.FLOAT], "antialias": [types.FLOAT], "nearest": nearest_pass * 2,
             "filter_1pass": filter_pass(2),
-            "border_patch": [types.FLOAT] + lines * 2 + [types.INT32],
+            "border_patch": [types.FLOAT] + lines + [types.FLOAT] * 2 + lines + [types.INT32],
             "filter_2pass": filter_pass(1) * 2}[method]
 
 
@@ -419,9 +428,11 @@ def resize_graph(images: Any, columns: list, method: str, interpolation: str, de
             pasted = fn.multi_paste(hwc, hwc, in_anchors=anchors, shapes=shapes, output_size=canvas,
                                     out_anchors=np.array(out_anchors, dtype=np.int32), device=device)
             # The pasted axis keeps its 2 lines (scale 1: the filter's neighbours weigh 0); the other
-            # is resized as in the full resize, its clamped ends included.
+            # is resized as in the full resize, its clamped ends included; the rows reversed by
+            # their region of interest where the image will be flipped.
+            roi = dict(roi_start=columns.pop(0), roi_end=columns.pop(0), roi_relative=False) if not lines else {}
             lines.append(fn.resize(pasted, size=size, interp_type=interp, antialias=True, dtype=types.FLOAT,
-                                   device=device))
+                                   device=device, **roi))
         corners = fn.multi_paste(hwc, hwc, hwc, hwc, in_anchors=columns.pop(0),
                                  shapes=np.ones((4, 2), dtype=np.int32), output_size=np.array([2, 2], np.int32),
                                  out_anchors=np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.int32),
@@ -665,64 +676,68 @@ def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, c
     last row with the image's edge rows resized along the width (``rows``, [N, 2, W, C] float),
     on the first and last column with the edge columns resized along the height (``cols``, [N, H, 2,
     C] float), at the corners along both, the corner pixels (``corners``, [N, 2, 2, C]) entering
-    through the edge lines' own ends. Solving for torchvision's value on the batch's lines (undoing
-    ``finish``'s normalisation and the fused flip, ``patch.mirror``), rounding as its uint8 resize
-    does and finishing again: one vectorised pass over the lines, not the image. ``host``: compute
-    with numpy (default: for CPU tensors), else with torch on the tensors' device (the GPU path).
+    through the edge lines' own ends. All in the output's coordinates (a fused flip already applied
+    to them and to the weights). This solves for torchvision's value on the batch's lines (undoing
+    ``finish``'s normalisation), rounds as its uint8 resize does and finishes again: a few
+    vectorised passes over the lines, not the image. ``host``: compute with numpy (default: for CPU
+    tensors), else with torch on the tensors' device (the GPU path).
     """
-    hwc = images if finish.layout == "HWC" else images.permute(0, 2, 3, 1)  # a view: writes land in images
-    height, width = hwc.shape[1:3]
-    scale = offset = mirror = None
+    height, width = images.shape[-2:] if finish.layout == "CHW" else images.shape[1:3]
     if images.device.type == "cpu" if host is None else host:
         # numpy on the host: one thread, where torch's intra-op threads would spin against DALI's
         # on lines this small (measured: +0.2 CPU ms/img).
-        xp, hwc = np, hwc.numpy()
-        rows, cols, corners = (t.numpy().astype(np.float32) for t in (rows, cols, corners))
-        weights, mirror_flags = patch.weights, patch.mirror
+        xp, images, weights = np, images.numpy(), patch.weights
+        rows, cols, corners = (t.numpy() for t in (rows, cols, corners))
 
-        def array(values) -> np.ndarray:
-            return np.asarray(values, dtype=np.float32)
+        def floats(values):  # a C-ordered float32 copy: worked on in place
+            return np.array(values, dtype=np.float32, order="C")
     else:
-        xp = torch
-        rows, cols, corners = (t.to(torch.float32) for t in (rows, cols, corners))
-        weights = torch.as_tensor(patch.weights, device=images.device)
-        mirror_flags = None if patch.mirror is None else torch.as_tensor(patch.mirror, device=images.device)
+        xp, weights = torch, torch.as_tensor(patch.weights, device=images.device)
 
-        def array(values) -> torch.Tensor:
-            return torch.tensor(values, dtype=torch.float32, device=images.device)
+        def floats(values):
+            return values.to(torch.float32, copy=True, memory_format=torch.contiguous_format)
 
-    def cast(lines, like):
-        return lines.astype(like.dtype) if xp is np else lines.to(like.dtype)
+    # Per line end: torchvision = dali / a - edge * (1 - a) / a. Rows' ends [N, 2, 1], columns' [N, 1, 2].
+    inv_v, k_v = 1 / weights[:, 0, :, None], (1 - weights[:, 0, :, None]) / weights[:, 0, :, None]
+    inv_h, k_h = 1 / weights[:, 1, None, :], (1 - weights[:, 1, None, :]) / weights[:, 1, None, :]
+    # One channel at a time: the normalisation is then a scalar and every operand's innermost run
+    # is a whole line (numpy broadcasting over a 3-long channel axis was the slow part).
+    for channel in range(images.shape[1] if finish.layout == "CHW" else images.shape[-1]):
+        plane = images[:, channel] if finish.layout == "CHW" else images[..., channel]  # [N, H, W] view
+        scale = offset = None
+        if finish.dtype != "uint8":  # crop_mirror_normalize: (pixel - 255 mean) / (255 std)
+            scale, offset = finish.std[channel] * 255.0, finish.mean[channel] * 255.0
 
-    a_v, a_h = weights[:, 0, :, None, None], weights[:, 1, None, :, None]  # [N, 2, 1, 1] rows, [N, 1, 2, 1] columns
-    if finish.dtype != "uint8":  # crop_mirror_normalize: (pixel - 255 mean) / (255 std)
-        scale, offset = array(finish.std) * 255.0, array(finish.mean) * 255.0
-    if mirror_flags is not None:
-        mirror = mirror_flags[:, None, None, None]
+        def pixels(lines):  # the batch's lines → the plain resize's uint8 values (float32, a copy)
+            lines = floats(lines)
+            if scale is not None:  # rounded back to the integers they were: float16 is ~0.1 level off
+                lines *= scale
+                lines += offset
+                xp.round(lines, out=lines)
+            return lines
 
-    def unfinished(lines):  # [N, *, 2 or W, C] → the plain resize's uint8 pixels, unflipped
-        lines = cast(lines, rows)
-        if scale is not None:  # rounded back to the integers they were: float16 is ~0.1 level off
-            lines = xp.round(lines * scale + offset)
-        return lines if mirror is None else xp.where(mirror, xp.flip(lines, (2,)), lines)
+        def finished(lines):
+            lines += 0.5  # torchvision's uint8 resize rounds half up
+            xp.floor(lines, out=lines)
+            xp.clip(lines, 0.0, 255.0, out=lines)
+            if scale is not None:
+                lines -= offset
+                lines /= scale
+            return lines
 
-    def finished(pixels):
-        pixels = xp.clip(xp.floor(pixels + 0.5), 0.0, 255.0)  # torchvision's uint8 resize rounds half up
-        if mirror is not None:
-            pixels = xp.where(mirror, xp.flip(pixels, (2,)), pixels)
-        if scale is not None:
-            pixels = (pixels - offset) / scale
-        return cast(pixels, hwc)
-
-    # First and last row, torchvision's filter down the height (DALI's still across the width).
-    top_bottom = (unfinished(hwc[:, ::height - 1]) - (1 - a_v) * rows) / a_v
-    # The edge columns' ends likewise, then their corners across the width too.
-    column_ends = (cols[:, ::height - 1] - (1 - a_v) * corners) / a_v  # [N, 2 rows, 2 columns, C]
-    top_bottom[:, :, ::width - 1] = (top_bottom[:, :, ::width - 1] - (1 - a_h) * column_ends) / a_h
-    # The rows between: only the first and last column differ, across the width.
-    sides = (unfinished(hwc[:, 1:-1, ::width - 1]) - (1 - a_h) * cols[:, 1:-1]) / a_h
-    hwc[:, ::height - 1] = finished(top_bottom)
-    hwc[:, 1:-1, ::width - 1] = finished(sides)
+        # First and last row: torchvision's filter down the height (DALI's still across the width).
+        top_bottom = pixels(plane[:, ::height - 1])  # [N, 2, W]
+        top_bottom *= inv_v
+        top_bottom -= rows[..., channel] * k_v
+        # Their ends across the width too, the edge columns' ends solved down the height first.
+        column_ends = cols[:, ::height - 1, :, channel] * inv_v - corners[..., channel] * k_v  # [N, row, column]
+        top_bottom[:, :, ::width - 1] = top_bottom[:, :, ::width - 1] * inv_h - column_ends * k_h
+        # The rows between: only the first and last column differ, across the width.
+        sides = pixels(xp.moveaxis(plane[:, 1:-1, ::width - 1], 2, 1))  # [N, 2, H - 2]
+        sides *= inv_h.reshape(-1, 2, 1)
+        sides -= xp.moveaxis(cols[:, 1:-1, :, channel], 2, 1) * k_h.reshape(-1, 2, 1)
+        plane[:, ::height - 1] = finished(top_bottom)
+        xp.moveaxis(plane[:, 1:-1, ::width - 1], 2, 1)[...] = finished(sides)
 
 
 def _torch_dtype(name: str) -> torch.dtype:
