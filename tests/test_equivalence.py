@@ -264,27 +264,38 @@ def test_dali_resize_reproduces_torchvision_resize_at_any_scale(mixed_root, inte
     inputs = [(crop,) + tuple(resize_arguments(method, crop.shape[:2], out, *([flip] if flip else [])))
               for (crop, out), flip in zip(cases, mirror)]
 
-    @pipeline_def(batch_size=len(inputs), num_threads=1, device_id=None)
-    def graph():
-        columns = [fn.external_source(source=[[sample[k] for sample in inputs]], batch=True, cycle=True)
-                   for k in range(len(inputs[0]))]
-        resized = resize_graph(columns[0], columns[1:], method, interpolation, "cpu")
-        return (resized[0], *resized[1]) if method == "border_patch" else resized
+    # A border patch's sizes are graph constants (the plan's fixed output size): a pipeline per size.
+    groups: dict[Any, list[int]] = {}
+    for k, (_, out) in enumerate(cases):
+        groups.setdefault(tuple(out) if method == "border_patch" else None, []).append(k)
+    outputs: dict[int, np.ndarray] = {}
+    border: dict[int, list[np.ndarray]] = {}
+    for out_size, members in groups.items():
+        @pipeline_def(batch_size=len(members), num_threads=1, device_id=None)
+        def graph():
+            columns = [fn.external_source(source=[[inputs[k][column] for k in members]], batch=True, cycle=True)
+                       for column in range(len(inputs[0]))]
+            resized = resize_graph(columns[0], columns[1:], method, interpolation, "cpu", out_size)
+            return (resized[0], *resized[1]) if method == "border_patch" else resized
 
-    pipe = graph()
-    pipe.build()
-    outputs, *border = pipe.run()
+        pipe = graph()
+        pipe.build()
+        image, *lines = pipe.run()
+        for row, k in enumerate(members):
+            outputs[k] = np.array(image[row])
+            if lines:
+                border[k] = [np.array(line[row]) for line in lines]
     mode = {"nearest": InterpolationMode.NEAREST, "bilinear": InterpolationMode.BILINEAR,
             "bicubic": InterpolationMode.BICUBIC}[interpolation]
     worst, means, plain_worst = 0, [], 0
     for k, (crop, out) in enumerate(cases):
         want = F.resize(torch.from_numpy(crop).permute(2, 0, 1), list(out), interpolation=mode, antialias=antialias)
-        got = torch.from_numpy(np.array(outputs[k]))
+        got = torch.from_numpy(outputs[k])
         if mirror[k]:  # as crop_mirror_normalize does after the resize
             want, got = want.flip(-1), got.flip(1)
         if border:  # the exact outermost lines written over the plain resize, as the DALI backend does
             plain = got.clone()
-            write_border(got[None], *(torch.from_numpy(np.array(lines[k]))[None] for lines in border),
+            write_border(got[None], *(torch.from_numpy(lines)[None] for lines in border[k]),
                          BorderPatch(border_weights(np.array([crop.shape[:2]]), out, mirror[k:k + 1])),
                          Finish(layout="HWC"))
             plain_worst = max(plain_worst, int((plain.int() - want.permute(1, 2, 0).int()).abs().max()))
@@ -319,10 +330,11 @@ def test_border_patch_computes_alike_with_numpy_on_the_host_and_torch_on_a_devic
     rows = torch.from_numpy(rng.uniform(0, 255, (n, 2, width, 3)).astype(np.float32))
     cols = torch.from_numpy(rng.uniform(0, 255, (n, height, 2, 3)).astype(np.float32))
     corners = torch.from_numpy(rng.integers(0, 256, (n, 2, 2, 3), dtype=np.uint8))
+    sides = pixels[:, :, ::width - 1].contiguous()  # the plain resize's first and last columns
     patch = BorderPatch(rng.uniform(0.8, 1.0, (n, 2, 2)).astype(np.float32))
     host, device = images.clone(), images.clone()
-    write_border(host, rows, cols, corners, patch, finish, host=True)
-    write_border(device, rows, cols, corners, patch, finish, host=False)
+    write_border(host, rows, cols, corners, sides, patch, finish, host=True)
+    write_border(device, rows, cols, corners, sides, patch, finish, host=False)
     assert not torch.equal(host, images)  # the outermost lines were rewritten
     inner = (slice(None), slice(None), slice(1, -1), slice(1, -1)) if layout == "CHW" else \
         (slice(None), slice(1, -1), slice(1, -1))
@@ -357,6 +369,7 @@ def test_image_weight_is_dalis_own_filter_weight_on_the_image():
     dali = np.stack([np.asarray(resized[k]).reshape(-1) for k in range(len(masks))])
     ours = image_weight(in_sizes, out_size)
     assert np.abs(dali - ours).max() < 1e-4
+    assert np.array_equal(image_weight(in_sizes, out_size, [0, 5, out_size - 1]), ours[:, [0, 5, out_size - 1]])
     assert (ours[:, 0] < 1).all() and np.allclose(ours[:, 1:-1][in_sizes >= out_size], 1.0)  # edges only, downscaling
 
 

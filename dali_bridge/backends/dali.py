@@ -174,14 +174,14 @@ def _geometry_columns(per_sample: list[list], sizes: list[tuple[int, int]], meth
             columns.append(np.array([(op.top, op.left) for op in ops], dtype=np.int32))
             columns.append(np.array([(op.height, op.width) for op in ops], dtype=np.int32))
         elif isinstance(ops[0], Resize):
-            if methods[position] in ("linear", "antialias", "border_patch"):
-                out_hw = np.array([(op.height, op.width) for op in ops], dtype=np.float32)
-                columns.append(out_hw)  # the plain resize's only argument
-                if methods[position] == "border_patch":  # followed at most by the flip it folds in
-                    mirror = (np.array([sample[position + 1].apply for sample in per_sample], dtype=bool)
-                              if position + 1 < length else None)
-                    columns.extend(border_columns(np.array(current), out_hw, mirror))
-                    border = BorderPatch(border_weights(np.array(current), (ops[0].height, ops[0].width), mirror))
+            if methods[position] in ("linear", "antialias"):  # the plain resize's only argument
+                columns.append(np.array([(op.height, op.width) for op in ops], dtype=np.float32))
+            elif methods[position] == "border_patch":  # a fixed size, followed at most by the flip it folds in
+                mirror = (np.array([sample[position + 1].apply for sample in per_sample], dtype=bool)
+                          if position + 1 < length else None)
+                out_hw = (ops[0].height, ops[0].width)
+                columns.extend(border_columns(np.array(current), out_hw, mirror))
+                border = BorderPatch(border_weights(np.array(current), out_hw, mirror))
             else:
                 per_op = [resize_arguments(methods[position], size, (op.height, op.width))
                           for op, size in zip(ops, current)]
@@ -302,9 +302,10 @@ def _filter_pass(interpolation: str, in_hw: tuple[int, int], out_hw: tuple[int, 
     return args
 
 
-def image_weight(in_size: np.ndarray, out_size: int) -> np.ndarray:
+def image_weight(in_size: np.ndarray, out_size: int, lines: list[int] | None = None) -> np.ndarray:
     """[N, out_size]: the share of each output line's bilinear antialiasing filter that falls on the
-    image, resizing ``in_size`` (per sample) source pixels to ``out_size`` (1 off the border).
+    image, resizing ``in_size`` (per sample) source pixels to ``out_size`` (1 off the border);
+    [N, len(lines)] for the given output ``lines`` only.
 
     DALI's filter, in closed form: a triangle of radius max(scale, 1) source pixels centred at
     (x + 0.5) * scale, sampled at pixel centres (equals fn.resize of a 0/1 mask within 1e-4: tested).
@@ -312,39 +313,44 @@ def image_weight(in_size: np.ndarray, out_size: int) -> np.ndarray:
     """
     scale = in_size.astype(np.float64) / out_size
     radius = np.maximum(scale, 1.0)
-    # Lines per end whose filter can reach past the image: 1 when downscaling, ~1/scale upscaling.
-    edge = int(min(out_size, np.ceil((radius / scale).max()) + 1))
-    lines = np.unique(np.concatenate([np.arange(edge), np.arange(out_size - edge, out_size)]))
+    wanted = lines
+    if lines is None:  # lines per end whose filter can reach past the image: 1 downscaling, ~1/scale up
+        edge = int(min(out_size, np.ceil((radius / scale).max()) + 1))
+        lines = np.unique(np.concatenate([np.arange(edge), np.arange(out_size - edge, out_size)]))
+    lines = np.asarray(lines)
     centre = (lines[None, :] + 0.5) * scale[:, None]
     taps = np.floor(centre - radius[:, None])[..., None] + np.arange(int(np.ceil(2 * radius.max())) + 3)
     weight = np.clip(1 - np.abs(taps + 0.5 - centre[..., None]) / radius[:, None, None], 0, None)
     inside = (taps >= 0) & (taps < in_size[:, None, None])
+    at_lines = (weight * inside).sum(-1) / weight.sum(-1)
+    if wanted is not None:
+        return at_lines
     share = np.ones((len(in_size), out_size))
-    share[:, lines] = (weight * inside).sum(-1) / weight.sum(-1)
+    share[:, lines] = at_lines
     return share
 
 
-def border_columns(in_hw: np.ndarray, out_hw: np.ndarray, mirror: np.ndarray | None = None) -> list[np.ndarray]:
-    """Argument columns (batch first) of a ``border_patch`` resize's edge lines, from ``in_hw``
-    ([N, 2] (height, width) pixels) to one ``out_hw`` size, flipped where ``mirror`` ([N] bool, the
-    fused flip that follows) is set.
+def border_columns(in_hw: np.ndarray, out_hw: tuple[int, int], mirror: np.ndarray | None = None) -> list[np.ndarray]:
+    """Argument columns (batch first) of a ``border_patch`` resize from ``in_hw`` ([N, 2] (height,
+    width) pixels) to ``out_hw``, flipped where ``mirror`` ([N] bool, the fused flip that follows).
 
     DALI's plain resize clamps: the filter weight past the image falls on the edge pixel. Only the
     first and last output row and column feel it (see :func:`write_border`, which takes it out), and
     only through the image's own edge lines: the first and last row resized along the width (the
     plain resize's horizontal pass, [N, 2, W, C] float), the first and last column resized along the
-    height ([N, H, 2, C] float), and the four corner pixels ([N, 2, 2, C]). Each is one
-    fn.multi_paste of 1-pixel-wide regions (the image given once per region), resized where needed;
-    a flip swaps the columns and corners and reverses the rows' region of interest. Columns: row
-    anchors and shapes ([N, 2, 2] int32), canvas ([N, 2] int32), output size, roi start and end
-    ([N, 2] float32); column anchors, shapes, canvas, output size; corner anchors ([N, 4, 2] int32).
-    Vectorised: this runs per batch on the thread that feeds DALI.
+    height ([N, H, 2, C] float), and the four corner pixels ([N, 2, 2, C]); with them go the plain
+    resize's own first and last columns ([N, H, 2, C], read there rather than strided from the
+    finished batch). Each is one fn.multi_paste of 1-pixel-wide regions (the image given once per
+    region), resized where needed; a flip swaps the columns and corners and reverses the rows'
+    region of interest. Columns: row anchors and shapes ([N, 2, 2] int32), canvas ([N, 2] int32),
+    roi start and end ([N, 2] float32); column anchors, shapes, canvas; corner anchors ([N, 4, 2]);
+    the output's side anchors ([N, 2, 2]). Vectorised: runs per batch on the thread feeding DALI.
     """
     n_h, n_w = (in_hw[:, axis].astype(np.int32) for axis in (0, 1))
-    (m_h, m_w), = {(int(h), int(w)) for h, w in np.asarray(out_hw)}  # one output size per batch
     zero, one = np.zeros_like(n_h), np.ones_like(n_h)
     flip = np.zeros(len(n_h), dtype=bool) if mirror is None else np.asarray(mirror, dtype=bool)
     left, right = np.where(flip, n_w - 1, 0), np.where(flip, 0, n_w - 1)  # the output's, in the image
+    out_left, out_right = np.where(flip, out_hw[1] - 1, 0), np.where(flip, 0, out_hw[1] - 1)
 
     def stack(*points) -> np.ndarray:  # [N, len(points), 2] int32: one (y, x) per region
         return np.stack([np.stack(np.broadcast_arrays(y, x), axis=1) for y, x in points], axis=1).astype(np.int32)
@@ -353,11 +359,10 @@ def border_columns(in_hw: np.ndarray, out_hw: np.ndarray, mirror: np.ndarray | N
         return np.stack(np.broadcast_arrays(first, second), axis=1).astype(dtype)
 
     return [stack((zero, zero), (n_h - 1, zero)), stack((one, n_w), (one, n_w)), size(2 * one, n_w),
-            size(2 * one, m_w * one, np.float32),
             size(zero, np.where(flip, n_w, 0), np.float32), size(2 * one, np.where(flip, 0, n_w), np.float32),
             stack((zero, left), (zero, right)), stack((n_h, one), (n_h, one)), size(n_h, 2 * one),
-            size(m_h * one, 2 * one, np.float32),
-            stack((zero, left), (zero, right), (n_h - 1, left), (n_h - 1, right))]
+            stack((zero, left), (zero, right), (n_h - 1, left), (n_h - 1, right)),
+            stack((zero, out_left), (zero, out_right))]
 
 
 def border_weights(in_hw: np.ndarray, out_hw: tuple[int, int], mirror: np.ndarray | None = None) -> np.ndarray:
@@ -370,7 +375,8 @@ def border_weights(in_hw: np.ndarray, out_hw: tuple[int, int], mirror: np.ndarra
     all the weight: DALI's line is torchvision's already. Solving for it anyway would only divide
     the plain resize's rounding by a share that tends to 1/2 (up to a level off, measured).
     """
-    weights = np.stack([image_weight(in_hw[:, axis], out_hw[axis])[:, [0, -1]] for axis in (0, 1)], axis=1)
+    weights = np.stack([image_weight(in_hw[:, axis], out_hw[axis], [0, out_hw[axis] - 1]) for axis in (0, 1)],
+                       axis=1)
     weights[np.asarray(in_hw)[:, :2] <= np.asarray(out_hw)[:2]] = 1.0
     if mirror is not None:
         weights[np.asarray(mirror, dtype=bool), 1] = weights[np.asarray(mirror, dtype=bool), 1, ::-1]
@@ -389,8 +395,7 @@ def resize_arguments(method: str, in_hw: tuple[int, int], out_hw: tuple[int, int
     if method == "filter_1pass":
         return _filter_pass("bilinear", in_hw, out_hw, (0, 1))
     if method == "border_patch":  # the feeder builds these per batch (_geometry_columns)
-        return [np.array(out_hw, dtype=np.float32)] + [
-            column[0] for column in border_columns(np.array([in_hw]), np.array([out_hw]), np.array([mirror]))]
+        return [column[0] for column in border_columns(np.array([in_hw]), out_hw, np.array([mirror]))]
     if method == "filter_2pass":  # width first, as torchvision
         middle = (in_hw[0], out_hw[1])
         return _filter_pass("bicubic", in_hw, middle, (1,)) + _filter_pass("bicubic", middle, out_hw, (0,))
@@ -404,40 +409,44 @@ def resize_column_types(method: str, types: Any) -> list:
     def filter_pass(axes: int) -> list:
         return [types.FLOAT, types.INT32, types.INT32, types.FLOAT, types.FLOAT] + [types.FLOAT] * 4 * axes
 
-    lines = [types.INT32] * 3 + [types.FLOAT]  # anchors, shapes, canvas, output size (+ rows' roi): border_columns
+    paste = [types.INT32] * 3  # anchors, shapes, canvas: see border_columns
     return {"linear": [types.FLOAT], "antialias": [types.FLOAT], "nearest": nearest_pass * 2,
             "filter_1pass": filter_pass(2),
-            "border_patch": [types.FLOAT] + lines + [types.FLOAT] * 2 + lines + [types.INT32],
+            "border_patch": paste + [types.FLOAT] * 2 + paste + [types.INT32] * 2,
             "filter_2pass": filter_pass(1) * 2}[method]
 
 
-def resize_graph(images: Any, columns: list, method: str, interpolation: str, device: str) -> Any:
-    """Add the resize to the graph, consuming its argument columns from the front of ``columns``."""
+def resize_graph(images: Any, columns: list, method: str, interpolation: str, device: str,
+                 out_size: tuple[int, int] | None = None) -> Any:
+    """Add the resize to the graph, consuming its argument columns from the front of ``columns``;
+    ``out_size``: the (fixed) output size of a ``border_patch``, whose sizes are constants."""
     from nvidia.dali import fn, math, types
 
     interp = getattr(types, _INTERP[interpolation])
     if method in ("linear", "antialias"):
         return fn.resize(images, size=columns.pop(0), interp_type=interp, antialias=method == "antialias",
                          device=device)
-    if method == "border_patch":  # (image, [edge rows, edge columns, corners]): see border_columns
-        image = fn.resize(images, size=columns.pop(0), interp_type=interp, antialias=True, device=device)
+    if method == "border_patch":  # (image, [edge rows, edge columns, corners, plain sides]): see border_columns
+        (m_h, m_w), const = out_size, (lambda value: np.array(value, dtype=np.int32))
+        image = fn.resize(images, size=list(out_size), interp_type=interp, antialias=True, device=device)
         hwc = fn.reshape(images, layout="HWC")
         lines = []
-        for out_anchors in ([[0, 0], [1, 0]], [[0, 0], [0, 1]]):  # rows stacked, columns side by side
-            anchors, shapes, canvas, size = (columns.pop(0) for _ in range(4))
+        for out_anchors, size in (([[0, 0], [1, 0]], [2, m_w]), ([[0, 0], [0, 1]], [m_h, 2])):  # rows, columns
+            anchors, shapes, canvas = (columns.pop(0) for _ in range(3))
             pasted = fn.multi_paste(hwc, hwc, in_anchors=anchors, shapes=shapes, output_size=canvas,
-                                    out_anchors=np.array(out_anchors, dtype=np.int32), device=device)
+                                    out_anchors=const(out_anchors), device=device)
             # The pasted axis keeps its 2 lines (scale 1: the filter's neighbours weigh 0); the other
             # is resized as in the full resize, its clamped ends included; the rows reversed by
             # their region of interest where the image will be flipped.
             roi = dict(roi_start=columns.pop(0), roi_end=columns.pop(0), roi_relative=False) if not lines else {}
             lines.append(fn.resize(pasted, size=size, interp_type=interp, antialias=True, dtype=types.FLOAT,
                                    device=device, **roi))
-        corners = fn.multi_paste(hwc, hwc, hwc, hwc, in_anchors=columns.pop(0),
-                                 shapes=np.ones((4, 2), dtype=np.int32), output_size=np.array([2, 2], np.int32),
-                                 out_anchors=np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.int32),
+        corners = fn.multi_paste(hwc, hwc, hwc, hwc, in_anchors=columns.pop(0), shapes=const([[1, 1]] * 4),
+                                 output_size=const([2, 2]), out_anchors=const([[0, 0], [0, 1], [1, 0], [1, 1]]),
                                  device=device)
-        return image, lines + [corners]
+        sides = fn.multi_paste(image, image, in_anchors=columns.pop(0), shapes=const([[m_h, 1]] * 2),
+                               output_size=const([m_h, 2]), out_anchors=const([[0, 0], [0, 1]]), device=device)
+        return image, lines + [corners, sides]
     if method == "nearest":
         # Both passes run along the width: DALI's CPU resize steps through rows accumulating the
         # source position in float32 (measured 0.003 pixel off after 168 rows of 2372 → 224), more
@@ -538,7 +547,7 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
                                   device=op_device)
             elif name == "Resize":
                 interpolation = step.params["interpolation"]
-                images = resize_graph(images, columns, methods[n], interpolation, op_device)
+                images = resize_graph(images, columns, methods[n], interpolation, op_device, plan.output_size)
                 if methods[n] == "border_patch":  # the last geometry step: its border lines finish alike
                     images, border = images
             elif name == "Flip":
@@ -667,7 +676,7 @@ class DaliExecutor:
 
 
 def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, corners: torch.Tensor,
-                 patch: BorderPatch, finish: Finish, *, host: bool | None = None) -> None:
+                 sides: torch.Tensor, patch: BorderPatch, finish: Finish, *, host: bool | None = None) -> None:
     """Give a ``border_patch`` resize's outermost lines torchvision's values, in place on the finished batch.
 
     DALI's plain resize folds the filter weight past the image onto the edge pixel, so with ``a``
@@ -676,18 +685,20 @@ def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, c
     last row with the image's edge rows resized along the width (``rows``, [N, 2, W, C] float),
     on the first and last column with the edge columns resized along the height (``cols``, [N, H, 2,
     C] float), at the corners along both, the corner pixels (``corners``, [N, 2, 2, C]) entering
-    through the edge lines' own ends. All in the output's coordinates (a fused flip already applied
-    to them and to the weights). This solves for torchvision's value on the batch's lines (undoing
-    ``finish``'s normalisation), rounds as its uint8 resize does and finishes again: a few
-    vectorised passes over the lines, not the image. ``host``: compute with numpy (default: for CPU
-    tensors), else with torch on the tensors' device (the GPU path).
+    through the edge lines' own ends. ``sides`` ([N, H, 2, C] uint8) are the plain resize's first
+    and last columns; its first and last rows are read from the batch. All in the output's
+    coordinates (a fused flip already applied to them and to the weights). This solves for
+    torchvision's values (undoing ``finish``'s normalisation of the rows), rounds as its uint8
+    resize does and writes them finished: a few vectorised passes over the lines, not the image.
+    ``host``: compute with numpy (default: for CPU tensors), else with torch on the tensors'
+    device (the GPU path).
     """
     height, width = images.shape[-2:] if finish.layout == "CHW" else images.shape[1:3]
     if images.device.type == "cpu" if host is None else host:
         # numpy on the host: one thread, where torch's intra-op threads would spin against DALI's
         # on lines this small (measured: +0.2 CPU ms/img).
         xp, images, weights = np, images.numpy(), patch.weights
-        rows, cols, corners = (t.numpy() for t in (rows, cols, corners))
+        rows, cols, corners, sides = (t.numpy() for t in (rows, cols, corners, sides))
 
         def floats(values):  # a C-ordered float32 copy: worked on in place
             return np.array(values, dtype=np.float32, order="C")
@@ -697,24 +708,18 @@ def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, c
         def floats(values):
             return values.to(torch.float32, copy=True, memory_format=torch.contiguous_format)
 
+    # Channel first, lines side by side ([C, N, 2, length]): per channel every operand's innermost
+    # run is a whole line (numpy broadcasting over a 3-long channel axis was the slow part).
+    rows, corners = floats(xp.moveaxis(rows, 3, 0)), floats(xp.moveaxis(corners, 3, 0))
+    cols, sides = (floats(xp.moveaxis(xp.moveaxis(t, 3, 0), 3, 2)) for t in (cols, sides))
     # Per line end: torchvision = dali / a - edge * (1 - a) / a. Rows' ends [N, 2, 1], columns' [N, 1, 2].
     inv_v, k_v = 1 / weights[:, 0, :, None], (1 - weights[:, 0, :, None]) / weights[:, 0, :, None]
     inv_h, k_h = 1 / weights[:, 1, None, :], (1 - weights[:, 1, None, :]) / weights[:, 1, None, :]
-    # One channel at a time: the normalisation is then a scalar and every operand's innermost run
-    # is a whole line (numpy broadcasting over a 3-long channel axis was the slow part).
-    for channel in range(images.shape[1] if finish.layout == "CHW" else images.shape[-1]):
+    for channel in range(len(rows)):
         plane = images[:, channel] if finish.layout == "CHW" else images[..., channel]  # [N, H, W] view
         scale = offset = None
         if finish.dtype != "uint8":  # crop_mirror_normalize: (pixel - 255 mean) / (255 std)
             scale, offset = finish.std[channel] * 255.0, finish.mean[channel] * 255.0
-
-        def pixels(lines):  # the batch's lines → the plain resize's uint8 values (float32, a copy)
-            lines = floats(lines)
-            if scale is not None:  # rounded back to the integers they were: float16 is ~0.1 level off
-                lines *= scale
-                lines += offset
-                xp.round(lines, out=lines)
-            return lines
 
         def finished(lines):
             lines += 0.5  # torchvision's uint8 resize rounds half up
@@ -726,18 +731,26 @@ def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, c
             return lines
 
         # First and last row: torchvision's filter down the height (DALI's still across the width).
-        top_bottom = pixels(plane[:, ::height - 1])  # [N, 2, W]
+        top_bottom = floats(plane[:, ::height - 1])  # [N, 2, W]
+        if scale is not None:  # back to the plain resize's uint8 values: float16 is ~0.1 level off
+            top_bottom *= scale
+            top_bottom += offset
+            xp.round(top_bottom, out=top_bottom)
         top_bottom *= inv_v
-        top_bottom -= rows[..., channel] * k_v
+        rows[channel] *= k_v
+        top_bottom -= rows[channel]
         # Their ends across the width too, the edge columns' ends solved down the height first.
-        column_ends = cols[:, ::height - 1, :, channel] * inv_v - corners[..., channel] * k_v  # [N, row, column]
+        column_ends = xp.moveaxis(cols[channel, :, :, ::height - 1], 1, 2) * inv_v - corners[channel] * k_v
         top_bottom[:, :, ::width - 1] = top_bottom[:, :, ::width - 1] * inv_h - column_ends * k_h
         # The rows between: only the first and last column differ, across the width.
-        sides = pixels(xp.moveaxis(plane[:, 1:-1, ::width - 1], 2, 1))  # [N, 2, H - 2]
-        sides *= inv_h.reshape(-1, 2, 1)
-        sides -= xp.moveaxis(cols[:, 1:-1, :, channel], 2, 1) * k_h.reshape(-1, 2, 1)
+        between = sides[channel, :, :, 1:-1]  # [N, 2, H - 2]
+        between *= inv_h.reshape(-1, 2, 1)
+        cols[channel] *= k_h.reshape(-1, 2, 1)
+        between -= cols[channel, :, :, 1:-1]
         plane[:, ::height - 1] = finished(top_bottom)
-        xp.moveaxis(plane[:, 1:-1, ::width - 1], 2, 1)[...] = finished(sides)
+        between = finished(between)
+        for side, column in enumerate((0, width - 1)):  # a column at a time: the cheapest strided write
+            plane[:, 1:-1, column] = between[:, side]
 
 
 def _torch_dtype(name: str) -> torch.dtype:
