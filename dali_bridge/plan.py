@@ -196,8 +196,8 @@ RESIZE_STAGES: dict[str, list[tuple[str, str]]] = {
                      (".border.rows", "fn.resize (antialias, float: along the width, as the image)"),
                      (".border.columns", "fn.multi_paste (the first and last column)"),
                      (".border.columns", "fn.resize (antialias, float: along the height, as the image)"),
-                     (".border.corners", "fn.multi_paste (the four corner pixels)"),
-                     (".border.sides", "fn.multi_paste (the resized image's first and last column)")],
+                     (".border.pixels", "fn.multi_paste (the resized image's first and last column, "
+                                         "the four corner pixels)")],
     "filter_2pass": ([(".width" + suffix, impl) for suffix, impl in _RENORMALISED_PASS]
                      + [(".width.border_weights", "fn.resize (weight on the image per column)"),
                         (".width.renormalise", "arithmetic (divide)"),

@@ -330,11 +330,11 @@ def test_border_patch_computes_alike_with_numpy_on_the_host_and_torch_on_a_devic
     rows = torch.from_numpy(rng.uniform(0, 255, (n, 2, width, 3)).astype(np.float32))
     cols = torch.from_numpy(rng.uniform(0, 255, (n, height, 2, 3)).astype(np.float32))
     corners = torch.from_numpy(rng.integers(0, 256, (n, 2, 2, 3), dtype=np.uint8))
-    sides = pixels[:, :, ::width - 1].contiguous()  # the plain resize's first and last columns
+    edges = torch.cat([pixels[:, :, ::width - 1], corners], dim=1)  # the plain resize's side columns, corners
     patch = BorderPatch(rng.uniform(0.8, 1.0, (n, 2, 2)).astype(np.float32))
     host, device = images.clone(), images.clone()
-    write_border(host, rows, cols, corners, sides, patch, finish, host=True)
-    write_border(device, rows, cols, corners, sides, patch, finish, host=False)
+    write_border(host, rows, cols, edges, patch, finish, host=True)
+    write_border(device, rows, cols, edges, patch, finish, host=False)
     assert not torch.equal(host, images)  # the outermost lines were rewritten
     inner = (slice(None), slice(None), slice(1, -1), slice(1, -1)) if layout == "CHW" else \
         (slice(None), slice(1, -1), slice(1, -1))

@@ -338,13 +338,13 @@ def border_columns(in_hw: np.ndarray, out_hw: tuple[int, int], mirror: np.ndarra
     first and last output row and column feel it (see :func:`write_border`, which takes it out), and
     only through the image's own edge lines: the first and last row resized along the width (the
     plain resize's horizontal pass, [N, 2, W, C] float), the first and last column resized along the
-    height ([N, H, 2, C] float), and the four corner pixels ([N, 2, 2, C]); with them go the plain
-    resize's own first and last columns ([N, H, 2, C], read there rather than strided from the
+    height ([N, H, 2, C] float), and the four corner pixels, pasted below the plain resize's own
+    first and last columns ([N, H + 2, 2, C]: those read there rather than strided from the
     finished batch). Each is one fn.multi_paste of 1-pixel-wide regions (the image given once per
     region), resized where needed; a flip swaps the columns and corners and reverses the rows'
     region of interest. Columns: row anchors and shapes ([N, 2, 2] int32), canvas ([N, 2] int32),
-    roi start and end ([N, 2] float32); column anchors, shapes, canvas; corner anchors ([N, 4, 2]);
-    the output's side anchors ([N, 2, 2]). Vectorised: runs per batch on the thread feeding DALI.
+    roi start and end ([N, 2] float32); column anchors, shapes, canvas; the anchors of the output's
+    side columns and of the corners ([N, 6, 2]). Vectorised: runs per batch on the thread feeding DALI.
     """
     n_h, n_w = (in_hw[:, axis].astype(np.int32) for axis in (0, 1))
     zero, one = np.zeros_like(n_h), np.ones_like(n_h)
@@ -361,8 +361,7 @@ def border_columns(in_hw: np.ndarray, out_hw: tuple[int, int], mirror: np.ndarra
     return [stack((zero, zero), (n_h - 1, zero)), stack((one, n_w), (one, n_w)), size(2 * one, n_w),
             size(zero, np.where(flip, n_w, 0), np.float32), size(2 * one, np.where(flip, 0, n_w), np.float32),
             stack((zero, left), (zero, right)), stack((n_h, one), (n_h, one)), size(n_h, 2 * one),
-            stack((zero, left), (zero, right), (n_h - 1, left), (n_h - 1, right)),
-            stack((zero, out_left), (zero, out_right))]
+            stack((zero, out_left), (zero, out_right), (zero, left), (zero, right), (n_h - 1, left), (n_h - 1, right))]
 
 
 def border_weights(in_hw: np.ndarray, out_hw: tuple[int, int], mirror: np.ndarray | None = None) -> np.ndarray:
@@ -412,7 +411,7 @@ def resize_column_types(method: str, types: Any) -> list:
     paste = [types.INT32] * 3  # anchors, shapes, canvas: see border_columns
     return {"linear": [types.FLOAT], "antialias": [types.FLOAT], "nearest": nearest_pass * 2,
             "filter_1pass": filter_pass(2),
-            "border_patch": paste + [types.FLOAT] * 2 + paste + [types.INT32] * 2,
+            "border_patch": paste + [types.FLOAT] * 2 + paste + [types.INT32],
             "filter_2pass": filter_pass(1) * 2}[method]
 
 
@@ -426,7 +425,7 @@ def resize_graph(images: Any, columns: list, method: str, interpolation: str, de
     if method in ("linear", "antialias"):
         return fn.resize(images, size=columns.pop(0), interp_type=interp, antialias=method == "antialias",
                          device=device)
-    if method == "border_patch":  # (image, [edge rows, edge columns, corners, plain sides]): see border_columns
+    if method == "border_patch":  # (image, [edge rows, edge columns, sides and corners]): see border_columns
         (m_h, m_w), const = out_size, (lambda value: np.array(value, dtype=np.int32))
         image = fn.resize(images, size=list(out_size), interp_type=interp, antialias=True, device=device)
         hwc = fn.reshape(images, layout="HWC")
@@ -441,12 +440,12 @@ def resize_graph(images: Any, columns: list, method: str, interpolation: str, de
             roi = dict(roi_start=columns.pop(0), roi_end=columns.pop(0), roi_relative=False) if not lines else {}
             lines.append(fn.resize(pasted, size=size, interp_type=interp, antialias=True, dtype=types.FLOAT,
                                    device=device, **roi))
-        corners = fn.multi_paste(hwc, hwc, hwc, hwc, in_anchors=columns.pop(0), shapes=const([[1, 1]] * 4),
-                                 output_size=const([2, 2]), out_anchors=const([[0, 0], [0, 1], [1, 0], [1, 1]]),
-                                 device=device)
-        sides = fn.multi_paste(image, image, in_anchors=columns.pop(0), shapes=const([[m_h, 1]] * 2),
-                               output_size=const([m_h, 2]), out_anchors=const([[0, 0], [0, 1]]), device=device)
-        return image, lines + [corners, sides]
+        # One paste for the rest: the resized image's first and last columns, the four corner pixels below.
+        pixels = fn.multi_paste(image, image, hwc, hwc, hwc, hwc, in_anchors=columns.pop(0),
+                                shapes=const([[m_h, 1]] * 2 + [[1, 1]] * 4), output_size=[m_h + 2, 2],
+                                out_anchors=const([[0, 0], [0, 1], [m_h, 0], [m_h, 1], [m_h + 1, 0], [m_h + 1, 1]]),
+                                device=device)
+        return image, lines + [pixels]
     if method == "nearest":
         # Both passes run along the width: DALI's CPU resize steps through rows accumulating the
         # source position in float32 (measured 0.003 pixel off after 168 rows of 2372 → 224), more
@@ -675,8 +674,8 @@ class DaliExecutor:
         self._discard()
 
 
-def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, corners: torch.Tensor,
-                 sides: torch.Tensor, patch: BorderPatch, finish: Finish, *, host: bool | None = None) -> None:
+def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, pixels: torch.Tensor,
+                 patch: BorderPatch, finish: Finish, *, host: bool | None = None) -> None:
     """Give a ``border_patch`` resize's outermost lines torchvision's values, in place on the finished batch.
 
     DALI's plain resize folds the filter weight past the image onto the edge pixel, so with ``a``
@@ -684,9 +683,9 @@ def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, c
     renormalised filter with the edge: ``dali = a * torchvision + (1 - a) * edge`` — on the first and
     last row with the image's edge rows resized along the width (``rows``, [N, 2, W, C] float),
     on the first and last column with the edge columns resized along the height (``cols``, [N, H, 2,
-    C] float), at the corners along both, the corner pixels (``corners``, [N, 2, 2, C]) entering
-    through the edge lines' own ends. ``sides`` ([N, H, 2, C] uint8) are the plain resize's first
-    and last columns; its first and last rows are read from the batch. All in the output's
+    C] float), at the corners along both, the corner pixels entering through the edge lines' own
+    ends. ``pixels`` ([N, H + 2, 2, C] uint8) holds the plain resize's first and last columns, then
+    the corner pixels (2 x 2); its first and last rows are read from the batch. All in the output's
     coordinates (a fused flip already applied to them and to the weights). This solves for
     torchvision's values (undoing ``finish``'s normalisation of the rows), rounds as its uint8
     resize does and writes them finished: a few vectorised passes over the lines, not the image.
@@ -698,7 +697,7 @@ def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, c
         # numpy on the host: one thread, where torch's intra-op threads would spin against DALI's
         # on lines this small (measured: +0.2 CPU ms/img).
         xp, images, weights = np, images.numpy(), patch.weights
-        rows, cols, corners, sides = (t.numpy() for t in (rows, cols, corners, sides))
+        rows, cols, pixels = (t.numpy() for t in (rows, cols, pixels))
 
         def floats(values):  # a C-ordered float32 copy: worked on in place
             return np.array(values, dtype=np.float32, order="C")
@@ -710,8 +709,8 @@ def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, c
 
     # Channel first, lines side by side ([C, N, 2, length]): per channel every operand's innermost
     # run is a whole line (numpy broadcasting over a 3-long channel axis was the slow part).
-    rows, corners = floats(xp.moveaxis(rows, 3, 0)), floats(xp.moveaxis(corners, 3, 0))
-    cols, sides = (floats(xp.moveaxis(xp.moveaxis(t, 3, 0), 3, 2)) for t in (cols, sides))
+    rows, corners = floats(xp.moveaxis(rows, 3, 0)), floats(xp.moveaxis(pixels[:, height:], 3, 0))
+    cols, sides = (floats(xp.moveaxis(xp.moveaxis(t, 3, 0), 3, 2)) for t in (cols, pixels[:, :height]))
     # Per line end: torchvision = dali / a - edge * (1 - a) / a. Rows' ends [N, 2, 1], columns' [N, 1, 2].
     inv_v, k_v = 1 / weights[:, 0, :, None], (1 - weights[:, 0, :, None]) / weights[:, 0, :, None]
     inv_h, k_h = 1 / weights[:, 1, None, :], (1 - weights[:, 1, None, :]) / weights[:, 1, None, :]
