@@ -192,12 +192,11 @@ RESIZE_STAGES: dict[str, list[tuple[str, str]]] = {
                         (".round", "fn.cast (uint8, round to nearest)")]),
     "border_patch": [("", "fn.resize (antialias: every line off the border equals torchvision's)"),
                      (".border", "fn.reshape (HWC, no copy)"),
-                     (".border.rows", "fn.multi_paste (the first and last row)"),
-                     (".border.rows", "fn.resize (antialias, float: along the width, as the image)"),
+                     (".border.rows", "fn.multi_paste (the first and last row beside a zeroed margin)"),
+                     (".border.rows", "fn.resize (antialias, float: along the width, region of interest on "
+                                      "the image)"),
                      (".border.columns", "fn.multi_paste (the first and last column)"),
-                     (".border.columns", "fn.resize (antialias, float: along the height, as the image)"),
-                     (".border.pixels", "fn.multi_paste (the resized image's first and last column, "
-                                         "the four corner pixels)")],
+                     (".border.columns", "fn.resize (antialias, float: along the height, as the image)")],
     "filter_2pass": ([(".width" + suffix, impl) for suffix, impl in _RENORMALISED_PASS]
                      + [(".width.border_weights", "fn.resize (weight on the image per column)"),
                         (".width.renormalise", "arithmetic (divide)"),

@@ -296,7 +296,7 @@ def test_dali_resize_reproduces_torchvision_resize_at_any_scale(mixed_root, inte
         if border:  # the exact outermost lines written over the plain resize, as the DALI backend does
             plain = got.clone()
             write_border(got[None], *(torch.from_numpy(lines)[None] for lines in border[k]),
-                         BorderPatch(border_weights(np.array([crop.shape[:2]]), out, mirror[k:k + 1])),
+                         BorderPatch(*border_weights(np.array([crop.shape[:2]]), out, mirror[k:k + 1])),
                          Finish(layout="HWC"))
             plain_worst = max(plain_worst, int((plain.int() - want.permute(1, 2, 0).int()).abs().max()))
         got = got.permute(2, 0, 1)
@@ -329,12 +329,11 @@ def test_border_patch_computes_alike_with_numpy_on_the_host_and_torch_on_a_devic
         images = images.permute(0, 3, 1, 2).contiguous()
     rows = torch.from_numpy(rng.uniform(0, 255, (n, 2, width, 3)).astype(np.float32))
     cols = torch.from_numpy(rng.uniform(0, 255, (n, height, 2, 3)).astype(np.float32))
-    corners = torch.from_numpy(rng.integers(0, 256, (n, 2, 2, 3), dtype=np.uint8))
-    edges = torch.cat([pixels[:, :, ::width - 1], corners], dim=1)  # the plain resize's side columns, corners
-    patch = BorderPatch(rng.uniform(0.8, 1.0, (n, 2, 2)).astype(np.float32))
+    patch = BorderPatch(rng.uniform(0.8, 1.0, (n, 2, 2)).astype(np.float32),
+                        rng.uniform(0.8, 1.0, (n, width)).astype(np.float32))
     host, device = images.clone(), images.clone()
-    write_border(host, rows, cols, edges, patch, finish, host=True)
-    write_border(device, rows, cols, edges, patch, finish, host=False)
+    write_border(host, rows, cols, patch, finish, host=True)
+    write_border(device, rows, cols, patch, finish, host=False)
     assert not torch.equal(host, images)  # the outermost lines were rewritten
     inner = (slice(None), slice(None), slice(1, -1), slice(1, -1)) if layout == "CHW" else \
         (slice(None), slice(1, -1), slice(1, -1))

@@ -62,9 +62,11 @@ def _placeholder_jpeg() -> bytes:
 
 @dataclass(frozen=True)
 class BorderPatch:
-    """Host-side input of :func:`write_border` for one batch: the filter's share on the image at
-    the ends ([N, 2, 2]: rows, columns; :func:`border_weights`, in the output's coordinates)."""
+    """Host-side inputs of :func:`write_border` for one batch, in the output's coordinates: the
+    filter's share on the image at the end lines where it changes them ([N, 2, 2]: rows, columns;
+    :func:`border_weights`) and the share on every column of the rows' zero-margin resize ([N, W])."""
     weights: np.ndarray
+    row_share: np.ndarray
 
 
 class _Feeder:
@@ -181,7 +183,7 @@ def _geometry_columns(per_sample: list[list], sizes: list[tuple[int, int]], meth
                           if position + 1 < length else None)
                 out_hw = (ops[0].height, ops[0].width)
                 columns.extend(border_columns(np.array(current), out_hw, mirror))
-                border = BorderPatch(border_weights(np.array(current), out_hw, mirror))
+                border = BorderPatch(*border_weights(np.array(current), out_hw, mirror))
             else:
                 per_op = [resize_arguments(methods[position], size, (op.height, op.width))
                           for op, size in zip(ops, current)]
@@ -336,21 +338,20 @@ def border_columns(in_hw: np.ndarray, out_hw: tuple[int, int], mirror: np.ndarra
 
     DALI's plain resize clamps: the filter weight past the image falls on the edge pixel. Only the
     first and last output row and column feel it (see :func:`write_border`, which takes it out), and
-    only through the image's own edge lines: the first and last row resized along the width (the
-    plain resize's horizontal pass, [N, 2, W, C] float), the first and last column resized along the
-    height ([N, H, 2, C] float), and the four corner pixels, pasted below the plain resize's own
-    first and last columns ([N, H + 2, 2, C]: those read there rather than strided from the
-    finished batch). Each is one fn.multi_paste of 1-pixel-wide regions (the image given once per
-    region), resized where needed; a flip swaps the columns and corners and reverses the rows'
-    region of interest. Columns: row anchors and shapes ([N, 2, 2] int32), canvas ([N, 2] int32),
-    roi start and end ([N, 2] float32); column anchors, shapes, canvas; the anchors of the output's
-    side columns and of the corners ([N, 6, 2]). Vectorised: runs per batch on the thread feeding DALI.
+    only through the image's own edge lines: the first and last row resized along the width beside
+    a zero margin (torchvision's truncated filter times its share on the image, [N, 2, W, C] float)
+    and the first and last column resized along the height as the plain resize does (clamped, [N,
+    H, 2, C] float). Each is one fn.multi_paste of two 1-pixel-wide regions (the image given once
+    per region) and one fn.resize; a flip swaps the columns and reverses the rows' region of
+    interest. Columns: row anchors, shapes, canvas anchors ([N, 2, 2] int32), canvas ([N, 2] int32),
+    roi start and end ([N, 2] float32); column anchors, shapes, canvas. Vectorised: runs per batch
+    on the thread that feeds DALI.
     """
     n_h, n_w = (in_hw[:, axis].astype(np.int32) for axis in (0, 1))
     zero, one = np.zeros_like(n_h), np.ones_like(n_h)
     flip = np.zeros(len(n_h), dtype=bool) if mirror is None else np.asarray(mirror, dtype=bool)
     left, right = np.where(flip, n_w - 1, 0), np.where(flip, 0, n_w - 1)  # the output's, in the image
-    out_left, out_right = np.where(flip, out_hw[1] - 1, 0), np.where(flip, 0, out_hw[1] - 1)
+    margin = np.ceil(np.maximum(n_w / out_hw[1], 1.0)).astype(np.int32) + 2  # past the filter's reach
 
     def stack(*points) -> np.ndarray:  # [N, len(points), 2] int32: one (y, x) per region
         return np.stack([np.stack(np.broadcast_arrays(y, x), axis=1) for y, x in points], axis=1).astype(np.int32)
@@ -358,28 +359,31 @@ def border_columns(in_hw: np.ndarray, out_hw: tuple[int, int], mirror: np.ndarra
     def size(first, second, dtype=np.int32) -> np.ndarray:  # [N, 2]
         return np.stack(np.broadcast_arrays(first, second), axis=1).astype(dtype)
 
-    return [stack((zero, zero), (n_h - 1, zero)), stack((one, n_w), (one, n_w)), size(2 * one, n_w),
-            size(zero, np.where(flip, n_w, 0), np.float32), size(2 * one, np.where(flip, 0, n_w), np.float32),
-            stack((zero, left), (zero, right)), stack((n_h, one), (n_h, one)), size(n_h, 2 * one),
-            stack((zero, out_left), (zero, out_right), (zero, left), (zero, right), (n_h - 1, left), (n_h - 1, right))]
+    return [stack((zero, zero), (n_h - 1, zero)), stack((one, n_w), (one, n_w)), stack((zero, margin), (one, margin)),
+            size(2 * one, n_w + 2 * margin),
+            size(zero, np.where(flip, margin + n_w, margin), np.float32),
+            size(2 * one, np.where(flip, margin, margin + n_w), np.float32),
+            stack((zero, left), (zero, right)), stack((n_h, one), (n_h, one)), size(n_h, 2 * one)]
 
 
-def border_weights(in_hw: np.ndarray, out_hw: tuple[int, int], mirror: np.ndarray | None = None) -> np.ndarray:
-    """[N, 2, 2] float32: the share of the filter on the image ([:, 0]: first and last output row;
-    [:, 1]: first and last column, swapped where ``mirror``) of a bilinear antialiased resize from
-    ``in_hw`` ([N, 2]) to ``out_hw`` (:func:`image_weight` at the ends), 1 along an axis that is
-    not downscaled.
+def border_weights(in_hw: np.ndarray, out_hw: tuple[int, int], mirror: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """:class:`BorderPatch`'s weights for a bilinear antialiased resize from ``in_hw`` ([N, 2]) to
+    ``out_hw``, flipped where ``mirror``: [N, 2, 2] float32, the share of the filter on the image
+    (:func:`image_weight`) at the first and last output row ([:, 0]) and column ([:, 1]), 1 along
+    an axis that is not downscaled; and [N, W] float32, the share on every output column.
 
     Upscaling, the radius-1 filter past the edge and the truncated one both give the edge pixel
     all the weight: DALI's line is torchvision's already. Solving for it anyway would only divide
     the plain resize's rounding by a share that tends to 1/2 (up to a level off, measured).
     """
-    weights = np.stack([image_weight(in_hw[:, axis], out_hw[axis], [0, out_hw[axis] - 1]) for axis in (0, 1)],
-                       axis=1)
-    weights[np.asarray(in_hw)[:, :2] <= np.asarray(out_hw)[:2]] = 1.0
-    if mirror is not None:
-        weights[np.asarray(mirror, dtype=bool), 1] = weights[np.asarray(mirror, dtype=bool), 1, ::-1]
-    return weights.astype(np.float32)
+    in_hw, flip = np.asarray(in_hw), None if mirror is None else np.asarray(mirror, dtype=bool)
+    row_share = image_weight(in_hw[:, 1], out_hw[1])
+    ends = np.stack([image_weight(in_hw[:, 0], out_hw[0], [0, out_hw[0] - 1]), row_share[:, [0, -1]]], axis=1)
+    ends[in_hw[:, :2] <= np.asarray(out_hw)[:2]] = 1.0
+    if flip is not None:
+        ends[flip, 1], row_share[flip] = ends[flip, 1, ::-1], row_share[flip, ::-1]
+    return ends.astype(np.float32), row_share.astype(np.float32)
 
 
 def resize_arguments(method: str, in_hw: tuple[int, int], out_hw: tuple[int, int], mirror: bool = False
@@ -408,10 +412,10 @@ def resize_column_types(method: str, types: Any) -> list:
     def filter_pass(axes: int) -> list:
         return [types.FLOAT, types.INT32, types.INT32, types.FLOAT, types.FLOAT] + [types.FLOAT] * 4 * axes
 
-    paste = [types.INT32] * 3  # anchors, shapes, canvas: see border_columns
+    paste = [types.INT32] * 3  # anchors, shapes, canvas (rows: + canvas anchors, roi): see border_columns
     return {"linear": [types.FLOAT], "antialias": [types.FLOAT], "nearest": nearest_pass * 2,
             "filter_1pass": filter_pass(2),
-            "border_patch": paste + [types.FLOAT] * 2 + paste + [types.INT32],
+            "border_patch": paste + [types.INT32, types.FLOAT, types.FLOAT] + paste,
             "filter_2pass": filter_pass(1) * 2}[method]
 
 
@@ -425,27 +429,24 @@ def resize_graph(images: Any, columns: list, method: str, interpolation: str, de
     if method in ("linear", "antialias"):
         return fn.resize(images, size=columns.pop(0), interp_type=interp, antialias=method == "antialias",
                          device=device)
-    if method == "border_patch":  # (image, [edge rows, edge columns, sides and corners]): see border_columns
-        (m_h, m_w), const = out_size, (lambda value: np.array(value, dtype=np.int32))
+    if method == "border_patch":  # (image, [edge rows, edge columns]): see border_columns
+        m_h, m_w = out_size
         image = fn.resize(images, size=list(out_size), interp_type=interp, antialias=True, device=device)
         hwc = fn.reshape(images, layout="HWC")
-        lines = []
-        for out_anchors, size in (([[0, 0], [1, 0]], [2, m_w]), ([[0, 0], [0, 1]], [m_h, 2])):  # rows, columns
-            anchors, shapes, canvas = (columns.pop(0) for _ in range(3))
-            pasted = fn.multi_paste(hwc, hwc, in_anchors=anchors, shapes=shapes, output_size=canvas,
-                                    out_anchors=const(out_anchors), device=device)
-            # The pasted axis keeps its 2 lines (scale 1: the filter's neighbours weigh 0); the other
-            # is resized as in the full resize, its clamped ends included; the rows reversed by
-            # their region of interest where the image will be flipped.
-            roi = dict(roi_start=columns.pop(0), roi_end=columns.pop(0), roi_relative=False) if not lines else {}
-            lines.append(fn.resize(pasted, size=size, interp_type=interp, antialias=True, dtype=types.FLOAT,
-                                   device=device, **roi))
-        # One paste for the rest: the resized image's first and last columns, the four corner pixels below.
-        pixels = fn.multi_paste(image, image, hwc, hwc, hwc, hwc, in_anchors=columns.pop(0),
-                                shapes=const([[m_h, 1]] * 2 + [[1, 1]] * 4), output_size=[m_h + 2, 2],
-                                out_anchors=const([[0, 0], [0, 1], [m_h, 0], [m_h, 1], [m_h + 1, 0], [m_h + 1, 1]]),
-                                device=device)
-        return image, lines + [pixels]
+        # Rows beside a zero margin, the region of interest on the image (reversed where flipped):
+        # the truncated filter's sum, weighted by its share on the image.
+        anchors, shapes, canvas_anchors, canvas, roi_start, roi_end = (columns.pop(0) for _ in range(6))
+        rows = fn.multi_paste(hwc, hwc, in_anchors=anchors, shapes=shapes, out_anchors=canvas_anchors,
+                              output_size=canvas, device=device)
+        rows = fn.resize(rows, size=[2, m_w], roi_start=roi_start, roi_end=roi_end, roi_relative=False,
+                         interp_type=interp, antialias=True, dtype=types.FLOAT, device=device)
+        # Columns as the plain resize sees them (its clamped ends included). In both, the pasted axis
+        # keeps its 2 lines: scale 1, where the filter's neighbours weigh 0.
+        anchors, shapes, canvas = (columns.pop(0) for _ in range(3))
+        cols = fn.multi_paste(hwc, hwc, in_anchors=anchors, shapes=shapes, output_size=canvas,
+                              out_anchors=np.array([[0, 0], [0, 1]], dtype=np.int32), device=device)
+        cols = fn.resize(cols, size=[m_h, 2], interp_type=interp, antialias=True, dtype=types.FLOAT, device=device)
+        return image, [rows, cols]
     if method == "nearest":
         # Both passes run along the width: DALI's CPU resize steps through rows accumulating the
         # source position in float32 (measured 0.003 pixel off after 168 rows of 2372 → 224), more
@@ -674,21 +675,21 @@ class DaliExecutor:
         self._discard()
 
 
-def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, pixels: torch.Tensor,
-                 patch: BorderPatch, finish: Finish, *, host: bool | None = None) -> None:
+def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, patch: BorderPatch,
+                 finish: Finish, *, host: bool | None = None) -> None:
     """Give a ``border_patch`` resize's outermost lines torchvision's values, in place on the finished batch.
 
-    DALI's plain resize folds the filter weight past the image onto the edge pixel, so with ``a``
-    the share on the image (``patch.weights``) each edge line mixes torchvision's truncated,
-    renormalised filter with the edge: ``dali = a * torchvision + (1 - a) * edge`` — on the first and
-    last row with the image's edge rows resized along the width (``rows``, [N, 2, W, C] float),
-    on the first and last column with the edge columns resized along the height (``cols``, [N, H, 2,
-    C] float), at the corners along both, the corner pixels entering through the edge lines' own
-    ends. ``pixels`` ([N, H + 2, 2, C] uint8) holds the plain resize's first and last columns, then
-    the corner pixels (2 x 2); its first and last rows are read from the batch. All in the output's
-    coordinates (a fused flip already applied to them and to the weights). This solves for
-    torchvision's values (undoing ``finish``'s normalisation of the rows), rounds as its uint8
-    resize does and writes them finished: a few vectorised passes over the lines, not the image.
+    DALI's plain resize folds the filter weight past the image onto the edge pixel: with ``a`` the
+    share on the image, an edge line is ``a * torchvision + (1 - a) * edge`` along that axis. The
+    first and last row: ``rows`` ([N, 2, W, C] float) are the image's edge rows resized along the
+    width with a zero margin, i.e. torchvision's horizontal pass times ``patch.row_share``, and
+    down the height the rows are solved for torchvision's filter. The first and last column:
+    ``cols`` ([N, H, 2, C] float) are the edge columns resized along the height as DALI does, and
+    across the width the columns are solved for torchvision's filter. At the corners both axes are
+    solved, the edge column's DALI value then torchvision's horizontal value entering in turn
+    (no corner pixel needed). All in the output's coordinates (a fused flip already applied);
+    the batch's lines are read back to the plain resize's uint8 values, solved, rounded as
+    torchvision's uint8 resize does and finished again: a few vectorised passes over the lines.
     ``host``: compute with numpy (default: for CPU tensors), else with torch on the tensors'
     device (the GPU path).
     """
@@ -696,22 +697,23 @@ def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, p
     if images.device.type == "cpu" if host is None else host:
         # numpy on the host: one thread, where torch's intra-op threads would spin against DALI's
         # on lines this small (measured: +0.2 CPU ms/img).
-        xp, images, weights = np, images.numpy(), patch.weights
-        rows, cols, pixels = (t.numpy() for t in (rows, cols, pixels))
+        xp, images, weights, share = np, images.numpy(), patch.weights, patch.row_share
+        rows, cols = rows.numpy(), cols.numpy()
 
         def floats(values):  # a C-ordered float32 copy: worked on in place
             return np.array(values, dtype=np.float32, order="C")
     else:
-        xp, weights = torch, torch.as_tensor(patch.weights, device=images.device)
+        xp = torch
+        weights, share = (torch.as_tensor(t, device=images.device) for t in (patch.weights, patch.row_share))
 
         def floats(values):
             return values.to(torch.float32, copy=True, memory_format=torch.contiguous_format)
 
     # Channel first, lines side by side ([C, N, 2, length]): per channel every operand's innermost
     # run is a whole line (numpy broadcasting over a 3-long channel axis was the slow part).
-    rows, corners = floats(xp.moveaxis(rows, 3, 0)), floats(xp.moveaxis(pixels[:, height:], 3, 0))
-    cols, sides = (floats(xp.moveaxis(xp.moveaxis(t, 3, 0), 3, 2)) for t in (cols, pixels[:, :height]))
-    # Per line end: torchvision = dali / a - edge * (1 - a) / a. Rows' ends [N, 2, 1], columns' [N, 1, 2].
+    rows, cols = floats(xp.moveaxis(rows, 3, 0)), floats(xp.moveaxis(xp.moveaxis(cols, 3, 0), 3, 2))
+    rows /= share[None, :, None, :]  # torchvision's horizontal pass of the edge rows
+    # Per line end: torchvision = dali / a - other * (1 - a) / a. Rows' ends [N, 2, 1], columns' [N, 1, 2].
     inv_v, k_v = 1 / weights[:, 0, :, None], (1 - weights[:, 0, :, None]) / weights[:, 0, :, None]
     inv_h, k_h = 1 / weights[:, 1, None, :], (1 - weights[:, 1, None, :]) / weights[:, 1, None, :]
     for channel in range(len(rows)):
@@ -719,6 +721,14 @@ def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, p
         scale = offset = None
         if finish.dtype != "uint8":  # crop_mirror_normalize: (pixel - 255 mean) / (255 std)
             scale, offset = finish.std[channel] * 255.0, finish.mean[channel] * 255.0
+
+        def plain(lines):  # the batch's lines → the plain resize's uint8 values (a float32 copy)
+            lines = floats(lines)
+            if scale is not None:  # rounded back to the integers they were: float16 is ~0.1 level off
+                lines *= scale
+                lines += offset
+                xp.round(lines, out=lines)
+            return lines
 
         def finished(lines):
             lines += 0.5  # torchvision's uint8 resize rounds half up
@@ -729,27 +739,24 @@ def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, p
                 lines /= scale
             return lines
 
-        # First and last row: torchvision's filter down the height (DALI's still across the width).
-        top_bottom = floats(plane[:, ::height - 1])  # [N, 2, W]
-        if scale is not None:  # back to the plain resize's uint8 values: float16 is ~0.1 level off
-            top_bottom *= scale
-            top_bottom += offset
-            xp.round(top_bottom, out=top_bottom)
+        top_bottom = plain(plane[:, ::height - 1])  # [N, 2, W]
+        sides = plain(xp.moveaxis(plane[:, :, ::width - 1], 2, 1))  # [N, 2, H]
+        # Corners [N, row, column]: across the width first (the column's DALI value), then down.
+        corners = (xp.moveaxis(sides[:, :, ::height - 1], 1, 2) * inv_h
+                   - xp.moveaxis(cols[channel, :, :, ::height - 1], 1, 2) * k_h) * inv_v \
+            - rows[channel, :, :, ::width - 1] * k_v
+        # First and last row, down the height; first and last column, across the width.
         top_bottom *= inv_v
         rows[channel] *= k_v
         top_bottom -= rows[channel]
-        # Their ends across the width too, the edge columns' ends solved down the height first.
-        column_ends = xp.moveaxis(cols[channel, :, :, ::height - 1], 1, 2) * inv_v - corners[channel] * k_v
-        top_bottom[:, :, ::width - 1] = top_bottom[:, :, ::width - 1] * inv_h - column_ends * k_h
-        # The rows between: only the first and last column differ, across the width.
-        between = sides[channel, :, :, 1:-1]  # [N, 2, H - 2]
-        between *= inv_h.reshape(-1, 2, 1)
+        top_bottom[:, :, ::width - 1] = corners
+        sides *= inv_h.reshape(-1, 2, 1)
         cols[channel] *= k_h.reshape(-1, 2, 1)
-        between -= cols[channel, :, :, 1:-1]
+        sides -= cols[channel]
         plane[:, ::height - 1] = finished(top_bottom)
-        between = finished(between)
+        sides = finished(sides)
         for side, column in enumerate((0, width - 1)):  # a column at a time: the cheapest strided write
-            plane[:, 1:-1, column] = between[:, side]
+            plane[:, 1:-1, column] = sides[:, side, 1:-1]
 
 
 def _torch_dtype(name: str) -> torch.dtype:
