@@ -256,8 +256,8 @@ def placement(plan: Plan, backend: str, cuda: bool = False) -> list[Placed]:
         stages.append(Placed("finish", f"fn.crop_mirror_normalize ({plan.finish.dtype}, {plan.finish.layout})",
                              op_device))
         if "border_patch" in methods.values():  # the outermost lines, from the edge lines DALI resized
-            stages.append(Placed("border_patch", "torch: DALI's clamped edge taken out of the outermost lines "
-                                 "(torchvision's truncated filter), written over the batch in place",
+            stages.append(Placed("border_patch", f"{'torch' if gpu else 'numpy'}: the outermost lines solved for "
+                                 "torchvision's truncated filter from the edge lines, written over the batch in place",
                                  "cuda" if gpu else "cpu"))
         return stages
     if backend == "torchvision":

@@ -284,9 +284,10 @@ def test_dali_graph_operators_are_what_placement_says(monkeypatch, name, backend
         assert ran == described
 
 
-def test_shipped_training_pipeline_patches_only_its_border_lines_in_torch():
+def test_shipped_training_pipeline_patches_only_its_border_lines_after_dali():
     stages = placement(plan_of(TRAIN_OPS), "dali-cpu")
-    assert stages[-1].stage == "border_patch" and stages[-1].implementation.startswith("torch:")
+    assert stages[-1].stage == "border_patch" and stages[-1].implementation.startswith("numpy:")  # main process
+    assert placement(plan_of(TRAIN_OPS), "dali")[-1].implementation.startswith("torch:")  # on the GPU
     assert stages[2].implementation.startswith("fn.resize (antialias")  # the image itself: one plain resize
     assert sum(s.implementation.startswith("fn.resize") for s in stages) == 1 + 2  # the image, edge rows, edge columns
 
