@@ -250,9 +250,8 @@ def test_dali_resize_reproduces_torchvision_resize_at_any_scale(mixed_root, inte
     from torchvision.transforms.v2 import functional as F
 
     from dali_bridge.backends.dali import BorderPatch, border_weights, resize_arguments, resize_graph, write_border
-    from dali_bridge.plan import Finish
     from dali_bridge.images import decode_rgb, read_bytes
-    from dali_bridge.plan import resize_method
+    from dali_bridge.plan import Finish, resize_method
 
     assert resize_method(interpolation, antialias) == ("filter_1pass" if method == "border_patch" else method)
     files = sorted(p for p in mixed_root.rglob("*") if p.is_file() and "large" not in p.name)

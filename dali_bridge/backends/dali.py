@@ -271,11 +271,13 @@ def _nearest_pass(in_hw: tuple[int, int], out_hw: tuple[int, int], axis: int) ->
     return args
 
 
-def _filter_margin(interpolation: str, in_size: int, out_size: int) -> int:
+def _filter_margin(interpolation: str, in_size: Any, out_size: int) -> Any:
     """Zero padding (source pixels) wider than the filter's reach: radius 1 (bilinear) or 2
-    (bicubic) output pixels when downscaling, source pixels when upscaling, plus a margin."""
-    reach = (1.0 if interpolation == "bilinear" else 2.0) * max(in_size / out_size, 1.0)
-    return int(np.ceil(reach)) + 2
+    (bicubic) output pixels when downscaling, source pixels when upscaling, plus a margin.
+    ``in_size``: an int, or an array of them (then an int32 array)."""
+    reach = (1.0 if interpolation == "bilinear" else 2.0) * np.maximum(np.asarray(in_size) / out_size, 1.0)
+    margin = np.ceil(reach).astype(np.int32) + 2
+    return int(margin) if margin.ndim == 0 else margin
 
 
 def _filter_pass(interpolation: str, in_hw: tuple[int, int], out_hw: tuple[int, int],
@@ -351,7 +353,7 @@ def border_columns(in_hw: np.ndarray, out_hw: tuple[int, int], mirror: np.ndarra
     zero, one = np.zeros_like(n_h), np.ones_like(n_h)
     flip = np.zeros(len(n_h), dtype=bool) if mirror is None else np.asarray(mirror, dtype=bool)
     left, right = np.where(flip, n_w - 1, 0), np.where(flip, 0, n_w - 1)  # the output's, in the image
-    margin = np.ceil(np.maximum(n_w / out_hw[1], 1.0)).astype(np.int32) + 2  # past the filter's reach
+    margin = _filter_margin("bilinear", n_w, out_hw[1])
 
     def stack(*points) -> np.ndarray:  # [N, len(points), 2] int32: one (y, x) per region
         return np.stack([np.stack(np.broadcast_arrays(y, x), axis=1) for y, x in points], axis=1).astype(np.int32)
@@ -412,10 +414,11 @@ def resize_column_types(method: str, types: Any) -> list:
     def filter_pass(axes: int) -> list:
         return [types.FLOAT, types.INT32, types.INT32, types.FLOAT, types.FLOAT] + [types.FLOAT] * 4 * axes
 
-    paste = [types.INT32] * 3  # anchors, shapes, canvas (rows: + canvas anchors, roi): see border_columns
+    # border_columns: rows' anchors, shapes, canvas anchors, canvas, roi start and end; columns' anchors, shapes, canvas
+    rows, columns = [types.INT32] * 4 + [types.FLOAT] * 2, [types.INT32] * 3
     return {"linear": [types.FLOAT], "antialias": [types.FLOAT], "nearest": nearest_pass * 2,
             "filter_1pass": filter_pass(2),
-            "border_patch": paste + [types.INT32, types.FLOAT, types.FLOAT] + paste,
+            "border_patch": rows + columns,
             "filter_2pass": filter_pass(1) * 2}[method]
 
 
