@@ -158,8 +158,8 @@ class _Feeder:
 
 def _geometry_columns(per_sample: list[list], sizes: list[tuple[int, int]], methods: dict[int, str]
                       ) -> tuple[list[np.ndarray | list[np.ndarray]], BorderPatch | None]:
-    """Per-sample op lists → one input column per DALI argument, in graph order, and what torch
-    needs to finish a ``border_patch`` resize's edge lines (None without one).
+    """Per-sample op lists → one input column per DALI argument, in graph order, and what
+    :func:`write_border` needs to finish a ``border_patch`` resize (None without one).
 
     ``sizes`` are the samples' decoded (height, width): a resize's arguments depend on its input
     size; ``methods`` the :func:`resize_methods` of the plan. A column whose samples all have one
@@ -551,7 +551,7 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
             elif name == "Resize":
                 interpolation = step.params["interpolation"]
                 images = resize_graph(images, columns, methods[n], interpolation, op_device, plan.output_size)
-                if methods[n] == "border_patch":  # the last geometry step: its border lines finish alike
+                if methods[n] == "border_patch":  # the last geometry step: its edge lines go to write_border
                     images, border = images
             elif name == "Flip":
                 flip = columns.pop(0)
