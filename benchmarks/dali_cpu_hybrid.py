@@ -1,9 +1,8 @@
 """Experiment: where the `dali-cpu` backend's time goes, and what a DALI-decode + torch-geometry split gives.
 
-The shipped `dali-cpu` graph reproduces torchvision's antialiased resize with a plain ``fn.resize``
-plus the image's edge lines resized along one axis, from which the four outermost output lines
-are solved on the finished batch (see ``backends/dali.py``, ``border_patch``). This script
-measures, side by side in fresh processes:
+The shipped `dali-cpu` graph reproduces torchvision's antialiased resize inside DALI (zero-pad
+slice, float resize, two renormalising divisions, cast: see ``backends/dali.py``), which costs
+about twice the CPU of a plain ``fn.resize``. This script measures, side by side in fresh processes:
 
 * ``dali-cpu``: the bridge's loader as shipped;
 * ``hybrid``: the same feeder and the same DALI ROI decode (``fn.decoders.image_slice`` of the

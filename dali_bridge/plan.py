@@ -190,13 +190,18 @@ RESIZE_STAGES: dict[str, list[tuple[str, str]]] = {
                         (".border_weights", "arithmetic (row x column)"),
                         (".renormalise", "arithmetic (divide: torchvision's truncated filter)"),
                         (".round", "fn.cast (uint8, round to nearest)")]),
-    "border_patch": [("", "fn.resize (antialias: every line off the border equals torchvision's)"),
-                     (".border", "fn.reshape (HWC, no copy)"),
-                     (".border.rows", "fn.multi_paste (the first and last row beside a zeroed margin)"),
-                     (".border.rows", "fn.resize (antialias, float: along the width, region of interest on "
-                                      "the image)"),
-                     (".border.columns", "fn.multi_paste (the first and last column)"),
-                     (".border.columns", "fn.resize (antialias, float: along the height, as the image)")],
+    "border_patch": ([("", "fn.resize (antialias: every line off the border equals torchvision's)"),
+                      (".border", "fn.reshape (HWC, no copy)")]
+                     + [(f".border.{edge}", impl) for edge in ("top", "bottom", "left", "right") for impl in
+                        ("fn.multi_paste (the edge strip beside a zeroed margin)",
+                         "fn.resize (antialias, float, roi mapping the edge as the full resize does)")]
+                     + [(".border.rows", "fn.cat (first and last row)"),
+                        (".border.rows", "arithmetic (divide by the filter's weight on the image: "
+                                         "torchvision's truncated filter)"),
+                        (".border.rows", "fn.cast (uint8, round to nearest)"),
+                        (".border.columns", "fn.cat (first and last column of the rows between)"),
+                        (".border.columns", "arithmetic (divide: torchvision's truncated filter)"),
+                        (".border.columns", "fn.cast (uint8, round to nearest)")]),
     "filter_2pass": ([(".width" + suffix, impl) for suffix, impl in _RENORMALISED_PASS]
                      + [(".width.border_weights", "fn.resize (weight on the image per column)"),
                         (".width.renormalise", "arithmetic (divide)"),
@@ -255,9 +260,10 @@ def placement(plan: Plan, backend: str, cuda: bool = False) -> list[Placed]:
                     stages.append(Placed("horizontal_flip", "fn.flip", op_device))
         stages.append(Placed("finish", f"fn.crop_mirror_normalize ({plan.finish.dtype}, {plan.finish.layout})",
                              op_device))
-        if "border_patch" in methods.values():  # the outermost lines, from the edge lines DALI resized
-            stages.append(Placed("border_patch", f"{'torch' if gpu else 'numpy'}: the outermost lines solved for "
-                                 "torchvision's truncated filter from the edge lines, written over the batch in place",
+        if "border_patch" in methods.values():  # the resize's exact border lines, finished as the image
+            stages += [Placed("finish.border", f"fn.crop_mirror_normalize ({lines}, as the image)", op_device)
+                       for lines in ("first and last rows", "first and last columns")]
+            stages.append(Placed("border_patch", "torch: the exact border lines written over the batch's, in place",
                                  "cuda" if gpu else "cpu"))
         return stages
     if backend == "torchvision":

@@ -190,29 +190,3 @@ def test_torchvision_device_argument_keeps_outputs_on_the_cpu(sample_root):
     image, label, index = next(iter(loader))
     assert loader.device == torch.device("cpu")
     assert not (image.is_cuda or label.is_cuda or index.is_cuda)
-
-
-@needs_cuda
-@pytest.mark.parametrize("dtype, layout", [("float32", "CHW"), ("float16", "HWC")])
-def test_border_patch_on_the_gpu_writes_what_the_host_writes(dtype, layout):
-    """The `dali` backend finishes a border patch with torch on the batch's CUDA device (no DALI
-    needed to check that branch): same lines as the numpy branch the CPU backends use."""
-    from dali_bridge.backends.dali import BorderPatch, write_border
-    from dali_bridge.plan import Finish
-
-    rng = np.random.default_rng(2)
-    n, height, width = 8, 224, 224
-    finish = Finish(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), dtype=dtype, layout=layout)
-    pixels = torch.from_numpy(rng.integers(0, 256, (n, height, width, 3), dtype=np.uint8)).float()
-    images = ((pixels / 255 - torch.tensor(finish.mean)) / torch.tensor(finish.std)).to(getattr(torch, dtype))
-    if layout == "CHW":
-        images = images.permute(0, 3, 1, 2).contiguous()
-    rows = torch.from_numpy(rng.uniform(0, 255, (n, 2, width, 3)).astype(np.float32))
-    cols = torch.from_numpy(rng.uniform(0, 255, (n, height, 2, 3)).astype(np.float32))
-    patch = BorderPatch(rng.uniform(0.8, 1.0, (n, 2, 2)).astype(np.float32),
-                        rng.uniform(0.8, 1.0, (n, width)).astype(np.float32))
-    host, device = images.clone(), images.cuda()
-    write_border(host, rows, cols, patch, finish)
-    write_border(device, rows.cuda(), cols.cuda(), patch, finish)
-    assert not torch.equal(host, images)
-    torch.testing.assert_close(device.cpu(), host, rtol=0, atol=1e-6)

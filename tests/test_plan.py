@@ -86,7 +86,7 @@ def test_dali_places_decode_on_mixed_and_every_op_on_the_gpu():
     resize = [("random_resized_crop.resize" + suffix, "gpu") for suffix, _ in RESIZE_STAGES["border_patch"]]
     assert [(s.stage, s.device) for s in stages] == [
         ("read", "cpu"), ("decode", "mixed"), *resize, ("horizontal_flip", "gpu"), ("finish", "gpu"),
-        ("border_patch", "cuda")]
+        ("finish.border", "gpu"), ("finish.border", "gpu"), ("border_patch", "cuda")]
 
 
 def test_dali_with_cpu_decode_adds_a_transfer_and_keeps_ops_on_the_gpu():
@@ -127,7 +127,7 @@ def test_roi_decode_only_when_the_first_op_is_a_random_resized_crop():
     patched = [suffix for suffix, _ in RESIZE_STAGES["border_patch"]]
     assert [s.stage for s in stages][2:] == (["resize" + s for s in exact_resize] + ["random_resized_crop.crop"]
                                              + ["random_resized_crop.resize" + s for s in patched]
-                                             + ["finish", "border_patch"])
+                                             + ["finish", "finish.border", "finish.border", "border_patch"])
 
 
 def test_flip_is_fused_into_crop_mirror_normalize_only_when_last():
@@ -253,8 +253,8 @@ def test_dali_and_dali_cpu_graphs_differ_only_in_devices(monkeypatch, name):
     for op in cpu_graph:
         assert op["args"]["device"] == "cpu" and not (set(op["args"]) & MIXED_ONLY)
     for op in gpu_graph:
-        if op["op"] in ("ExternalSource", "Constant"):
-            assert op["args"]["device"] == "cpu"          # the feeder's columns and constant arguments: on the host
+        if op["op"] == "ExternalSource":
+            assert op["args"]["device"] == "cpu"          # the feeder's columns enter on the host
         elif op["op"].startswith("decoders__"):
             assert op["args"]["device"] == "mixed"
             assert op["args"]["jpeg_fancy_upsampling"] == "True"   # libjpeg-turbo's chroma upsampling
@@ -271,7 +271,7 @@ def test_dali_graph_operators_are_what_placement_says(monkeypatch, name, backend
     """placement() is the graph's description: the same operators on the same devices, in the same order
     along the image's own chain (DALI lists a border patch's side branches interleaved with it)."""
     graph = dali_graph(monkeypatch, PIPELINES[name], gpu=backend == "dali")
-    ran = [(DALI_OPS[op["op"]], op["args"]["device"]) for op in graph if op["op"] not in ("ExternalSource", "Constant")]
+    ran = [(DALI_OPS[op["op"]], op["args"]["device"]) for op in graph if op["op"] != "ExternalSource"]
     stages = placement(plan_of(PIPELINES[name]), backend)
     dali_stages = [s for s in stages if s.stage not in ("read", "to_gpu", "border_patch")
                    and not s.implementation.startswith("fused")]
@@ -284,12 +284,11 @@ def test_dali_graph_operators_are_what_placement_says(monkeypatch, name, backend
         assert ran == described
 
 
-def test_shipped_training_pipeline_patches_only_its_border_lines_after_dali():
+def test_shipped_training_pipeline_patches_only_its_border_lines_in_torch():
     stages = placement(plan_of(TRAIN_OPS), "dali-cpu")
-    assert stages[-1].stage == "border_patch" and stages[-1].implementation.startswith("numpy:")  # main process
-    assert placement(plan_of(TRAIN_OPS), "dali")[-1].implementation.startswith("torch:")  # on the GPU
+    assert stages[-1].stage == "border_patch" and stages[-1].implementation.startswith("torch:")
     assert stages[2].implementation.startswith("fn.resize (antialias")  # the image itself: one plain resize
-    assert sum(s.implementation.startswith("fn.resize") for s in stages) == 1 + 2  # the image, edge rows, edge columns
+    assert sum(s.implementation.startswith("fn.resize") for s in stages) == 1 + 4  # the image, four edge strips
 
 
 @needs_dali
@@ -326,8 +325,8 @@ def test_dali_cpu_pipeline_builds_and_runs_here(sample_root):
     feeder = _Feeder(spec, listing, plan)
     pipe = build_pipeline(spec, plan, feeder, gpu=False, device_id=None, threads=1)
     feeder.start(rank_batches(len(listing), 4, 0, 0)[:1])
-    images, rows, cols = pipe.run()  # the image and its edge lines (a border patch)
+    images, rows, cols = pipe.run()  # the image and its exact border lines (a border patch)
     batch = np.asarray(images.as_tensor())
     assert batch.shape == (4, 3, 224, 224) and batch.dtype == np.float32
-    assert np.asarray(rows.as_tensor()).shape == (4, 2, 224, 3) and np.asarray(cols.as_tensor()).shape == (4, 224, 2, 3)
+    assert np.asarray(rows.as_tensor()).shape == (4, 3, 2, 224) and np.asarray(cols.as_tensor()).shape == (4, 3, 222, 2)
     assert feeder.pending.popleft()["rows"] == [0, 1, 2, 3]

@@ -15,7 +15,6 @@ import os
 import threading
 import weakref
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
@@ -23,7 +22,7 @@ import torch
 
 from ..images import ImageError, SampleError, decode_rgb
 from ..loader import RawBatch, SkippedSample, Topology, default_workers
-from ..plan import Finish, Plan, fused_mirror, placement, roi_decode
+from ..plan import Plan, fused_mirror, placement, roi_decode
 from ..plan import resize_methods as plan_resize_methods
 from ..sampling import BatchTask, Crop, Flip, Resize, draws, sample_geometry
 from ..sources import Listing
@@ -58,15 +57,6 @@ def _placeholder_jpeg() -> bytes:
     buffer = io.BytesIO()
     Image.new("RGB", (8, 8)).save(buffer, "JPEG")
     return buffer.getvalue()
-
-
-@dataclass(frozen=True)
-class BorderPatch:
-    """Host-side inputs of :func:`write_border` for one batch, in the output's coordinates: the
-    filter's share on the image at the end lines where it changes them ([N, 2, 2]: rows, columns;
-    :func:`border_weights`) and the share on every column of the rows' zero-margin resize ([N, W])."""
-    weights: np.ndarray
-    row_share: np.ndarray
 
 
 class _Feeder:
@@ -152,14 +142,12 @@ class _Feeder:
             encoded = [np.frombuffer(self._placeholder, dtype=np.uint8)]
             geometry = [sample_geometry(self.plan, 8, 8, {k: v[0] for k, v in sample_draws.items()})]
             sizes = [(8, 8)]
-        columns, meta["border"] = _geometry_columns(geometry, sizes, self.resize_methods)
-        return [encoded] + columns, meta
+        return [encoded] + _geometry_columns(geometry, sizes, self.resize_methods), meta
 
 
-def _geometry_columns(per_sample: list[list], sizes: list[tuple[int, int]], methods: dict[int, str]
-                      ) -> tuple[list[np.ndarray | list[np.ndarray]], BorderPatch | None]:
-    """Per-sample op lists → one input column per DALI argument, in graph order, and what
-    :func:`write_border` needs to finish a ``border_patch`` resize (None without one).
+def _geometry_columns(per_sample: list[list], sizes: list[tuple[int, int]],
+                      methods: dict[int, str]) -> list[np.ndarray | list[np.ndarray]]:
+    """Per-sample op lists → one input column per DALI argument, in graph order.
 
     ``sizes`` are the samples' decoded (height, width): a resize's arguments depend on its input
     size; ``methods`` the :func:`resize_methods` of the plan. A column whose samples all have one
@@ -167,23 +155,18 @@ def _geometry_columns(per_sample: list[list], sizes: list[tuple[int, int]], meth
     once, where a list costs a conversion per sample on the feeding thread.
     """
     columns: list[np.ndarray | list[np.ndarray]] = []
-    border = None
     current = list(sizes)
-    length = len(per_sample[0])
-    for position in range(length):
+    for position in range(len(per_sample[0])):
         ops = [sample[position] for sample in per_sample]
         if isinstance(ops[0], Crop):
             columns.append(np.array([(op.top, op.left) for op in ops], dtype=np.int32))
             columns.append(np.array([(op.height, op.width) for op in ops], dtype=np.int32))
         elif isinstance(ops[0], Resize):
-            if methods[position] in ("linear", "antialias"):  # the plain resize's only argument
-                columns.append(np.array([(op.height, op.width) for op in ops], dtype=np.float32))
-            elif methods[position] == "border_patch":  # a fixed size, followed at most by the flip it folds in
-                mirror = (np.array([sample[position + 1].apply for sample in per_sample], dtype=bool)
-                          if position + 1 < length else None)
-                out_hw = (ops[0].height, ops[0].width)
-                columns.extend(border_columns(np.array(current), out_hw, mirror))
-                border = BorderPatch(*border_weights(np.array(current), out_hw, mirror))
+            if methods[position] in ("linear", "antialias", "border_patch"):
+                out_hw = np.array([(op.height, op.width) for op in ops], dtype=np.float32)
+                columns.append(out_hw)  # the plain resize's only argument
+                if methods[position] == "border_patch":
+                    columns.extend(border_columns(np.array(current), out_hw))
             else:
                 per_op = [resize_arguments(methods[position], size, (op.height, op.width))
                           for op, size in zip(ops, current)]
@@ -192,7 +175,7 @@ def _geometry_columns(per_sample: list[list], sizes: list[tuple[int, int]], meth
             columns.append(np.array([op.apply for op in ops], dtype=np.int32))
         if isinstance(ops[0], (Crop, Resize)):
             current = [(op.height, op.width) for op in ops]
-    return columns, border
+    return columns
 
 
 def _batched(arrays: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
@@ -218,9 +201,8 @@ def _batched(arrays: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
 #     of interest on the real pixels (num), divided by the same resize of 1-D masks of ones
 #     padded with zeros (den: the filter weight falling on the image, per output row/column).
 #     Where the resize is the last geometry step at a fixed size (``border_patch``), only the
-#     outermost output lines differ from a plain resize: DALI resizes the image plainly plus its
-#     edge rows and columns, and torch takes the clamped edge's share (1 - image_weight, closed
-#     form) out of the batch's outermost lines (write_border).
+#     outermost output lines differ from a plain resize, so only they go that way, from edge
+#     strips, with den in closed form (image_weight); torch writes them over the batch.
 #   * bicubic with antialias=True: torchvision resizes width, then height, clamping the
 #     intermediate to [0, 255]; the cubic filter's overshoot makes a single 2-D pass up to 5
 #     levels off at strong edges. Done as two passes with the same clamp (kept in float, so
@@ -271,13 +253,11 @@ def _nearest_pass(in_hw: tuple[int, int], out_hw: tuple[int, int], axis: int) ->
     return args
 
 
-def _filter_margin(interpolation: str, in_size: Any, out_size: int) -> Any:
+def _filter_margin(interpolation: str, in_size: int, out_size: int) -> int:
     """Zero padding (source pixels) wider than the filter's reach: radius 1 (bilinear) or 2
-    (bicubic) output pixels when downscaling, source pixels when upscaling, plus a margin.
-    ``in_size``: an int, or an array of them (then an int32 array)."""
-    reach = (1.0 if interpolation == "bilinear" else 2.0) * np.maximum(np.asarray(in_size) / out_size, 1.0)
-    margin = np.ceil(reach).astype(np.int32) + 2
-    return int(margin) if margin.ndim == 0 else margin
+    (bicubic) output pixels when downscaling, source pixels when upscaling, plus a margin."""
+    reach = (1.0 if interpolation == "bilinear" else 2.0) * max(in_size / out_size, 1.0)
+    return int(np.ceil(reach)) + 2
 
 
 def _filter_pass(interpolation: str, in_hw: tuple[int, int], out_hw: tuple[int, int],
@@ -306,10 +286,9 @@ def _filter_pass(interpolation: str, in_hw: tuple[int, int], out_hw: tuple[int, 
     return args
 
 
-def image_weight(in_size: np.ndarray, out_size: int, lines: list[int] | None = None) -> np.ndarray:
+def image_weight(in_size: np.ndarray, out_size: int) -> np.ndarray:
     """[N, out_size]: the share of each output line's bilinear antialiasing filter that falls on the
-    image, resizing ``in_size`` (per sample) source pixels to ``out_size`` (1 off the border);
-    [N, len(lines)] for the given output ``lines`` only.
+    image, resizing ``in_size`` (per sample) source pixels to ``out_size`` (1 off the border).
 
     DALI's filter, in closed form: a triangle of radius max(scale, 1) source pixels centred at
     (x + 0.5) * scale, sampled at pixel centres (equals fn.resize of a 0/1 mask within 1e-4: tested).
@@ -317,81 +296,69 @@ def image_weight(in_size: np.ndarray, out_size: int, lines: list[int] | None = N
     """
     scale = in_size.astype(np.float64) / out_size
     radius = np.maximum(scale, 1.0)
-    wanted = lines
-    if lines is None:  # lines per end whose filter can reach past the image: 1 downscaling, ~1/scale up
-        edge = int(min(out_size, np.ceil((radius / scale).max()) + 1))
-        lines = np.unique(np.concatenate([np.arange(edge), np.arange(out_size - edge, out_size)]))
-    lines = np.asarray(lines)
+    # Lines per end whose filter can reach past the image: 1 when downscaling, ~1/scale upscaling.
+    edge = int(min(out_size, np.ceil((radius / scale).max()) + 1))
+    lines = np.unique(np.concatenate([np.arange(edge), np.arange(out_size - edge, out_size)]))
     centre = (lines[None, :] + 0.5) * scale[:, None]
     taps = np.floor(centre - radius[:, None])[..., None] + np.arange(int(np.ceil(2 * radius.max())) + 3)
     weight = np.clip(1 - np.abs(taps + 0.5 - centre[..., None]) / radius[:, None, None], 0, None)
     inside = (taps >= 0) & (taps < in_size[:, None, None])
-    at_lines = (weight * inside).sum(-1) / weight.sum(-1)
-    if wanted is not None:
-        return at_lines
     share = np.ones((len(in_size), out_size))
-    share[:, lines] = at_lines
+    share[:, lines] = (weight * inside).sum(-1) / weight.sum(-1)
     return share
 
 
-def border_columns(in_hw: np.ndarray, out_hw: tuple[int, int], mirror: np.ndarray | None = None) -> list[np.ndarray]:
-    """Argument columns (batch first) of a ``border_patch`` resize from ``in_hw`` ([N, 2] (height,
-    width) pixels) to ``out_hw``, flipped where ``mirror`` ([N] bool, the fused flip that follows).
+def border_columns(in_hw: np.ndarray, out_hw: np.ndarray) -> list[np.ndarray]:
+    """Argument columns (batch first) of the exact outermost output rows and columns of bilinear
+    antialiased resizes from ``in_hw`` ([N, 2] (height, width) pixels) to one ``out_hw`` size.
 
-    DALI's plain resize clamps: the filter weight past the image falls on the edge pixel. Only the
-    first and last output row and column feel it (see :func:`write_border`, which takes it out), and
-    only through the image's own edge lines: the first and last row resized along the width beside
-    a zero margin (torchvision's truncated filter times its share on the image, [N, 2, W, C] float)
-    and the first and last column resized along the height as the plain resize does (clamped, [N,
-    H, 2, C] float). Each is one fn.multi_paste of two 1-pixel-wide regions (the image given once
-    per region) and one fn.resize; a flip swaps the columns and reverses the rows' region of
-    interest. Columns: row anchors, shapes, canvas anchors ([N, 2, 2] int32), canvas ([N, 2] int32),
-    roi start and end ([N, 2] float32); column anchors, shapes, canvas. Vectorised: runs per batch
-    on the thread that feeds DALI.
+    Only output lines whose filter reaches past the image differ from a plain fn.resize: the first
+    and last row and column when downscaling (none when upscaling, computed anyway). Each comes
+    from a strip of the image along its edge, pasted beside a zero margin wider than the filter
+    and resized with its region of interest mapping the strip's edge exactly as the full resize
+    maps the image's, then divided by :func:`image_weight`; the left and right strips give the
+    rows between the first and last. Columns: the strips' shapes ([N, 1, 2] int32), canvas sizes
+    ([N, 2] int32) and output sizes (float32) — rows, then columns; per strip the paste source
+    anchor and canvas anchor (where not 0, 0) and the roi start and end; then the weights of the
+    two rows ([N, 2, W, 1]) and of the two columns ([N, 1, 2, 1]). Vectorised: this runs per
+    batch on the thread that feeds DALI.
     """
-    n_h, n_w = (in_hw[:, axis].astype(np.int32) for axis in (0, 1))
-    zero, one = np.zeros_like(n_h), np.ones_like(n_h)
-    flip = np.zeros(len(n_h), dtype=bool) if mirror is None else np.asarray(mirror, dtype=bool)
-    left, right = np.where(flip, n_w - 1, 0), np.where(flip, 0, n_w - 1)  # the output's, in the image
-    margin = _filter_margin("bilinear", n_w, out_hw[1])
+    n_h, n_w = (in_hw[:, axis].astype(np.int64) for axis in (0, 1))
+    (m_h, m_w), = {(int(h), int(w)) for h, w in np.asarray(out_hw)}  # one output size per batch
+    s_h, s_w = n_h / m_h, n_w / m_w
+    # The first output line's filter (centre 0.5 s, radius r = max(s, 1)) reaches r - 0.5 s source
+    # pixels past the edge (the zero margin) and 0.5 s + r into the image (the strip), a pixel of
+    # slack on each. Only edge lines are computed here, so the strips stay that thin: DALI's CPU
+    # resize and paste cost grows with their area.
+    (margin_h, k_h), (margin_w, k_w) = (
+        (np.ceil(np.maximum(s, 1.0) - 0.5 * s + 0.5).astype(np.int64) + 1,
+         np.minimum(n, np.ceil(0.5 * s + np.maximum(s, 1.0) - 0.5).astype(np.int64) + 1))
+        for s, n in ((s_h, n_h), (s_w, n_w)))
+    zero = np.zeros_like(n_h)
 
-    def stack(*points) -> np.ndarray:  # [N, len(points), 2] int32: one (y, x) per region
-        return np.stack([np.stack(np.broadcast_arrays(y, x), axis=1) for y, x in points], axis=1).astype(np.int32)
+    def sizes(first, second, dtype=np.int32) -> np.ndarray:  # [N, 2]
+        return np.stack(np.broadcast_arrays(first, second, zero)[:2], axis=1).astype(dtype)
 
-    def size(first, second, dtype=np.int32) -> np.ndarray:  # [N, 2]
-        return np.stack(np.broadcast_arrays(first, second), axis=1).astype(dtype)
+    def pairs(first, second) -> np.ndarray:  # [N, 1, 2] int32: one paste region per sample
+        return sizes(first, second)[:, None, :]
 
-    return [stack((zero, zero), (n_h - 1, zero)), stack((one, n_w), (one, n_w)), stack((zero, margin), (one, margin)),
-            size(2 * one, n_w + 2 * margin),
-            size(zero, np.where(flip, margin + n_w, margin), np.float32),
-            size(2 * one, np.where(flip, margin, margin + n_w), np.float32),
-            stack((zero, left), (zero, right)), stack((n_h, one), (n_h, one)), size(n_h, 2 * one)]
-
-
-def border_weights(in_hw: np.ndarray, out_hw: tuple[int, int], mirror: np.ndarray | None = None
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """:class:`BorderPatch`'s weights for a bilinear antialiased resize from ``in_hw`` ([N, 2]) to
-    ``out_hw``, flipped where ``mirror``: [N, 2, 2] float32, the share of the filter on the image
-    (:func:`image_weight`) at the first and last output row ([:, 0]) and column ([:, 1]), 1 along
-    an axis that is not downscaled; and [N, W] float32, the share on every output column.
-
-    Upscaling, the radius-1 filter past the edge and the truncated one both give the edge pixel
-    all the weight: DALI's line is torchvision's already. Solving for it anyway would only divide
-    the plain resize's rounding by a share that tends to 1/2 (up to a level off, measured).
-    """
-    in_hw, flip = np.asarray(in_hw), None if mirror is None else np.asarray(mirror, dtype=bool)
-    row_share = image_weight(in_hw[:, 1], out_hw[1])
-    ends = np.stack([image_weight(in_hw[:, 0], out_hw[0], [0, out_hw[0] - 1]), row_share[:, [0, -1]]], axis=1)
-    ends[in_hw[:, :2] <= np.asarray(out_hw)[:2]] = 1.0
-    if flip is not None:
-        ends[flip, 1], row_share[flip] = ends[flip, 1, ::-1], row_share[flip, ::-1]
-    return ends.astype(np.float32), row_share.astype(np.float32)
+    across, down = image_weight(n_w, m_w), image_weight(n_h, m_h)
+    row_weights = np.stack([down[:, :1] * across, down[:, -1:] * across], axis=1)
+    column_weights = np.stack([across[:, 0], across[:, -1]], axis=1)
+    return [pairs(k_h, n_w), sizes(k_h + margin_h, n_w + 2 * margin_w), sizes(1, m_w, np.float32),
+            pairs(n_h, k_w), sizes(n_h, k_w + margin_w), sizes(m_h - 2, 1, np.float32),
+            # top: pasted at the margins; bottom: its last rows, margin below; left; right: its last columns
+            pairs(margin_h, margin_w), sizes(margin_h, margin_w, np.float32),
+            sizes(margin_h + s_h, margin_w + n_w, np.float32),
+            pairs(n_h - k_h, zero), pairs(zero, margin_w), sizes(k_h - s_h, margin_w, np.float32),
+            sizes(k_h, margin_w + n_w, np.float32),
+            pairs(zero, margin_w), sizes(s_h, margin_w, np.float32), sizes(n_h - s_h, margin_w + s_w, np.float32),
+            pairs(zero, n_w - k_w), sizes(s_h, k_w - s_w, np.float32), sizes(n_h - s_h, k_w, np.float32),
+            row_weights.astype(np.float32)[..., None], column_weights.astype(np.float32)[:, None, :, None]]
 
 
-def resize_arguments(method: str, in_hw: tuple[int, int], out_hw: tuple[int, int], mirror: bool = False
-                     ) -> list[np.ndarray]:
-    """The per-sample DALI arguments of one resize from ``in_hw`` to ``out_hw`` (pixels), in graph
-    order; ``mirror``: a flip folded into the finish follows (``border_patch`` only)."""
+def resize_arguments(method: str, in_hw: tuple[int, int], out_hw: tuple[int, int]) -> list[np.ndarray]:
+    """The per-sample DALI arguments of one resize from ``in_hw`` to ``out_hw`` (pixels), in graph order."""
     if method in ("linear", "antialias"):
         return [np.array(out_hw, dtype=np.float32)]
     if method == "nearest":  # width, then height as the width of the transposed image (see resize_graph)
@@ -400,7 +367,8 @@ def resize_arguments(method: str, in_hw: tuple[int, int], out_hw: tuple[int, int
     if method == "filter_1pass":
         return _filter_pass("bilinear", in_hw, out_hw, (0, 1))
     if method == "border_patch":  # the feeder builds these per batch (_geometry_columns)
-        return [column[0] for column in border_columns(np.array([in_hw]), out_hw, np.array([mirror]))]
+        return [np.array(out_hw, dtype=np.float32)] + [column[0] for column in
+                                                        border_columns(np.array([in_hw]), np.array([out_hw]))]
     if method == "filter_2pass":  # width first, as torchvision
         middle = (in_hw[0], out_hw[1])
         return _filter_pass("bicubic", in_hw, middle, (1,)) + _filter_pass("bicubic", middle, out_hw, (0,))
@@ -414,42 +382,46 @@ def resize_column_types(method: str, types: Any) -> list:
     def filter_pass(axes: int) -> list:
         return [types.FLOAT, types.INT32, types.INT32, types.FLOAT, types.FLOAT] + [types.FLOAT] * 4 * axes
 
-    # border_columns: rows' anchors, shapes, canvas anchors, canvas, roi start and end; columns' anchors, shapes, canvas
-    rows, columns = [types.INT32] * 4 + [types.FLOAT] * 2, [types.INT32] * 3
+    shapes = [types.INT32, types.INT32, types.FLOAT]
+    anchored, two_anchors = [types.INT32] + [types.FLOAT] * 2, [types.INT32] * 2 + [types.FLOAT] * 2
+    edges = anchored + two_anchors + anchored + anchored  # top, bottom, left, right: see border_columns
     return {"linear": [types.FLOAT], "antialias": [types.FLOAT], "nearest": nearest_pass * 2,
             "filter_1pass": filter_pass(2),
-            "border_patch": rows + columns,
+            "border_patch": [types.FLOAT] + shapes * 2 + edges + [types.FLOAT] * 2,
             "filter_2pass": filter_pass(1) * 2}[method]
 
 
-def resize_graph(images: Any, columns: list, method: str, interpolation: str, device: str,
-                 out_size: tuple[int, int] | None = None) -> Any:
-    """Add the resize to the graph, consuming its argument columns from the front of ``columns``;
-    ``out_size``: the (fixed) output size of a ``border_patch``, whose sizes are constants."""
+def resize_graph(images: Any, columns: list, method: str, interpolation: str, device: str) -> Any:
+    """Add the resize to the graph, consuming its argument columns from the front of ``columns``."""
     from nvidia.dali import fn, math, types
 
     interp = getattr(types, _INTERP[interpolation])
     if method in ("linear", "antialias"):
         return fn.resize(images, size=columns.pop(0), interp_type=interp, antialias=method == "antialias",
                          device=device)
-    if method == "border_patch":  # (image, [edge rows, edge columns]): see border_columns
-        m_h, m_w = out_size
-        image = fn.resize(images, size=list(out_size), interp_type=interp, antialias=True, device=device)
+    if method == "border_patch":  # (image, [border rows, border columns]): see border_columns
+        image = fn.resize(images, size=columns.pop(0), interp_type=interp, antialias=True, device=device)
         hwc = fn.reshape(images, layout="HWC")
-        # Rows beside a zero margin, the region of interest on the image (reversed where flipped):
-        # the truncated filter's sum, weighted by its share on the image.
-        anchors, shapes, canvas_anchors, canvas, roi_start, roi_end = (columns.pop(0) for _ in range(6))
-        rows = fn.multi_paste(hwc, hwc, in_anchors=anchors, shapes=shapes, out_anchors=canvas_anchors,
-                              output_size=canvas, device=device)
-        rows = fn.resize(rows, size=[2, m_w], roi_start=roi_start, roi_end=roi_end, roi_relative=False,
-                         interp_type=interp, antialias=True, dtype=types.FLOAT, device=device)
-        # Columns as the plain resize sees them (its clamped ends included). In both, the pasted axis
-        # keeps its 2 lines: scale 1, where the filter's neighbours weigh 0.
-        anchors, shapes, canvas = (columns.pop(0) for _ in range(3))
-        cols = fn.multi_paste(hwc, hwc, in_anchors=anchors, shapes=shapes, output_size=canvas,
-                              out_anchors=np.array([[0, 0], [0, 1]], dtype=np.int32), device=device)
-        cols = fn.resize(cols, size=[m_h, 2], interp_type=interp, antialias=True, dtype=types.FLOAT, device=device)
-        return image, [rows, cols]
+        row_shape, row_canvas, row_size, col_shape, col_canvas, col_size = (columns.pop(0) for _ in range(6))
+        strips = []
+        for edge in ("top", "bottom", "left", "right"):
+            anchors = {}  # multi_paste's anchors default to 0, 0
+            if edge in ("bottom", "right"):
+                anchors["in_anchors"] = columns.pop(0)
+            if edge != "right":
+                anchors["out_anchors"] = columns.pop(0)
+            shape, canvas, size = (row_shape, row_canvas, row_size) if edge in ("top", "bottom") else \
+                (col_shape, col_canvas, col_size)
+            pasted = fn.multi_paste(hwc, shapes=shape, output_size=canvas, device=device, **anchors)
+            strips.append(fn.resize(pasted, size=size, roi_start=columns.pop(0), roi_end=columns.pop(0),
+                                    roi_relative=False, interp_type=interp, antialias=True, dtype=types.FLOAT,
+                                    device=device))
+        row_weights, column_weights = (columns.pop(0) for _ in range(2))
+        if device == "gpu":
+            row_weights, column_weights = row_weights.gpu(), column_weights.gpu()
+        rows = fn.cat(strips[0], strips[1], axis=0, device=device) / row_weights
+        cols = fn.cat(strips[2], strips[3], axis=1, device=device) / column_weights
+        return image, [fn.cast(line, dtype=types.UINT8, device=device) for line in (rows, cols)]
     if method == "nearest":
         # Both passes run along the width: DALI's CPU resize steps through rows accumulating the
         # source position in float32 (measured 0.003 pixel off after 168 rows of 2372 → 224), more
@@ -550,8 +522,8 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
                                   device=op_device)
             elif name == "Resize":
                 interpolation = step.params["interpolation"]
-                images = resize_graph(images, columns, methods[n], interpolation, op_device, plan.output_size)
-                if methods[n] == "border_patch":  # the last geometry step: its edge lines go to write_border
+                images = resize_graph(images, columns, methods[n], interpolation, op_device)
+                if methods[n] == "border_patch":  # the last geometry step: its border lines finish alike
                     images, border = images
             elif name == "Flip":
                 flip = columns.pop(0)
@@ -566,7 +538,7 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
             cmn_args.update(mean=[m * 255.0 for m in finish.mean], std=[s * 255.0 for s in finish.std])
         if mirror is not None:
             cmn_args["mirror"] = mirror
-        return (fn.crop_mirror_normalize(images, **cmn_args), *border)
+        return tuple(fn.crop_mirror_normalize(out, **cmn_args) for out in [images] + border)
 
     pipe = graph()
     pipe.build()
@@ -642,8 +614,8 @@ class DaliExecutor:
             # The dynamic executor never reuses a returned buffer, so DLPack hands it to torch without a copy.
             tensor = torch.from_dlpack(images.as_tensor())
             if border:
-                write_border(tensor, *(torch.from_dlpack(lines.as_tensor()) for lines in border), meta["border"],
-                             self.plan.finish)
+                write_border(tensor, *(torch.from_dlpack(lines.as_tensor()) for lines in border),
+                             self.plan.finish.layout)
         if tensor.device != self.device:
             tensor = tensor.to(self.device, non_blocking=True)
         return RawBatch(tensor, task.indices[rows], task.valid[rows], meta["skipped"])
@@ -678,88 +650,20 @@ class DaliExecutor:
         self._discard()
 
 
-def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, patch: BorderPatch,
-                 finish: Finish, *, host: bool | None = None) -> None:
-    """Give a ``border_patch`` resize's outermost lines torchvision's values, in place on the finished batch.
+def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, layout: str) -> None:
+    """Write a ``border_patch`` resize's exact outermost lines over the batch, in place.
 
-    DALI's plain resize folds the filter weight past the image onto the edge pixel: with ``a`` the
-    share on the image, an edge line is ``a * torchvision + (1 - a) * edge`` along that axis. The
-    first and last row: ``rows`` ([N, 2, W, C] float) are the image's edge rows resized along the
-    width with a zero margin, i.e. torchvision's horizontal pass times ``patch.row_share``, and
-    down the height the rows are solved for torchvision's filter. The first and last column:
-    ``cols`` ([N, H, 2, C] float) are the edge columns resized along the height as DALI does, and
-    across the width the columns are solved for torchvision's filter. At the corners both axes are
-    solved, the edge column's DALI value then torchvision's horizontal value entering in turn
-    (no corner pixel needed). All in the output's coordinates (a fused flip already applied);
-    the batch's lines are read back to the plain resize's uint8 values, solved, rounded as
-    torchvision's uint8 resize does and finished again: a few vectorised passes over the lines.
-    ``host``: compute with numpy (default: for CPU tensors), else with torch on the tensors'
-    device (the GPU path).
+    ``rows``: the first and last row of each image ([N, C, 2, W] for CHW, [N, 2, W, C] for HWC);
+    ``cols``: the first and last column of the rows in between ([N, C, H-2, 2] / [N, H-2, 2, C]).
+    Both went through the same crop_mirror_normalize as the images, flip included.
     """
-    height, width = images.shape[-2:] if finish.layout == "CHW" else images.shape[1:3]
-    if images.device.type == "cpu" if host is None else host:
-        # numpy on the host: one thread, where torch's intra-op threads would spin against DALI's
-        # on lines this small (measured: +0.2 CPU ms/img).
-        xp, images, weights, share = np, images.numpy(), patch.weights, patch.row_share
-        rows, cols = rows.numpy(), cols.numpy()
-
-        def floats(values):  # a C-ordered float32 copy: worked on in place
-            return np.array(values, dtype=np.float32, order="C")
-    else:
-        xp = torch
-        weights, share = (torch.as_tensor(t, device=images.device) for t in (patch.weights, patch.row_share))
-
-        def floats(values):
-            return values.to(torch.float32, copy=True, memory_format=torch.contiguous_format)
-
-    # Channel first, lines side by side ([C, N, 2, length]): per channel every operand's innermost
-    # run is a whole line (numpy broadcasting over a 3-long channel axis was the slow part).
-    rows, cols = floats(xp.moveaxis(rows, 3, 0)), floats(xp.moveaxis(xp.moveaxis(cols, 3, 0), 3, 2))
-    rows /= share[None, :, None, :]  # torchvision's horizontal pass of the edge rows
-    # Per line end: torchvision = dali / a - other * (1 - a) / a. Rows' ends [N, 2, 1], columns' [N, 1, 2].
-    inv_v, k_v = 1 / weights[:, 0, :, None], (1 - weights[:, 0, :, None]) / weights[:, 0, :, None]
-    inv_h, k_h = 1 / weights[:, 1, None, :], (1 - weights[:, 1, None, :]) / weights[:, 1, None, :]
-    for channel in range(len(rows)):
-        plane = images[:, channel] if finish.layout == "CHW" else images[..., channel]  # [N, H, W] view
-        scale = offset = None
-        if finish.dtype != "uint8":  # crop_mirror_normalize: (pixel - 255 mean) / (255 std)
-            scale, offset = finish.std[channel] * 255.0, finish.mean[channel] * 255.0
-
-        def plain(lines):  # the batch's lines → the plain resize's uint8 values (a float32 copy)
-            lines = floats(lines)
-            if scale is not None:  # rounded back to the integers they were: float16 is ~0.1 level off
-                lines *= scale
-                lines += offset
-                xp.round(lines, out=lines)
-            return lines
-
-        def finished(lines):
-            lines += 0.5  # torchvision's uint8 resize rounds half up
-            xp.floor(lines, out=lines)
-            xp.clip(lines, 0.0, 255.0, out=lines)
-            if scale is not None:
-                lines -= offset
-                lines /= scale
-            return lines
-
-        top_bottom = plain(plane[:, ::height - 1])  # [N, 2, W]
-        sides = plain(xp.moveaxis(plane[:, :, ::width - 1], 2, 1))  # [N, 2, H]
-        # Corners [N, row, column]: across the width first (the column's DALI value), then down.
-        corners = (xp.moveaxis(sides[:, :, ::height - 1], 1, 2) * inv_h
-                   - xp.moveaxis(cols[channel, :, :, ::height - 1], 1, 2) * k_h) * inv_v \
-            - rows[channel, :, :, ::width - 1] * k_v
-        # First and last row, down the height; first and last column, across the width.
-        top_bottom *= inv_v
-        rows[channel] *= k_v
-        top_bottom -= rows[channel]
-        top_bottom[:, :, ::width - 1] = corners
-        sides *= inv_h.reshape(-1, 2, 1)
-        cols[channel] *= k_h.reshape(-1, 2, 1)
-        sides -= cols[channel]
-        plane[:, ::height - 1] = finished(top_bottom)
-        sides = finished(sides)
-        for side, column in enumerate((0, width - 1)):  # a column at a time: the cheapest strided write
-            plane[:, 1:-1, column] = sides[:, side, 1:-1]
+    if layout == "HWC":  # as CHW with the channel axis moved: views, no copies
+        images, rows, cols = (t.permute(0, 3, 1, 2) for t in (images, rows, cols))
+    height, width = images.shape[-2:]
+    # One strided pass each (first and last together): the column writes touch every row of the
+    # batch, so both ends of a row are written while its memory is at hand.
+    images[:, :, ::height - 1, :] = rows
+    images[:, :, 1:-1, ::width - 1] = cols
 
 
 def _torch_dtype(name: str) -> torch.dtype:
