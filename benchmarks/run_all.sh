@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Regenerate every benchmark figure and table the README shows, from a clean clone:
 #   bash benchmarks/run_all.sh            (about 10 minutes on 2 cores, measured; more cores, more candidates)
-# Writes benchmarks/results/bench_train.{json,png}, bench_val.{json,png}, dali_cpu_hybrid.json and
-# bench_report.md (the README-ready markdown, printed at the end). Measure on a quiet machine: every JSON records the
+# Writes benchmarks/results/bench_train.{json,png}, bench_val.{json,png}, compare_train_epoch.json,
+# dali_cpu_hybrid.json and bench_report.md (the README-ready markdown, printed at the end). Measure on a quiet machine: every JSON records the
 # 1-minute load average before and after each candidate, and the report prints it.
 #
 # Environment: PYTHON (default .venv/bin/python, else python3), THREADS (default "1,<cores>"),
@@ -41,6 +41,11 @@ echo "load average before: $(cat /proc/loadavg 2> /dev/null || echo n/a)"
 "$PY" -m dali_bridge.cli bench pipelines/imagenet_train.yaml --data data/sample --backends dali-cpu \
   --baselines ceiling,dali-cpu --threads "$CORES" --warmup 3 --batches 8 --repeat 3 --rounds "$ROUNDS" \
   --set parity=fast --set name=imagenet-train-fast --json "$OUT/bench_train_fast.json" -q
+
+# Equivalence over a whole epoch of the train pipeline (2,000 images): the test suite's small samples
+# cannot see a 1-in-640 pixel off by 2 levels; this can (it exits non-zero on FAIL, stopping the script).
+"$PY" -m dali_bridge.cli compare pipelines/imagenet_train.yaml --data data/sample --backends dali-cpu,torchvision \
+  --batches 0 --json "$OUT/compare_train_epoch.json"
 
 # The dali-cpu analysis: shipped graph vs DALI ROI decode + torch geometry, and stage costs.
 "$PY" benchmarks/dali_cpu_hybrid.py --threads "$CORES" --rounds "$ROUNDS" --out "$OUT/dali_cpu_hybrid.json"
