@@ -539,7 +539,7 @@ def _bridge(path: str, overrides: dict[str, Any], backend: str):
 
 
 def _open_candidate(config: dict[str, Any]):
-    from .loader import default_workers  # noqa: F401  (imports torch before timing starts)
+    from .backends.base import default_workers  # noqa: F401  (imports torch before timing starts)
     from .plan import build_plan
     from .sources import list_source
     from .spec import load_spec

@@ -250,7 +250,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _default_threads() -> int:
-    from .loader import default_workers
+    from .backends.base import default_workers
     return default_workers()
 
 

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from .backends.select import BACKEND_NAMES, choose_backend, probe, unavailable_reason
-from .loader import default_workers
+from .backends.base import default_workers
 
 
 def _nvjpeg_hardware(dali_ok: bool, cuda_devices: int) -> str:

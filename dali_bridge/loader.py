@@ -8,15 +8,13 @@ turn each :class:`~dali_bridge.sampling.BatchTask` into pixels.
 from __future__ import annotations
 
 import logging
-import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Protocol
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 import torch
 
-from .images import SampleError
+from .backends.base import Executor, RawBatch, SkippedSample, Topology, resolve_topology
 from .plan import Plan, build_plan, unsupported_ops
 from .sampling import BatchTask, batch_count, rank_batches
 from .sources import Listing, list_source
@@ -25,61 +23,6 @@ from .spec import PipelineSpec, coerce_spec
 log = logging.getLogger("dali_bridge")
 
 STATE_FORMAT = 1
-
-
-@dataclass(frozen=True)
-class SkippedSample:
-    """A sample left out under ``on_error: skip``: where, which epoch, and the decoder's reason."""
-    index: int
-    path: str
-    epoch: int
-    reason: str
-
-
-@dataclass
-class RawBatch:
-    """What an executor hands back: images of the kept samples and which samples they are."""
-    image: torch.Tensor
-    indices: np.ndarray
-    valid: np.ndarray
-    skipped: list[SkippedSample] = field(default_factory=list)
-
-
-class Executor(Protocol):
-    """A backend: applies a plan to the samples of each task, in order. Never draws randomness."""
-    device: torch.device
-
-    def run(self, tasks: list[BatchTask]) -> Iterator[RawBatch]: ...
-
-    def close(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class Topology:
-    """This process's place in a (possibly distributed) job."""
-    rank: int
-    world_size: int
-    local_rank: int
-
-
-def resolve_topology(rank: int | None = None, world_size: int | None = None) -> Topology:
-    """Rank/world from the arguments, else an initialised torch.distributed, else torchrun's
-    RANK/WORLD_SIZE/LOCAL_RANK environment, else 0/1."""
-    env = os.environ
-    if rank is None or world_size is None:
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            rank = torch.distributed.get_rank() if rank is None else rank
-            world_size = torch.distributed.get_world_size() if world_size is None else world_size
-        else:
-            rank = int(env.get("RANK", 0)) if rank is None else rank
-            world_size = int(env.get("WORLD_SIZE", 1)) if world_size is None else world_size
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is not within world size {world_size}")
-    if "LOCAL_RANK" in env:
-        local_rank = int(env["LOCAL_RANK"])
-    else:  # one process per GPU on a single node
-        local_rank = rank % torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return Topology(rank, world_size, local_rank)
 
 
 class Loader:
@@ -265,14 +208,6 @@ class _Closed:
 
     def close(self) -> None:
         pass
-
-
-def default_workers() -> int:
-    """Worker processes/threads when the spec says auto: the cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS
-        return max(1, os.cpu_count() or 1)
 
 
 def build_loader(spec_or_path: PipelineSpec | str | Path | Mapping, backend: str = "auto", *,

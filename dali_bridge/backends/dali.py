@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..images import ImageError, SampleError, decode_rgb
-from ..loader import RawBatch, SkippedSample, Topology, default_workers
+from .base import RawBatch, SkippedSample, Topology, default_workers
 from ..plan import Plan, fused_mirror, placement, roi_decode
 from ..plan import resize_methods as plan_resize_methods
 from ..sampling import BatchTask, Crop, Flip, Resize, draws, sample_geometry

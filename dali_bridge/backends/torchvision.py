@@ -18,7 +18,7 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2 import functional as F
 
 from ..images import ImageError, SampleError, decode_rgb
-from ..loader import RawBatch, SkippedSample, Topology, default_workers
+from .base import RawBatch, SkippedSample, Topology, default_workers
 from ..plan import Finish, Plan
 from ..sampling import BatchTask, Crop, Flip, Resize, draws, sample_geometry
 from ..sources import Listing
