@@ -22,6 +22,8 @@ import torch
 
 from ..images import ImageError, SampleError, decode_rgb
 from .base import RawBatch, SkippedSample, Topology, default_workers
+from .device import (DECODER_DEVICE_MEMORY_PADDING, DECODER_HOST_MEMORY_PADDING, InFlightCopies, dali_threads,
+                     gpu_target, move_output)
 from ..plan import Plan, fused_mirror, placement, roi_decode
 from ..plan import resize_methods as plan_resize_methods
 from ..sampling import BatchTask, Crop, Flip, Resize, draws, sample_geometry
@@ -465,6 +467,22 @@ def resize_graph(images: Any, columns: list, method: str, interpolation: str, de
     return fn.cast(out, dtype=types.UINT8, device=device)  # rounds to nearest, saturates
 
 
+# Share of the mixed decoder's work given to the nvJPEG hardware engine (A100, H100/H200) where
+# the GPU has one: NVIDIA's default. It stays the same under ``parity: exact``: the hardware and
+# the CUDA decoder's outputs against libjpeg-turbo are to be measured on a GPU (device_check.sh
+# reports both) before either is preferred. Read at build time, so a check can vary it.
+HW_DECODER_LOAD = 0.65
+
+
+def mixed_decoder_arguments() -> dict[str, Any]:
+    """Arguments of the ``mixed`` (nvJPEG) decoder beyond its device and output type."""
+    return dict(jpeg_fancy_upsampling=True,  # libjpeg-turbo's chroma upsampling (DALI's default differs)
+                hw_decoder_load=HW_DECODER_LOAD,
+                # Per-thread preallocations, as NVIDIA's ResNet-50 example: see device.dali_threads.
+                device_memory_padding=DECODER_DEVICE_MEMORY_PADDING,
+                host_memory_padding=DECODER_HOST_MEMORY_PADDING)
+
+
 def _geometry_template(plan: Plan) -> list[tuple[str, Any]]:
     """The shape of every sample's geometry list, from a probe image (it never depends on the sample)."""
     zero_draws = {pos: np.zeros(32) for pos in range(len(plan.steps))}
@@ -498,9 +516,7 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
         decode = stages["decode"]
         decoder_args: dict[str, Any] = dict(device=decode.device, output_type=types.RGB)
         if decode.device == "mixed":
-            # libjpeg-turbo-compatible chroma upsampling (DALI's default differs); memory hints as NVIDIA's RN50.
-            decoder_args.update(jpeg_fancy_upsampling=True, hw_decoder_load=0.65,
-                                device_memory_padding=211025920, host_memory_padding=140544512)
+            decoder_args.update(mixed_decoder_arguments())
         first = 0
         if roi_decode(plan):
             anchor, shape = columns.pop(0), columns.pop(0)
@@ -546,6 +562,42 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
     return pipe
 
 
+class GpuDecodeCheck:
+    """Decodes one encoded sample at a time with the ``mixed`` decoder the pipelines use: finds
+    which sample of a failed GPU batch nvJPEG rejects. Built on first use, rebuilt after a failure."""
+
+    def __init__(self, *, device_id: int | None):
+        self.device_id = device_id
+        self.pipe = None
+
+    def _build(self):
+        from nvidia.dali import fn, pipeline_def, types
+
+        arguments = {k: v for k, v in mixed_decoder_arguments().items() if not k.endswith("memory_padding")}
+
+        @pipeline_def(batch_size=1, num_threads=1, device_id=self.device_id, prefetch_queue_depth=1,
+                      exec_dynamic=True)
+        def graph():
+            encoded = fn.external_source(name="encoded", dtype=types.UINT8)
+            return fn.decoders.image(encoded, device="mixed", output_type=types.RGB, **arguments)
+
+        pipe = graph()
+        pipe.build()
+        return pipe
+
+    def rejects(self, data: bytes) -> str | None:
+        """None when nvJPEG decodes ``data``, else DALI's reason (its last line)."""
+        if self.pipe is None:
+            self.pipe = self._build()
+        try:
+            self.pipe.run(encoded=[np.frombuffer(data, dtype=np.uint8)])
+        except Exception as exc:
+            self.pipe = None  # a pipeline that failed a run is not reused
+            text = str(exc).strip()
+            return text.splitlines()[-1] if text else repr(exc)
+        return None
+
+
 class DaliExecutor:
     """Runs tasks through a DALI pipeline built once (rebuilt only after a failed batch)."""
 
@@ -553,15 +605,21 @@ class DaliExecutor:
                  device: str | torch.device | None = None):
         self.spec, self.listing, self.plan, self.gpu = spec, listing, plan, gpu
         # workers: 0 means "in the calling process" on torchvision; DALI always needs a thread.
-        self.threads = default_workers() if spec.loader.workers is None else max(1, spec.loader.workers)
-        self.device_id = topology.local_rank if gpu else None
+        self.threads = dali_threads(spec.loader.workers, gpu=gpu, auto_cores=default_workers())
         if gpu:
-            self.device = torch.device(device) if device is not None else torch.device("cuda", self.device_id)
+            # DALI works on the target GPU when one is named (no copy across devices per batch),
+            # else on the local rank's GPU among the visible ones.
+            dali_device = gpu_target(device, topology.local_rank)
+            self.device_id: int | None = dali_device.index
+            self.device = torch.device(device) if device is not None else dali_device
         else:
+            self.device_id = None
             self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.feeder = _Feeder(spec, listing, plan)
         self.pipe = None
         self._open_runs = 0
+        self._in_flight = InFlightCopies()
+        self._gpu_decode_check: Any = None  # built on the first batch that fails on the GPU
 
     def _pipeline(self):
         if self.pipe is None:
@@ -577,7 +635,8 @@ class DaliExecutor:
             try:
                 for _ in range(len(tasks) - position):
                     try:
-                        images, *border = pipe.run()
+                        # Outputs bound to the consumer's stream: the GPU orders them, the host does not wait.
+                        images, *border = pipe.run(self._consumer_stream())
                     except StopIteration:  # the feeder ended early: should not happen
                         raise RuntimeError("DALI pipeline ended before the epoch's batches were produced") from None
                     meta = self.feeder.pending.popleft()
@@ -605,19 +664,23 @@ class DaliExecutor:
             else:
                 self._end_epoch()
 
+    def _consumer_stream(self) -> Any:
+        """The stream DALI binds a GPU pipeline's outputs to: the consumer's current one on DALI's device."""
+        return torch.cuda.current_stream(self.device_id) if self.gpu else None
+
     def _convert(self, images, meta: dict[str, Any], border: list) -> RawBatch:
         task: BatchTask = meta["task"]
         rows = meta["rows"]
         if meta["placeholder"]:
-            tensor = torch.empty((0,) + tuple(self.plan.output_shape(0)[1:]), dtype=_torch_dtype(self.plan.finish.dtype))
+            tensor = torch.empty((0,) + tuple(self.plan.output_shape(0)[1:]), dtype=_torch_dtype(self.plan.finish.dtype),
+                                 device=self.device)
         else:
             # The dynamic executor never reuses a returned buffer, so DLPack hands it to torch without a copy.
             tensor = torch.from_dlpack(images.as_tensor())
             if border:
                 write_border(tensor, *(torch.from_dlpack(lines.as_tensor()) for lines in border),
                              self.plan.finish.layout)
-        if tensor.device != self.device:
-            tensor = tensor.to(self.device, non_blocking=True)
+        tensor = move_output(tensor, self.device, self._in_flight)
         return RawBatch(tensor, task.indices[rows], task.valid[rows], meta["skipped"])
 
     def _end_epoch(self) -> None:
@@ -625,7 +688,7 @@ class DaliExecutor:
         self.feeder.stop()
         try:
             while True:
-                self.pipe.run()
+                self.pipe.run(self._consumer_stream())
                 self.feeder.pending.popleft()
         except StopIteration:
             pass
@@ -638,13 +701,27 @@ class DaliExecutor:
         del pipe
 
     def _find_culprits(self, task: BatchTask) -> list[tuple[int, str]]:
+        """The samples of a failed batch that cannot be decoded: by the CPU decoder, or — on the
+        GPU pipeline with ``mixed`` decode — by nvJPEG alone (it rejects some files libjpeg-turbo reads)."""
         found = []
         for index in task.indices.tolist():
             try:
-                decode_rgb(self.listing.read(index))
+                data = self.listing.read(index)
+                decode_rgb(data)
             except ImageError as exc:
                 found.append((index, str(exc)))
+                continue
+            if self.gpu and self.plan.decode_device == "mixed":
+                reason = self._gpu_decoder_rejects(data)
+                if reason is not None:
+                    found.append((index, f"the GPU decoder (nvJPEG) cannot decode it, though the CPU decoder can: "
+                                         f"{reason}"))
         return found
+
+    def _gpu_decoder_rejects(self, data: bytes) -> str | None:
+        if self._gpu_decode_check is None:
+            self._gpu_decode_check = GpuDecodeCheck(device_id=self.device_id)
+        return self._gpu_decode_check.rejects(data)
 
     def close(self) -> None:
         self._discard()

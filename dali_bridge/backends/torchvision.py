@@ -10,7 +10,9 @@ process.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator
+from collections import deque
+from functools import lru_cache
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -19,6 +21,7 @@ from torchvision.transforms.v2 import functional as F
 
 from ..images import ImageError, SampleError, decode_rgb
 from .base import RawBatch, SkippedSample, Topology, default_workers
+from .device import cuda_ordinal
 from ..plan import Finish, Plan
 from ..sampling import BatchTask, Crop, Flip, Resize, draws, sample_geometry
 from ..sources import Listing
@@ -126,14 +129,55 @@ def finish_batch(images: torch.Tensor, finish: Finish, device: torch.device) -> 
         # The arithmetic of torchvision's ToDtype(scale=True) + Normalize, in float32, then cast.
         out = images.to(torch.float32).div_(255.0)
         if not finish.identity:
-            mean = torch.tensor(finish.mean, device=out.device).view(1, 3, 1, 1)
-            std = torch.tensor(finish.std, device=out.device).view(1, 3, 1, 1)
+            mean, std = _normalisation(finish.mean, finish.std, out.device)
             out.sub_(mean).div_(std)
         if dtype != torch.float32:
             out = out.to(dtype)
     if finish.layout == "HWC":
         out = out.permute(0, 2, 3, 1).contiguous()
     return out
+
+
+@lru_cache(maxsize=16)
+def _normalisation(mean: tuple[float, ...], std: tuple[float, ...],
+                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """mean and std as [1, 3, 1, 1] float32 tensors on ``device``, made once: a per-batch
+    ``torch.tensor(..., device=cuda)`` is a pageable host-to-device copy the host waits for."""
+    return (torch.tensor(mean, dtype=torch.float32, device=device).view(1, 3, 1, 1),
+            torch.tensor(std, dtype=torch.float32, device=device).view(1, 3, 1, 1))
+
+
+def prefetched(items: Iterable[Any], *, start: Callable[[Any], Any], ready: Callable[[Any], RawBatch],
+               lookahead: int) -> Iterator[RawBatch]:
+    """``ready(start(item))`` for each item, in order, with ``start`` run ``lookahead`` items ahead.
+
+    ``start`` may fail (a bad sample under ``on_error: raise``, a worker's error): the items
+    started before it are yielded first, then the error is raised — what the consumer sees is the
+    same for every lookahead, only the overlap differs.
+    """
+    started: deque[Any] = deque()
+    iterator = iter(items)
+    while True:
+        try:
+            item = next(iterator)
+        except StopIteration:
+            break
+        except Exception as exc:
+            error = exc
+        else:
+            try:
+                started.append(start(item))
+                error = None
+            except Exception as exc:
+                error = exc
+        if error is not None:
+            while started:
+                yield ready(started.popleft())
+            raise error
+        while len(started) > lookahead:
+            yield ready(started.popleft())
+    while started:
+        yield ready(started.popleft())
 
 
 class TorchvisionExecutor:
@@ -144,7 +188,8 @@ class TorchvisionExecutor:
         self.spec, self.listing, self.plan = spec, listing, plan
         if device is None:
             from .select import probe  # the host facts auto and `show` use (DALI_BRIDGE_DISABLE=cuda included)
-            device = torch.device("cuda", topology.local_rank) if probe().cuda_devices else torch.device("cpu")
+            devices = probe().cuda_devices
+            device = torch.device("cuda", cuda_ordinal(topology.local_rank, devices)) if devices else torch.device("cpu")
         self.device = torch.device(device)
         self.workers = spec.loader.workers if spec.loader.workers is not None else default_workers()
         self.sampler = _TaskSampler()
@@ -161,29 +206,32 @@ class TorchvisionExecutor:
         self.sampler.tasks = list(tasks)
         by_number = {task.number: task for task in tasks}
         if self.stream is None:
-            for item in self.dataloader:
-                yield self._raw(item, by_number, finish_batch(item["image"], self.plan.finish, self.device)
-                                if "image" in item else None)
-            return
-        # GPU: copy + finish batch k+1 on a side stream while the consumer works on batch k.
-        previous = None
-        for item in self.dataloader:
-            raw = None
-            if "image" in item:
-                with torch.cuda.stream(self.stream):
-                    image = finish_batch(item["image"], self.plan.finish, self.device)
-                raw = self._raw(item, by_number, image)
-            else:
-                raw = self._raw(item, by_number, None)
-            if previous is not None:
-                yield self._ready(previous)
-            previous = raw
-        if previous is not None:
-            yield self._ready(previous)
+            yield from prefetched(self.dataloader, start=lambda item: self._finish_here(item, by_number),
+                                  ready=lambda raw: raw, lookahead=0)
+        else:
+            # GPU: copy + finish batch k+1 on a side stream while the consumer works on batch k.
+            yield from prefetched(self.dataloader, start=lambda item: self._finish_on_side_stream(item, by_number),
+                                  ready=self._ready, lookahead=1)
 
-    def _ready(self, raw: RawBatch) -> RawBatch:
-        torch.cuda.current_stream(self.device).wait_stream(self.stream)
-        raw.image.record_stream(torch.cuda.current_stream(self.device))
+    def _finish_here(self, item: dict[str, Any], by_number: dict[int, BatchTask]) -> RawBatch:
+        image = finish_batch(item["image"], self.plan.finish, self.device) if "image" in item else None
+        return self._raw(item, by_number, image)
+
+    def _finish_on_side_stream(self, item: dict[str, Any],
+                               by_number: dict[int, BatchTask]) -> tuple[RawBatch, torch.cuda.Event]:
+        raw = self._raw(item, by_number, None)  # a bad sample raises here, before any GPU work
+        with torch.cuda.stream(self.stream):
+            raw.image = finish_batch(item["image"], self.plan.finish, self.device)
+            done = torch.cuda.Event()
+            done.record(self.stream)
+        return raw, done
+
+    def _ready(self, started: tuple[RawBatch, torch.cuda.Event]) -> RawBatch:
+        """The consumer's stream waits for this batch's finishing only, not for later work on the side stream."""
+        raw, done = started
+        consumer = torch.cuda.current_stream(self.device)
+        consumer.wait_event(done)
+        raw.image.record_stream(consumer)  # allocated on the side stream, used on the consumer's
         return raw
 
     def _raw(self, item: dict[str, Any], by_number: dict[int, BatchTask], image: torch.Tensor | None) -> RawBatch:

@@ -1,0 +1,135 @@
+"""Where batches land on a GPU host: CUDA ordinals, DALI's thread count, copies off DALI's memory.
+
+Pure decisions on plain inputs (a local rank and a device count, a tensor and a target) so each
+one is tested on a CPU-only host with fakes; the executors call them.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+from typing import Any
+
+import torch
+
+log = logging.getLogger("dali_bridge")
+
+# DALI threads per process on a GPU host when the spec says ``workers: auto``. NVIDIA's ResNet-50
+# training example (DALI docs/examples/use_cases/pytorch/resnet50/main.py) runs one process per
+# GPU with ``--workers`` (its pipeline's num_threads) defaulting to 4. The mixed decoder's host
+# and device memory paddings are allocated per thread, so every core of a large node would cost
+# gigabytes of pinned memory per rank for no speed: the GPU does the heavy work.
+DALI_GPU_THREAD_CAP = 4
+
+# The mixed decoder's memory hints, as in NVIDIA's ResNet-50 example: bytes preallocated per
+# thread on the device and in pinned host memory so the first batches do not reallocate.
+DECODER_DEVICE_MEMORY_PADDING = 211025920
+DECODER_HOST_MEMORY_PADDING = 140544512
+
+_logged_mappings: set[tuple[int, int]] = set()
+
+
+def cuda_ordinal(local_rank: int, device_count: int) -> int:
+    """The CUDA device this local rank uses among the ``device_count`` visible ones.
+
+    A job that gives each rank its own GPU through ``CUDA_VISIBLE_DEVICES`` (SLURM does) runs
+    ``LOCAL_RANK=3`` with one visible device: ``cuda:3`` does not exist there, ``cuda:0`` is its GPU.
+    So the local rank wraps onto the visible devices, and the mapping is logged once when it wraps.
+    """
+    if device_count < 1:
+        raise ValueError(f"no visible CUDA device for local rank {local_rank}")
+    ordinal = local_rank % device_count
+    if ordinal != local_rank and (local_rank, device_count) not in _logged_mappings:
+        _logged_mappings.add((local_rank, device_count))
+        log.info("LOCAL_RANK %d with %d visible CUDA device(s): using cuda:%d (local rank modulo the device count)",
+                 local_rank, device_count, ordinal)
+    return ordinal
+
+
+def visible_cuda_devices() -> int:
+    """CUDA devices this process sees (0 when torch cannot use CUDA)."""
+    try:
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # a broken driver: as if no device, the backend probe says why
+        return 0
+
+
+def gpu_target(device: str | torch.device | None, local_rank: int) -> torch.device:
+    """The CUDA device a GPU executor works on: an explicit ``cuda:N`` decides; a bare ``cuda``
+    means torch's current device; anything else (``None``, ``cpu``) the local rank's GPU."""
+    if device is not None:
+        device = torch.device(device)
+        if device.type == "cuda":
+            return device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cuda", cuda_ordinal(local_rank, max(visible_cuda_devices(), 1)))
+
+
+def local_world_size() -> int:
+    """Processes of this job on this node: torchrun's ``LOCAL_WORLD_SIZE``, SLURM's tasks per node, else 1."""
+    for name in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
+        value = os.environ.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return 1
+
+
+def cores_per_local_rank() -> int:
+    """Cores this process may use, shared among the job's processes on this node."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        cores = os.cpu_count() or 1
+    return max(1, cores // local_world_size())
+
+
+def dali_threads(workers: int | None, *, gpu: bool, auto_cores: int) -> int:
+    """DALI's ``num_threads``: the spec's ``loader.workers`` when set (at least 1: DALI always
+    needs a thread); under ``auto`` the CPU pipeline gets ``auto_cores``, the GPU one the cores
+    per local rank capped at :data:`DALI_GPU_THREAD_CAP`."""
+    if workers is not None:
+        return max(1, workers)
+    if gpu:
+        return max(1, min(DALI_GPU_THREAD_CAP, cores_per_local_rank()))
+    return max(1, auto_cores)
+
+
+class InFlightCopies:
+    """Sources of device-to-device copies still running, kept referenced until their event fires.
+
+    DALI's output memory is not torch's: the caching allocator cannot delay its reuse, so the
+    tensor viewing it must live until the copy reading it has finished on the GPU. Finished
+    copies are dropped by polling their events (``query`` never blocks the host).
+    """
+
+    def __init__(self) -> None:
+        self.pending: deque[tuple[Any, torch.Tensor]] = deque()
+
+    def hold(self, event: Any, source: torch.Tensor) -> None:
+        self.pending.append((event, source))
+
+    def release_finished(self) -> None:
+        while self.pending and self.pending[0][0].query():
+            self.pending.popleft()
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+
+def move_output(tensor: torch.Tensor, device: torch.device, in_flight: InFlightCopies) -> torch.Tensor:
+    """``tensor`` (a view of DALI's output) on ``device``.
+
+    To or from the CPU the copy blocks: PyTorch documents that a non-blocking device-to-host copy
+    may be read before it lands, and DALI may reuse the source as soon as the view is dropped.
+    Between two CUDA devices the copy is queued on the source device's current stream (where
+    PyTorch runs peer copies) and the source is kept alive until an event recorded after it fires.
+    """
+    in_flight.release_finished()
+    if tensor.device == device:
+        return tensor
+    if tensor.device.type != "cuda" or device.type != "cuda":
+        return tensor.to(device, non_blocking=False)
+    moved = tensor.to(device, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(tensor.device))
+    in_flight.hold(event, tensor)
+    return moved
