@@ -74,6 +74,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"# backend {spec.backend!r} picks {choice.backend} here: {choice.reason}")
     except Exception as exc:
         print(f"# backend {spec.backend!r}: {exc}")
+    from .backends.base import default_workers
+    from .backends.device import describe_dali_threads
+    print(f"# {describe_dali_threads(spec.loader.workers, auto_cores=default_workers())}")
     for backend in BACKEND_NAMES:
         missing = unsupported_ops(spec, backend)
         reason = unavailable_reason(backend)

@@ -6,8 +6,10 @@ import platform
 import sys
 from typing import Any
 
-from .backends.select import BACKEND_NAMES, choose_backend, probe, unavailable_reason
+from .backends.select import BACKEND_NAMES, Probe, choose_backend, probe, unavailable_reason
 from .backends.base import default_workers
+from .backends.device import (DALI_GPU_THREAD_CAP, DECODER_DEVICE_MEMORY_PADDING, DECODER_HOST_MEMORY_PADDING,
+                              HW_DECODER_LOAD, cores_per_local_rank, dali_threads)
 
 
 def _nvjpeg_hardware(dali_ok: bool, cuda_devices: int) -> str:
@@ -76,10 +78,28 @@ def report() -> dict[str, Any]:
     cores = default_workers()
     info["recommended"] = {
         "loader.workers (torchvision processes)": cores,
-        "loader.workers (DALI threads)": cores if not host.cuda_devices else max(1, cores // max(host.cuda_devices, 1)),
+        "loader.workers (DALI threads)": dali_threads(None, gpu=bool(host.cuda_devices), auto_cores=cores),
         "loader.prefetch": 2,
     }
+    info["dali_gpu_defaults"] = gpu_defaults(host)
     return info
+
+
+def gpu_defaults(host: Probe) -> dict[str, Any]:
+    """What a ``dali`` loader takes on this host under ``workers: auto``, and what it costs in memory."""
+    threads = dali_threads(None, gpu=True, auto_cores=default_workers())
+    per_thread = DECODER_DEVICE_MEMORY_PADDING, DECODER_HOST_MEMORY_PADDING
+    return {
+        "DALI threads per process": f"{threads} (cores per local rank {cores_per_local_rank()}, capped at "
+                                    f"{DALI_GPU_THREAD_CAP} as NVIDIA's ResNet-50 example)",
+        # DALI's docs: one device buffer and two pinned host buffers (double-buffering) per thread.
+        "decoder memory padding": f"{per_thread[0] * threads / 2**20:.0f} MiB GPU + "
+                                  f"{2 * per_thread[1] * threads / 2**20:.0f} MiB pinned host per process ({threads} "
+                                  f"threads x ({per_thread[0] / 2**20:.0f} + 2 x {per_thread[1] / 2**20:.0f} MiB))",
+        "nvJPEG hardware decoder share": f"{HW_DECODER_LOAD} (parity: exact too; to be measured on a GPU)",
+        "GPU pipeline": ("n/a (needs DALI and a CUDA device)" if not (host.dali_version and host.cuda_devices)
+                         else host.cuda_reason or host.dali_gpu_reason or "a tiny one built and ran"),
+    }
 
 
 def format_report(info: dict[str, Any]) -> str:

@@ -179,6 +179,27 @@ def test_dali_gpu_executor_on_a_large_node_takes_the_capped_thread_count(tmp_pat
     assert executor.threads == DALI_GPU_THREAD_CAP
 
 
+def test_doctor_and_show_print_the_gpu_thread_default(monkeypatch, capsys):
+    from dali_bridge.backends.select import probe
+    from dali_bridge.cli import main
+    from dali_bridge.doctor import report
+
+    fake_cores(monkeypatch, 224)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    monkeypatch.setenv("DALI_BRIDGE_DISABLE", "cuda")
+    probe.cache_clear()
+    try:
+        defaults = report()["dali_gpu_defaults"]
+    finally:
+        probe.cache_clear()
+    assert defaults["DALI threads per process"] == (f"{DALI_GPU_THREAD_CAP} (cores per local rank 28, capped at "
+                                                    f"{DALI_GPU_THREAD_CAP} as NVIDIA's ResNet-50 example)")
+    assert defaults["decoder memory padding"].startswith("805 MiB GPU + 1072 MiB pinned host per process")
+    assert main(["show", str(TRAIN)]) == 0
+    assert f"# DALI threads (workers auto): dali {DALI_GPU_THREAD_CAP} (cores per local rank, capped at " \
+           f"{DALI_GPU_THREAD_CAP})" in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------------------------------------
 # A fake DALI GPU pipeline: the executor's loop, errors and streams without a GPU
 
@@ -350,8 +371,7 @@ def test_finishing_makes_mean_and_std_once_not_per_batch(monkeypatch):
 
 
 def test_dali_gpu_decoder_arguments_keep_libjpeg_turbo_upsampling_and_nvidia_memory_hints():
-    arguments = dali_backend.mixed_decoder_arguments()
+    arguments = device_module.mixed_decoder_arguments()
     assert arguments["jpeg_fancy_upsampling"] is True
-    assert arguments["hw_decoder_load"] == dali_backend.HW_DECODER_LOAD
     assert (arguments["device_memory_padding"], arguments["host_memory_padding"]) == (211025920, 140544512)
     assert np.isclose(arguments["hw_decoder_load"], 0.65)

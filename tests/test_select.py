@@ -154,6 +154,54 @@ def test_probe_reports_dali_that_cannot_load_libcuda(monkeypatch, fresh_probe):
     assert choice.backend == "torchvision" and "cannot load libcuda" in choice.reason
 
 
+DRIVER_TOO_OLD = ("DALI 2.4.0 (nvidia-dali-cuda130 2.4.0) cannot run a GPU pipeline with this driver (CUDA 12.2): "
+                  "RuntimeError: CUDA driver version is insufficient for CUDA runtime version")
+NO_GPU_PIPELINE = dataclasses.replace(FULL, dali_gpu_reason=DRIVER_TOO_OLD)
+
+
+def test_auto_falls_back_to_torchvision_when_the_gpu_pipeline_cannot_be_built():
+    choice = choose_backend("auto", NO_GPU_PIPELINE)
+    assert choice.backend == "torchvision" and choice.reason == f"auto: torchvision fallback ({DRIVER_TOO_OLD})"
+
+
+def test_forced_dali_that_cannot_build_its_gpu_pipeline_names_the_driver_and_dali_build():
+    with pytest.raises(BackendUnavailable) as info:
+        choose_backend("dali", NO_GPU_PIPELINE)
+    assert str(info.value) == f"backend 'dali' cannot run here: {DRIVER_TOO_OLD}"
+    assert choose_backend("dali-cpu", NO_GPU_PIPELINE).backend == "dali-cpu"   # the CPU pipeline is unaffected
+
+
+def test_probe_builds_a_tiny_gpu_pipeline_once_per_process_and_reports_its_failure(monkeypatch, fresh_probe):
+    pytest.importorskip("nvidia.dali.backend", reason="needs DALI installed to simulate a driver it cannot use")
+    import torch
+    from nvidia.dali import backend as dali_backend
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(dali_backend, "GetCudaVersion", lambda: 12020)   # libcuda loads: the old probe passed
+    builds = []
+
+    def too_new_for_the_driver() -> None:
+        builds.append(1)
+        raise RuntimeError("CUDA error\nCUDA driver version is insufficient for CUDA runtime version")
+
+    monkeypatch.setattr(select, "_build_tiny_gpu_pipeline", too_new_for_the_driver)
+    select.gpu_pipeline_reason.cache_clear()
+    try:
+        host = fresh_probe()
+        assert host.cuda_reason is None and host.dali_gpu_reason is not None
+        assert host.dali_gpu_reason.startswith(f"DALI {host.dali_version} (nvidia-dali")
+        assert "this driver (CUDA 12.2): RuntimeError: CUDA driver version is insufficient" in host.dali_gpu_reason
+        assert choose_backend("auto", host).backend == "torchvision"
+        with pytest.raises(BackendUnavailable, match="cannot run a GPU pipeline with this driver"):
+            choose_backend("dali", host)
+        probe.cache_clear()
+        fresh_probe()
+        assert builds == [1]                             # built once per process, however often probed
+    finally:
+        select.gpu_pipeline_reason.cache_clear()
+
+
 @pytest.mark.parametrize("disabled,expected", [
     ("dali", ["torchvision"]),
     ("cuda", ["dali-cpu", "torchvision"]),

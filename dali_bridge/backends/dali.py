@@ -22,8 +22,7 @@ import torch
 
 from ..images import ImageError, SampleError, decode_rgb
 from .base import RawBatch, SkippedSample, Topology, default_workers
-from .device import (DECODER_DEVICE_MEMORY_PADDING, DECODER_HOST_MEMORY_PADDING, InFlightCopies, dali_threads,
-                     gpu_target, move_output)
+from .device import InFlightCopies, dali_threads, gpu_target, mixed_decoder_arguments, move_output
 from ..plan import Plan, fused_mirror, placement, roi_decode
 from ..plan import resize_methods as plan_resize_methods
 from ..sampling import BatchTask, Crop, Flip, Resize, draws, sample_geometry
@@ -465,22 +464,6 @@ def resize_graph(images: Any, columns: list, method: str, interpolation: str, de
     else:
         raise ValueError(f"unknown resize method {method!r}")
     return fn.cast(out, dtype=types.UINT8, device=device)  # rounds to nearest, saturates
-
-
-# Share of the mixed decoder's work given to the nvJPEG hardware engine (A100, H100/H200) where
-# the GPU has one: NVIDIA's default. It stays the same under ``parity: exact``: the hardware and
-# the CUDA decoder's outputs against libjpeg-turbo are to be measured on a GPU (device_check.sh
-# reports both) before either is preferred. Read at build time, so a check can vary it.
-HW_DECODER_LOAD = 0.65
-
-
-def mixed_decoder_arguments() -> dict[str, Any]:
-    """Arguments of the ``mixed`` (nvJPEG) decoder beyond its device and output type."""
-    return dict(jpeg_fancy_upsampling=True,  # libjpeg-turbo's chroma upsampling (DALI's default differs)
-                hw_decoder_load=HW_DECODER_LOAD,
-                # Per-thread preallocations, as NVIDIA's ResNet-50 example: see device.dali_threads.
-                device_memory_padding=DECODER_DEVICE_MEMORY_PADDING,
-                host_memory_padding=DECODER_HOST_MEMORY_PADDING)
 
 
 def _geometry_template(plan: Plan) -> list[tuple[str, Any]]:

@@ -26,6 +26,22 @@ DALI_GPU_THREAD_CAP = 4
 DECODER_DEVICE_MEMORY_PADDING = 211025920
 DECODER_HOST_MEMORY_PADDING = 140544512
 
+# Share of the mixed decoder's work given to the nvJPEG hardware engine (A100, H100/H200) where
+# the GPU has one: NVIDIA's default. It stays the same under ``parity: exact``: the hardware and
+# the CUDA decoder's outputs against libjpeg-turbo are to be measured on a GPU (device_check.sh
+# reports both) before either is preferred. Read at build time, so a check can vary it.
+HW_DECODER_LOAD = 0.65
+
+
+def mixed_decoder_arguments() -> dict[str, Any]:
+    """Arguments of the ``mixed`` (nvJPEG) decoder beyond its device and output type."""
+    return dict(jpeg_fancy_upsampling=True,  # libjpeg-turbo's chroma upsampling (DALI's default differs)
+                hw_decoder_load=HW_DECODER_LOAD,
+                # Per-thread preallocations, as NVIDIA's ResNet-50 example: see dali_threads.
+                device_memory_padding=DECODER_DEVICE_MEMORY_PADDING,
+                host_memory_padding=DECODER_HOST_MEMORY_PADDING)
+
+
 _logged_mappings: set[tuple[int, int]] = set()
 
 
@@ -91,6 +107,14 @@ def dali_threads(workers: int | None, *, gpu: bool, auto_cores: int) -> int:
     if gpu:
         return max(1, min(DALI_GPU_THREAD_CAP, cores_per_local_rank()))
     return max(1, auto_cores)
+
+
+def describe_dali_threads(workers: int | None, *, auto_cores: int) -> str:
+    """One line for ``show``: the threads each DALI backend gets with this ``loader.workers``."""
+    if workers is not None:
+        return f"DALI threads: {max(1, workers)} (loader.workers)"
+    return (f"DALI threads (workers auto): dali {dali_threads(None, gpu=True, auto_cores=auto_cores)} (cores per "
+            f"local rank, capped at {DALI_GPU_THREAD_CAP}), dali-cpu {dali_threads(None, gpu=False, auto_cores=auto_cores)}")
 
 
 class InFlightCopies:

@@ -23,6 +23,9 @@ class Probe:
     cuda_devices: int
     cuda_reason: str | None
     torchvision_reason: str | None
+    # Why a GPU pipeline could not be built and run here although DALI loads libcuda (a DALI
+    # build newer than the driver, say): found by building a tiny one once per process.
+    dali_gpu_reason: str | None = None
 
 
 @lru_cache(maxsize=1)
@@ -60,6 +63,9 @@ def probe() -> Probe:
                 cuda_reason = f"DALI {dali_version} cannot load libcuda"
         except Exception as exc:
             cuda_reason = f"DALI {dali_version} cannot use CUDA: {exc}"
+    dali_gpu_reason = None
+    if dali_version and cuda_devices and cuda_reason is None:
+        dali_gpu_reason = gpu_pipeline_reason(dali_version)
     torchvision_reason = None
     if "torchvision" in disabled:
         torchvision_reason = "torchvision disabled by DALI_BRIDGE_DISABLE"
@@ -68,14 +74,75 @@ def probe() -> Probe:
             import torchvision  # noqa: F401
         except Exception as exc:
             torchvision_reason = f"torchvision failed to import: {exc}"
-    return Probe(dali_version, dali_reason, cuda_devices, cuda_reason, torchvision_reason)
+    return Probe(dali_version, dali_reason, cuda_devices, cuda_reason, torchvision_reason, dali_gpu_reason)
+
+
+def dali_build() -> str:
+    """The installed DALI distribution(s) and version, e.g. ``nvidia-dali-cuda120 2.4.0``."""
+    try:
+        from importlib.metadata import distributions
+        builds = sorted(f"{d.metadata['Name']} {d.version}" for d in distributions()
+                        if (d.metadata["Name"] or "").lower().startswith("nvidia-dali"))
+    except Exception:
+        builds = []
+    return ", ".join(builds) or "unknown DALI build"
+
+
+def cuda_driver() -> str:
+    """The CUDA version the installed driver supports, as DALI reads it (e.g. ``CUDA 12.4``)."""
+    try:
+        from nvidia.dali.backend import GetCudaVersion
+        version = int(GetCudaVersion())
+    except Exception as exc:
+        return f"unknown ({type(exc).__name__}: {exc})"
+    return f"CUDA {version // 1000}.{version % 1000 // 10}" if version > 0 else "no usable libcuda"
+
+
+def _build_tiny_gpu_pipeline() -> None:
+    """Build and run a one-image pipeline with the GPU stages every ``dali`` loader has (nvJPEG
+    decode, a GPU resize and normalisation): what fails here would fail the user's first batch."""
+    import io
+
+    import numpy as np
+    from nvidia.dali import fn, pipeline_def, types
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 16), (90, 120, 150)).save(buffer, "JPEG")
+    encoded = np.frombuffer(buffer.getvalue(), dtype=np.uint8)
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=0, prefetch_queue_depth=1, exec_dynamic=True)
+    def graph():
+        images = fn.decoders.image(fn.external_source(name="encoded", dtype=types.UINT8), device="mixed",
+                                   output_type=types.RGB)
+        images = fn.resize(images, size=[8, 8], device="gpu")
+        return fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", device="gpu")
+
+    pipe = graph()
+    pipe.build()
+    (out,) = pipe.run(encoded=[encoded])
+    out.as_cpu()  # waits for the GPU work: a kernel the driver cannot run fails here
+
+
+@lru_cache(maxsize=1)
+def gpu_pipeline_reason(dali_version: str) -> str | None:
+    """None when a tiny GPU pipeline builds and runs here, else why not (DALI build and driver named).
+    Once per process: the answer does not change while the process lives."""
+    try:
+        _build_tiny_gpu_pipeline()
+    except Exception as exc:
+        text = str(exc).strip()
+        detail = text.splitlines()[-1] if text else repr(exc)
+        return (f"DALI {dali_version} ({dali_build()}) cannot run a GPU pipeline with this driver "
+                f"({cuda_driver()}): {type(exc).__name__}: {detail}")
+    return None
 
 
 def unavailable_reason(backend: str, host: Probe | None = None) -> str | None:
     """Why ``backend`` cannot run here, or None when it can."""
     host = host or probe()
     if backend == "dali":
-        return host.dali_reason or host.cuda_reason
+        return host.dali_reason or host.cuda_reason or host.dali_gpu_reason
     if backend == "dali-cpu":
         return host.dali_reason
     if backend == "torchvision":
