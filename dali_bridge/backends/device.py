@@ -157,3 +157,25 @@ def move_output(tensor: torch.Tensor, device: torch.device, in_flight: InFlightC
     event.record(torch.cuda.current_stream(tensor.device))
     in_flight.hold(event, tensor)
     return moved
+
+
+def memory_snapshot(device: int | None = None) -> dict[str, int | None]:
+    """This process's memory now, in bytes: GPU memory in use on ``device`` (the whole device, as
+    the driver reports it: DALI's pools are not torch's, so torch's counters miss them), torch's
+    own share of it, and host memory — resident, locked and pinned as Linux reports them (pinned
+    CUDA host memory may not show in either; DALI's decoder paddings are counted by ``doctor``)."""
+    figures: dict[str, int | None] = {"gpu_used": None, "gpu_total": None, "torch_allocated": None,
+                                      "host_rss": None, "host_locked": None, "host_pinned": None}
+    if visible_cuda_devices():
+        index = torch.cuda.current_device() if device is None else device
+        free, total = torch.cuda.mem_get_info(index)
+        figures.update(gpu_used=total - free, gpu_total=total, torch_allocated=torch.cuda.memory_allocated(index))
+    try:
+        with open("/proc/self/status") as status:
+            fields = dict(line.split(":", 1) for line in status if ":" in line)
+    except OSError:
+        return figures
+    for key, name in (("host_rss", "VmRSS"), ("host_locked", "VmLck"), ("host_pinned", "VmPin")):
+        if name in fields:
+            figures[key] = int(fields[name].split()[0]) * 1024  # reported in kB
+    return figures
