@@ -28,12 +28,14 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 PIPELINES = REPO / "pipelines"
@@ -99,7 +101,7 @@ def level_differences(first, second) -> dict[str, Any]:
     worst = 0
     absolute_sum = 0.0
     batches = 0
-    for (a_image, _, a_index), (b_image, _, b_index) in zip(first, second):
+    for (a_image, _, a_index), (b_image, _, b_index) in zip(first, second, strict=True):
         keep_busy(a_image.device)
         if not torch.equal(a_index.cpu(), b_index.cpu()):
             raise AssertionError(f"batch {batches}: the loaders yielded different samples")
@@ -144,7 +146,7 @@ def check_env(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
     try:
         info["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
                                              "--format=csv,noheader"], capture_output=True, text=True,
-                                            timeout=20).stdout.strip()
+                                            timeout=20, check=False).stdout.strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
         info["nvidia_smi"] = f"not run: {exc}"
     info["doctor"] = report()
@@ -268,7 +270,7 @@ def check_errors(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
         loader = build_loader(TRAIN, backend, overrides={**settings, "loader.on_error": "raise"}, device=device)
         seen, error = [], None
         try:
-            for image, _, index in loader:
+            for _, _, index in loader:
                 seen.append(index.tolist())
         except SampleError as exc:
             error = exc
@@ -298,7 +300,7 @@ def check_pytest(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
     # A dry run only collects them (the suite runs them anyway): they import and their skips are known.
     mode = ["--collect-only"] if dry_run else [f"--junitxml={work / 'pytest.xml'}"]
     run = subprocess.run([sys.executable, "-m", "pytest", *files, "-q", "-rs", "-p", "no:cacheprovider", *mode],
-                         cwd=REPO, capture_output=True, text=True)
+                         cwd=REPO, capture_output=True, text=True, check=False)
     tail = run.stdout.strip().splitlines()[-40:]
     if run.returncode != 0:
         raise AssertionError("pytest failed:\n" + "\n".join(tail))
@@ -312,7 +314,7 @@ def check_memory_bench(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
     results: dict[str, Any] = {"memory_after_first_batch": {}}
     for backend in ("dali", "torchvision"):
         out = subprocess.run([sys.executable, __file__, "--memory-of", backend, "--data", str(data)],
-                             capture_output=True, text=True, timeout=120)
+                             capture_output=True, text=True, timeout=120, check=False)
         if out.returncode != 0:
             raise AssertionError(f"memory of {backend}: {out.stderr.strip().splitlines()[-3:]}")
         results["memory_after_first_batch"][backend] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -320,7 +322,7 @@ def check_memory_bench(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
     bench = subprocess.run([sys.executable, "-m", "dali_bridge.cli", "bench", str(TRAIN), "--data", str(data),
                             "--backends", "dali,torchvision", "--baselines", "torchvision,dali", "--batches", "6",
                             "--warmup", "2", "--repeat", "3", "--json", str(bench_json), "-q"],
-                           cwd=REPO, capture_output=True, text=True)
+                           cwd=REPO, capture_output=True, text=True, check=False)
     results["bench_stdout"] = bench.stdout.strip().splitlines()[-30:]
     if bench.returncode != 0:
         raise AssertionError(f"bench failed: {bench.stderr.strip().splitlines()[-5:]}")
@@ -352,7 +354,7 @@ DRY_RUN_IMAGES = 12
 
 def run_one(name: str, data: Path, work: Path, dry_run: bool, images: int) -> dict[str, Any]:
     """Run check ``name`` here; what it found (or why it failed or skipped) as data."""
-    check = dict((n, c) for n, c, _ in CHECKS)[name]
+    check = {n: c for n, c, _ in CHECKS}[name]
     try:
         found = check(data, work, dry_run, images=images) if name == "data" else check(data, work, dry_run)
     except Skip as exc:
@@ -397,26 +399,31 @@ def run_in_process(name: str, data: Path, work: Path, dry_run: bool, images: int
     command = [sys.executable, __file__, "--one", name, "--data", str(data), "--work", str(work),
                "--images", str(images)] + (["--dry-run"] if dry_run else [])
     t0 = time.monotonic()
-    try:
-        run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO)
-    except subprocess.TimeoutExpired as exc:
-        return {"status": "failed", "reason": f"timed out after {timeout:.0f} s", "seconds": time.monotonic() - t0,
-                "output_tail": (exc.stderr or b"")[-2000:].decode(errors="replace")
-                if isinstance(exc.stderr, bytes) else (exc.stderr or "")[-2000:]}
+    # Its own session, so a check that times out is killed with every process it started
+    # (DataLoader workers, pytest, the bench's children).
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                          start_new_session=True) as process:
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
+            return {"status": "failed", "reason": f"timed out after {timeout:.0f} s",
+                    "seconds": round(time.monotonic() - t0, 1), "output_tail": output[-3000:]}
     entry: dict[str, Any] = {"seconds": round(time.monotonic() - t0, 1)}
     if part.exists():
         entry.update(json.loads(part.read_text()))
     else:
-        entry.update(status="failed", reason=f"the check's process exited {run.returncode} without a result")
+        entry.update(status="failed", reason=f"the check's process exited {process.returncode} without a result")
     if entry["status"] == "failed":
-        entry["output_tail"] = (run.stdout + run.stderr)[-3000:]
+        entry["output_tail"] = output[-3000:]
     return entry
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="folder for device_check.json (default $OUT, else ./out)")
-    parser.add_argument("--budget", type=float, default=float(os.environ.get("CHECK_BUDGET_S", 420)))
+    parser.add_argument("--budget", type=float, default=float(os.environ.get("CHECK_BUDGET_S", "420")))
     parser.add_argument("--images", type=int, default=None, help="images in the generated set (default 256; 12 "
                                                                   "in a dry run)")
     parser.add_argument("--data", type=Path, help="an ImageFolder to use instead of a generated one")
