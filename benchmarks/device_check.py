@@ -294,7 +294,7 @@ def check_pytest(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
     try:
         import pytest  # noqa: F401
     except ImportError:
-        raise Skip("pytest is not importable here (run device_check.sh --stage before lending and carry "
+        raise Skip("pytest is not importable here (run device_check.sh --stage on the build host and carry "
                    ".dali/pysite)") from None
     files = ["tests/test_gpu.py", "tests/test_gpu_logic.py"]
     # A dry run only collects them (the suite runs them anyway): they import and their skips are known.

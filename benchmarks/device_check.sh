@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# The whole GPU check in one short run, for a lent CUDA machine with no internet: nothing is
+# The whole GPU check in one short run, for a CUDA machine with no internet access: nothing is
 # installed or downloaded, the repo goes on PYTHONPATH. Results: one JSON file, device_check.json.
 #
 #   bash benchmarks/device_check.sh [OUTDIR]            run every check (OUTDIR, else $OUT, else ./out)
 #   bash benchmarks/device_check.sh --dry-run [OUTDIR]  the same control flow on a CPU host: GPU parts
 #                                                       reported skipped, the rest run with CPU stand-ins
-#   bash benchmarks/device_check.sh --stage             HERE, before lending: copy the pure-Python test
+#   bash benchmarks/device_check.sh --stage             on the build host: copy the pure-Python test
 #                                                       dependencies (pytest & co., PyYAML, tqdm) into
-#                                                       .dali/pysite to carry along
+#                                                       .dali/pysite to carry to the GPU machine
 #
 # CHECK_BUDGET_S (default 420) bounds the whole run; each check has its own time limit inside it
 # and what no longer fits is skipped and said so. CHECK_IMAGES (default 256) sizes the generated
 # set; CHECK_DATA names an ImageFolder to use instead. The checks are listed in
 # benchmarks/device_check.py. Exit status 0 only when every check that ran passed.
 #
-# DALI on the lent machine: follow ../shared/device/DALI-ON-DEVICE.md; a DALI installed into
-# .dali/site is picked up automatically. Python packages the machine lacks are taken from
+# DALI on a machine without internet access: bring its wheels along and install them into
+# .dali/site, which is picked up automatically. Python packages the machine lacks are taken from
 # .dali/pysite (made by --stage) after the machine's own.
 set -uo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

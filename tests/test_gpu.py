@@ -1,7 +1,8 @@
 """GPU-only behaviour: the `dali` backend on a CUDA device and the torchvision fallback finishing on it.
 
-Every test here needs a CUDA device (skipped with "needs a CUDA device" elsewhere); the `dali`
-ones also need DALI able to use it. ``benchmarks/device_check.sh`` runs this file on a lent GPU.
+Every test here needs a CUDA device (elsewhere each is skipped with a reason saying what it
+checks); the `dali` ones also need DALI able to use it. ``benchmarks/device_check.sh`` runs this
+file on a GPU machine; tests/test_gpu_logic.py pins the same decisions on a CPU host with fakes.
 """
 from __future__ import annotations
 
