@@ -98,7 +98,7 @@ def gpu_defaults(host: Probe) -> dict[str, Any]:
                                   f"threads x ({per_thread[0] / 2**20:.0f} + 2 x {per_thread[1] / 2**20:.0f} MiB))",
         "nvJPEG hardware decoder share": f"{HW_DECODER_LOAD} (parity: exact too; to be measured on a GPU)",
         "GPU pipeline": ("n/a (needs DALI and a CUDA device)" if not (host.dali_version and host.cuda_devices)
-                         else host.cuda_reason or host.dali_gpu_reason or "a tiny one built and ran"),
+                         else unavailable_reason("dali", host) or "a tiny one built and ran"),
     }
 
 

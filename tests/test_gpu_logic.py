@@ -152,6 +152,15 @@ def test_an_explicit_cuda_device_decides_where_dali_runs(tmp_path, monkeypatch, 
     assert executor.device == torch.device(device)
 
 
+def test_a_bare_cuda_device_means_torchs_current_device_for_dali_and_the_batches(tmp_path, monkeypatch):
+    write_image_folder(tmp_path / "data", classes=2, per_class=2)
+    fake_cuda_host(monkeypatch, 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    executor, _, _ = dali_executor(small_spec(tmp_path / "data"), device="cuda", local_rank=0)
+    # An index, so a batch on cuda:1 counts as already on the target: no copy.
+    assert executor.device_id == 1 and executor.device == torch.device("cuda", 1)
+
+
 # ---------------------------------------------------------------------------------------------
 # DALI's threads on a GPU host
 

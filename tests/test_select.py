@@ -189,15 +189,17 @@ def test_probe_builds_a_tiny_gpu_pipeline_once_per_process_and_reports_its_failu
     select.gpu_pipeline_reason.cache_clear()
     try:
         host = fresh_probe()
-        assert host.cuda_reason is None and host.dali_gpu_reason is not None
-        assert host.dali_gpu_reason.startswith(f"DALI {host.dali_version} (nvidia-dali")
-        assert "this driver (CUDA 12.2): RuntimeError: CUDA driver version is insufficient" in host.dali_gpu_reason
+        assert choose_backend("torchvision", host).backend == "torchvision" and builds == []  # GPU untouched
+        reason = unavailable_reason("dali", host)
+        assert host.cuda_reason is None and reason is not None
+        assert reason.startswith(f"DALI {host.dali_version} (nvidia-dali")
+        assert "this driver (CUDA 12.2): RuntimeError: CUDA driver version is insufficient" in reason
         assert choose_backend("auto", host).backend == "torchvision"
         with pytest.raises(BackendUnavailable, match="cannot run a GPU pipeline with this driver"):
             choose_backend("dali", host)
         probe.cache_clear()
-        fresh_probe()
-        assert builds == [1]                             # built once per process, however often probed
+        assert unavailable_reason("dali", fresh_probe()) == reason
+        assert builds == [1]                             # built once per process, however often asked
     finally:
         select.gpu_pipeline_reason.cache_clear()
 

@@ -594,7 +594,8 @@ class DaliExecutor:
             # else on the local rank's GPU among the visible ones.
             dali_device = gpu_target(device, topology.local_rank)
             self.device_id: int | None = dali_device.index
-            self.device = torch.device(device) if device is not None else dali_device
+            # A CUDA target is DALI's device itself (a bare "cuda" resolved to its index); else the CPU.
+            self.device = dali_device if device is None or torch.device(device).type == "cuda" else torch.device(device)
         else:
             self.device_id = None
             self.device = torch.device(device) if device is not None else torch.device("cpu")

@@ -24,8 +24,11 @@ class Probe:
     cuda_reason: str | None
     torchvision_reason: str | None
     # Why a GPU pipeline could not be built and run here although DALI loads libcuda (a DALI
-    # build newer than the driver, say): found by building a tiny one once per process.
+    # build newer than the driver, say). The real probe leaves it None and sets
+    # ``check_gpu_pipeline``: a tiny pipeline is then built once per process, only when the
+    # ``dali`` backend's availability is asked (a forced torchvision never touches the GPU).
     dali_gpu_reason: str | None = None
+    check_gpu_pipeline: bool = False
 
 
 @lru_cache(maxsize=1)
@@ -63,9 +66,6 @@ def probe() -> Probe:
                 cuda_reason = f"DALI {dali_version} cannot load libcuda"
         except Exception as exc:
             cuda_reason = f"DALI {dali_version} cannot use CUDA: {exc}"
-    dali_gpu_reason = None
-    if dali_version and cuda_devices and cuda_reason is None:
-        dali_gpu_reason = gpu_pipeline_reason(dali_version)
     torchvision_reason = None
     if "torchvision" in disabled:
         torchvision_reason = "torchvision disabled by DALI_BRIDGE_DISABLE"
@@ -74,7 +74,8 @@ def probe() -> Probe:
             import torchvision  # noqa: F401
         except Exception as exc:
             torchvision_reason = f"torchvision failed to import: {exc}"
-    return Probe(dali_version, dali_reason, cuda_devices, cuda_reason, torchvision_reason, dali_gpu_reason)
+    return Probe(dali_version, dali_reason, cuda_devices, cuda_reason, torchvision_reason,
+                 check_gpu_pipeline=bool(dali_version and cuda_devices and cuda_reason is None))
 
 
 def dali_build() -> str:
@@ -142,7 +143,10 @@ def unavailable_reason(backend: str, host: Probe | None = None) -> str | None:
     """Why ``backend`` cannot run here, or None when it can."""
     host = host or probe()
     if backend == "dali":
-        return host.dali_reason or host.cuda_reason or host.dali_gpu_reason
+        reason = host.dali_reason or host.cuda_reason or host.dali_gpu_reason
+        if reason is None and host.check_gpu_pipeline and host.dali_version:
+            reason = gpu_pipeline_reason(host.dali_version)
+        return reason
     if backend == "dali-cpu":
         return host.dali_reason
     if backend == "torchvision":
