@@ -309,8 +309,9 @@ def check_pytest(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
 
 def check_memory_bench(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
     """(d): memory after each backend's build (a fresh process each), then a short bench."""
-    if need_gpu_dali(dry_run) and not (not dry_run and cuda_devices()):
-        raise Skip(need_gpu_dali(dry_run) or "needs a CUDA device")
+    why_not = need_gpu_dali(dry_run)
+    if why_not:
+        raise Skip(why_not)
     results: dict[str, Any] = {"memory_after_first_batch": {}}
     for backend in ("dali", "torchvision"):
         out = subprocess.run([sys.executable, __file__, "--memory-of", backend, "--data", str(data)],
