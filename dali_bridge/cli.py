@@ -66,7 +66,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     spec = _load(args.file, args)
     print(f"# resolved pipeline: {args.file}")
-    print(spec.to_yaml())
+    print(_resolved_yaml(spec))
     plan = build_plan(spec)
     print(f"# output per batch: {plan.output_shape(spec.batch_size)} {plan.finish.dtype} ({plan.finish.layout})")
     try:
@@ -87,6 +87,22 @@ def cmd_show(args: argparse.Namespace) -> int:
                 for s in placement(plan, backend, cuda=_cuda())]
         print(format_table(rows, [("stage", "stage"), ("device", "device"), ("implementation", "implementation")]))
     return 0
+
+
+def _resolved_yaml(spec: PipelineSpec) -> str:
+    """The spec as YAML with ``workers: auto`` kept as the docs write it (the spec stores None), and a
+    comment with the figure auto resolves to here; the text still loads back to the same spec."""
+    import yaml
+
+    from .backends.base import worker_share
+
+    data = spec.to_dict()
+    if spec.loader.workers is not None:
+        return spec.to_yaml()
+    data["loader"]["workers"] = "auto"
+    text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
+    share = worker_share()
+    return text + f"# loader.workers: auto ({share.workers}): {share.reason()}\n"
 
 
 def _cuda() -> bool:

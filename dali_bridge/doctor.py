@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from .backends.select import BACKEND_NAMES, choose_backend, probe, unavailable_reason
-from .backends.base import default_workers
+from .backends.base import available_cores, default_workers, worker_share
 
 
 def _nvjpeg_hardware(dali_ok: bool, cuda_devices: int) -> str:
@@ -31,8 +31,9 @@ def report() -> dict[str, Any]:
     info: dict[str, Any] = {
         "python": sys.version.split()[0],
         "platform": f"{platform.system()} {platform.machine()}",
-        "cpu_cores_available": default_workers(),
+        "cpu_cores_available": available_cores(),
         "cpu_cores_total": os.cpu_count(),
+        "workers_auto": worker_share().explain(),
     }
     try:
         import torch
