@@ -18,7 +18,7 @@ from .backends.base import Executor, RawBatch, SkippedSample, Topology, resolve_
 from .plan import Plan, build_plan, unsupported_ops
 from .sampling import BatchTask, batch_count, rank_batches
 from .sources import Listing, list_source
-from .spec import PipelineSpec, coerce_spec
+from .spec import PipelineSpec, Problem, SpecError, coerce_spec
 
 log = logging.getLogger("dali_bridge")
 
@@ -210,6 +210,28 @@ class _Closed:
         pass
 
 
+def check_epoch_has_batches(spec: PipelineSpec, *, num_samples: int, topology: Topology) -> None:
+    """Refuse a loader whose epoch would yield no batch on this rank: a training loop over it would
+    silently do nothing (and in a distributed job, wait forever for this rank's collectives)."""
+    batch_size, last_batch = spec.batch_size, spec.loader.last_batch
+    world_size, rank = topology.world_size, topology.rank
+    if batch_count(num_samples, batch_size, world_size, rank, last_batch) > 0:
+        return
+    where = f"rank {rank} of world size {world_size}" if world_size > 1 else "this process (world size 1)"
+    if last_batch == "drop":
+        share = num_samples // world_size
+        message = (f"an epoch has no batches on {where}: {num_samples} samples ÷ world size {world_size} = "
+                   f"{share} samples per rank, fewer than batch_size {batch_size}, and loader.last_batch: drop "
+                   f"discards an incomplete batch; set batch_size to at most {share} (--set batch_size={max(share, 1)}), "
+                   f"or loader.last_batch: partial or pad")
+    else:
+        share = len(range(rank, num_samples, world_size))
+        message = (f"an epoch has no batches on {where}: {num_samples} samples dealt over world size {world_size} "
+                   f"give this rank {share} samples; use fewer ranks or more samples, or loader.last_batch: pad "
+                   f"(every rank then fills its batches by repeating samples)")
+    raise SpecError([Problem(spec.origin, "batch_size", message)], spec.origin)
+
+
 def build_loader(spec_or_path: PipelineSpec | str | Path | Mapping, backend: str = "auto", *,
                  overrides: Mapping[str, Any] | list[str] | None = None, rank: int | None = None,
                  world_size: int | None = None, device: str | torch.device | None = None) -> Loader:
@@ -235,6 +257,7 @@ def build_loader(spec_or_path: PipelineSpec | str | Path | Mapping, backend: str
     listing = list_source(spec.source)
     # Ignored non-image files are a warning: a wrong `source.extensions` would otherwise drop data quietly.
     log.log(logging.WARNING if listing.ignored else logging.INFO, "dali-bridge %s: %s", spec.name, listing.describe())
+    check_epoch_has_batches(spec, num_samples=len(listing), topology=topology)
     plan = build_plan(spec)
     if choice.backend in ("dali", "dali-cpu"):
         from .backends.dali import DaliExecutor

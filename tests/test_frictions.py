@@ -62,3 +62,41 @@ def test_show_and_doctor_state_the_auto_figure_and_why(monkeypatch, capsys, core
     info = json.loads(capsys.readouterr().out)
     assert info["cpu_cores_available"] == 96
     assert info["workers_auto"] == "24 = 96 cores ÷ 4 processes on this node (LOCAL_WORLD_SIZE)"
+
+
+# ---- an epoch with no batches is refused when the loader is built
+
+def test_a_batch_larger_than_the_rank_share_with_drop_is_refused_with_the_numbers(sample_root):
+    from dali_bridge.loader import build_loader
+    from dali_bridge.spec import SpecError
+
+    overrides = {"source.root": str(sample_root), "batch_size": 16, "loader.last_batch": "drop"}
+    with pytest.raises(SpecError) as caught:
+        build_loader(VAL, "torchvision", overrides=overrides, rank=1, world_size=4)
+    message = str(caught.value)
+    assert "no batches on rank 1 of world size 4: 37 samples ÷ world size 4 = 9 samples per rank" in message
+    assert "fewer than batch_size 16" in message and "loader.last_batch: drop" in message
+    assert "set batch_size to at most 9 (--set batch_size=9), or loader.last_batch: partial or pad" in message
+    # the same job with one rank has 37 // 16 = 2 full batches
+    with build_loader(VAL, "torchvision", overrides=overrides, rank=0, world_size=1) as loader:
+        assert len(loader) == 2
+
+
+def test_a_rank_without_samples_is_refused_and_pad_is_suggested(sample_root):
+    from dali_bridge.loader import build_loader
+    from dali_bridge.spec import SpecError
+
+    overrides = {"source.root": str(sample_root), "batch_size": 4}
+    with pytest.raises(SpecError, match="37 samples dealt over world size 40 give this rank 0 samples.*"
+                                        "loader.last_batch: pad"):
+        build_loader(VAL, "torchvision", overrides=overrides, rank=38, world_size=40)
+    with build_loader(VAL, "torchvision", overrides={**overrides, "loader.last_batch": "pad"},
+                      rank=38, world_size=40) as loader:
+        assert len(loader) == 1
+
+
+def test_run_refuses_a_zero_batch_epoch_with_exit_2(capsys, sample_root):
+    code = main(["run", str(VAL), "--data", str(sample_root), "--backends", "torchvision", "-q",
+                 "--set", "batch_size=64", "--set", "loader.last_batch=drop"])
+    assert code == 2
+    assert "37 samples ÷ world size 1 = 37 samples per rank, fewer than batch_size 64" in capsys.readouterr().err
