@@ -210,6 +210,30 @@ class _Closed:
         pass
 
 
+def check_device(device: str | torch.device | None) -> torch.device | None:
+    """The ``device`` argument as a torch.device, refused here (not deep in an executor) when it names
+    a CUDA device this host does not have."""
+    from .backends.select import BackendUnavailable, probe
+
+    if device is None:
+        return None
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device {device!r} is not a torch device (expected e.g. 'cuda', 'cuda:0' or 'cpu'): "
+                         f"{exc}") from None
+    if resolved.type != "cuda":
+        return resolved
+    host = probe()
+    if not host.cuda_devices:
+        raise BackendUnavailable(f"device {str(device)!r} cannot be used here: {host.cuda_reason or 'no CUDA device'}; "
+                                 f"leave device unset (batches then land on the CPU) or run on a host with CUDA")
+    if resolved.index is not None and resolved.index >= host.cuda_devices:
+        raise BackendUnavailable(f"device {str(device)!r} cannot be used here: this host has {host.cuda_devices} "
+                                 f"CUDA device(s), cuda:0 to cuda:{host.cuda_devices - 1}")
+    return resolved
+
+
 def check_epoch_has_batches(spec: PipelineSpec, *, num_samples: int, topology: Topology) -> None:
     """Refuse a loader whose epoch would yield no batch on this rank: a training loop over it would
     silently do nothing (and in a distributed job, wait forever for this rank's collectives)."""
@@ -253,6 +277,7 @@ def build_loader(spec_or_path: PipelineSpec | str | Path | Mapping, backend: str
     if missing:
         details = "; ".join(f"ops[{i}] '{name}' runs only on {', '.join(b)}" for i, name, b in missing)
         raise BackendUnavailable(f"{spec.origin}: backend '{choice.backend}' cannot run this pipeline: {details}")
+    device = check_device(device)
     topology = resolve_topology(rank, world_size)
     listing = list_source(spec.source)
     # Ignored non-image files are a warning: a wrong `source.extensions` would otherwise drop data quietly.

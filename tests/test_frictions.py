@@ -100,3 +100,32 @@ def test_run_refuses_a_zero_batch_epoch_with_exit_2(capsys, sample_root):
                  "--set", "batch_size=64", "--set", "loader.last_batch=drop"])
     assert code == 2
     assert "37 samples ÷ world size 1 = 37 samples per rank, fewer than batch_size 64" in capsys.readouterr().err
+
+
+# ---- a CUDA device on a host without one
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    from dali_bridge.backends.select import probe
+
+    monkeypatch.setenv("DALI_BRIDGE_DISABLE", "cuda")
+    probe.cache_clear()
+    yield
+    probe.cache_clear()
+
+
+@pytest.mark.parametrize("backend", backend_params(["torchvision", "dali-cpu"]))
+def test_device_cuda_without_cuda_says_what_is_wrong_when_the_loader_is_built(sample_root, no_cuda, backend):
+    from dali_bridge.backends.select import BackendUnavailable
+    from dali_bridge.loader import build_loader
+
+    with pytest.raises(BackendUnavailable, match="device 'cuda' cannot be used here: CUDA disabled by "
+                                                 "DALI_BRIDGE_DISABLE; leave device unset"):
+        build_loader(VAL, backend, overrides={"source.root": str(sample_root)}, device="cuda")
+
+
+def test_device_that_is_not_a_torch_device_is_named(sample_root):
+    from dali_bridge.loader import build_loader
+
+    with pytest.raises(ValueError, match="device 'gpu' is not a torch device \\(expected e.g. 'cuda'"):
+        build_loader(VAL, "torchvision", overrides={"source.root": str(sample_root)}, device="gpu")
