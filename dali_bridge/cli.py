@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .spec import PipelineSpec, SpecError, load_spec, parse_override
+from .spec import PipelineSpec, SpecError, load_spec, parse_override, parse_overrides
 
 EXIT_FAILED = 1      # the job ran and failed (a bad sample, a comparison outside its bounds)
 EXIT_INVALID = 2     # invalid pipeline, source or arguments
@@ -22,7 +22,8 @@ EPILOG_RUN = """examples:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    overrides = dict(parse_override(text) for text in (args.set or []))
+    """The --set flags (and --data) as overrides whose problems name the flag."""
+    overrides = parse_overrides(args.set or [])
     if getattr(args, "data", None):
         overrides["source"] = {"type": "folder", "root": str(Path(args.data).resolve())}
     return overrides

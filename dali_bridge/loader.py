@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -210,6 +210,59 @@ class _Closed:
         pass
 
 
+# DataLoader / DistributedSampler keywords a PyTorch user guesses → the pipeline key that does the job
+# (and how their value reads there), or why there is nothing to set.
+_DATALOADER_KEYS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "num_workers": ("loader.workers", lambda v: v),
+    "workers": ("loader.workers", lambda v: v),
+    "batch_size": ("batch_size", lambda v: v),
+    "shuffle": ("loader.shuffle", lambda v: v),
+    "drop_last": ("loader.last_batch", lambda v: "drop" if v else "partial"),
+    "last_batch": ("loader.last_batch", lambda v: v),
+    "prefetch_factor": ("loader.prefetch", lambda v: v),
+    "prefetch": ("loader.prefetch", lambda v: v),
+    "on_error": ("loader.on_error", lambda v: v),
+    "seed": ("seed", lambda v: v),
+}
+_DATALOADER_WITHOUT_KEY = {
+    "pin_memory": "batches land on the loader's device already (pass device=...; the copy to a GPU is pinned)",
+    "persistent_workers": "workers live as long as the loader (loader.close() or a with block stops them)",
+    "sampler": "the loader owns the order: loader.shuffle and seed in the pipeline, rank= and world_size= here",
+    "batch_sampler": "the loader owns the order: batch_size, loader.last_batch and seed in the pipeline",
+    "collate_fn": "batches are tensors in the order of the pipeline's outputs",
+    "generator": "every random draw comes from the pipeline's seed",
+    "worker_init_fn": "workers draw no randomness of their own (the pipeline's seed decides every draw)",
+    "num_replicas": "pass world_size= (it defaults to torch.distributed or torchrun's WORLD_SIZE)",
+}
+
+
+def _literal(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+def unexpected_keywords_message(keywords: Mapping[str, Any]) -> str:
+    """What to write instead of each keyword ``build_loader`` does not take."""
+    import difflib
+
+    lines, settings = [], {}
+    for name, value in keywords.items():
+        if name in _DATALOADER_KEYS:
+            key, convert = _DATALOADER_KEYS[name]
+            settings[key] = _literal(convert(value))
+            lines.append(f"'{name}': a pipeline setting; pass overrides={{\"{key}\": {settings[key]}}} "
+                         f"(or set {key} in the pipeline file)")
+        elif name in _DATALOADER_WITHOUT_KEY:
+            lines.append(f"'{name}': nothing to set: {_DATALOADER_WITHOUT_KEY[name]}")
+        else:
+            known = ["backend", "overrides", "rank", "world_size", "device", *_DATALOADER_KEYS]
+            hint = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            lines.append(f"'{name}': not a keyword of build_loader (it takes backend, overrides, rank, world_size, "
+                         f"device){f'; did you mean {hint[0]!r}?' if hint else ''}")
+    if len(settings) > 1:
+        lines.append("together: overrides={" + ", ".join(f'"{k}": {v}' for k, v in settings.items()) + "}")
+    return "build_loader() got unexpected keyword argument(s):\n  " + "\n  ".join(lines)
+
+
 def check_device(device: str | torch.device | None) -> torch.device | None:
     """The ``device`` argument as a torch.device, refused here (not deep in an executor) when it names
     a CUDA device this host does not have."""
@@ -258,7 +311,8 @@ def check_epoch_has_batches(spec: PipelineSpec, *, num_samples: int, topology: T
 
 def build_loader(spec_or_path: PipelineSpec | str | Path | Mapping, backend: str = "auto", *,
                  overrides: Mapping[str, Any] | list[str] | None = None, rank: int | None = None,
-                 world_size: int | None = None, device: str | torch.device | None = None) -> Loader:
+                 world_size: int | None = None, device: str | torch.device | None = None,
+                 **unexpected: Any) -> Loader:
     """Build the loader for a pipeline.
 
     ``backend``: ``dali`` | ``dali-cpu`` | ``torchvision`` forces a backend (an unusable one raises
@@ -266,9 +320,14 @@ def build_loader(spec_or_path: PipelineSpec | str | Path | Mapping, backend: str
     spec's ``backend`` key, whose own ``auto`` picks ``dali`` with DALI and a CUDA device, else
     ``torchvision``. ``rank``/``world_size`` default to torch.distributed or torchrun's environment.
     ``device``: where batches land (default ``cuda:LOCAL_RANK`` for GPU backends, else the CPU).
+    Loader settings (``batch_size``, ``loader.workers``, ``loader.shuffle`` ...) live in the pipeline:
+    change them with ``overrides={"loader.workers": 4}``; DataLoader's keywords raise a TypeError
+    naming the key to override.
     """
     from .backends.select import BackendUnavailable, choose_backend
 
+    if unexpected:
+        raise TypeError(unexpected_keywords_message(unexpected))
     spec = coerce_spec(spec_or_path, overrides)
     requested = spec.backend if backend == "auto" else backend
     choice = choose_backend(requested)

@@ -129,3 +129,44 @@ def test_device_that_is_not_a_torch_device_is_named(sample_root):
 
     with pytest.raises(ValueError, match="device 'gpu' is not a torch device \\(expected e.g. 'cuda'"):
         build_loader(VAL, "torchvision", overrides={"source.root": str(sample_root)}, device="gpu")
+
+
+# ---- DataLoader keywords point to overrides; Python overrides are not worded as --set flags
+
+def test_dataloader_keywords_name_the_pipeline_key_to_override():
+    from dali_bridge.loader import build_loader
+
+    with pytest.raises(TypeError) as caught:
+        build_loader(VAL, "torchvision", num_workers=4, batch_size=32, shuffle=False, drop_last=True)
+    message = str(caught.value)
+    assert "'num_workers': a pipeline setting; pass overrides={\"loader.workers\": 4}" in message
+    assert "'shuffle': a pipeline setting; pass overrides={\"loader.shuffle\": False}" in message
+    assert "'drop_last': a pipeline setting; pass overrides={\"loader.last_batch\": \"drop\"}" in message
+    assert ('together: overrides={"loader.workers": 4, "batch_size": 32, "loader.shuffle": False, '
+            '"loader.last_batch": "drop"}') in message
+
+
+def test_dataloader_keywords_without_a_pipeline_key_say_why_and_typos_get_a_did_you_mean():
+    from dali_bridge.loader import build_loader
+
+    with pytest.raises(TypeError) as caught:
+        build_loader(VAL, pin_memory=True, sampler=None, rnak=1)
+    message = str(caught.value)
+    assert "'pin_memory': nothing to set: batches land on the loader's device already" in message
+    assert "'sampler': nothing to set: the loader owns the order" in message
+    assert "'rnak': not a keyword of build_loader" in message and "did you mean 'rank'?" in message
+
+
+def test_python_overrides_are_named_as_overrides_and_set_flags_as_flags(capsys):
+    from dali_bridge.loader import build_loader
+    from dali_bridge.spec import SpecError, load_spec
+
+    with pytest.raises(SpecError) as caught:
+        build_loader(VAL, overrides={"batch_size": 0})
+    (problem,) = caught.value.problems
+    assert problem.where == 'overrides["batch_size"]=0' and "--set" not in str(caught.value)
+    with pytest.raises(SpecError) as caught:
+        load_spec(VAL, ["batch_size=0"])
+    assert caught.value.problems[0].where == "--set batch_size=0"
+    assert main(["validate", str(VAL), "--set", "batch_size=0"]) == 2
+    assert "--set batch_size=0: batch_size: expected an integer >= 1" in capsys.readouterr().err
