@@ -124,28 +124,50 @@ def _backend_list(text: str) -> list[str]:
     return names
 
 
+RUN_COLUMNS = [("pipeline", "pipeline"), ("backend", "backend"), ("images_per_second", "images/s"),
+               ("batches", "batches"), ("images", "images"), ("first_batch_seconds", "first batch s"),
+               ("shape", "output shape"), ("dtype", "dtype"), ("device", "device"), ("skipped", "skipped")]
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from .loader import build_loader
-    from .timing import format_table, measure_epoch
+    from .images import SampleError
+    from .timing import format_table
 
     backends = _backend_list(args.backends)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for path in args.files:
         spec = _load(path, args)
         for backend in backends:
-            loader = build_loader(spec, backend)
             try:
-                stats = measure_epoch(loader, max_batches=args.batches, progress=not args.quiet)
-            finally:
-                loader.close()
-            rows.append(stats.as_dict())
-    print(format_table(rows, [("pipeline", "pipeline"), ("backend", "backend"), ("images_per_second", "images/s"),
-                              ("batches", "batches"), ("images", "images"), ("first_batch_seconds", "first batch s"),
-                              ("shape", "output shape"), ("dtype", "dtype"), ("device", "device"),
-                              ("skipped", "skipped")]))
+                rows.append(_run_one(spec, backend, args))
+            except SampleError as exc:
+                # One bad file must not hide the other pipelines' and backends' figures: say where it
+                # stopped and how to skip such samples, then carry on.
+                print(f"dali-bridge run: {path} ({spec.name}) on backend {backend} stopped at a bad sample: {exc}\n"
+                      f"  to leave bad samples out and count them: --set loader.on_error=skip", file=sys.stderr)
+                rows.append({"pipeline": spec.name, "backend": backend, "error": str(exc)})
+    failed = [row for row in rows if "error" in row]
+    columns = RUN_COLUMNS + ([("error", "error")] if failed else [])
+    print(format_table(rows, columns))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
+    if failed:
+        print(f"dali-bridge run: {len(failed)} of {len(rows)} run(s) stopped at a bad sample (above); "
+              f"rerun with --set loader.on_error=skip to skip and count them", file=sys.stderr)
+        return EXIT_FAILED
     return 0
+
+
+def _run_one(spec: PipelineSpec, backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One epoch (or ``--batches``) of ``spec`` on ``backend``: the table row."""
+    from .loader import build_loader
+    from .timing import measure_epoch
+
+    loader = build_loader(spec, backend)
+    try:
+        return measure_epoch(loader, max_batches=args.batches, progress=not args.quiet).as_dict()
+    finally:
+        loader.close()
 
 
 def cmd_sample_data(args: argparse.Namespace) -> int:

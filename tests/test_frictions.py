@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import TRAIN, VAL, backend_params
+from conftest import CPU_BACKENDS, TRAIN, VAL, backend_params
 from dali_bridge.backends import base
 from dali_bridge.cli import main
 
@@ -170,3 +170,31 @@ def test_python_overrides_are_named_as_overrides_and_set_flags_as_flags(capsys):
     assert caught.value.problems[0].where == "--set batch_size=0"
     assert main(["validate", str(VAL), "--set", "batch_size=0"]) == 2
     assert "--set batch_size=0: batch_size: expected an integer >= 1" in capsys.readouterr().err
+
+
+# ---- run: a bad sample stops one run, not the others
+
+def test_run_reports_a_bad_sample_and_carries_on_with_the_other_runs(capsys, tmp_path, sample_root,
+                                                                      write_pipeline):
+    from hostile import break_file, write_image_folder
+
+    files = write_image_folder(tmp_path / "broken", classes=2, per_class=6)
+    break_file(files[0], "zero_bytes")
+    bad = write_pipeline(VAL, name="broken-set", source={"type": "folder", "root": str(tmp_path / "broken")})
+    good = write_pipeline(VAL, name="good-set", source={"type": "folder", "root": str(sample_root)})
+    out = tmp_path / "rows.json"
+    code = main(["run", str(bad), str(good), "--backends", ",".join(CPU_BACKENDS), "--batches", "2", "-q",
+                 "--set", "batch_size=4", "--set", "loader.workers=0", "--set", "loader.shuffle=false",
+                 "--json", str(out)])
+    assert code == 1
+    captured = capsys.readouterr()
+    for backend in CPU_BACKENDS:
+        assert f"{bad} (broken-set) on backend {backend} stopped at a bad sample: sample 0 (" in captured.err
+    assert captured.err.count("to leave bad samples out and count them: --set loader.on_error=skip") == len(CPU_BACKENDS)
+    assert f"{len(CPU_BACKENDS)} of {2 * len(CPU_BACKENDS)} run(s) stopped at a bad sample" in captured.err
+    rows = json.loads(out.read_text())
+    assert [(r["pipeline"], r["backend"], "error" in r) for r in rows] == \
+        [("broken-set", b, True) for b in CPU_BACKENDS] + [("good-set", b, False) for b in CPU_BACKENDS]
+    assert all(r["batches"] == 2 for r in rows if "error" not in r)
+    table = captured.out.splitlines()
+    assert table[0].split()[-1] == "error" and sum("good-set" in line for line in table) == len(CPU_BACKENDS)
