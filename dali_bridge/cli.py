@@ -466,7 +466,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save", metavar="DIR",
                    help="write side-by-side PNGs of the worst samples (A | B | difference heat map) and "
                         "mean_delta.png, the mean difference per pixel position")
-    p.add_argument("--worst", type=int, default=5, metavar="K", help="worst samples to list (default 5)")
+    p.add_argument("--worst", type=int, default=5, metavar="K",
+                   help="worst samples to list, and to save with --save (default 5)")
     p.add_argument("--max-delta", type=float, default=None, metavar="LEVELS",
                    help="bound on max |difference| in uint8 levels (default 1; 4 with nvJPEG)")
     p.add_argument("--mean-delta", type=float, default=None, metavar="LEVELS",

@@ -245,15 +245,17 @@ def compare_batches(batches_a: Iterable[Sequence[torch.Tensor]], batches_b: Iter
                     outputs: Sequence[str], finish: Finish, paths: Sequence[str], *,
                     bounds: Bounds = CPU_BOUNDS, backends: tuple[str, str] = ("a", "b"), pipeline: str = "pipeline",
                     max_batches: int | None = None, keep_worst: int = 5, save_dir: str | Path | None = None,
-                    worst_to_save: int = 3) -> CompareResult:
+                    worst_to_save: int | None = None) -> CompareResult:
     """Compare two streams of batches (tuples in the order of ``outputs``, which must include ``index``).
 
     ``paths`` maps sample indices to files (for the report). Stops after ``max_batches`` (default:
     when both streams end); a stream ending before the other is a failure. ``save_dir`` writes
-    side-by-side PNGs of the ``worst_to_save`` worst samples and a mean |Δ| heat map.
+    side-by-side PNGs of the ``worst_to_save`` worst samples (default: the ``keep_worst`` listed, so
+    the report and the folder show the same samples) and a mean |Δ| heat map.
     """
     if "index" not in outputs:
         raise ValueError("compare_batches needs the 'index' output to match samples")
+    worst_to_save = keep_worst if worst_to_save is None else worst_to_save
     acc = _Accumulator(finish, paths, keep_worst=max(keep_worst, worst_to_save if save_dir else 0),
                        keep_pixels=save_dir is not None)
     problems: list[str] = []
@@ -314,7 +316,7 @@ def compare_batches(batches_a: Iterable[Sequence[torch.Tensor]], batches_b: Iter
 def compare(pipeline: PipelineSpec | str | Path | Mapping, backends: Sequence[str] = ("dali-cpu", "torchvision"),
             *, overrides: Mapping[str, Any] | list[str] | None = None, batches: int | None = 5,
             bounds: Bounds | None = None, keep_worst: int = 5, save_dir: str | Path | None = None,
-            worst_to_save: int = 3) -> CompareResult:
+            worst_to_save: int | None = None) -> CompareResult:
     """Run ``pipeline`` on two backends (default ``dali-cpu`` vs ``torchvision``) and compare the batches.
 
     ``batches``: how many batches of the first epoch to compare (default 5; None = the whole
