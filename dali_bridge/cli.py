@@ -2,17 +2,32 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .spec import PipelineSpec, SpecError, load_spec, parse_override, parse_overrides
+from . import __version__
+from .spec import (PipelineSpec, SpecError, load_spec, missing_source_warnings, parse_override,
+                   parse_overrides)
+from .wording import plural
 
 EXIT_FAILED = 1      # the job ran and failed (a bad sample, a comparison outside its bounds)
 EXIT_INVALID = 2     # invalid pipeline, source or arguments
 EXIT_UNAVAILABLE = 3  # an explicitly requested backend cannot run here
+EXIT_BROKEN_PIPE = 141  # stdout closed by the reader (`| head`): what a shell reports for SIGPIPE
+
+
+class UsageError(SystemExit):
+    """A command-line argument found invalid after parsing: its message was printed; exit status 2,
+    as argparse's own errors. ``str()`` is the message."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.code = EXIT_INVALID
 
 EPILOG_RUN = """examples:
   dali-bridge run pipelines/imagenet_train.yaml
@@ -56,7 +71,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"{path}: cannot read: {exc.strerror or exc}", file=sys.stderr)
             failed += 1
         else:
-            print(f"{path}: ok ({spec.name}: {len(spec.ops)} ops, batch {spec.batch_size})")
+            print(f"{path}: ok ({spec.name}: {plural(len(spec.ops), 'op')}, batch {spec.batch_size})")
+            for warning in missing_source_warnings(spec, path, _overrides(args)):
+                print(f"warning: {warning}", file=sys.stderr)
     return EXIT_INVALID if failed else 0
 
 
@@ -119,8 +136,10 @@ def _backend_list(text: str) -> list[str]:
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in BACKEND_NAMES + ("auto",)]
     if unknown:
+        hints = [f"did you mean '{match[0]}' for '{name}'?" for name in unknown
+                 if (match := difflib.get_close_matches(name, BACKEND_NAMES + ("auto", "available"), n=1))]
         raise SystemExit(f"dali-bridge: unknown backend(s) {', '.join(unknown)} "
-                         f"(expected {', '.join(BACKEND_NAMES)}, auto or available)")
+                         f"(expected {', '.join(BACKEND_NAMES)}, auto or available)" + "".join(f"; {h}" for h in hints))
     return names
 
 
@@ -182,7 +201,7 @@ def cmd_sample_data(args: argparse.Namespace) -> int:
     else:
         info = generate_sample_data(args.dir, images=args.images, classes=args.classes, seed=args.seed,
                                     overwrite=args.overwrite, progress=progress)
-    print(f"{info.root}: {info.images} images in {info.classes} classes (seed {info.seed}, "
+    print(f"{info.root}: {plural(info.images, 'image')} in {plural(info.classes, 'class')} (seed {info.seed}, "
           f"{info.bytes_total / 2**20:.1f} MiB)")
     return 0
 
@@ -359,6 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Run 'dali-bridge COMMAND --help' for each command's options.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every backend choice and skipped sample")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def add(name: str, func: Callable[[argparse.Namespace], int], help_text: str, epilog: str = "") -> argparse.ArgumentParser:
@@ -489,7 +509,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     exit_codes = ((SpecError, EXIT_INVALID), (SourceError, EXIT_INVALID), (BackendUnavailable, EXIT_UNAVAILABLE),
                   (FileNotFoundError, EXIT_INVALID), (SampleError, EXIT_FAILED))
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, not at exit, so a reader that went away is handled below
+        return code
     except tuple(kind for kind, _ in exit_codes) as exc:
         if isinstance(exc, SpecError):
             print(exc, file=sys.stderr)
@@ -498,6 +520,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"dali-bridge: {exc}", file=sys.stderr)
         return next(code for kind, code in exit_codes if isinstance(exc, kind))
+    except SystemExit as exc:
+        if isinstance(exc.code, str):  # a command refused its arguments: say why, exit 2 as argparse does
+            print(exc.code, file=sys.stderr)
+            raise UsageError(exc.code) from None
+        raise
+    except BrokenPipeError:
+        # `dali-bridge show FILE | head`: the reader has what it wanted. Point stdout at /dev/null so
+        # the interpreter's final flush does not print a second traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         return 130
 

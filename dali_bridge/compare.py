@@ -27,6 +27,7 @@ import torch
 
 from .plan import Finish, Plan, build_plan
 from .spec import PipelineSpec, coerce_spec
+from .wording import plural
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ class CompareResult:
 
     def format(self) -> str:
         a, b = self.backends
-        lines = [f"compare {self.pipeline}: {a} vs {b}, {self.batches} batches, {self.samples} samples",
+        lines = [f"compare {self.pipeline}: {a} vs {b}, {plural(self.batches, 'batch')}, {plural(self.samples, 'sample')}",
                  f"bounds: max |Δ| <= {self.bounds.max_abs:g} level, mean |Δ| <= {self.bounds.mean_abs:g} level "
                  f"of 255 ({self.bounds.reason})"]
         for output in self.outputs:
@@ -267,7 +268,7 @@ def compare_batches(batches_a: Iterable[Sequence[torch.Tensor]], batches_b: Iter
             break
         if batch_a is None or batch_b is None:
             ended, other = (backends[0], backends[1]) if batch_a is None else (backends[1], backends[0])
-            problems.append(f"{ended} ended after {number} batches while {other} yielded more")
+            problems.append(f"{ended} ended after {plural(number, 'batch')} while {other} yielded more")
             break
         named_a, named_b = dict(zip(outputs, batch_a)), dict(zip(outputs, batch_b))
         index_a, index_b = named_a["index"].cpu(), named_b["index"].cpu()
@@ -405,7 +406,7 @@ def save_pictures(folder: Path, acc: _Accumulator, backends: tuple[str, str], co
         top = max(0.5, float(mean_map.max()))
         scale = 2 if max(mean_map.shape) < 320 else 1
         picture = _labelled([_heat(mean_map, top)], [f"black 0 .. white {top:.2f} levels"],
-                            f"mean |diff| per pixel over {acc.samples} samples", scale)
+                            f"mean |diff| per pixel over {plural(acc.samples, 'sample')}", scale)
         path = folder / "mean_delta.png"
         picture.save(path)
         saved.append(path)

@@ -19,6 +19,7 @@ from .plan import Plan, build_plan, unsupported_ops
 from .sampling import BatchTask, batch_count, rank_batches
 from .sources import Listing, list_source
 from .spec import PipelineSpec, Problem, SpecError, coerce_spec
+from .wording import plural
 
 log = logging.getLogger("dali_bridge")
 
@@ -297,14 +298,14 @@ def check_epoch_has_batches(spec: PipelineSpec, *, num_samples: int, topology: T
     where = f"rank {rank} of world size {world_size}" if world_size > 1 else "this process (world size 1)"
     if last_batch == "drop":
         share = num_samples // world_size
-        message = (f"an epoch has no batches on {where}: {num_samples} samples ÷ world size {world_size} = "
-                   f"{share} samples per rank, fewer than batch_size {batch_size}, and loader.last_batch: drop "
+        message = (f"an epoch has no batches on {where}: {plural(num_samples, 'sample')} ÷ world size {world_size} = "
+                   f"{plural(share, 'sample')} per rank, fewer than batch_size {batch_size}, and loader.last_batch: drop "
                    f"discards an incomplete batch; set batch_size to at most {share} (--set batch_size={max(share, 1)}), "
                    f"or loader.last_batch: partial or pad")
     else:
         share = len(range(rank, num_samples, world_size))
-        message = (f"an epoch has no batches on {where}: {num_samples} samples dealt over world size {world_size} "
-                   f"give this rank {share} samples; use fewer ranks or more samples, or loader.last_batch: pad "
+        message = (f"an epoch has no batches on {where}: {plural(num_samples, 'sample')} dealt over world size {world_size} "
+                   f"give this rank {plural(share, 'sample')}; use fewer ranks or more samples, or loader.last_batch: pad "
                    f"(every rank then fills its batches by repeating samples)")
     raise SpecError([Problem(spec.origin, "batch_size", message)], spec.origin)
 

@@ -653,3 +653,31 @@ def coerce_spec(spec_or_path: "PipelineSpec | str | Path | Mapping",
             overrides = parse_overrides(overrides)
         return spec_from_dict(dict(spec_or_path), overrides=overrides)
     return load_spec(spec_or_path, overrides)
+
+
+def missing_source_warnings(spec: PipelineSpec, path: str | Path,
+                            overrides: Mapping[str, Any] | None = None) -> list[str]:
+    """Warnings (not errors: the data may be mounted later) for source paths that do not exist,
+    each with ``file:line:column`` (or the override that set it) and a did-you-mean among siblings."""
+    marks = _positions(Path(path).read_text(encoding="utf-8"), str(path))
+    warnings = []
+    for key in ("root", "file_list"):
+        value = getattr(spec.source, key)
+        if value is None or Path(value).exists():
+            continue
+        overridden = [k for k in (overrides or {}) if str(k) in ("source", f"source.{key}")]
+        where = f"--set {overridden[0]}" if overridden else marks.get(("source", key), str(path))
+        warnings.append(f"{where}: source.{key}: {_missing_path_hint(Path(value), 'folder' if key == 'root' else 'file')}")
+    return warnings
+
+
+def _missing_path_hint(missing: Path, noun: str) -> str:
+    """``folder /d/imagnet does not exist; did you mean /d/imagenet?``, naming the first missing part."""
+    first = missing
+    while not first.parent.exists() and first.parent != first:
+        first = first.parent
+    what = "folder" if first != missing else noun
+    text = f"{what} {first} does not exist" + (f" (so neither does {missing})" if first != missing else "")
+    siblings = [p.name for p in first.parent.iterdir()] if first.parent.is_dir() else []
+    hint = difflib.get_close_matches(first.name, siblings, n=1, cutoff=0.6)
+    return text + (f"; did you mean {first.parent / hint[0]}?" if hint else "")

@@ -119,7 +119,7 @@ def test_a_backend_that_ends_early_fails():
     a = batches([uint8_images(0), uint8_images(1)])
     result = compare_batches(a, a[:1], OUTPUTS, Finish(), PATHS, backends=("dali-cpu", "torchvision"))
     assert not result.passed
-    assert result.problems == ["torchvision ended after 1 batches while dali-cpu yielded more"]
+    assert result.problems == ["torchvision ended after 1 batch while dali-cpu yielded more"]
 
 
 def test_the_index_output_is_required():

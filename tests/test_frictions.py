@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
+import sys
 
 import pytest
 
-from conftest import CPU_BACKENDS, TRAIN, VAL, backend_params
+from conftest import CPU_BACKENDS, REPO, TRAIN, VAL, backend_params
 from dali_bridge.backends import base
 from dali_bridge.cli import main
 
@@ -198,3 +201,66 @@ def test_run_reports_a_bad_sample_and_carries_on_with_the_other_runs(capsys, tmp
     assert all(r["batches"] == 2 for r in rows if "error" not in r)
     table = captured.out.splitlines()
     assert table[0].split()[-1] == "error" and sum("good-set" in line for line in table) == len(CPU_BACKENDS)
+
+
+# ---- the command line's small edges
+
+def _cli(*args: str, stdout_to: str = "") -> subprocess.CompletedProcess:
+    """``python -m dali_bridge ARGS [| stdout_to]`` from the repository root, as a user's shell runs it."""
+    command = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "dali_bridge", *args))
+    return subprocess.run(command + (f" | {stdout_to}" if stdout_to else ""), shell=True, cwd=REPO,
+                          capture_output=True, text=True, timeout=120, executable="/bin/bash")
+
+
+def test_show_into_a_reader_that_stops_early_leaves_no_traceback():
+    done = _cli("show", str(TRAIN), stdout_to="head -1")
+    assert done.stdout == f"# resolved pipeline: {TRAIN}\n"
+    assert done.stderr == ""
+    # a reader gone before the first write (`true` reads nothing): the write itself fails
+    done = _cli("show", str(TRAIN), stdout_to="true; sleep 1")
+    assert "BrokenPipeError" not in done.stderr and done.stderr == ""
+
+
+def test_version_flag_and_python_dash_m():
+    from dali_bridge import __version__
+
+    done = _cli("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"dali-bridge {__version__}"
+    done = _cli("validate", str(VAL))
+    assert done.returncode == 0 and done.stdout.startswith(f"{VAL}: ok (imagenet-val: 3 ops")
+
+
+def test_a_misspelt_backend_exits_2_with_a_did_you_mean(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["run", str(VAL), "--backends", "dali-cpu,torchvison"])
+    assert done.value.code == 2
+    assert "unknown backend(s) torchvison" in str(done.value)
+    assert "did you mean 'torchvision' for 'torchvison'?" in capsys.readouterr().err
+
+
+def test_counts_of_one_are_singular(capsys, tmp_path):
+    from dali_bridge.sources import list_source
+    from dali_bridge.spec import SourceSpec
+    from dali_bridge.wording import plural
+
+    assert (plural(1, "class"), plural(2, "class"), plural(0, "sample"), plural(1, "batch")) == \
+        ("1 class", "2 classes", "0 samples", "1 batch")
+    assert main(["sample-data", str(tmp_path / "one"), "--images", "1", "--classes", "1", "-q"]) == 0
+    assert "1 image in 1 class (seed 0" in capsys.readouterr().out
+    listing = list_source(SourceSpec(type="folder", root=str(tmp_path / "one")))
+    assert listing.describe().startswith("1 sample in 1 class under ")
+
+
+def test_validate_warns_about_a_source_root_that_does_not_exist_with_a_did_you_mean(capsys, tmp_path,
+                                                                                   write_pipeline):
+    (tmp_path / "images" / "train").mkdir(parents=True)
+    path = write_pipeline(VAL, source={"type": "folder", "root": str(tmp_path / "imagse" / "train")})
+    assert main(["validate", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"{path}: ok")
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), start=1) if "root:" in text)
+    assert f"warning: {path}:{line}:" in captured.err
+    assert (f"source.root: folder {tmp_path / 'imagse'} does not exist (so neither does "
+            f"{tmp_path / 'imagse' / 'train'}); did you mean {tmp_path / 'images'}?") in captured.err
+    assert main(["validate", str(path), "--set", f"source.root={tmp_path / 'images' / 'train'}"]) == 0
+    assert "warning" not in capsys.readouterr().err
