@@ -264,3 +264,41 @@ def test_validate_warns_about_a_source_root_that_does_not_exist_with_a_did_you_m
             f"{tmp_path / 'imagse' / 'train'}); did you mean {tmp_path / 'images'}?") in captured.err
     assert main(["validate", str(path), "--set", f"source.root={tmp_path / 'images' / 'train'}"]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+# ---- doctor: do torch's and DALI's CUDA builds pair?
+
+def test_doctor_says_a_cuda_13_torch_and_a_cuda_12_dali_do_not_pair_and_how_to_fix_it():
+    from dali_bridge.doctor import cuda_builds_pairing
+
+    text = cuda_builds_pairing(torch_cuda="13.0", dali_builds=["nvidia-dali-cuda120"])
+    assert text.startswith("no: torch is built for CUDA 13.0 and DALI for CUDA 12 (nvidia-dali-cuda120)")
+    assert text.endswith("pair them: pip uninstall -y nvidia-dali-cuda120 && pip install nvidia-dali-cuda130")
+    assert cuda_builds_pairing(torch_cuda="12.8", dali_builds=["nvidia-dali-cuda120"]) == \
+        "yes: torch and DALI (nvidia-dali-cuda120) are both CUDA 12 builds"
+
+
+def test_doctor_pairing_covers_a_cpu_torch_no_dali_two_dalis_and_an_old_driver():
+    from dali_bridge.doctor import cuda_builds_pairing
+
+    assert cuda_builds_pairing(torch_cuda=None, dali_builds=["nvidia-dali-cuda120"]).startswith(
+        "torch is a CPU build: dali-cpu and torchvision run")
+    assert cuda_builds_pairing(torch_cuda="12.6", dali_builds=[]) == \
+        "no DALI installed (the dali and dali-cpu backends need it): pip install nvidia-dali-cuda120"
+    both = cuda_builds_pairing(torch_cuda="13.0", dali_builds=["nvidia-dali-cuda120", "nvidia-dali-cuda130"])
+    assert both.endswith("pip uninstall -y nvidia-dali-cuda120 nvidia-dali-cuda130 && pip install nvidia-dali-cuda130")
+    old_driver = cuda_builds_pairing(torch_cuda="13.0", dali_builds=["nvidia-dali-cuda130"], driver_cuda="12040")
+    assert old_driver.startswith("yes: torch and DALI (nvidia-dali-cuda130) are both CUDA 13 builds")
+    assert old_driver.endswith("this driver supports CUDA 12.4, too old for a CUDA 13 build: update the driver or "
+                               "use builds for CUDA 12")
+
+
+def test_doctor_report_carries_the_pairing_of_the_installed_builds(capsys):
+    import torch
+
+    from dali_bridge.doctor import _dali_builds, cuda_builds_pairing
+
+    assert main(["doctor", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["cuda_builds"] == cuda_builds_pairing(torch_cuda=torch.version.cuda, dali_builds=_dali_builds(),
+                                                      driver_cuda=info.get("cuda_driver"))
