@@ -387,18 +387,34 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
+    for add_command in (_add_validate_command, _add_show_command, _add_run_command,
+                        _add_sample_data_command, _add_convert_command, _add_verify_command,
+                        _add_doctor_command, _add_bench_command, _add_compare_command):
+        add_command(add)
+    return parser
+
+
+# One function per command: each receives build_parser's `add` (name, handler, help, epilog → subparser).
+AddCommand = Callable[..., argparse.ArgumentParser]
+
+
+def _add_validate_command(add: AddCommand) -> None:
     p = add("validate", cmd_validate, "Check pipeline files; print every problem with file:line:column.",
             "examples:\n  dali-bridge validate pipelines/*.yaml\n  dali-bridge validate my.yaml --set batch_size=32\n"
             "exit status: 0 all valid, 2 any invalid")
     p.add_argument("files", nargs="+", metavar="FILE")
     _add_spec_options(p, data=False)
 
+
+def _add_show_command(add: AddCommand) -> None:
     p = add("show", cmd_show, "Print the resolved pipeline (defaults filled in) and what each op becomes on "
                               "each backend, with the device it runs on.",
             "examples:\n  dali-bridge show pipelines/imagenet_train.yaml")
     p.add_argument("file", metavar="FILE")
     _add_spec_options(p)
 
+
+def _add_run_command(add: AddCommand) -> None:
     p = add("run", cmd_run, "Iterate pipelines for one epoch on each backend and print a table "
                             "(images/s, batches, output shape/dtype/device).", EPILOG_RUN)
     p.add_argument("files", nargs="+", metavar="FILE")
@@ -410,6 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     _add_spec_options(p)
 
+
+def _add_sample_data_command(add: AddCommand) -> None:
     p = add("sample-data", cmd_sample_data, "Generate a natural-looking synthetic ImageFolder JPEG set.",
             "examples:\n  dali-bridge sample-data data/sample --images 2000 --classes 10 --seed 0\n"
             "  dali-bridge sample-data data/sample --if-absent   # no-op when the same set exists")
@@ -421,6 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace a previous sample set in DIR")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
+
+def _add_convert_command(add: AddCommand) -> None:
     p = add("convert", cmd_convert, "Pack an image folder (or a 'path label' file list) into WebDataset tar shards "
                                     "without re-encoding, with DALI index files and a manifest.",
             "examples:\n  dali-bridge convert data/sample shards/train-%06d.tar --shard-size 1000\n"
@@ -434,6 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace existing shards, indexes and manifest")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
+
+def _add_verify_command(add: AddCommand) -> None:
     p = add("verify", cmd_verify, "Check shards written by 'convert' against their manifest: every shard present, "
                                   "with the recorded size and sha256.",
             "examples:\n  dali-bridge verify shards/train.manifest.json\n"
@@ -441,11 +463,15 @@ def build_parser() -> argparse.ArgumentParser:
             "exit status: 0 all match, 1 a shard is missing or differs, 2 no readable manifest")
     p.add_argument("targets", nargs="+", metavar="MANIFEST_OR_PATTERN")
 
+
+def _add_doctor_command(add: AddCommand) -> None:
     p = add("doctor", cmd_doctor, "Print the environment that matters: versions, CUDA devices, which backend "
                                   "auto picks and why, recommended worker counts.",
             "examples:\n  dali-bridge doctor\n  dali-bridge doctor --json > host.json")
     p.add_argument("--json", action="store_true", help="print as JSON")
 
+
+def _add_bench_command(add: AddCommand) -> None:
     p = add("bench", cmd_bench, "Benchmark backends on the same samples against hand-written torchvision/DALI "
                                 "loaders and the decode-only ceiling; median and spread over repeated windows.",
             EPILOG_BENCH)
@@ -474,6 +500,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a pipeline key by dotted path (repeatable), e.g. --set batch_size=32")
 
+
+def _add_compare_command(add: AddCommand) -> None:
     p = add("compare", cmd_compare, "Run a pipeline on two backends over the same samples and check that their "
                                     "batches match: max and mean |difference| per output (images in uint8 levels), "
                                     "the worst samples, PASS/FAIL against the bounds.", EPILOG_COMPARE)
@@ -494,7 +522,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bound on mean |difference| in uint8 levels (default 0.25; 0.5 with nvJPEG)")
     p.add_argument("--json", metavar="OUT", help="also write the result as JSON")
     _add_spec_options(p)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
