@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from . import __version__
-from .spec import (PipelineSpec, SpecError, load_spec, missing_source_warnings, parse_override,
-                   parse_overrides)
+from .spec import PipelineSpec, SpecError, load_spec, missing_source_warnings, parse_override, parse_overrides
 from .wording import plural
 
 EXIT_FAILED = 1      # the job ran and failed (a bad sample, a comparison outside its bounds)

@@ -6,8 +6,8 @@ import platform
 import sys
 from typing import Any
 
-from .backends.select import BACKEND_NAMES, choose_backend, probe, unavailable_reason
 from .backends.base import available_cores, default_workers, worker_share
+from .backends.select import BACKEND_NAMES, choose_backend, probe, unavailable_reason
 
 
 def _nvjpeg_hardware(dali_ok: bool, cuda_devices: int) -> str:
