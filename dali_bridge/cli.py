@@ -380,7 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def add(name: str, func: Callable[[argparse.Namespace], int], help_text: str, epilog: str = "") -> argparse.ArgumentParser:
+    def add(name: str, func: Callable[[argparse.Namespace], int], help_text: str,
+            epilog: str = "") -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text, epilog=epilog,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         p.set_defaults(func=func)

@@ -20,7 +20,7 @@ import heapq
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -28,6 +28,9 @@ import torch
 from .plan import Finish, Plan, build_plan
 from .spec import PipelineSpec, coerce_spec
 from .wording import plural
+
+if TYPE_CHECKING:  # PIL is imported where pictures are drawn, not at import time
+    from PIL import Image
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,8 @@ class CompareResult:
 
     def format(self) -> str:
         a, b = self.backends
-        lines = [f"compare {self.pipeline}: {a} vs {b}, {plural(self.batches, 'batch')}, {plural(self.samples, 'sample')}",
+        lines = [f"compare {self.pipeline}: {a} vs {b}, {plural(self.batches, 'batch')}, "
+                 f"{plural(self.samples, 'sample')}",
                  f"bounds: max |Δ| <= {self.bounds.max_abs:g} level, mean |Δ| <= {self.bounds.mean_abs:g} level "
                  f"of 255 ({self.bounds.reason})"]
         for output in self.outputs:
@@ -281,7 +285,8 @@ def compare_batches(batches_a: Iterable[Sequence[torch.Tensor]], batches_b: Iter
                             f"{tuple(named_b['image'].shape)}")
             break
         if "image" in named_a and named_a["image"].dtype != named_b["image"].dtype:
-            problems.append(f"batch {number}: image dtypes differ: {named_a['image'].dtype} vs {named_b['image'].dtype}")
+            problems.append(f"batch {number}: image dtypes differ: {named_a['image'].dtype} vs "
+                            f"{named_b['image'].dtype}")
         acc.add(number, named_a, named_b)
         number += 1
     if number == 0 and not problems:

@@ -68,8 +68,9 @@ def cuda_builds_pairing(*, torch_cuda: str | None, dali_builds: list[str], drive
                       f"CUDA {supported}")
     if torch_major == dali_major:
         return f"yes: torch and DALI ({dali_builds[0]}) are both CUDA {torch_major} builds{driver}"
+    newest = max(torch_major, dali_major)
     return (f"no: torch is built for CUDA {torch_cuda} and DALI for CUDA {dali_major} ({dali_builds[0]}), so a "
-            f"process loads two CUDA runtimes and libraries and needs a driver for CUDA {max(torch_major, dali_major)}; "
+            f"process loads two CUDA runtimes and libraries and needs a driver for CUDA {newest}; "
             f"pair them: pip uninstall -y {dali_builds[0]} && pip install {wanted}{driver}")
 
 

@@ -298,15 +298,15 @@ def check_epoch_has_batches(spec: PipelineSpec, *, num_samples: int, topology: T
     where = f"rank {rank} of world size {world_size}" if world_size > 1 else "this process (world size 1)"
     if last_batch == "drop":
         share = num_samples // world_size
-        message = (f"an epoch has no batches on {where}: {plural(num_samples, 'sample')} ÷ world size {world_size} = "
-                   f"{plural(share, 'sample')} per rank, fewer than batch_size {batch_size}, and loader.last_batch: drop "
-                   f"discards an incomplete batch; set batch_size to at most {share} (--set batch_size={max(share, 1)}), "
-                   f"or loader.last_batch: partial or pad")
+        message = (f"an epoch has no batches on {where}: {plural(num_samples, 'sample')} ÷ world size "
+                   f"{world_size} = {plural(share, 'sample')} per rank, fewer than batch_size {batch_size}, and "
+                   f"loader.last_batch: drop discards an incomplete batch; set batch_size to at most {share} "
+                   f"(--set batch_size={max(share, 1)}), or loader.last_batch: partial or pad")
     else:
         share = len(range(rank, num_samples, world_size))
-        message = (f"an epoch has no batches on {where}: {plural(num_samples, 'sample')} dealt over world size {world_size} "
-                   f"give this rank {plural(share, 'sample')}; use fewer ranks or more samples, or loader.last_batch: pad "
-                   f"(every rank then fills its batches by repeating samples)")
+        message = (f"an epoch has no batches on {where}: {plural(num_samples, 'sample')} dealt over world size "
+                   f"{world_size} give this rank {plural(share, 'sample')}; use fewer ranks or more samples, or "
+                   f"loader.last_batch: pad (every rank then fills its batches by repeating samples)")
     raise SpecError([Problem(spec.origin, "batch_size", message)], spec.origin)
 
 

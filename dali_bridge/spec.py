@@ -667,7 +667,8 @@ def missing_source_warnings(spec: PipelineSpec, path: str | Path,
             continue
         overridden = [k for k in (overrides or {}) if str(k) in ("source", f"source.{key}")]
         where = f"--set {overridden[0]}" if overridden else marks.get(("source", key), str(path))
-        warnings.append(f"{where}: source.{key}: {_missing_path_hint(Path(value), 'folder' if key == 'root' else 'file')}")
+        noun = "folder" if key == "root" else "file"
+        warnings.append(f"{where}: source.{key}: {_missing_path_hint(Path(value), noun)}")
     return warnings
 
 

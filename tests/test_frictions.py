@@ -7,10 +7,12 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from conftest import CPU_BACKENDS, REPO, TRAIN, VAL, backend_params
 from dali_bridge.backends import base
 from dali_bridge.cli import main
+from dali_bridge.spec import SourceSpec, SpecError, load_spec, spec_from_dict
 
 
 # ---- workers: auto is this rank's share of the node's cores
@@ -61,6 +63,9 @@ def test_show_and_doctor_state_the_auto_figure_and_why(monkeypatch, capsys, core
     out = capsys.readouterr().out
     assert "workers: null" not in out and "workers: auto," in out
     assert "# loader.workers: auto (24): 96 cores ÷ 4 processes on this node (LOCAL_WORLD_SIZE)" in out
+    # what show prints as the resolved pipeline still loads back to the same spec
+    resolved = yaml.safe_load(out.split("\n", 1)[1].split("# output per batch")[0])
+    assert spec_from_dict(resolved) == load_spec(TRAIN)
     assert main(["doctor", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["cpu_cores_available"] == 96
@@ -71,7 +76,6 @@ def test_show_and_doctor_state_the_auto_figure_and_why(monkeypatch, capsys, core
 
 def test_a_batch_larger_than_the_rank_share_with_drop_is_refused_with_the_numbers(sample_root):
     from dali_bridge.loader import build_loader
-    from dali_bridge.spec import SpecError
 
     overrides = {"source.root": str(sample_root), "batch_size": 16, "loader.last_batch": "drop"}
     with pytest.raises(SpecError) as caught:
@@ -87,7 +91,6 @@ def test_a_batch_larger_than_the_rank_share_with_drop_is_refused_with_the_number
 
 def test_a_rank_without_samples_is_refused_and_pad_is_suggested(sample_root):
     from dali_bridge.loader import build_loader
-    from dali_bridge.spec import SpecError
 
     overrides = {"source.root": str(sample_root), "batch_size": 4}
     with pytest.raises(SpecError, match="37 samples dealt over world size 40 give this rank 0 samples.*"
@@ -162,7 +165,6 @@ def test_dataloader_keywords_without_a_pipeline_key_say_why_and_typos_get_a_did_
 
 def test_python_overrides_are_named_as_overrides_and_set_flags_as_flags(capsys):
     from dali_bridge.loader import build_loader
-    from dali_bridge.spec import SpecError, load_spec
 
     with pytest.raises(SpecError) as caught:
         build_loader(VAL, overrides={"batch_size": 0})
@@ -193,7 +195,8 @@ def test_run_reports_a_bad_sample_and_carries_on_with_the_other_runs(capsys, tmp
     captured = capsys.readouterr()
     for backend in CPU_BACKENDS:
         assert f"{bad} (broken-set) on backend {backend} stopped at a bad sample: sample 0 (" in captured.err
-    assert captured.err.count("to leave bad samples out and count them: --set loader.on_error=skip") == len(CPU_BACKENDS)
+    hint = "to leave bad samples out and count them: --set loader.on_error=skip"
+    assert captured.err.count(hint) == len(CPU_BACKENDS)
     assert f"{len(CPU_BACKENDS)} of {2 * len(CPU_BACKENDS)} run(s) stopped at a bad sample" in captured.err
     rows = json.loads(out.read_text())
     assert [(r["pipeline"], r["backend"], "error" in r) for r in rows] == \
@@ -240,7 +243,6 @@ def test_a_misspelt_backend_exits_2_with_a_did_you_mean(capsys):
 
 def test_counts_of_one_are_singular(capsys, tmp_path):
     from dali_bridge.sources import list_source
-    from dali_bridge.spec import SourceSpec
     from dali_bridge.wording import plural
 
     assert (plural(1, "class"), plural(2, "class"), plural(0, "sample"), plural(1, "batch")) == \
