@@ -2,17 +2,31 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .spec import PipelineSpec, SpecError, load_spec, parse_override
+from . import __version__
+from .spec import PipelineSpec, SpecError, load_spec, missing_source_warnings, parse_override, parse_overrides
+from .wording import plural
 
 EXIT_FAILED = 1      # the job ran and failed (a bad sample, a comparison outside its bounds)
 EXIT_INVALID = 2     # invalid pipeline, source or arguments
 EXIT_UNAVAILABLE = 3  # an explicitly requested backend cannot run here
+EXIT_BROKEN_PIPE = 141  # stdout closed by the reader (`| head`): what a shell reports for SIGPIPE
+
+
+class UsageError(SystemExit):
+    """A command-line argument found invalid after parsing: its message was printed; exit status 2,
+    as argparse's own errors. ``str()`` is the message."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.code = EXIT_INVALID
 
 EPILOG_RUN = """examples:
   dali-bridge run pipelines/imagenet_train.yaml
@@ -22,7 +36,8 @@ EPILOG_RUN = """examples:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    overrides = dict(parse_override(text) for text in (args.set or []))
+    """The --set flags (and --data) as overrides whose problems name the flag."""
+    overrides = parse_overrides(args.set or [])
     if getattr(args, "data", None):
         overrides["source"] = {"type": "folder", "root": str(Path(args.data).resolve())}
     return overrides
@@ -55,7 +70,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"{path}: cannot read: {exc.strerror or exc}", file=sys.stderr)
             failed += 1
         else:
-            print(f"{path}: ok ({spec.name}: {len(spec.ops)} ops, batch {spec.batch_size})")
+            print(f"{path}: ok ({spec.name}: {plural(len(spec.ops), 'op')}, batch {spec.batch_size})")
+            for warning in missing_source_warnings(spec, path, _overrides(args)):
+                print(f"warning: {warning}", file=sys.stderr)
     return EXIT_INVALID if failed else 0
 
 
@@ -66,7 +83,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     spec = _load(args.file, args)
     print(f"# resolved pipeline: {args.file}")
-    print(spec.to_yaml())
+    print(_resolved_yaml(spec))
     plan = build_plan(spec)
     print(f"# output per batch: {plan.output_shape(spec.batch_size)} {plan.finish.dtype} ({plan.finish.layout})")
     try:
@@ -92,6 +109,22 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _resolved_yaml(spec: PipelineSpec) -> str:
+    """The spec as YAML with ``workers: auto`` kept as the docs write it (the spec stores None), and a
+    comment with the figure auto resolves to here; the text still loads back to the same spec."""
+    import yaml
+
+    from .backends.base import worker_share
+
+    data = spec.to_dict()
+    if spec.loader.workers is not None:
+        return spec.to_yaml()
+    data["loader"]["workers"] = "auto"
+    text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
+    share = worker_share()
+    return text + f"# loader.workers: auto ({share.workers}): {share.reason()}\n"
+
+
 def _cuda() -> bool:
     from .backends.select import probe
     return probe().cuda_devices > 0
@@ -105,33 +138,57 @@ def _backend_list(text: str) -> list[str]:
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in BACKEND_NAMES + ("auto",)]
     if unknown:
+        hints = [f"did you mean '{match[0]}' for '{name}'?" for name in unknown
+                 if (match := difflib.get_close_matches(name, BACKEND_NAMES + ("auto", "available"), n=1))]
         raise SystemExit(f"dali-bridge: unknown backend(s) {', '.join(unknown)} "
-                         f"(expected {', '.join(BACKEND_NAMES)}, auto or available)")
+                         f"(expected {', '.join(BACKEND_NAMES)}, auto or available)" + "".join(f"; {h}" for h in hints))
     return names
 
 
+RUN_COLUMNS = [("pipeline", "pipeline"), ("backend", "backend"), ("images_per_second", "images/s"),
+               ("batches", "batches"), ("images", "images"), ("first_batch_seconds", "first batch s"),
+               ("shape", "output shape"), ("dtype", "dtype"), ("device", "device"), ("skipped", "skipped")]
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from .loader import build_loader
-    from .timing import format_table, measure_epoch
+    from .images import SampleError
+    from .timing import format_table
 
     backends = _backend_list(args.backends)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for path in args.files:
         spec = _load(path, args)
         for backend in backends:
-            loader = build_loader(spec, backend)
             try:
-                stats = measure_epoch(loader, max_batches=args.batches, progress=not args.quiet)
-            finally:
-                loader.close()
-            rows.append(stats.as_dict())
-    print(format_table(rows, [("pipeline", "pipeline"), ("backend", "backend"), ("images_per_second", "images/s"),
-                              ("batches", "batches"), ("images", "images"), ("first_batch_seconds", "first batch s"),
-                              ("shape", "output shape"), ("dtype", "dtype"), ("device", "device"),
-                              ("skipped", "skipped")]))
+                rows.append(_run_one(spec, backend, args))
+            except SampleError as exc:
+                # One bad file must not hide the other pipelines' and backends' figures: say where it
+                # stopped and how to skip such samples, then carry on.
+                print(f"dali-bridge run: {path} ({spec.name}) on backend {backend} stopped at a bad sample: {exc}\n"
+                      f"  to leave bad samples out and count them: --set loader.on_error=skip", file=sys.stderr)
+                rows.append({"pipeline": spec.name, "backend": backend, "error": str(exc)})
+    failed = [row for row in rows if "error" in row]
+    columns = RUN_COLUMNS + ([("error", "error")] if failed else [])
+    print(format_table(rows, columns))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
+    if failed:
+        print(f"dali-bridge run: {len(failed)} of {len(rows)} run(s) stopped at a bad sample (above); "
+              f"rerun with --set loader.on_error=skip to skip and count them", file=sys.stderr)
+        return EXIT_FAILED
     return 0
+
+
+def _run_one(spec: PipelineSpec, backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One epoch (or ``--batches``) of ``spec`` on ``backend``: the table row."""
+    from .loader import build_loader
+    from .timing import measure_epoch
+
+    loader = build_loader(spec, backend)
+    try:
+        return measure_epoch(loader, max_batches=args.batches, progress=not args.quiet).as_dict()
+    finally:
+        loader.close()
 
 
 def cmd_sample_data(args: argparse.Namespace) -> int:
@@ -146,7 +203,7 @@ def cmd_sample_data(args: argparse.Namespace) -> int:
     else:
         info = generate_sample_data(args.dir, images=args.images, classes=args.classes, seed=args.seed,
                                     overwrite=args.overwrite, progress=progress)
-    print(f"{info.root}: {info.images} images in {info.classes} classes (seed {info.seed}, "
+    print(f"{info.root}: {plural(info.images, 'image')} in {plural(info.classes, 'class')} (seed {info.seed}, "
           f"{info.bytes_total / 2**20:.1f} MiB)")
     return 0
 
@@ -323,26 +380,44 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Run 'dali-bridge COMMAND --help' for each command's options.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every backend choice and skipped sample")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def add(name: str, func: Callable[[argparse.Namespace], int], help_text: str, epilog: str = "") -> argparse.ArgumentParser:
+    def add(name: str, func: Callable[[argparse.Namespace], int], help_text: str,
+            epilog: str = "") -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text, epilog=epilog,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         p.set_defaults(func=func)
         return p
 
+    for add_command in (_add_validate_command, _add_show_command, _add_run_command,
+                        _add_sample_data_command, _add_convert_command, _add_verify_command,
+                        _add_doctor_command, _add_bench_command, _add_compare_command):
+        add_command(add)
+    return parser
+
+
+# One function per command: each receives build_parser's `add` (name, handler, help, epilog → subparser).
+AddCommand = Callable[..., argparse.ArgumentParser]
+
+
+def _add_validate_command(add: AddCommand) -> None:
     p = add("validate", cmd_validate, "Check pipeline files; print every problem with file:line:column.",
             "examples:\n  dali-bridge validate pipelines/*.yaml\n  dali-bridge validate my.yaml --set batch_size=32\n"
             "exit status: 0 all valid, 2 any invalid")
     p.add_argument("files", nargs="+", metavar="FILE")
     _add_spec_options(p, data=False)
 
+
+def _add_show_command(add: AddCommand) -> None:
     p = add("show", cmd_show, "Print the resolved pipeline (defaults filled in) and what each op becomes on "
                               "each backend, with the device it runs on.",
             "examples:\n  dali-bridge show pipelines/imagenet_train.yaml")
     p.add_argument("file", metavar="FILE")
     _add_spec_options(p)
 
+
+def _add_run_command(add: AddCommand) -> None:
     p = add("run", cmd_run, "Iterate pipelines for one epoch on each backend and print a table "
                             "(images/s, batches, output shape/dtype/device).", EPILOG_RUN)
     p.add_argument("files", nargs="+", metavar="FILE")
@@ -354,6 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     _add_spec_options(p)
 
+
+def _add_sample_data_command(add: AddCommand) -> None:
     p = add("sample-data", cmd_sample_data, "Generate a natural-looking synthetic ImageFolder JPEG set.",
             "examples:\n  dali-bridge sample-data data/sample --images 2000 --classes 10 --seed 0\n"
             "  dali-bridge sample-data data/sample --if-absent   # no-op when the same set exists")
@@ -365,6 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace a previous sample set in DIR")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
+
+def _add_convert_command(add: AddCommand) -> None:
     p = add("convert", cmd_convert, "Pack an image folder (or a 'path label' file list) into WebDataset tar shards "
                                     "without re-encoding, with DALI index files and a manifest.",
             "examples:\n  dali-bridge convert data/sample shards/train-%06d.tar --shard-size 1000\n"
@@ -378,6 +457,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace existing shards, indexes and manifest")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
+
+def _add_verify_command(add: AddCommand) -> None:
     p = add("verify", cmd_verify, "Check shards written by 'convert' against their manifest: every shard present, "
                                   "with the recorded size and sha256.",
             "examples:\n  dali-bridge verify shards/train.manifest.json\n"
@@ -385,11 +466,15 @@ def build_parser() -> argparse.ArgumentParser:
             "exit status: 0 all match, 1 a shard is missing or differs, 2 no readable manifest")
     p.add_argument("targets", nargs="+", metavar="MANIFEST_OR_PATTERN")
 
+
+def _add_doctor_command(add: AddCommand) -> None:
     p = add("doctor", cmd_doctor, "Print the environment that matters: versions, CUDA devices, which backend "
                                   "auto picks and why, recommended worker counts.",
             "examples:\n  dali-bridge doctor\n  dali-bridge doctor --json > host.json")
     p.add_argument("--json", action="store_true", help="print as JSON")
 
+
+def _add_bench_command(add: AddCommand) -> None:
     p = add("bench", cmd_bench, "Benchmark backends on the same samples against hand-written torchvision/DALI "
                                 "loaders and the decode-only ceiling; median and spread over repeated windows.",
             EPILOG_BENCH)
@@ -418,6 +503,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a pipeline key by dotted path (repeatable), e.g. --set batch_size=32")
 
+
+def _add_compare_command(add: AddCommand) -> None:
     p = add("compare", cmd_compare, "Run a pipeline on two backends over the same samples and check that their "
                                     "batches match: max and mean |difference| per output (images in uint8 levels), "
                                     "the worst samples, PASS/FAIL against the bounds.", EPILOG_COMPARE)
@@ -430,14 +517,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save", metavar="DIR",
                    help="write side-by-side PNGs of the worst samples (A | B | difference heat map) and "
                         "mean_delta.png, the mean difference per pixel position")
-    p.add_argument("--worst", type=int, default=5, metavar="K", help="worst samples to list (default 5)")
+    p.add_argument("--worst", type=int, default=5, metavar="K",
+                   help="worst samples to list, and to save with --save (default 5)")
     p.add_argument("--max-delta", type=float, default=None, metavar="LEVELS",
                    help="bound on max |difference| in uint8 levels (default 1; 4 with nvJPEG)")
     p.add_argument("--mean-delta", type=float, default=None, metavar="LEVELS",
                    help="bound on mean |difference| in uint8 levels (default 0.25; 0.5 with nvJPEG)")
     p.add_argument("--json", metavar="OUT", help="also write the result as JSON")
     _add_spec_options(p)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -452,7 +539,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     exit_codes = ((SpecError, EXIT_INVALID), (SourceError, EXIT_INVALID), (BackendUnavailable, EXIT_UNAVAILABLE),
                   (FileNotFoundError, EXIT_INVALID), (SampleError, EXIT_FAILED))
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, not at exit, so a reader that went away is handled below
+        return code
     except tuple(kind for kind, _ in exit_codes) as exc:
         if isinstance(exc, SpecError):
             print(exc, file=sys.stderr)
@@ -461,6 +550,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"dali-bridge: {exc}", file=sys.stderr)
         return next(code for kind, code in exit_codes if isinstance(exc, kind))
+    except SystemExit as exc:
+        if isinstance(exc.code, str):  # a command refused its arguments: say why, exit 2 as argparse does
+            print(exc.code, file=sys.stderr)
+            raise UsageError(exc.code) from None
+        raise
+    except BrokenPipeError:
+        # `dali-bridge show FILE | head`: the reader has what it wanted. Point stdout at /dev/null so
+        # the interpreter's final flush does not print a second traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         return 130
 

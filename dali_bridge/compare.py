@@ -20,13 +20,17 @@ import heapq
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from .plan import Finish, Plan, build_plan
 from .spec import PipelineSpec, coerce_spec
+from .wording import plural
+
+if TYPE_CHECKING:  # PIL is imported where pictures are drawn, not at import time
+    from PIL import Image
 
 
 @dataclass(frozen=True)
@@ -142,7 +146,8 @@ class CompareResult:
 
     def format(self) -> str:
         a, b = self.backends
-        lines = [f"compare {self.pipeline}: {a} vs {b}, {self.batches} batches, {self.samples} samples",
+        lines = [f"compare {self.pipeline}: {a} vs {b}, {plural(self.batches, 'batch')}, "
+                 f"{plural(self.samples, 'sample')}",
                  f"bounds: max |Δ| <= {self.bounds.max_abs:g} level, mean |Δ| <= {self.bounds.mean_abs:g} level "
                  f"of 255 ({self.bounds.reason})"]
         for output in self.outputs:
@@ -245,15 +250,17 @@ def compare_batches(batches_a: Iterable[Sequence[torch.Tensor]], batches_b: Iter
                     outputs: Sequence[str], finish: Finish, paths: Sequence[str], *,
                     bounds: Bounds = CPU_BOUNDS, backends: tuple[str, str] = ("a", "b"), pipeline: str = "pipeline",
                     max_batches: int | None = None, keep_worst: int = 5, save_dir: str | Path | None = None,
-                    worst_to_save: int = 3) -> CompareResult:
+                    worst_to_save: int | None = None) -> CompareResult:
     """Compare two streams of batches (tuples in the order of ``outputs``, which must include ``index``).
 
     ``paths`` maps sample indices to files (for the report). Stops after ``max_batches`` (default:
     when both streams end); a stream ending before the other is a failure. ``save_dir`` writes
-    side-by-side PNGs of the ``worst_to_save`` worst samples and a mean |Δ| heat map.
+    side-by-side PNGs of the ``worst_to_save`` worst samples (default: the ``keep_worst`` listed, so
+    the report and the folder show the same samples) and a mean |Δ| heat map.
     """
     if "index" not in outputs:
         raise ValueError("compare_batches needs the 'index' output to match samples")
+    worst_to_save = keep_worst if worst_to_save is None else worst_to_save
     acc = _Accumulator(finish, paths, keep_worst=max(keep_worst, worst_to_save if save_dir else 0),
                        keep_pixels=save_dir is not None)
     problems: list[str] = []
@@ -265,7 +272,7 @@ def compare_batches(batches_a: Iterable[Sequence[torch.Tensor]], batches_b: Iter
             break
         if batch_a is None or batch_b is None:
             ended, other = (backends[0], backends[1]) if batch_a is None else (backends[1], backends[0])
-            problems.append(f"{ended} ended after {number} batches while {other} yielded more")
+            problems.append(f"{ended} ended after {plural(number, 'batch')} while {other} yielded more")
             break
         named_a, named_b = dict(zip(outputs, batch_a)), dict(zip(outputs, batch_b))
         index_a, index_b = named_a["index"].cpu(), named_b["index"].cpu()
@@ -278,7 +285,8 @@ def compare_batches(batches_a: Iterable[Sequence[torch.Tensor]], batches_b: Iter
                             f"{tuple(named_b['image'].shape)}")
             break
         if "image" in named_a and named_a["image"].dtype != named_b["image"].dtype:
-            problems.append(f"batch {number}: image dtypes differ: {named_a['image'].dtype} vs {named_b['image'].dtype}")
+            problems.append(f"batch {number}: image dtypes differ: {named_a['image'].dtype} vs "
+                            f"{named_b['image'].dtype}")
         acc.add(number, named_a, named_b)
         number += 1
     if number == 0 and not problems:
@@ -314,7 +322,7 @@ def compare_batches(batches_a: Iterable[Sequence[torch.Tensor]], batches_b: Iter
 def compare(pipeline: PipelineSpec | str | Path | Mapping, backends: Sequence[str] = ("dali-cpu", "torchvision"),
             *, overrides: Mapping[str, Any] | list[str] | None = None, batches: int | None = 5,
             bounds: Bounds | None = None, keep_worst: int = 5, save_dir: str | Path | None = None,
-            worst_to_save: int = 3) -> CompareResult:
+            worst_to_save: int | None = None) -> CompareResult:
     """Run ``pipeline`` on two backends (default ``dali-cpu`` vs ``torchvision``) and compare the batches.
 
     ``batches``: how many batches of the first epoch to compare (default 5; None = the whole
@@ -403,7 +411,7 @@ def save_pictures(folder: Path, acc: _Accumulator, backends: tuple[str, str], co
         top = max(0.5, float(mean_map.max()))
         scale = 2 if max(mean_map.shape) < 320 else 1
         picture = _labelled([_heat(mean_map, top)], [f"black 0 .. white {top:.2f} levels"],
-                            f"mean |diff| per pixel over {acc.samples} samples", scale)
+                            f"mean |diff| per pixel over {plural(acc.samples, 'sample')}", scale)
         path = folder / "mean_delta.png"
         picture.save(path)
         saved.append(path)

@@ -6,10 +6,10 @@ import platform
 import sys
 from typing import Any
 
-from .backends.select import BACKEND_NAMES, Probe, choose_backend, probe, unavailable_reason
-from .backends.base import default_workers
+from .backends.base import available_cores, default_workers, worker_share
 from .backends.device import (DALI_GPU_THREAD_CAP, DECODER_DEVICE_MEMORY_PADDING, DECODER_HOST_MEMORY_PADDING,
                               HW_DECODER_LOAD, cores_per_local_rank, dali_threads)
+from .backends.select import BACKEND_NAMES, Probe, choose_backend, probe, unavailable_reason
 
 
 def _nvjpeg_hardware(dali_ok: bool, cuda_devices: int) -> str:
@@ -27,14 +27,64 @@ def _nvjpeg_hardware(dali_ok: bool, cuda_devices: int) -> str:
     return f"{'likely' if hw else 'unlikely'} on {name} (compute capability {major}.{minor})"
 
 
+def _torch_cuda_build() -> str | None:
+    try:
+        import torch
+        return torch.version.cuda
+    except Exception:
+        return None
+
+
+def _dali_builds() -> list[str]:
+    """Installed DALI distributions (``nvidia-dali-cuda120`` ...), whether or not they import."""
+    from importlib.metadata import distributions
+
+    return sorted({d.metadata["Name"].lower() for d in distributions()
+                   if (d.metadata["Name"] or "").lower().startswith("nvidia-dali-cuda")})
+
+
+def cuda_builds_pairing(*, torch_cuda: str | None, dali_builds: list[str], driver_cuda: str | None = None) -> str:
+    """Whether torch's CUDA build and DALI's pair (the same CUDA major), and what to do when not.
+
+    ``torch_cuda``: ``torch.version.cuda`` ("13.0", None for a CPU build); ``dali_builds``: the
+    installed ``nvidia-dali-cudaXY0`` distributions; ``driver_cuda``: the driver's CUDA version as
+    CUDA encodes it (12040 = 12.4), when a device was found.
+    """
+    torch_major = int(torch_cuda.split(".")[0]) if torch_cuda else None
+    wanted = f"nvidia-dali-cuda{torch_major}0" if torch_major else "nvidia-dali-cuda130"
+    if len(dali_builds) > 1:
+        return (f"no: {len(dali_builds)} DALI builds are installed ({', '.join(dali_builds)}) and they write the "
+                f"same files; pip uninstall -y {' '.join(dali_builds)} && pip install {wanted}")
+    if not dali_builds:
+        return f"no DALI installed (the dali and dali-cpu backends need it): pip install {wanted}"
+    dali_major = int(dali_builds[0].removeprefix("nvidia-dali-cuda")[:-1] or 0)
+    if torch_major is None:
+        return (f"torch is a CPU build: dali-cpu and torchvision run, the GPU backend cannot hand its batches "
+                f"to torch; for it, install torch built for CUDA {dali_major} (the cu{dali_major}x wheels)")
+    driver = ""
+    if driver_cuda and str(driver_cuda).isdigit():
+        supported = int(driver_cuda) // 1000
+        if supported < max(torch_major, dali_major):
+            driver = (f"; this driver supports CUDA {int(driver_cuda) // 1000}.{int(driver_cuda) % 1000 // 10}, "
+                      f"too old for a CUDA {max(torch_major, dali_major)} build: update the driver or use builds for "
+                      f"CUDA {supported}")
+    if torch_major == dali_major:
+        return f"yes: torch and DALI ({dali_builds[0]}) are both CUDA {torch_major} builds{driver}"
+    newest = max(torch_major, dali_major)
+    return (f"no: torch is built for CUDA {torch_cuda} and DALI for CUDA {dali_major} ({dali_builds[0]}), so a "
+            f"process loads two CUDA runtimes and libraries and needs a driver for CUDA {newest}; "
+            f"pair them: pip uninstall -y {dali_builds[0]} && pip install {wanted}{driver}")
+
+
 def report() -> dict[str, Any]:
     """The environment as data (printed by ``doctor``, tested without a GPU)."""
     host = probe()
     info: dict[str, Any] = {
         "python": sys.version.split()[0],
         "platform": f"{platform.system()} {platform.machine()}",
-        "cpu_cores_available": default_workers(),
+        "cpu_cores_available": available_cores(),
         "cpu_cores_total": os.cpu_count(),
+        "workers_auto": worker_share().explain(),
     }
     try:
         import torch
@@ -68,6 +118,8 @@ def report() -> dict[str, Any]:
         except Exception:
             pass
     info["cuda_devices"] = devices or [host.cuda_reason or "none"]
+    info["cuda_builds"] = cuda_builds_pairing(torch_cuda=_torch_cuda_build(), dali_builds=_dali_builds(),
+                                              driver_cuda=info.get("cuda_driver"))
     info["nvjpeg_hardware_decoder"] = _nvjpeg_hardware(host.dali_version is not None, host.cuda_devices)
     info["backends"] = {name: unavailable_reason(name, host) or "available" for name in BACKEND_NAMES}
     try:

@@ -21,6 +21,7 @@ import numpy as np
 from .images import check_encoded, inspect_encoded, probe, read_file
 from .shards import ShardSamples, expand_braces, manifest_path, scan_shard
 from .spec import SourceSpec
+from .wording import plural
 
 log = logging.getLogger("dali_bridge")
 
@@ -70,7 +71,7 @@ class Listing:
         return read_file(self.paths[index]) if self.shards is None else self.shards.read(index)
 
     def describe(self) -> str:
-        text = f"{len(self)} samples in {len(self.classes)} classes under {self.root}"
+        text = f"{plural(len(self), 'sample')} in {plural(len(self.classes), 'class')} under {self.root}"
         if self.ignored:
             total = sum(self.ignored.values())
             kinds = ", ".join(f"{ext or '(no extension)'}: {n}" for ext, n in sorted(self.ignored.items()))

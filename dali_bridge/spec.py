@@ -255,6 +255,16 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
+class SetFlags(dict):
+    """Overrides written as ``KEY=VALUE`` text (``--set`` flags, or a list of such strings): their problems
+    name the flag (``--set batch_size=0``); a plain mapping's name the entry (``overrides["batch_size"]=0``)."""
+
+
+def parse_overrides(texts: Iterable[str]) -> SetFlags:
+    """``["batch_size=32", ...]`` → ``SetFlags({"batch_size": 32, ...})`` (see :func:`parse_override`)."""
+    return SetFlags(parse_override(text) for text in texts)
+
+
 def _op_mapping_form(entry: Any) -> Any:
     """``- horizontal_flip`` / ``- resize: 256`` → ``{name: {params}}`` so an override can set one parameter."""
     if isinstance(entry, str):
@@ -279,7 +289,7 @@ def apply_overrides(data: dict, overrides: Mapping[str, Any]) -> tuple[dict, dic
     origin: dict[tuple, str] = {}
     problems: list[Problem] = []
     for dotted, value in overrides.items():
-        label = f"--set {dotted}={value!r}"
+        label = f"--set {dotted}={value!r}" if isinstance(overrides, SetFlags) else f'overrides["{dotted}"]={value!r}'
         parts: list[Any] = [int(p) if p.lstrip("-").isdigit() else p for p in str(dotted).split(".") if p != ""]
         if not parts:
             problems.append(Problem(label, str(dotted), "empty key path"))
@@ -624,7 +634,7 @@ def load_spec(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] | N
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         raise SpecError([Problem(where, "<yaml>", f"not valid YAML: {getattr(exc, 'problem', exc)}")], str(path)) from None
     if overrides is not None and not isinstance(overrides, Mapping):
-        overrides = dict(parse_override(o) for o in overrides)
+        overrides = parse_overrides(overrides)
     return spec_from_dict(data, origin=str(path), base_dir=path.resolve().parent, overrides=overrides,
                           marks=_positions(text, str(path)))
 
@@ -635,11 +645,40 @@ def coerce_spec(spec_or_path: "PipelineSpec | str | Path | Mapping",
     if isinstance(spec_or_path, PipelineSpec):
         if overrides:
             if not isinstance(overrides, Mapping):
-                overrides = dict(parse_override(o) for o in overrides)
-            return spec_or_path.replace(**overrides)
+                overrides = parse_overrides(overrides)
+            return spec_from_dict(spec_or_path.to_dict(), origin=spec_or_path.origin, overrides=overrides)
         return spec_or_path
     if isinstance(spec_or_path, Mapping):
         if overrides is not None and not isinstance(overrides, Mapping):
-            overrides = dict(parse_override(o) for o in overrides)
+            overrides = parse_overrides(overrides)
         return spec_from_dict(dict(spec_or_path), overrides=overrides)
     return load_spec(spec_or_path, overrides)
+
+
+def missing_source_warnings(spec: PipelineSpec, path: str | Path,
+                            overrides: Mapping[str, Any] | None = None) -> list[str]:
+    """Warnings (not errors: the data may be mounted later) for source paths that do not exist,
+    each with ``file:line:column`` (or the override that set it) and a did-you-mean among siblings."""
+    marks = _positions(Path(path).read_text(encoding="utf-8"), str(path))
+    warnings = []
+    for key in ("root", "file_list"):
+        value = getattr(spec.source, key)
+        if value is None or Path(value).exists():
+            continue
+        overridden = [k for k in (overrides or {}) if str(k) in ("source", f"source.{key}")]
+        where = f"--set {overridden[0]}" if overridden else marks.get(("source", key), str(path))
+        noun = "folder" if key == "root" else "file"
+        warnings.append(f"{where}: source.{key}: {_missing_path_hint(Path(value), noun)}")
+    return warnings
+
+
+def _missing_path_hint(missing: Path, noun: str) -> str:
+    """``folder /d/imagnet does not exist; did you mean /d/imagenet?``, naming the first missing part."""
+    first = missing
+    while not first.parent.exists() and first.parent != first:
+        first = first.parent
+    what = "folder" if first != missing else noun
+    text = f"{what} {first} does not exist" + (f" (so neither does {missing})" if first != missing else "")
+    siblings = [p.name for p in first.parent.iterdir()] if first.parent.is_dir() else []
+    hint = difflib.get_close_matches(first.name, siblings, n=1, cutoff=0.6)
+    return text + (f"; did you mean {first.parent / hint[0]}?" if hint else "")

@@ -119,7 +119,7 @@ def test_a_backend_that_ends_early_fails():
     a = batches([uint8_images(0), uint8_images(1)])
     result = compare_batches(a, a[:1], OUTPUTS, Finish(), PATHS, backends=("dali-cpu", "torchvision"))
     assert not result.passed
-    assert result.problems == ["torchvision ended after 1 batches while dali-cpu yielded more"]
+    assert result.problems == ["torchvision ended after 1 batch while dali-cpu yielded more"]
 
 
 def test_the_index_output_is_required():
@@ -194,10 +194,16 @@ def test_compare_save_writes_the_worst_samples_and_a_mean_heat_map(sample_root, 
                  "--batches", "1", "--set", "batch_size=6", "--set", "loader.workers=1", "--save", str(save)])
     assert code == 0
     files = sorted(p.name for p in save.iterdir())
-    assert len(files) == 4 and files[0] == "mean_delta.png" and all(f.startswith("worst_") for f in files[1:])
+    # the five worst samples listed (--worst's default) are the five saved, plus the mean map
+    assert len(files) == 6 and files[0] == "mean_delta.png" and all(f.startswith("worst_") for f in files[1:])
     with Image.open(save / files[1]) as picture:
         assert picture.size == (3 * 224 * 2 + 16, 224 * 2 + 34)
-    assert f"saved {save / files[1]}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"saved {save / files[1]}" in out
+    listed = [int(line.split()[0]) for line in out.split("worst samples")[1].splitlines()[1:]
+              if line.startswith("  ")]
+    saved = [int(name.rsplit("_", 1)[1].removesuffix(".png")) for name in files[1:]]
+    assert len(listed) == 5 and sorted(listed) == sorted(saved)
 
 
 @needs_cpu_backends

@@ -701,7 +701,7 @@ def test_overriding_a_mapping_without_a_required_key_is_reported_at_the_override
     path = write(tmp_path, HEAD + TRAIN_OPS)
     problem = only_problem(errors(path, {"source": {"type": "folder"}}))
     assert problem.path == "source"
-    assert problem.where.startswith("--set source=")
+    assert problem.where.startswith('overrides["source"]=')
     assert "missing required key 'source.root'" in problem.message
 
 
@@ -709,7 +709,7 @@ def test_invalid_value_inside_a_replaced_mapping_is_reported_at_the_override_not
     path = write(tmp_path, HEAD + TRAIN_OPS)  # the file has source.root on line 4
     problem = only_problem(errors(path, {"source": {"type": "folder", "root": 5}}))
     assert problem.path == "source.root"
-    assert problem.where.startswith("--set source=")
+    assert problem.where.startswith('overrides["source"]=')
     assert str(path) not in problem.where
 
 

@@ -71,9 +71,55 @@ def resolve_topology(rank: int | None = None, world_size: int | None = None) -> 
     return Topology(rank, world_size, local_rank)
 
 
-def default_workers() -> int:
-    """Worker processes/threads when the spec says auto: the cores this process may use."""
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # macOS
         return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class WorkerShare:
+    """What ``workers: auto`` resolves to here: the available cores split among this node's ranks."""
+    workers: int
+    cores: int
+    local_world_size: int
+    note: str = ""  # why the local world size was read as it was, when the environment was unusable
+
+    def reason(self) -> str:
+        """``"16 cores ÷ 4 processes on this node (LOCAL_WORLD_SIZE)"``: why auto is this figure."""
+        source = "LOCAL_WORLD_SIZE" if "LOCAL_WORLD_SIZE" in os.environ else "LOCAL_WORLD_SIZE unset"
+        processes = f"{self.local_world_size} process{'es' if self.local_world_size != 1 else ''}"
+        text = f"{self.cores} core{'s' if self.cores != 1 else ''} ÷ {processes} on this node ({source})"
+        if self.cores < self.local_world_size:
+            text += ", at least 1"
+        return text + (f"; {self.note}" if self.note else "")
+
+    def explain(self) -> str:
+        """``"4 = 16 cores ÷ 4 processes on this node (LOCAL_WORLD_SIZE)"``: the figure and why."""
+        return f"{self.workers} = {self.reason()}"
+
+
+def worker_share() -> WorkerShare:
+    """``workers: auto``: available cores ÷ local world size (torchrun's LOCAL_WORLD_SIZE, else 1), at least 1.
+
+    Every rank of a node sees the same cores, so each taking all of them would start
+    ranks × cores workers (768 on a 96-core node with 8 ranks) that fight over the CPUs.
+    """
+    cores = available_cores()
+    raw = os.environ.get("LOCAL_WORLD_SIZE")
+    local_world_size, note = 1, ""
+    if raw is not None:
+        try:
+            local_world_size = int(raw)
+        except ValueError:
+            local_world_size = 0
+        if local_world_size < 1:
+            local_world_size, note = 1, f"LOCAL_WORLD_SIZE={raw!r} is not a positive integer, read as 1"
+    return WorkerShare(max(1, cores // local_world_size), cores, local_world_size, note)
+
+
+def default_workers() -> int:
+    """Worker processes/threads when the spec says auto: see :func:`worker_share`."""
+    return worker_share().workers

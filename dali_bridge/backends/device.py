@@ -80,22 +80,11 @@ def gpu_target(device: str | torch.device | None, local_rank: int) -> torch.devi
     return torch.device("cuda", cuda_ordinal(local_rank, max(visible_cuda_devices(), 1)))
 
 
-def local_world_size() -> int:
-    """Processes of this job on this node: torchrun's ``LOCAL_WORLD_SIZE``, SLURM's tasks per node, else 1."""
-    for name in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
-        value = os.environ.get(name, "")
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    return 1
-
-
 def cores_per_local_rank() -> int:
-    """Cores this process may use, shared among the job's processes on this node."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        cores = os.cpu_count() or 1
-    return max(1, cores // local_world_size())
+    """Cores this process may use, shared among the job's processes on this node (``workers: auto``)."""
+    from .base import default_workers
+
+    return default_workers()
 
 
 def dali_threads(workers: int | None, *, gpu: bool, auto_cores: int) -> int:

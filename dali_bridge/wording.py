@@ -1,0 +1,13 @@
+"""Wording shared by messages and reports: counted nouns ("1 class", "2 classes")."""
+from __future__ import annotations
+
+# Nouns whose plural is not the singular + "s".
+_IRREGULAR = {"class": "classes", "process": "processes", "batch": "batches", "entry": "entries",
+              "index": "indexes"}
+
+
+def plural(count: int, noun: str) -> str:
+    """``plural(1, "class")`` → ``"1 class"``; ``plural(3, "class")`` → ``"3 classes"``."""
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {_IRREGULAR.get(noun, noun + 's')}"
