@@ -6,6 +6,7 @@ are the device choices, copies, orderings and error policies that decide what re
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -166,7 +167,7 @@ def test_a_bare_cuda_device_means_torchs_current_device_for_dali_and_the_batches
 
 
 def fake_cores(monkeypatch, cores: int) -> None:
-    monkeypatch.setattr(device_module.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
 
 
 @pytest.mark.parametrize("cores,local_world,expected", [(224, 8, DALI_GPU_THREAD_CAP), (16, 8, 2), (2, 1, 2)])

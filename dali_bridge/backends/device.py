@@ -6,7 +6,6 @@ one is tested on a CPU-only host with fakes; the executors call them.
 from __future__ import annotations
 
 import logging
-import os
 from collections import deque
 from typing import Any
 
