@@ -20,6 +20,8 @@ from .results import (BASELINE_NAMES, PROTOCOL_FD_ENV, SAMPLE_SET, BenchReport, 
 
 STALL_SECONDS = 300.0  # a candidate that yields no batch for this long is killed and reported
 _CHILD = "import sys; from dali_bridge.bench.measure import child_main; sys.exit(child_main())"
+# The measuring process imports the same dali_bridge as this one, whatever its current folder.
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
 
 def data_overrides(data: str | None) -> dict[str, Any]:
@@ -52,7 +54,8 @@ def run_candidate(candidate: Candidate, base: dict[str, Any], on_batch: Callable
         config_path.write_text(json.dumps(config))
         log_path = Path(tmp, "log.txt")
         read_fd, write_fd = os.pipe()
-        env = {**os.environ, PROTOCOL_FD_ENV: str(write_fd)}
+        python_path = os.pathsep.join(p for p in (_PACKAGE_PARENT, os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, PROTOCOL_FD_ENV: str(write_fd), "PYTHONPATH": python_path}
         before = loadavg()
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
