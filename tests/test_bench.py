@@ -323,3 +323,50 @@ def test_the_printed_report_ends_with_the_warnings():
     lines = bench.format_report(report).splitlines()
     warnings = [line for line in lines if line.startswith("warning: ")]
     assert len(warnings) == 3 and lines[-3:] == warnings
+
+
+# ---- the benchmarks page, from the recorded JSON
+
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+
+
+def test_benchmarks_readme_is_the_one_the_recorded_json_gives():
+    from dali_bridge.bench.report import render_readme
+
+    page = RESULTS.parent / "README.md"
+    assert page.read_text() == render_readme(sorted(RESULTS.glob("*.json")), out_dir=page.parent), \
+        "benchmarks/README.md is stale: run python -m dali_bridge.bench readme benchmarks/results/*.json " \
+        "--out benchmarks/README.md"
+
+
+def test_every_bench_figure_names_its_command_and_machine():
+    from dali_bridge.bench.report import render_file
+
+    section = render_file(RESULTS / "bench_train.json", out_dir=RESULTS.parent)
+    assert "`dali-bridge bench pipelines/imagenet_train.yaml --data data/sample --backends dali-cpu,torchvision " \
+           "--baselines ceiling,torchvision,torchvision-pil,dali-cpu --threads 1,2 --warmup 3 --batches 8 " \
+           "--repeat 3 --rounds 2 --model-ms 25`" in section
+    assert "AMD EPYC, 2 cores, 23.5 GiB RAM, no GPU" in section
+    assert "![images/s per candidate and thread count](results/bench_train.png)" in section
+
+
+def test_add_run_replaces_its_own_label_and_keeps_the_others(tmp_path):
+    from dali_bridge.bench.report import add_run, load_runs
+
+    runs = tmp_path / "runs.json"
+    add_run(runs, label="long", report={"n": 1}, title="t")
+    add_run(runs, label="short", report={"n": 2})
+    add_run(runs, label="short", report={"n": 3}, environment={"X": "1"})
+    title, recorded = load_runs(runs)
+    assert title == "t"
+    assert [(r["label"], r["report"], r["environment"]) for r in recorded] == \
+        [("long", {"n": 1}, {}), ("short", {"n": 3}, {"X": "1"})]
+
+
+def test_add_run_refuses_to_write_into_a_single_report(tmp_path):
+    from dali_bridge.bench.report import add_run
+
+    single = tmp_path / "bench.json"
+    single.write_text(json.dumps({"format": "dali-bridge-bench/1"}))
+    with pytest.raises(bench.BenchError, match="not a runs file"):
+        add_run(single, label="x", report={})
