@@ -18,7 +18,6 @@ import re
 import shlex
 import shutil
 import subprocess
-from pathlib import Path
 
 import yaml
 

@@ -94,7 +94,8 @@ def stability_warnings(settings: dict[str, Any], rows: list[dict[str, Any]],
     if spread:
         listed = ", ".join(f"{r['candidate']} x{r['threads']} ({r['spread_pct']:.0f} %)" for r in spread)
         warnings.append(
-            f"img/s varies by more than {MAX_SPREAD_PCT:.0f} % between windows for {listed}{_load_note(rows, machine)}. "
+            f"img/s varies by more than {MAX_SPREAD_PCT:.0f} % between windows for {listed}"
+            f"{_load_note(rows, machine)}. "
             f"For a stable figure: more windows in fresh processes (--repeat 4 --rounds 3), longer windows "
             f"(--batches {max(2 * batches, math.ceil(MIN_WINDOW_IMAGES / batch_size))}) and a quiet machine; "
             f"compare candidates within one run, and prefer CPU ms/img, which varies less.")
@@ -199,7 +200,8 @@ def bench_table(report: dict[str, Any]) -> str:
               "first batch s", "% of ceiling", "× hand-written"]
     header += ["GPU MiB"] if gpu else []
     header += [f"data wait % @ {model_ms:g} ms/step"] if model_ms else []
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "--:" for i in range(len(header))) + "|"]
+    alignment = "|".join("---" if i == 0 else "--:" for i in range(len(header)))
+    lines = ["| " + " | ".join(header) + " |", f"|{alignment}|"]
     for r in rows:
         cells = [r["candidate"] if r["kind"] != "backend" else f"**{r['candidate']}**", str(r["threads"]),
                  f"{_num(r['images_per_s'])} ({_num(r['images_per_s_min'])}–{_num(r['images_per_s_max'])})",
