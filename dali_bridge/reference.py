@@ -80,8 +80,9 @@ def _key_rows() -> list[tuple[str, str, str]]:
          "what each batch tuple holds, in this order: `image`, `label` (int64), `index` (int64, position in the "
          "source listing), `valid` (bool, false for `pad` repeats)"),
         ("loader.workers", "integer >= 0 or `auto`", "`auto`",
-         "DALI threads or DataLoader worker processes; `auto` is chosen from the cores available to this "
-         "process (`dali-bridge show` prints the figure); `0` runs torchvision in the main process"),
+         "DALI threads or DataLoader worker processes; `auto`: this rank's share of the cores available "
+         "(cores ÷ processes on this node; `dali-bridge show` prints the figure and why); `0` runs torchvision "
+         "in the main process"),
         ("loader.prefetch", "integer >= 1", f"`{loader.prefetch}`", "batches prepared ahead"),
         ("loader.last_batch", _choices(s.LAST_BATCH), f"`{loader.last_batch}`",
          "`partial`: every sample once, the last batch may be smaller; `drop`: full batches only; `pad`: full "
