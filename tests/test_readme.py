@@ -10,7 +10,7 @@ Its fenced blocks are parsed and each kind is checked as far as this machine all
 * `pip install` and `torchrun` lines: shell syntax only; the distributed Python block compiles and
   names only what `dali_bridge` exports (it needs a process group);
 * YAML blocks validate as pipelines.
-Every relative link in the README points at a file that exists.
+Every relative link in the README and docs/ points at a file (and heading) that exists.
 """
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ import re
 import shlex
 import shutil
 import subprocess
+from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import REPO
@@ -51,13 +53,26 @@ def test_readme_fits_a_screenful_of_essentials():
     assert README.stat().st_size <= 12 * 1024
 
 
-def test_readme_links_point_at_files_that_exist():
-    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README.read_text()):
+WRITTEN_ELSEWHERE = {"docs/adding-an-op.md", "docs/gpu.md"}  # written alongside the op and GPU work
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's anchors of a markdown page's headings."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+@pytest.mark.parametrize("page", [README, *sorted((REPO / "docs").glob("*.md"))], ids=lambda p: p.name)
+def test_links_point_at_files_and_headings_that_exist(page):
+    for target, anchor in re.findall(r"\]\(([^)#\s]+)(?:#([^)]*))?\)", page.read_text()):
         if target.startswith(("http://", "https://")):
             continue
-        if target in ("docs/adding-an-op.md", "docs/gpu.md") and not (REPO / target).exists():
-            continue  # written alongside the op and GPU work
-        assert (REPO / target).exists(), f"README links to missing {target}"
+        path = (page.parent / target).resolve()
+        if str(path.relative_to(REPO)) in WRITTEN_ELSEWHERE and not path.exists():
+            continue
+        assert path.exists(), f"{page.name} links to missing {target}"
+        if anchor and path.suffix == ".md":
+            assert anchor in _anchors(path), f"{page.name} links to missing heading {target}#{anchor}"
 
 
 def test_python_loop_runs_as_printed(tmp_path, monkeypatch, capsys):
