@@ -3,6 +3,7 @@
 #   ./dev.sh run    set up .venv, generate the sample images if absent, run the shipped pipelines
 #                   on every backend this host can run, print a table
 #   ./dev.sh test   set up .venv and run the whole test suite (extra arguments go to pytest)
+#   ./dev.sh lint   set up .venv and run the linter (ruff, configured in pyproject.toml)
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV="${DALI_BRIDGE_VENV:-.venv}"
@@ -35,8 +36,12 @@ case "${1:-}" in
     shift
     "$VENV/bin/python" -m pytest "$@"   # exit status 5 (no test collected) fails too
     ;;
+  lint)
+    setup
+    "$VENV/bin/ruff" check .
+    ;;
   *)
-    echo "usage: ./dev.sh run | ./dev.sh test [pytest arguments]" >&2
+    echo "usage: ./dev.sh run | ./dev.sh test [pytest arguments] | ./dev.sh lint" >&2
     exit 2
     ;;
 esac

@@ -3,25 +3,23 @@
 # the shipped train pipeline on dali-cpu, 2 threads, with the default allocator and with
 # MALLOC_MMAP_THRESHOLD_=131072, alternating, each candidate in fresh processes (about 4 minutes).
 #   bash benchmarks/malloc_mmap.sh
-# Writes benchmarks/results/malloc_mmap_{default,fixed}_{1,2}.json.
+# Records the four runs in benchmarks/results/malloc_mmap.json (replacing those of the same label).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY="${PYTHON:-.venv/bin/python}"
-OUT=benchmarks/results
+[ -x "$PY" ] || PY=python3
+RUNS=benchmarks/results/malloc_mmap.json
+SCRATCH=$(mktemp -d)
+trap 'rm -rf "$SCRATCH"' EXIT
 bench() {
   "$PY" -m dali_bridge.cli bench pipelines/imagenet_train.yaml --data data/sample --backends dali-cpu \
-    --baselines none --threads 2 --warmup 3 --batches 8 --repeat 3 --rounds 2 --json "$1" -q
+    --baselines none --threads 2 --warmup 3 --batches 8 --repeat 3 --rounds 2 --json "$SCRATCH/run.json" -q
 }
 for round in 1 2; do
-  bench "$OUT/malloc_mmap_default_$round.json"
-  MALLOC_MMAP_THRESHOLD_=131072 bench "$OUT/malloc_mmap_fixed_$round.json"
+  bench
+  "$PY" -m dali_bridge.bench add-run "$RUNS" "$SCRATCH/run.json" --label "default allocator, round $round"
+  MALLOC_MMAP_THRESHOLD_=131072 bench
+  "$PY" -m dali_bridge.bench add-run "$RUNS" "$SCRATCH/run.json" --label "MALLOC_MMAP_THRESHOLD_=131072, round $round" \
+    --env MALLOC_MMAP_THRESHOLD_=131072
 done
-"$PY" - "$OUT" <<'PY'
-import json, sys
-from pathlib import Path
-for kind in ("default", "fixed"):
-    rows = [json.loads(p.read_text())["results"][0] for p in sorted(Path(sys.argv[1]).glob(f"malloc_mmap_{kind}_*.json"))]
-    speeds = " ".join("%.0f" % r["images_per_s"] for r in rows)
-    cpu = " ".join("%.2f" % r["cpu_ms_per_image"] for r in rows)
-    print(f"{kind:8s} img/s {speeds}  CPU ms/img {cpu}")
-PY
+"$PY" -m dali_bridge.bench readme "$RUNS"

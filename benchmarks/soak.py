@@ -19,7 +19,8 @@ whether fds/threads stayed constant.
     .venv/bin/python benchmarks/soak.py --epochs 50                      # the whole sample set
     .venv/bin/python benchmarks/soak.py --epochs 8 --samples 512         # a quick check
 
-Writes ``benchmarks/results/soak.json`` (``--out``). Linux only (reads ``/proc``).
+Records the run in ``benchmarks/results/soak.json`` (``--out``, ``--label``), next to the runs
+already there. Linux only (reads ``/proc``).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from dali_bridge.bench import process_tree, tree_memory_mib
+from dali_bridge.bench.report import add_run
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -127,12 +129,13 @@ def summarize(result: dict[str, Any], warmup: int) -> dict[str, Any]:
             "images_per_s_median": sorted(e["images_per_s"] for e in epochs)[len(epochs) // 2]}
 
 
-def subset_file_list(root: Path, samples: int, folder: Path) -> Path:
+def subset_file_list(pipeline: str, root: Path, samples: int, folder: Path) -> Path:
     """A file list of ``samples`` images spread evenly over the listing of ``root`` (labels kept)."""
-    from dali_bridge.sources import list_folder
-    from dali_bridge.spec import DEFAULT_EXTENSIONS
+    from dali_bridge import build_loader
 
-    listing = list_folder(root, DEFAULT_EXTENSIONS)
+    source = {"type": "folder", "root": str(root.resolve())}
+    with build_loader(pipeline, "torchvision", overrides={"source": source, "loader.workers": 0}) as loader:
+        listing = loader.listing
     step = max(1, len(listing) // samples)
     chosen = list(range(0, len(listing), step))[:samples]
     path = folder / "soak_subset.txt"
@@ -153,7 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--malloc-mmap-threshold", type=int, default=None, metavar="BYTES",
                         help="run the backends with glibc's MALLOC_MMAP_THRESHOLD_ fixed at BYTES (e.g. 131072): "
                              "buffers above it are mapped and unmapped, never kept in the heap")
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "soak.json"))
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "soak.json"),
+                        help="the runs file to record this run in (default benchmarks/results/soak.json)")
+    parser.add_argument("--label", help="this run's label in --out (default: the backends and epochs); "
+                                        "a run of the same label is replaced")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: run one backend, print JSON
     args = parser.parse_args(argv)
 
@@ -165,8 +171,8 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as scratch:
         if args.samples:
-            source = {"type": "file_list", "file_list": str(subset_file_list(Path(args.root), args.samples,
-                                                                             Path(scratch)))}
+            source = {"type": "file_list", "file_list": str(subset_file_list(args.pipeline, Path(args.root),
+                                                                             args.samples, Path(scratch)))}
         else:
             source = {"type": "folder", "root": str(Path(args.root).resolve())}
         results = []
@@ -175,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                          "loader.workers": args.workers}
             command = [sys.executable, __file__, "--child", json.dumps(overrides), "--pipeline", args.pipeline,
                        "--epochs", str(args.epochs)]
-            env = dict(os.environ, PYTHONPATH=str(REPO))
+            env = dict(os.environ)
             if args.malloc_mmap_threshold is not None:
                 env["MALLOC_MMAP_THRESHOLD_"] = str(args.malloc_mmap_threshold)
             done = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=env)
@@ -191,8 +197,9 @@ def main(argv: list[str] | None = None) -> int:
               "batch_size": args.batch_size, "workers": args.workers, "host": platform.node(),
               "malloc_mmap_threshold": args.malloc_mmap_threshold,
               "cpus": os.cpu_count(), "python": platform.python_version(), "results": results}
+    label = args.label or f"{', '.join(args.backends)}, {args.epochs} epochs"
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1))
+    add_run(args.out, label=label, report=report, command=report["command"])
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

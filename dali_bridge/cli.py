@@ -291,13 +291,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise SystemExit(f"dali-bridge: unknown baseline(s) {', '.join(unknown)} "
                              f"(expected {', '.join(bench.REFERENCE_NAMES)}, default or none)")
     overrides = dict(parse_override(text) for text in (args.set or []))
-    if args.data != "source":
-        from .samples import ensure_sample_data
-
-        root = Path(args.data) if args.data else bench.default_data_dir()
-        if not args.data:  # the generated sample set, made on first use
-            ensure_sample_data(root, **bench.SAMPLE_SET)
-        overrides["source"] = {"type": "folder", "root": str(root.resolve())}
+    overrides.update(bench.data_overrides(args.data))  # default: the pipeline's own source
     report = bench.run_bench(args.file, backends=backends, baselines=baselines, threads=threads,
                              batches=args.batches, warmup=args.warmup, repeat=args.repeat, rounds=args.rounds,
                              model_ms=args.model_ms, overrides=overrides, progress=not args.quiet)
@@ -315,14 +309,17 @@ def _default_threads() -> int:
 
 
 EPILOG_BENCH = """examples:
-  dali-bridge bench pipelines/imagenet_train.yaml                       # generated sample set, all cores
+  dali-bridge bench pipelines/imagenet_train.yaml                       # the pipeline's source, all cores
   dali-bridge bench pipelines/imagenet_train.yaml --threads 1,2 --json out.json --plot out.png
   dali-bridge bench pipelines/imagenet_train.yaml --data /data/train --model-ms 80
+  dali-bridge bench my.yaml --data sample --batches 16 --repeat 4 --rounds 3   # generated set, stable figures
 columns: img/s median over windows (spread = (max-min)/median); MP/s = megapixels of source images
 decoded per second; CPU ms/img = CPU time of the process tree (threads and workers) per image;
 peak RSS of the process tree; PSS (shared pages split) after warm-up and windows; first batch s = construction to the
 first batch; % of ceiling = img/s over read+decode-only at the same thread count; x hand-written =
 img/s over the hand-written loader of the same backend family at the same thread count.
+A warning follows the table when windows hold too few images (< 256) or img/s varies by more
+than 25 % between windows; it names the flags that give a stable figure.
 exit status: 0 every candidate ran, 1 some failed (listed after the table)
 """
 
@@ -479,9 +476,10 @@ def _add_bench_command(add: AddCommand) -> None:
                                 "loaders and the decode-only ceiling; median and spread over repeated windows.",
             EPILOG_BENCH)
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--data", metavar="DIR",
-                   help="image folder (ImageFolder layout) to read; 'source' keeps the pipeline's own source "
-                        "(default: the generated sample set ./data/sample, made if absent)")
+    p.add_argument("--data", metavar="DIR|sample",
+                   help="image folder (ImageFolder layout) to read instead of the pipeline's source (default: "
+                        "the pipeline's own source); 'sample': the generated sample set ./data/sample, made if "
+                        "absent (write ./sample for a folder of that name)")
     p.add_argument("--backends", default="available",
                    help="comma-separated backends, 'available' or 'none' (default: available)")
     p.add_argument("--baselines", default="default",

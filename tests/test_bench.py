@@ -14,6 +14,7 @@ import pytest
 
 from conftest import CPU_BACKENDS, TRAIN
 from dali_bridge import bench
+from dali_bridge.bench import runner
 from dali_bridge.cli import main
 from dali_bridge.images import probe
 from dali_bridge.sampling import rank_batches
@@ -232,7 +233,7 @@ def test_plot_refuses_a_report_where_everything_failed(tmp_path):
 def test_a_silent_candidate_is_killed_and_reported(tmp_path, monkeypatch):
     """A candidate that yields no batch (here: its pipeline file is a FIFO nobody writes, as on a
     hung file system) is killed with its process group after the stall limit, and reported."""
-    monkeypatch.setattr(bench, "STALL_SECONDS", 3.0)
+    monkeypatch.setattr(runner, "STALL_SECONDS", 3.0)
     fifo = tmp_path / "pipeline.yaml"
     os.mkfifo(fifo)
     pixels = tmp_path / "pixels.npy"
@@ -241,7 +242,131 @@ def test_a_silent_candidate_is_killed_and_reported(tmp_path, monkeypatch):
     base = {"file": str(fifo), "overrides": {}, "pixels": str(pixels), "batches": 1, "warmup": 1, "repeat": 1,
             "model_ms": None}
     started = time.monotonic()
-    bench._run_candidate(result.candidate, base, lambda: None, result)
+    bench.run_candidate(result.candidate, base, lambda: None, result)
     assert result.error.startswith("no batch for 3 s: killed")
     assert time.monotonic() - started < 60
     assert result.windows == []
+
+
+# ---- where the bench reads its images
+
+def test_bench_reads_the_pipelines_own_source_by_default(sample_root, tmp_path, monkeypatch):
+    """Without --data the bench measures the pipeline's source, as every other command does, and
+    generates nothing in the current folder."""
+    monkeypatch.chdir(tmp_path)
+    json_path = tmp_path / "out.json"
+    status = main(["bench", str(TRAIN), "--set", f"source.root={sample_root}", "--set", f"batch_size={BATCH}",
+                   "--backends", "none", "--baselines", "ceiling", "--threads", "1", "--warmup", "1",
+                   "--batches", "1", "--repeat", "1", "--json", str(json_path), "-q"])
+    assert status == 0
+    report = json.loads(json_path.read_text())
+    assert Path(report["data"]["root"]) == sample_root.resolve()
+    assert "source" not in report["settings"]["overrides"]
+    assert list(tmp_path.iterdir()) == [json_path]  # no sample set made here
+
+
+def test_data_option_keeps_the_source_reads_a_folder_or_makes_the_sample_set(tmp_path, monkeypatch):
+    made = []
+    monkeypatch.setattr("dali_bridge.samples.ensure_sample_data", lambda root, **kwargs: made.append((root, kwargs)))
+    monkeypatch.setenv("DALI_BRIDGE_SAMPLES", str(tmp_path / "generated"))
+    assert bench.data_overrides(None) == {} and bench.data_overrides("source") == {}
+    assert made == []
+    folder = bench.data_overrides(str(tmp_path / "images"))
+    assert folder == {"source": {"type": "folder", "root": str((tmp_path / "images").resolve())}}
+    assert made == []
+    sample = bench.data_overrides("sample")
+    assert sample == {"source": {"type": "folder", "root": str((tmp_path / "generated").resolve())}}
+    assert made == [(tmp_path / "generated", bench.SAMPLE_SET)]
+
+
+# ---- warnings about unstable figures (made-up rows, no timing)
+
+def _row(name: str, rate: float, spread_pct: float, windows: int = 4, **extra) -> dict:
+    return {"candidate": name, "kind": "backend", "name": name, "threads": 2, "images_per_s": rate,
+            "images_per_s_min": rate, "images_per_s_max": rate, "spread_pct": spread_pct, "windows": windows, **extra}
+
+
+def test_a_stable_run_gets_no_warning():
+    settings = {"batch_size": 64, "batches": 8}
+    assert bench.stability_warnings(settings, [_row("torchvision", 900.0, 12.0), _row("dali-cpu", 850.0, 25.0)]) == []
+
+
+def test_short_windows_are_warned_about_with_the_batches_that_fix_them():
+    warnings = bench.stability_warnings({"batch_size": 64, "batches": 2}, [_row("torchvision", 900.0, 5.0)])
+    assert len(warnings) == 1
+    assert "holds 128 images (2 batches of 64)" in warnings[0]
+    assert "--batches 4 or more" in warnings[0]
+
+
+def test_few_windows_are_warned_about_with_repeat_and_rounds():
+    warnings = bench.stability_warnings({"batch_size": 64, "batches": 8}, [_row("torchvision", 900.0, 0.0, windows=1)])
+    assert len(warnings) == 1 and "--repeat 3" in warnings[0] and "--rounds 2" in warnings[0]
+
+
+def test_a_large_spread_names_the_candidates_the_load_and_the_flags():
+    rows = [_row("torchvision", 900.0, 45.0, load_before=1.2, load_after=3.4), _row("dali-cpu", 850.0, 10.0),
+            {"candidate": "dali", "kind": "backend", "name": "dali", "threads": 2, "error": "no GPU"}]
+    warnings = bench.stability_warnings({"batch_size": 64, "batches": 8}, rows, {"cpu_cores_available": 2})
+    assert len(warnings) == 1
+    text = warnings[0]
+    assert "torchvision x2 (45 %)" in text and "dali-cpu" not in text
+    assert "1.20-3.40 on 2 cores" in text
+    assert "--repeat 4 --rounds 3" in text and "--batches 16" in text
+
+
+def test_the_printed_report_ends_with_the_warnings():
+    report = bench.BenchReport(
+        machine={"cpu_model": "test cpu", "cpu_cores_available": 2, "ram_gib": 4.0, "gpus": [],
+                 "loadavg_at_start": [1.0], "loadavg_at_end": [1.0]},
+        settings={"pipeline_name": "p", "batch_size": 8, "batches": 2, "repeat": 1, "rounds": 1},
+        data={"images": 16, "mean_megapixels": 0.1}, rows=[_row("torchvision", 3000.0, 80.0, windows=1)])
+    lines = bench.format_report(report).splitlines()
+    warnings = [line for line in lines if line.startswith("warning: ")]
+    assert len(warnings) == 3 and lines[-3:] == warnings
+
+
+# ---- the benchmarks page, from the recorded JSON
+
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+
+
+def test_benchmarks_readme_is_the_one_the_recorded_json_gives():
+    from dali_bridge.bench.report import render_readme
+
+    page = RESULTS.parent / "README.md"
+    assert page.read_text() == render_readme(sorted(RESULTS.glob("*.json")), out_dir=page.parent), \
+        "benchmarks/README.md is stale: run python -m dali_bridge.bench readme benchmarks/results/*.json " \
+        "--out benchmarks/README.md"
+
+
+def test_every_bench_figure_names_its_command_and_machine():
+    from dali_bridge.bench.report import render_file
+
+    section = render_file(RESULTS / "bench_train.json", out_dir=RESULTS.parent)
+    assert "`dali-bridge bench pipelines/imagenet_train.yaml --data data/sample --backends dali-cpu,torchvision " \
+           "--baselines ceiling,torchvision,torchvision-pil,dali-cpu --threads 1,2 --warmup 3 --batches 8 " \
+           "--repeat 3 --rounds 2 --model-ms 25`" in section
+    assert "AMD EPYC, 2 cores, 23.5 GiB RAM, no GPU" in section
+    assert "![images/s per candidate and thread count](results/bench_train.png)" in section
+
+
+def test_add_run_replaces_its_own_label_and_keeps_the_others(tmp_path):
+    from dali_bridge.bench.report import add_run, load_runs
+
+    runs = tmp_path / "runs.json"
+    add_run(runs, label="long", report={"n": 1}, title="t")
+    add_run(runs, label="short", report={"n": 2})
+    add_run(runs, label="short", report={"n": 3}, environment={"X": "1"})
+    title, recorded = load_runs(runs)
+    assert title == "t"
+    assert [(r["label"], r["report"], r["environment"]) for r in recorded] == \
+        [("long", {"n": 1}, {}), ("short", {"n": 3}, {"X": "1"})]
+
+
+def test_add_run_refuses_to_write_into_a_single_report(tmp_path):
+    from dali_bridge.bench.report import add_run
+
+    single = tmp_path / "bench.json"
+    single.write_text(json.dumps({"format": "dali-bridge-bench/1"}))
+    with pytest.raises(bench.BenchError, match="not a runs file"):
+        add_run(single, label="x", report={})

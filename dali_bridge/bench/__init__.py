@@ -1,0 +1,39 @@
+"""``dali-bridge bench``: the bridge's loaders against hand-written baselines and the decode ceiling.
+
+Every *candidate* — a bridge backend, a hand-written baseline, or the decode-only ceiling — runs
+at each thread/worker count in a fresh Python process, so threads, worker processes, allocator
+state and memory never carry over from one candidate to the next. Inside that process the
+candidate yields one continuous stream of batches (epoch after epoch, in the bridge's sample
+order): the first batch is timed from construction (``first_batch_s``), ``warmup`` batches are
+discarded, then ``repeat`` windows of ``batches`` batches are timed. Per window: images/s,
+megapixels/s of decoded input (sum of the source images' pixel counts, read once from their
+headers) and CPU seconds of the whole process tree (the process, its threads and its worker
+processes, from ``/proc``). Peak RSS of the process tree (workers included) is sampled from the
+parent every 50 ms; PSS (shared pages split between processes) is read by the candidate itself
+after the warm-up and after the timed windows, never inside them (reading it costs tens of ms).
+``model_ms`` adds one window in which the consumer sleeps that long after each batch (a
+simulated model step) and measures how long it waits for data.
+
+The package, by concern: ``results`` (what is recorded: candidates, their rows, the machine,
+the JSON), ``procstats`` (CPU and memory of a process tree), ``baselines`` (the hand-written
+loaders and the decode ceiling), ``measure`` (the measuring process), ``runner`` (the parent
+that starts and monitors them), ``report`` (the printed table, stability warnings, the markdown
+of ``benchmarks/README.md``: ``python -m dali_bridge.bench readme``) and ``plot`` (the PNG).
+"""
+from __future__ import annotations
+
+from .baselines import dali_baseline_pipeline, torchvision_baseline_transform
+from .plot import plot_report
+from .procstats import process_tree, tree_cpu_seconds, tree_memory_mib, tree_rss_mib
+from .report import format_report, stability_warnings, table_columns
+from .results import (BASELINE_NAMES, REFERENCE_NAMES, SAMPLE_SET, BenchError, BenchReport, Candidate,
+                      CandidateResult, add_ratios, default_data_dir, loadavg, machine_description, source_pixels)
+from .runner import candidates_for, data_overrides, default_baselines, run_bench, run_candidate
+
+__all__ = [
+    "BASELINE_NAMES", "REFERENCE_NAMES", "SAMPLE_SET", "BenchError", "BenchReport", "Candidate", "CandidateResult",
+    "add_ratios", "candidates_for", "dali_baseline_pipeline", "data_overrides", "default_baselines",
+    "default_data_dir", "format_report", "loadavg", "machine_description", "plot_report", "process_tree",
+    "run_bench", "run_candidate", "source_pixels", "stability_warnings", "table_columns",
+    "torchvision_baseline_transform", "tree_cpu_seconds", "tree_memory_mib", "tree_rss_mib",
+]

@@ -1,0 +1,255 @@
+"""The references a bench measures the bridge against, each a stream of (images, sample indices)
+built inside the measuring process:
+
+* ``ceiling``: read + full decode (``torchvision.io.decode_image``, libjpeg-turbo) on a thread
+  pool of N threads — the decoder releases the GIL, and threads avoid the inter-process copies a
+  DataLoader would add, so this is the faster honest ceiling. No augmentation, no batching.
+* ``torchvision``: the DataLoader a typical user writes from the docs: ImageFolder-style dataset
+  reading with ``torchvision.io.decode_image``, ``transforms.v2`` geometry, ``ToDtype`` +
+  ``Normalize`` in the workers, default collate into float batches, same worker count.
+  ``torchvision-pil`` is the same with ImageFolder's default PIL loader (torchvision's reference
+  training scripts' default).
+* ``dali-cpu`` / ``dali``: a plain DALI pipeline + ``DALIGenericIterator``: ``fn.readers.file``,
+  ``fn.decoders.image_random_crop`` (ROI decode) + ``fn.resize`` + ``fn.crop_mirror_normalize``
+  (with DALI's own random draws), on the CPU / with ``mixed`` decode on the GPU.
+
+The baselines' "label" is the sample's index (the same int the label would be, so the same cost):
+it tells which samples each batch holds, so pixel counts are exact for every candidate.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from .results import BenchError
+
+
+class _EpochOrderSampler:
+    """The bridge's epoch orders (``epoch_order(n, seed, epoch)``), one epoch per ``iter()``: the
+    baselines read the same samples in the same order as the bridge's loaders."""
+
+    def __init__(self, count: int, seed: int, shuffle: bool):
+        self.count, self.seed, self.shuffle, self.epoch = count, seed, shuffle, 0
+
+    def __iter__(self) -> Iterator[int]:
+        from ..sampling import epoch_order
+
+        order = epoch_order(self.count, self.seed, self.epoch, self.shuffle)
+        self.epoch += 1
+        return iter(order.tolist())
+
+    def __len__(self) -> int:
+        return self.count
+
+
+class _ImageFolderStyle:
+    """``torchvision.datasets.ImageFolder.__getitem__`` over the bench's listing: ``load(path)``,
+    then ``transform``; the target is the sample's index (see the module docstring)."""
+
+    def __init__(self, paths: Sequence[str], load: Callable[[str], Any], transform: Callable[[Any], Any]):
+        self.paths, self.load, self.transform = list(paths), load, transform
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        return self.transform(self.load(self.paths[index])), index
+
+
+def _decode_image_rgb(path: str):
+    from torchvision.io import ImageReadMode, decode_image
+    return decode_image(path, mode=ImageReadMode.RGB)
+
+
+def _pil_rgb(path: str):
+    from PIL import Image  # torchvision.datasets.folder.pil_loader
+    with open(path, "rb") as handle:
+        image = Image.open(handle)
+        return image.convert("RGB")
+
+
+def torchvision_baseline_transform(plan, pil: bool = False):
+    """The ``transforms.v2`` pipeline a user writes for ``plan`` (on PIL images when ``pil``)."""
+    import torch
+    from torchvision.transforms import v2
+
+    interpolation = {"nearest": v2.InterpolationMode.NEAREST, "bilinear": v2.InterpolationMode.BILINEAR,
+                     "bicubic": v2.InterpolationMode.BICUBIC}
+    steps: list = []
+    for step in plan.steps:
+        p = step.params
+        if step.kind == "random_resized_crop":
+            steps.append(v2.RandomResizedCrop(list(p["size"]), scale=tuple(p["scale"]), ratio=tuple(p["ratio"]),
+                                              interpolation=interpolation[p["interpolation"]],
+                                              antialias=p["antialias"]))
+        elif step.kind == "resize":
+            size = p["size"][0] if p["shorter_side"] else list(p["size"])
+            steps.append(v2.Resize(size, interpolation=interpolation[p["interpolation"]], max_size=p.get("max_size"),
+                                   antialias=p["antialias"]))
+        elif step.kind == "center_crop":
+            steps.append(v2.CenterCrop(list(p["size"])))
+        elif step.kind == "horizontal_flip":
+            steps.append(v2.RandomHorizontalFlip(p["probability"]))
+        else:
+            raise BenchError(f"no hand-written torchvision equivalent for step {step.kind!r}")
+    if pil:
+        steps.append(v2.PILToTensor())
+    finish = plan.finish
+    steps.append(v2.ToDtype({"float32": torch.float32, "float16": torch.float16, "uint8": torch.uint8}[finish.dtype],
+                            scale=True))
+    if not finish.identity:
+        steps.append(v2.Normalize(list(finish.mean), list(finish.std)))
+    if finish.layout != "CHW":
+        steps.append(v2.Lambda(lambda image: image.permute(1, 2, 0)))
+    return v2.Compose(steps)
+
+
+def torchvision_baseline(spec, listing, plan, threads: int, pil: bool, cuda: bool):
+    import torch
+    from torch.utils.data import DataLoader
+
+    dataset = _ImageFolderStyle(listing.paths, _pil_rgb if pil else _decode_image_rgb,
+                                torchvision_baseline_transform(plan, pil=pil))
+    kwargs: dict[str, Any] = {}
+    if threads > 0:
+        kwargs.update(persistent_workers=True, prefetch_factor=spec.loader.prefetch)
+    loader = DataLoader(dataset, batch_size=spec.batch_size, sampler=_EpochOrderSampler(len(listing), spec.seed,
+                        spec.loader.shuffle), num_workers=threads, pin_memory=cuda,
+                        drop_last=spec.loader.last_batch == "drop", **kwargs)
+    device = torch.device("cuda") if cuda else None
+
+    def stream() -> Iterator[tuple[Any, np.ndarray]]:
+        while True:
+            for images, indices in loader:
+                if device is not None:
+                    images = images.to(device, non_blocking=True)
+                yield images, indices.numpy()
+
+    return stream(), lambda: None
+
+
+def dali_baseline_pipeline(spec, listing, plan, threads: int, gpu: bool):
+    """The plain DALI pipeline a user writes for ``plan``: file reader in the bridge's epoch-0 order
+    (DALI's reader cannot change order per epoch), ROI decode when the plan starts with a random
+    resized crop, then resize / crop / flip with DALI's own random draws, crop_mirror_normalize."""
+    from nvidia.dali import fn, pipeline_def, types
+
+    from ..sampling import epoch_order
+
+    order = epoch_order(len(listing), spec.seed, 0, spec.loader.shuffle).tolist()
+    interp = {"nearest": types.INTERP_NN, "bilinear": types.INTERP_LINEAR, "bicubic": types.INTERP_CUBIC}
+    decode_device = "mixed" if gpu else "cpu"
+    op_device = "gpu" if gpu else "cpu"
+    steps = list(plan.steps)
+
+    @pipeline_def(batch_size=spec.batch_size, num_threads=threads, device_id=0 if gpu else None,
+                  prefetch_queue_depth=spec.loader.prefetch)
+    def plain():
+        encoded, labels = fn.readers.file(files=[listing.paths[i] for i in order], labels=order,
+                                          random_shuffle=False, name="Reader")
+        if steps and steps[0].kind == "random_resized_crop":
+            p = steps.pop(0).params
+            images = fn.decoders.image_random_crop(encoded, device=decode_device, output_type=types.RGB,
+                                                   random_area=list(p["scale"]), random_aspect_ratio=list(p["ratio"]),
+                                                   num_attempts=10)
+            images = fn.resize(images, resize_x=p["size"][1], resize_y=p["size"][0], interp_type=interp[p["interpolation"]],
+                               antialias=p["antialias"], device=op_device)
+        else:
+            images = fn.decoders.image(encoded, device=decode_device, output_type=types.RGB)
+        crop, mirror = None, None
+        for n, step in enumerate(steps):
+            p = step.params
+            rest_are_flips = all(s.kind == "horizontal_flip" for s in steps[n + 1:])
+            if step.kind == "random_resized_crop":
+                images = fn.random_resized_crop(images, size=list(p["size"]), random_area=list(p["scale"]),
+                                                random_aspect_ratio=list(p["ratio"]), antialias=p["antialias"],
+                                                interp_type=interp[p["interpolation"]], device=op_device)
+            elif step.kind == "resize":
+                if p["shorter_side"]:
+                    extra = {"max_size": p["max_size"]} if p.get("max_size") else {}
+                    images = fn.resize(images, resize_shorter=p["size"][0], interp_type=interp[p["interpolation"]],
+                                       antialias=p["antialias"], device=op_device, **extra)
+                else:
+                    images = fn.resize(images, resize_x=p["size"][1], resize_y=p["size"][0], device=op_device,
+                                       interp_type=interp[p["interpolation"]], antialias=p["antialias"])
+            elif step.kind == "center_crop":
+                if rest_are_flips:
+                    crop = list(p["size"])
+                else:
+                    images = fn.crop(images, crop=list(p["size"]), out_of_bounds_policy="pad", device=op_device)
+            elif step.kind == "horizontal_flip":
+                coin = fn.random.coin_flip(probability=p["probability"])
+                if n == len(steps) - 1:
+                    mirror = coin
+                else:
+                    images = fn.flip(images, horizontal=coin, device=op_device)
+        finish = plan.finish
+        dtype = {"float32": types.FLOAT, "float16": types.FLOAT16, "uint8": types.UINT8}[finish.dtype]
+        args: dict[str, Any] = {"dtype": dtype, "output_layout": finish.layout, "device": op_device}
+        if finish.dtype != "uint8":  # float outputs are pixel/255, normalised: mean and std in 0-255 units
+            args.update(mean=[m * 255 for m in finish.mean], std=[s * 255 for s in finish.std])
+        if crop is not None:
+            args.update(crop=crop, out_of_bounds_policy="pad")
+        if mirror is not None:
+            args["mirror"] = mirror
+        return fn.crop_mirror_normalize(images, **args), labels
+
+    return plain()
+
+
+def dali_baseline(spec, listing, plan, threads: int, gpu: bool):
+    from nvidia.dali.plugin.base_iterator import LastBatchPolicy
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+    pipe = dali_baseline_pipeline(spec, listing, plan, threads, gpu)
+    pipe.build()
+    policy = {"partial": LastBatchPolicy.PARTIAL, "drop": LastBatchPolicy.DROP,
+              "pad": LastBatchPolicy.FILL}[spec.loader.last_batch]
+    iterator = DALIGenericIterator([pipe], ["image", "label"], reader_name="Reader", last_batch_policy=policy,
+                                   auto_reset=True)
+
+    def stream() -> Iterator[tuple[Any, np.ndarray]]:
+        while True:
+            for (batch,) in iterator:
+                yield batch["image"], batch["label"].reshape(-1).cpu().numpy()
+
+    return stream(), lambda: None
+
+
+def ceiling(spec, listing, threads: int):
+    """Read + full decode of the same samples, in the bridge's order, on ``threads`` threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+    from torchvision.io import ImageReadMode, decode_image
+
+    from ..sampling import epoch_order
+
+    def decode(index: int):
+        return decode_image(torch.frombuffer(bytearray(listing.read(index)), dtype=torch.uint8),
+                            mode=ImageReadMode.RGB)
+
+    pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="decode")
+
+    def batches() -> Iterator[list[int]]:
+        epoch = 0
+        while True:
+            order = epoch_order(len(listing), spec.seed, epoch, spec.loader.shuffle).tolist()
+            for start in range(0, len(order), spec.batch_size):
+                yield order[start:start + spec.batch_size]
+            epoch += 1
+
+    def stream() -> Iterator[tuple[Any, np.ndarray]]:
+        pending = []  # two batches in flight keep every thread busy across batch boundaries
+        for chunk in batches():
+            pending.append((chunk, [pool.submit(decode, i) for i in chunk]))
+            if len(pending) < 2:
+                continue
+            done, futures = pending.pop(0)
+            images = [f.result() for f in futures]
+            yield images, np.asarray(done, dtype=np.int64)
+
+    return stream(), lambda: pool.shutdown(wait=False, cancel_futures=True)
+
+

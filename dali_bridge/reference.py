@@ -1,0 +1,153 @@
+"""The pipeline reference page (``docs/pipeline-reference.md``), generated so it cannot drift:
+the ops, their parameters, defaults and backends come from the op registry (:data:`ops.OPS`); the
+keys' choices and defaults from the constants and dataclasses of :mod:`dali_bridge.spec`.
+
+    python -m dali_bridge.reference                 # print the page
+    python -m dali_bridge.reference --write PATH    # write it
+    python -m dali_bridge.reference --check PATH    # exit 1 when PATH differs from the registry's page
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import ops as ops_module
+from . import spec as spec_module
+from .ops import OPS
+
+# Only ``OPS`` and each op's ``name``, ``doc``, ``params`` (``name``, ``default``, ``doc``),
+# ``backends`` and ``primary`` are read, so the registry's inner layout may change freely.
+_REQUIRED = getattr(ops_module, "REQUIRED", object())
+
+DEFAULT_PATH = Path("docs/pipeline-reference.md")
+
+
+def _value(value: Any) -> str:
+    """A default as it is written in a pipeline file (YAML flow style)."""
+    if value is _REQUIRED:
+        return "required"
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    return str(value)
+
+
+def _choices(values: Sequence[str]) -> str:
+    return " \\| ".join(f"`{v}`" for v in values)
+
+
+def _key_rows() -> list[tuple[str, str, str]]:
+    """(key, choices or type, default) for every key a pipeline file may hold, with its meaning."""
+    s, source, loader = spec_module, spec_module.SourceSpec(type="folder"), spec_module.LoaderSpec()
+    return [
+        ("version", f"integer, `{s.FORMAT_VERSION}`", "required", "the pipeline format version"),
+        ("name", "string", "the file's name", "shown in logs, tables and errors"),
+        ("backend", _choices(s.BACKENDS), "`auto`",
+         "`dali` (GPU), `dali-cpu` (DALI, every op on the CPU), `torchvision` (DataLoader fallback); `auto`: "
+         "`dali` when DALI imports and a CUDA device is usable, else `torchvision` (the reason is logged)"),
+        ("source.type", _choices(s.SOURCE_TYPES), "required",
+         "`folder`: ImageFolder layout, sorted sub-folder names are the classes; `file_list`: a text file of "
+         "`path label` lines; `webdataset`: tar shards ([WebDataset](webdataset.md))"),
+        ("source.root", "path", "required for `folder`",
+         "`folder`: the folder of class sub-folders; `file_list`: base of relative paths in the list "
+         "(default: the list's folder). Relative paths resolve against the pipeline file's folder"),
+        ("source.file_list", "path", "required for `file_list`",
+         "the list file; blank lines and `#` comments are skipped, the label is the last field"),
+        ("source.extensions", "list of strings", f"`{_value(list(source.extensions))}`",
+         "files with other extensions are ignored, counted and reported"),
+        ("source.shards", "brace pattern", "required for `webdataset`", "e.g. `shards/train-{000000..000127}.tar`"),
+        ("source.image_key", "string or list", f"`{';'.join(source.image_keys)}`",
+         "the image member's extension; the first present wins"),
+        ("source.label_key", "string", f"`{source.label_key}`", "the member holding the integer label as text"),
+        ("source.manifest", "path", "`<prefix>.manifest.json` if present",
+         "class names and label mapping written by `dali-bridge convert`"),
+        ("batch_size", "integer >= 1", "required", "samples per batch"),
+        ("seed", "integer >= 0", "`0`", "with the epoch, decides the order and every random parameter"),
+        ("decode.device", _choices(s.DECODE_DEVICES), "`mixed`",
+         "`dali` backend only: `mixed` decodes with nvJPEG on the GPU, `cpu` on the CPU (ops still on the GPU)"),
+        ("parity", _choices(s.PARITY), "`exact`",
+         "how the DALI backends resample: `exact` reproduces torchvision's `F.resize`, `fast` uses DALI's plain "
+         "resize ([Equivalence](equivalence.md#parity-exact-or-fast))"),
+        ("ops", "list of ops", "required", "the ops below, in order; the output size must be fixed"),
+        ("outputs", f"list of {_choices(s.OUTPUTS)}", "`[image, label]`",
+         "what each batch tuple holds, in this order: `image`, `label` (int64), `index` (int64, position in the "
+         "source listing), `valid` (bool, false for `pad` repeats)"),
+        ("loader.workers", "integer >= 0 or `auto`", "`auto`",
+         "DALI threads or DataLoader worker processes; `auto`: this rank's share of the cores available "
+         "(cores ÷ processes on this node; `dali-bridge show` prints the figure and why); `0` runs torchvision "
+         "in the main process"),
+        ("loader.prefetch", "integer >= 1", f"`{loader.prefetch}`", "batches prepared ahead"),
+        ("loader.last_batch", _choices(s.LAST_BATCH), f"`{loader.last_batch}`",
+         "`partial`: every sample once, the last batch may be smaller; `drop`: full batches only; `pad`: full "
+         "batches, the shortfall repeated from the epoch's start and marked `valid: false`"),
+        ("loader.on_error", _choices(s.ON_ERROR), f"`{loader.on_error}`",
+         "at an unreadable sample: stop with its index, file and reason, or leave it out, count and log it "
+         "([Errors](errors.md))"),
+        ("loader.shuffle", "`true` \\| `false`", f"`{_value(loader.shuffle)}`",
+         "`false` keeps the listing order (validation)"),
+    ]
+
+
+def documented_keys() -> list[str]:
+    """Every dotted key the page documents."""
+    return [row[0] for row in _key_rows()]
+
+
+def _op_section(op: Any) -> list[str]:
+    every_backend = set(spec_module.BACKENDS) - {"auto"}
+    backends = "all backends" if set(op.backends) == every_backend else ", ".join(f"`{b}`" for b in op.backends)
+    lines = [f"### `{op.name}`", "", op.doc, "", f"Runs on {backends}."]
+    if getattr(op, "primary", None):
+        lines.append(f"Shorthand: `- {op.name}: VALUE` sets `{op.primary}`.")
+    lines += ["", "| parameter | default | meaning |", "|---|---|---|"]
+    lines += [f"| `{p.name}` | {_value(p.default)} | {p.doc} |" for p in op.params]
+    return lines + [""]
+
+
+def render_reference() -> str:
+    """The page's markdown."""
+    lines = ["# Pipeline reference", "",
+             "<!-- Generated by `python -m dali_bridge.reference --write docs/pipeline-reference.md` from the op "
+             "registry and the spec's keys; edit those, not this page. -->", "",
+             "A pipeline file is YAML ([how to write one](pipeline-file.md)). Sizes are in pixels (`224` is "
+             "224×224, `[h, w]` is height, width); mean and std in [0, 1] units as in torchvision.", "",
+             "## Keys", "", "| key | type | default | meaning |", "|---|---|---|---|"]
+    lines += [f"| `{key}` | {kind} | {default} | {meaning} |" for key, kind, default, meaning in _key_rows()]
+    lines += ["", "## Ops", "",
+              "An op is written `- name: {param: value}`; `- name: value` sets its main parameter, `- name` "
+              "alone takes the defaults. A finishing op (`normalize`, `crop_mirror_normalize`) must be last; "
+              "without one, batches are uint8 CHW.", ""]
+    for name in sorted(OPS):
+        lines += _op_section(OPS[name])
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dali_bridge.reference", description=__doc__.splitlines()[0])
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--write", metavar="PATH", help="write the page to PATH")
+    group.add_argument("--check", metavar="PATH", help="exit 1 when PATH is not the page the registry gives")
+    args = parser.parse_args(argv)
+    page = render_reference()
+    if args.write:
+        Path(args.write).write_text(page)
+    elif args.check:
+        path = Path(args.check)
+        if not path.is_file() or path.read_text() != page:
+            print(f"{path} is out of date with the op registry: run python -m dali_bridge.reference --write {path}",
+                  file=sys.stderr)
+            return 1
+    else:
+        sys.stdout.write(page)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
