@@ -7,7 +7,7 @@ about twice the CPU of a plain ``fn.resize``. This script measures, side by side
 * ``dali-cpu``: the bridge's loader as shipped;
 * ``hybrid``: the same feeder and the same DALI ROI decode (``fn.decoders.image_slice`` of the
   bridge's crop window), then the remaining geometry with the torchvision backend's own
-  ``apply_geometry`` (``F.resize`` on uint8, antialias, flip) on a thread pool of the same size,
+  ``apply_steps`` (``F.resize`` on uint8, antialias, flip) on a thread pool of the same size,
   and the torchvision backend's ``finish_batch`` — i.e. DALI for what it does fastest on a CPU
   (reading + ROI decode), torch for the exact torchvision geometry;
 * ``torchvision``: the bridge's torchvision backend;
@@ -72,10 +72,11 @@ def _hybrid_stream(threads: int):
     from nvidia.dali import fn, pipeline_def, types
 
     from dali_bridge.backends import dali as bridge_dali
-    from dali_bridge.backends.torchvision import apply_geometry, finish_batch
+    from dali_bridge.backends.torchvision import apply_steps, finish_batch
     from dali_bridge.images import probe
     from dali_bridge.plan import build_plan
-    from dali_bridge.sampling import draws, rank_batches, sample_geometry
+    from dali_bridge.ops.geometry import Crop
+    from dali_bridge.sampling import draws, rank_batches, sample_steps
     from dali_bridge.sources import list_source
     from dali_bridge.spec import load_spec
 
@@ -123,9 +124,11 @@ def _hybrid_stream(threads: int):
                     image = torch.from_numpy(np.asarray(decoded[row])).permute(2, 0, 1)
                     # The feeder probed every source size already; a real implementation would pass
                     # them along in the batch's metadata, so here they come from a cache.
-                    ops = sample_geometry(plan, *source_size(int(task.indices[row])),
-                                          {k: v[row] for k, v in sample_draws.items()})
-                    out[row].copy_(apply_geometry(image, ops[1:]))  # ops[0], the crop, was the ROI
+                    per_step = sample_steps(plan, *source_size(int(task.indices[row])),
+                                            {k: v[row] for k, v in sample_draws.items()})
+                    (crop, resize), size = per_step[0]  # the crop was the ROI decode: keep the whole of it
+                    per_step[0] = ((Crop(0, 0, crop.height, crop.width), resize), size)
+                    out[row].copy_(apply_steps(image, plan, per_step))
 
                 list(pool.map(one, range(len(decoded))))
                 # finish (elementwise, so per-chunk results are the whole batch's) on the pool too

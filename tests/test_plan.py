@@ -183,7 +183,8 @@ DALI_OPS = {"decoders__ImageSlice": "fn.decoders.image_slice", "decoders__Image"
             "CropMirrorNormalize": "fn.crop_mirror_normalize",
             # the torchvision-exact resize methods (ops.exact_resize)
             "Reshape": "fn.reshape", "MultiPaste": "fn.multi_paste", "_ArithmeticGenericOp": "arithmetic",
-            "Cast": "fn.cast", "Transpose": "fn.transpose", "Cat": "fn.cat"}
+            "Cast": "fn.cast", "Transpose": "fn.transpose", "Cat": "fn.cat",
+            "_TensorSubscript": "subscript", "Stack": "fn.stack"}
 
 
 def parse_opspec(text: str) -> dict[str, Any]:
@@ -241,6 +242,10 @@ PIPELINES = {
     "rrc-after-resize": [{"resize": 300}, {"random_resized_crop": [200, 160]}, {"normalize": {"dtype": "float16"}}],
     "crop-mirror-normalize": [{"resize": 256}, {"crop_mirror_normalize": {"crop": 224, "mirror": 0.5, "mean": MEAN,
                                                                           "std": STD, "layout": "HWC"}}],
+    "vertical-flip-and-grayscale": [{"random_resized_crop": 224}, {"vertical_flip": 0.5}, {"random_grayscale": 0.2},
+                                    {"horizontal_flip": 0.5}, {"normalize": {"mean": MEAN, "std": STD}}],
+    "nearest-bicubic": [{"resize": {"size": 300, "interpolation": "nearest"}},
+                        {"random_resized_crop": {"size": 200, "interpolation": "bicubic"}}, {"normalize": {}}],
 }
 
 

@@ -137,3 +137,5 @@ CROP_MIRROR_NORMALIZE = CropMirrorNormalize(
         _MEAN, _STD, _DTYPE, _LAYOUT),
     "DALI-style fused op: optional centre crop, random mirror, then normalize. Must be last.",
     size_param="crop", size_rule="crop")
+
+REGISTERED = (NORMALIZE, CROP_MIRROR_NORMALIZE)

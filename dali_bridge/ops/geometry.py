@@ -442,3 +442,5 @@ HORIZONTAL_FLIP = HorizontalFlip(
         Param("probability", 0.5, probability_checker, "chance of flipping each image, in [0, 1] (default 0.5)"),),
     "Mirror left-right with the given probability (torchvision's RandomHorizontalFlip).",
     primary="probability")
+
+REGISTERED = (RANDOM_RESIZED_CROP, RESIZE, CENTER_CROP, HORIZONTAL_FLIP)
