@@ -395,10 +395,8 @@ def dali_baseline_pipeline(spec, listing, plan, threads: int, gpu: bool):
                                           random_shuffle=False, name="Reader")
         ctx = graph_context(plan, "gpu" if gpu else "cpu")
         first = plan.steps[0] if plan.steps else None
-        images = None
-        if first is not None and hasattr(first.op, "dali_baseline_decode"):
-            images = first.op.dali_baseline_decode(first, encoded, decode_device, ctx)
-        start = 0 if images is None else 1
+        images = first.op.dali_baseline_decode(first, encoded, decode_device, ctx) if first else None
+        start = 0 if images is None else 1  # the decoder did the first step (a random resized crop's window)
         if images is None:
             images = fn.decoders.image(encoded, device=decode_device, output_type=types.RGB)
         for ctx.position, step in enumerate(plan.steps):

@@ -9,6 +9,7 @@ graph builder reads the devices, ``dali-bridge show`` prints them, tests check t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from .ops import OPS, fixed_output_size, unsupported_options
 from .ops.base import GraphContext, Step
@@ -29,11 +30,11 @@ class Plan:
     decode_device: str            # as declared: mixed | cpu
     parity: str = "exact"         # exact: DALI reproduces torchvision's resize borders; fast: plain fn.resize
 
-    @property
+    @cached_property  # a plan never changes; executors ask per sample
     def finish_position(self) -> int:
         return next(n for n, step in enumerate(self.ops) if step.op.kind == "finish")
 
-    @property
+    @cached_property
     def steps(self) -> tuple[Step, ...]:
         """The per-sample steps on uint8 images, before the finish."""
         return self.ops[:self.finish_position]

@@ -29,10 +29,11 @@ The plan
    turn — in DataLoader workers on torchvision, in the DALI graph on DALI;
 2. the finish (``normalize``; an implicit uint8 one when the spec has none): dtype, normalisation,
    layout — on the batch on torchvision, crop_mirror_normalize on DALI;
-3. ops after normalisation (per-sample, on float tensors) and, last, batch-level ops (MixUp,
-   CutMix: kind ``batch``), which run on the whole batch on the loader's device after the
-   finish and draw per batch, keyed by (seed, epoch, batch number, position). The spec
-   validator keeps the finish last until such ops exist.
+3. ops after normalisation (per-sample, on float tensors), then batch-level ops (MixUp, CutMix:
+   kind ``batch``) last, which run on the whole batch on the loader's device after the finish
+   and draw per batch, keyed by (seed, epoch, batch number, position). ``Plan.steps`` stops at
+   the finish, so such ops change nothing before it; the first of them adds its stage to both
+   executors, and until then the spec validator keeps the finish last.
 
 A step's draws are ``uniforms(seed, epoch, indices, stream=position + 1, count=op.draws)`` where
 ``position`` is its place in ``Plan.ops``: adding an op to a pipeline never changes the draws
@@ -40,10 +41,17 @@ of the ops before it.
 
 Adding an op
 ------------
-See ``docs/adding-an-op.md`` (``vertical_flip`` and ``random_grayscale`` are the worked examples):
-one module under ``dali_bridge/ops/`` with the op's class and its registry instance, one line in
-:mod:`dali_bridge.ops.registry`, and its tests. Nothing in the loader, the executors or the
-spec validator changes.
+1. Write ``dali_bridge/ops/<name>.py``: a subclass of :class:`Op` with its class attributes
+   (``draws``, ``transform``) and methods, one instance built with the name, kind, parameters
+   and documentation, and ``REGISTERED = (that instance,)``.
+2. Add ``"<name>"`` to ``_MODULES`` in :mod:`dali_bridge.ops.registry`.
+3. Write ``tests/test_<name>.py``: equivalence with torchvision on ``dali-cpu`` (within 1 level),
+   the sampler's rate against torchvision's own transform (within 3 sigma), and add the op to a
+   pipeline of ``tests/test_plan.py``'s ``PIPELINES`` (the GPU graph equals the CPU graph).
+
+``vertical_flip`` (torchvision's ``RandomVerticalFlip``) and ``random_grayscale``
+(``RandomGrayscale``) are the worked examples; ``docs/adding-an-op.md`` walks through them.
+Nothing in the loader, the executors or the spec validator changes.
 
 Pure Python at import time: no DALI or torch import, so the spec layer can validate anywhere.
 """

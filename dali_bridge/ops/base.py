@@ -289,6 +289,10 @@ class Op:
         """(stage, implementation) of each DALI operator the fragment adds, in graph order."""
         raise NotImplementedError(f"op {self.name!r} has no DALI stages")
 
+    def dali_baseline_decode(self, step: Step, encoded: Any, decode_device: str, ctx: GraphContext) -> Any:
+        """As the first step of the plain-DALI bench baseline: a decoder doing this step too, or None."""
+        return None
+
     def dali_baseline(self, step: Step, images: Any, ctx: GraphContext) -> Any:
         """The plain DALI a user writes for this step (DALI's own random draws): the bench baseline."""
         raise NotImplementedError(f"op {self.name!r} has no plain DALI counterpart")
