@@ -136,9 +136,10 @@ def sample_steps(plan: Plan, height: int, width: int,
     """
     found = []
     for pos, step in enumerate(plan.steps):
-        concrete = step.op.sample(step.params, sample_draws.get(pos), height, width)
+        op = step.op
+        concrete = op.sample(step.params, sample_draws.get(pos), height, width)
         found.append((concrete, (height, width)))
-        height, width = step.op.output_size(concrete, height, width)
+        height, width = op.output_size(concrete, height, width)
     return found
 
 

@@ -164,13 +164,23 @@ class Step:
 
     @property
     def op(self) -> "Op":
-        from .registry import OPS
-
-        return OPS[self.kind]
+        return _registry()[self.kind]
 
     @property
     def random(self) -> bool:
         return self.op.draws > 0
+
+
+_REGISTRY: list[dict[str, "Op"]] = []
+
+
+def _registry() -> dict[str, "Op"]:
+    """The registry's OPS (imported on first use: it imports the op modules, which import this one)."""
+    if not _REGISTRY:
+        from .registry import OPS
+
+        _REGISTRY.append(OPS)
+    return _REGISTRY[0]
 
 
 @dataclass
