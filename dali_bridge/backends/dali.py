@@ -15,6 +15,7 @@ import os
 import threading
 import weakref
 from collections import deque
+from dataclasses import replace
 from typing import Any, Iterator
 
 import numpy as np
@@ -153,6 +154,8 @@ class ArgumentColumns:
         ctx = self.context
         for ctx.position, step in enumerate(plan.steps):
             self.declared += [(ctx.position, column) for column in step.op.dali_columns(step, ctx)]
+        self.names_of = {position: {column.name for p, column in self.declared if p == position}
+                         for position in range(len(plan.steps))}
 
     @property
     def names(self) -> list[str]:
@@ -168,27 +171,20 @@ class ArgumentColumns:
         batch first: DALI's external source converts it once, where a list costs a conversion per
         sample on the feeding thread."""
         built: dict[int, dict[str, Any]] = {}
-        ctx = self.context
+        ctx = replace(self.context)  # its own position: DALI may call the feeder from its thread
         for ctx.position, step in enumerate(self.plan.steps):
             entries = [sample[ctx.position] for sample in per_sample]
             built[ctx.position] = step.op.dali_arguments(step, [concrete for concrete, _ in entries],
                                                          [size for _, size in entries], ctx)
-        for position, step in enumerate(self.plan.steps):
-            extra = set(built[position]) - {column.name for p, column in self.declared if p == position}
-            if extra:
-                raise RuntimeError(f"op {step.kind!r} (step {position}) built DALI columns {sorted(extra)} "
-                                   "it did not declare")
+            if set(built[ctx.position]) != self.names_of[ctx.position]:
+                raise RuntimeError(f"op {step.kind!r} (step {ctx.position}) built DALI columns "
+                                   f"{sorted(built[ctx.position])}, declared {sorted(self.names_of[ctx.position])}")
         columns = []
         for position, column in self.declared:
-            step = self.plan.steps[position]
-            if column.name not in built[position]:
-                raise RuntimeError(f"op {step.kind!r} (step {position}) declared DALI column {column.name!r} "
-                                   f"but built {sorted(built[position])}")
-            value = built[position][column.name]
-            problem = column.problem(value)
+            problem = column.problem(built[position][column.name])
             if problem:
-                raise RuntimeError(f"op {step.kind!r} (step {position}): {problem}")
-            columns.append(value)
+                raise RuntimeError(f"op {self.plan.steps[position].kind!r} (step {position}): {problem}")
+            columns.append(built[position][column.name])
         return columns
 
 
