@@ -1,11 +1,11 @@
 """The torchvision backend: the CPU fallback on torch's DataLoader.
 
 Workers decode with torchvision.io (libjpeg-turbo, the decoder DALI's CPU path also uses), apply
-the geometry the loader computed (``transforms.v2.functional`` on uint8 tensors) and ship whole
-uint8 batches — a quarter of the bytes of float32 — through the worker queue into shared-memory
-buffers they reuse. Dtype conversion and normalisation run on the batch: on the GPU when the
-loader targets one (copy on a side stream, overlapped with the consumer's work), else in the main
-process.
+each step's kernel with the parameters the loader computed (``transforms.v2.functional`` on
+uint8 tensors) and ship whole uint8 batches — a quarter of the bytes of float32 — through the
+worker queue into shared-memory buffers they reuse. Dtype conversion and normalisation run on the
+batch: on the GPU when the loader targets one (copy on a side stream, overlapped with the
+consumer's work), else in the main process.
 """
 from __future__ import annotations
 
