@@ -1,56 +1,55 @@
-"""Spec → plan: the backend-neutral list of steps, and where each runs on each backend.
+"""Spec → plan: the backend-neutral list of op instances, and where each runs on each backend.
 
-The plan lowers compound ops (``crop_mirror_normalize`` → centre crop, flip, normalize), puts
-sizes in (height, width) form and separates the finishing step (dtype, normalisation, layout).
-:func:`placement` answers, as plain data, which implementation and device every step gets on a
-backend — the DALI graph builder reads it, ``dali-bridge show`` prints it, tests check it
-without a GPU.
+The plan lowers every op of the spec through its registry entry (``crop_mirror_normalize`` →
+centre crop, flip, normalize), with sizes in (height, width) form, and ends the per-sample steps
+with the finish (dtype, normalisation, layout). :func:`placement` answers, as plain data, which
+implementation and device every step gets on a backend — each op lists its own stages; the DALI
+graph builder reads the devices, ``dali-bridge show`` prints them, tests check them without a GPU.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from functools import cached_property
 
 from .ops import OPS, fixed_output_size, unsupported_options
+from .ops.base import GraphContext, Step
+from .ops.exact_resize import METHODS
+from .ops.finish import IMPLICIT_FINISH, Finish, Normalize
 from .spec import PipelineSpec
 
-
-@dataclass(frozen=True)
-class Step:
-    """A geometry step: ``kind`` is random_resized_crop | resize | center_crop | horizontal_flip."""
-    kind: str
-    params: dict[str, Any] = field(hash=False)
-    op_index: int  # position of the op in the spec that produced it
-
-    @property
-    def random(self) -> bool:
-        return self.kind in ("random_resized_crop", "horizontal_flip")
-
-
-@dataclass(frozen=True)
-class Finish:
-    """dtype conversion and normalisation: float = (pixel/255 - mean)/std; uint8 = unchanged."""
-    mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    std: tuple[float, float, float] = (1.0, 1.0, 1.0)
-    dtype: str = "uint8"
-    layout: str = "CHW"
-
-    @property
-    def identity(self) -> bool:
-        return self.mean == (0.0, 0.0, 0.0) and self.std == (1.0, 1.0, 1.0)
+__all__ = ["Finish", "Placed", "Plan", "Step", "build_plan", "fused_mirror", "placement", "resize_method",
+           "resize_methods", "roi_decode", "unsupported_ops"]
 
 
 @dataclass(frozen=True)
 class Plan:
-    steps: tuple[Step, ...]
-    finish: Finish
+    """``ops``: every op instance in order — the per-sample steps, the finish, then (when such ops
+    exist) ops after normalisation and batch-level ops (see :mod:`dali_bridge.ops`)."""
+    ops: tuple[Step, ...]
     output_size: tuple[int, int]  # (height, width) in pixels
     decode_device: str            # as declared: mixed | cpu
     parity: str = "exact"         # exact: DALI reproduces torchvision's resize borders; fast: plain fn.resize
 
+    @cached_property  # a plan never changes; executors ask per sample
+    def finish_position(self) -> int:
+        return next(n for n, step in enumerate(self.ops) if step.op.kind == "finish")
+
+    @cached_property
+    def steps(self) -> tuple[Step, ...]:
+        """The per-sample steps on uint8 images, before the finish."""
+        return self.ops[:self.finish_position]
+
+    @property
+    def finish_step(self) -> Step:
+        return self.ops[self.finish_position]
+
+    @property
+    def finish(self) -> Finish:
+        return Normalize.finish(self.finish_step.params)
+
     @property
     def random(self) -> bool:
-        return any(step.random for step in self.steps)
+        return any(step.random for step in self.ops)
 
     def output_shape(self, batch: int) -> tuple[int, ...]:
         h, w = self.output_size
@@ -59,39 +58,19 @@ class Plan:
 
 def build_plan(spec: PipelineSpec) -> Plan:
     """Lower a validated spec into a plan."""
-    steps: list[Step] = []
-    finish = Finish()
+    ops: list[Step] = []
     size: tuple[int, int] | None = None
     for index, op in enumerate(spec.ops):
-        p = dict(op.params)
-        if op.name == "random_resized_crop":
-            size = fixed_output_size(p["size"])
-            steps.append(Step("random_resized_crop", {**p, "size": size}, index))
-        elif op.name == "resize":
-            shorter = isinstance(p["size"], int)
-            if not shorter:
-                size = fixed_output_size(p["size"])
-            steps.append(Step("resize", {**p, "size": (p["size"],) if shorter else fixed_output_size(p["size"]),
-                                         "shorter_side": shorter}, index))
-        elif op.name == "center_crop":
-            size = fixed_output_size(p["size"])
-            steps.append(Step("center_crop", {"size": size}, index))
-        elif op.name == "horizontal_flip":
-            steps.append(Step("horizontal_flip", p, index))
-        elif op.name == "crop_mirror_normalize":
-            if p["crop"] is not None:
-                size = fixed_output_size(p["crop"])
-                steps.append(Step("center_crop", {"size": size}, index))
-            if p["mirror"] > 0:
-                steps.append(Step("horizontal_flip", {"probability": p["mirror"]}, index))
-            finish = Finish(tuple(p["mean"]), tuple(p["std"]), p["dtype"], p["layout"])
-        elif op.name == "normalize":
-            finish = Finish(tuple(p["mean"]), tuple(p["std"]), p["dtype"], p["layout"])
-        else:  # the registry and this lowering must grow together
-            raise NotImplementedError(f"op {op.name!r} has no plan lowering")
+        definition = OPS[op.name]
+        ops += definition.lower(dict(op.params), index)
+        value = op.params.get(definition.size_param) if definition.size_param else None
+        if value is not None and not (definition.size_rule == "resize" and isinstance(value, int)):
+            size = fixed_output_size(value)  # a shorter-side resize leaves the size open
+    if not any(step.op.kind == "finish" for step in ops):
+        ops += OPS["normalize"].lower(dict(IMPLICIT_FINISH), len(spec.ops))
     if size is None:
         raise ValueError("plan has no fixed output size (the spec validator should have caught this)")
-    return Plan(tuple(steps), finish, size, spec.decode_device, spec.parity)
+    return Plan(tuple(ops), size, spec.decode_device, spec.parity)
 
 
 @dataclass(frozen=True)
@@ -106,7 +85,7 @@ def unsupported_ops(spec: PipelineSpec, backend: str) -> list[tuple[int, str, tu
     """(op position, op name, backends that support it) for every op ``backend`` cannot run.
 
     An op whose options only some backends reproduce is named with them (``resize with
-    interpolation bicubic with antialias false (...)``, see :func:`~dali_bridge.ops.unsupported_options`).
+    interpolation bicubic with antialias false (...)``, see :meth:`~dali_bridge.ops.Op.unsupported_options`).
     """
     found = [(i, op.name, OPS[op.name].backends) for i, op in enumerate(spec.ops)
              if backend not in OPS[op.name].backends]
@@ -117,14 +96,14 @@ def unsupported_ops(spec: PipelineSpec, backend: str) -> list[tuple[int, str, tu
 
 
 def resize_method(interpolation: str, antialias: bool) -> str:
-    """How the DALI graph reproduces torchvision's F.resize on uint8 images (see backends/dali.py).
+    """How the DALI graph reproduces torchvision's F.resize on uint8 images (:mod:`dali_bridge.ops.exact_resize`).
 
     ``nearest`` (torchvision ignores antialias for nearest): two half-step-shifted resizes per
     axis blended by a mask; ``linear`` (bilinear, no antialias): plain fn.resize; ``filter_1pass``
     (bilinear, antialias): border renormalisation, one 2-D pass; ``filter_2pass`` (bicubic,
     antialias): renormalised width then height pass, clamped in between; ``antialias``: plain
     antialiased fn.resize, chosen by :func:`resize_methods` where a crop hides the border.
-    Bicubic without antialias has none (:func:`~dali_bridge.ops.unsupported_options`).
+    Bicubic without antialias has none (see the resizing ops' ``unsupported_options``).
     """
     if interpolation == "nearest":
         return "nearest"
@@ -142,139 +121,90 @@ _BILINEAR_BORDER = 2
 
 
 def resize_methods(plan: Plan) -> dict[int, str]:
-    """Step index of each resize (``resize``, ``random_resized_crop``) → its :func:`resize_method` on DALI.
+    """Step index of each resizing step (its op ``resamples``) → its :func:`resize_method` on DALI.
 
     A bilinear antialiased resize to a shorter side, cropped at the centre to at most that side
     minus 2 x 2 pixels (the shipped validation pipeline: 256 then 224), never shows its border
     rows, where alone the renormalisation changes pixels: it runs as a plain antialiased
     fn.resize (``antialias``), without the cost of the exact border. One to a fixed size of at
-    least 3 x 3 that is the last geometry step (a final flip folds into crop_mirror_normalize; the
-    shipped training pipeline) runs plain too, with only its outermost rows and columns computed
-    the exact way and written over the batch's (``border_patch``).
+    least 3 x 3 that is the last step (a final flip folds into crop_mirror_normalize; the shipped
+    training pipeline) runs plain too, with only its outermost rows and columns computed the
+    exact way and written over the batch's (``border_patch``).
     """
     methods: dict[int, str] = {}
-    for n, step in enumerate(plan.steps):
-        if step.kind not in ("resize", "random_resized_crop"):
+    steps = plan.steps
+    for n, step in enumerate(steps):
+        if not step.op.resamples:
             continue
-        method = resize_method(step.params["interpolation"], step.params["antialias"])
+        p = step.params
+        method = resize_method(p["interpolation"], p["antialias"])
         if plan.parity == "fast" and method in ("filter_1pass", "filter_2pass"):
             method = "antialias"  # DALI's own border handling: plain fn.resize, up to a few levels off at the edges
-        following = plan.steps[n + 1] if n + 1 < len(plan.steps) else None
-        if (method == "filter_1pass" and step.kind == "resize" and step.params["shorter_side"]
-                and step.params["max_size"] is None and following is not None and following.kind == "center_crop"
-                and max(following.params["size"]) <= step.params["size"][0] - 2 * _BILINEAR_BORDER):
+        following = steps[n + 1] if n + 1 < len(steps) else None
+        shorter_side = p.get("shorter_side", False)
+        if (method == "filter_1pass" and shorter_side and p["max_size"] is None and following is not None
+                and following.op.hides_border_within
+                and max(following.params["size"]) <= p["size"][0] - 2 * _BILINEAR_BORDER):
             method = "antialias"
-        fixed_size = step.kind == "random_resized_crop" or not step.params["shorter_side"]
-        last_geometry = following is None or (n + 2 == len(plan.steps) and fused_mirror(plan))
-        if method == "filter_1pass" and fixed_size and last_geometry and min(step.params["size"]) >= 3:
+        last_step = following is None or (n + 2 == len(steps) and fused_mirror(plan))
+        if method == "filter_1pass" and not shorter_side and last_step and min(p["size"]) >= 3:
             method = "border_patch"
         methods[n] = method
     return methods
 
 
-# The DALI operators of each resize method, in the order the graph lists them (stage suffix, implementation).
-_NEAREST_PASS = [("", "fn.resize (nearest, grid shifted +1/2 step)"), ("", "arithmetic (x line mask)"),
-                 ("", "fn.resize (nearest, grid shifted -1/2 step)"), ("", "arithmetic (x line mask)"),
-                 ("", "arithmetic (sum: the lines PyTorch's float32 index picks)")]
-_RENORMALISED_PASS = [(".zero_margins", "fn.reshape (HWC, no copy)"),
-                      (".zero_margins", "fn.multi_paste (image on a zeroed canvas)"),
-                      ("", "fn.resize (antialias, float, region of interest on the image)")]
-RESIZE_STAGES: dict[str, list[tuple[str, str]]] = {
-    "linear": [("", "fn.resize (no antialias)")],
-    "antialias": [("", "fn.resize (antialias, DALI border handling)")],
-    "nearest": ([(".width", impl) for _, impl in _NEAREST_PASS] + [(".height", "fn.transpose (height as width)")]
-                + [(".height", impl) for _, impl in _NEAREST_PASS] + [(".height", "fn.transpose (back)")]),
-    "filter_1pass": (_RENORMALISED_PASS
-                     + [(".border_weights", "fn.resize (weight on the image per row)"),
-                        (".border_weights", "fn.resize (weight on the image per column)"),
-                        (".border_weights", "arithmetic (row x column)"),
-                        (".renormalise", "arithmetic (divide: torchvision's truncated filter)"),
-                        (".round", "fn.cast (uint8, round to nearest)")]),
-    "border_patch": ([("", "fn.resize (antialias: every line off the border equals torchvision's)"),
-                      (".border", "fn.reshape (HWC, no copy)")]
-                     + [(f".border.{edge}", impl) for edge in ("top", "bottom", "left", "right") for impl in
-                        ("fn.multi_paste (the edge strip beside a zeroed margin)",
-                         "fn.resize (antialias, float, roi mapping the edge as the full resize does)")]
-                     + [(".border.rows", "fn.cat (first and last row)"),
-                        (".border.rows", "arithmetic (divide by the filter's weight on the image: "
-                                         "torchvision's truncated filter)"),
-                        (".border.rows", "fn.cast (uint8, round to nearest)"),
-                        (".border.columns", "fn.cat (first and last column of the rows between)"),
-                        (".border.columns", "arithmetic (divide: torchvision's truncated filter)"),
-                        (".border.columns", "fn.cast (uint8, round to nearest)")]),
-    "filter_2pass": ([(".width" + suffix, impl) for suffix, impl in _RENORMALISED_PASS]
-                     + [(".width.border_weights", "fn.resize (weight on the image per column)"),
-                        (".width.renormalise", "arithmetic (divide)"),
-                        (".width.clamp", "arithmetic (clamp to [0, 255], as torchvision between passes)")]
-                     + [(".height" + suffix, impl) for suffix, impl in _RENORMALISED_PASS]
-                     + [(".height.border_weights", "fn.resize (weight on the image per row)"),
-                        (".height.renormalise", "arithmetic (divide)"),
-                        (".round", "fn.cast (uint8, round to nearest)")]),
-}
-
-
 def roi_decode(plan: Plan) -> bool:
-    """DALI decodes only the crop window when the first step is a random resized crop."""
-    return bool(plan.steps) and plan.steps[0].kind == "random_resized_crop"
+    """DALI decodes only the crop window when the first step's op crops a window (random resized crop)."""
+    return bool(plan.steps) and plan.steps[0].op.decodes_window
 
 
 def fused_mirror(plan: Plan) -> bool:
-    """A flip that is the last geometry step folds into DALI's crop_mirror_normalize."""
-    return bool(plan.steps) and plan.steps[-1].kind == "horizontal_flip"
+    """A last step that folds into DALI's crop_mirror_normalize (a horizontal flip)."""
+    return bool(plan.steps) and plan.steps[-1].op.folds_into_finish
+
+
+def graph_context(plan: Plan, device: str) -> GraphContext:
+    """The context the DALI graph builder and :func:`placement` walk the plan with."""
+    return GraphContext(plan=plan, device=device, resize_methods=resize_methods(plan))
 
 
 def placement(plan: Plan, backend: str, cuda: bool = False) -> list[Placed]:
     """Where each stage runs on ``backend``.
 
     ``dali``: decode ``mixed`` (nvJPEG; ``cpu`` when the spec says ``decode.device: cpu``), every
-    other op on ``gpu``. ``dali-cpu``: everything on ``cpu``. ``torchvision``: decode and geometry
+    other op on ``gpu``. ``dali-cpu``: everything on ``cpu``. ``torchvision``: decode and the steps
     in DataLoader worker processes on the CPU, finishing on the batch — on ``cuda`` when the loader
     targets a GPU (``cuda=True``), else in the main process.
     """
     if backend in ("dali", "dali-cpu"):
-        gpu = backend == "dali"
-        op_device = "gpu" if gpu else "cpu"
-        decode_device = ("mixed" if plan.decode_device == "mixed" else "cpu") if gpu else "cpu"
-        stages = [Placed("read", "fn.external_source (bridge-owned order)", "cpu")]
-        if roi_decode(plan):
-            stages.append(Placed("decode", "fn.decoders.image_slice (ROI decode of the crop window)", decode_device))
-        else:
-            stages.append(Placed("decode", "fn.decoders.image", decode_device))
-        if gpu and decode_device == "cpu":
-            stages.append(Placed("to_gpu", ".gpu()", "gpu"))
-        methods = resize_methods(plan)
-        for n, step in enumerate(plan.steps):
-            if step.kind == "random_resized_crop":
-                if n > 0:
-                    stages.append(Placed("random_resized_crop.crop", "fn.slice", op_device))
-                stages += [Placed("random_resized_crop.resize" + suffix, impl, op_device)
-                           for suffix, impl in RESIZE_STAGES[methods[n]]]
-            elif step.kind == "resize":
-                stages += [Placed("resize" + suffix, impl, op_device) for suffix, impl in RESIZE_STAGES[methods[n]]]
-            elif step.kind == "center_crop":
-                stages.append(Placed("center_crop", "fn.slice (zero padding)", op_device))
-            elif step.kind == "horizontal_flip":
-                if n == len(plan.steps) - 1:
-                    stages.append(Placed("horizontal_flip", "fused into fn.crop_mirror_normalize", op_device))
-                else:
-                    stages.append(Placed("horizontal_flip", "fn.flip", op_device))
-        stages.append(Placed("finish", f"fn.crop_mirror_normalize ({plan.finish.dtype}, {plan.finish.layout})",
-                             op_device))
-        if "border_patch" in methods.values():  # the resize's exact border lines, finished as the image
-            stages += [Placed("finish.border", f"fn.crop_mirror_normalize ({lines}, as the image)", op_device)
-                       for lines in ("first and last rows", "first and last columns")]
-            stages.append(Placed("border_patch", "torch: the exact border lines written over the batch's, in place",
-                                 "cuda" if gpu else "cpu"))
-        return stages
+        return _dali_placement(plan, gpu=backend == "dali")
     if backend == "torchvision":
         stages = [Placed("read", "DataLoader worker: file read", "cpu"),
                   Placed("decode", "torchvision.io.decode_image (RGB, EXIF orientation)", "cpu")]
-        for step in plan.steps:
-            impl = {"random_resized_crop": "F.crop + F.resize", "resize": "F.resize",
-                    "center_crop": "F.crop (zero padding)", "horizontal_flip": "F.horizontal_flip"}[step.kind]
-            stages.append(Placed(step.kind, impl, "cpu"))
+        stages += [Placed(step.kind, step.op.torchvision_stage(step.params), "cpu") for step in plan.steps]
         stages.append(Placed("batch", "uint8 batch through worker queue", "cpu"))
-        stages.append(Placed("finish", f"to {plan.finish.dtype}, normalise, {plan.finish.layout} on the batch",
+        stages.append(Placed("finish", plan.finish_step.op.torchvision_stage(plan.finish_step.params),
                              "cuda" if cuda else "cpu"))
         return stages
     raise ValueError(f"unknown backend {backend!r}")
+
+
+def _dali_placement(plan: Plan, gpu: bool) -> list[Placed]:
+    op_device = "gpu" if gpu else "cpu"
+    decode_device = ("mixed" if plan.decode_device == "mixed" else "cpu") if gpu else "cpu"
+    stages = [Placed("read", "fn.external_source (bridge-owned order)", "cpu")]
+    if roi_decode(plan):
+        stages.append(Placed("decode", "fn.decoders.image_slice (ROI decode of the crop window)", decode_device))
+    else:
+        stages.append(Placed("decode", "fn.decoders.image", decode_device))
+    if gpu and decode_device == "cpu":
+        stages.append(Placed("to_gpu", ".gpu()", "gpu"))
+    ctx = graph_context(plan, op_device)
+    for ctx.position, step in enumerate(plan.steps):
+        stages += [Placed(stage, impl, op_device) for stage, impl in step.op.dali_stages(step, ctx)]
+    stages += [Placed(stage, impl, op_device) for stage, impl in
+               plan.finish_step.op.dali_stages(plan.finish_step, ctx)]
+    for method in sorted(set(ctx.resize_methods.values())):  # stages a resize method adds after the finish
+        stages += [Placed(stage, impl, device or op_device) for stage, impl, device in
+                   METHODS[method].finish_stages("cuda" if gpu else "cpu")]
+    return stages

@@ -3,7 +3,8 @@
 * The order of an epoch is a permutation drawn from (seed, epoch) alone, split across ranks.
 * Every random parameter (crop window, flip) is drawn from (seed, epoch, sample index, op
   position) with a counter-based hash, so it does not depend on worker count, batch position,
-  rank, backend or restarts; the crop window also depends on the image size, as in torchvision.
+  rank, backend or restarts; each op turns its uniforms into concrete parameters given the image
+  size, as torchvision does (``Op.sample`` in :mod:`dali_bridge.ops`).
 
 That is what makes backends comparable pixel by pixel and runs resumable exactly.
 """
@@ -11,14 +12,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-from .images import ImageError
 from .plan import Plan, Step
-
-RRC_ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 windows, then falls back to the centre
 
 
 # --------------------------------------------------------------------------------------------
@@ -111,132 +108,42 @@ def uniforms(seed: int, epoch: int, indices: np.ndarray, stream: int, count: int
 
 
 def draw_count(step: Step) -> int:
-    """How many uniforms a random step consumes per sample."""
-    if step.kind == "random_resized_crop":
-        return 2 * RRC_ATTEMPTS + 2
-    if step.kind == "horizontal_flip":
-        return 1
-    return 0
+    """How many uniforms a step consumes per sample (its op's ``draws``)."""
+    return step.op.draws
 
 
 def draws(plan: Plan, seed: int, epoch: int, indices: np.ndarray) -> dict[int, np.ndarray]:
-    """The uniforms of every random step for these samples: ``{step position: [N, k]}``."""
-    return {pos: uniforms(seed, epoch, indices, pos + 1, draw_count(step))
-            for pos, step in enumerate(plan.steps) if draw_count(step)}
+    """The uniforms of every random step for these samples: ``{position in plan.ops: [N, k]}``.
+
+    Stream ``position + 1``: the ops before a step decide nothing about its draws.
+    """
+    return {pos: uniforms(seed, epoch, indices, pos + 1, step.op.draws)
+            for pos, step in enumerate(plan.ops) if step.op.draws}
 
 
 # --------------------------------------------------------------------------------------------
-# Geometry: what each step does to one image of a given size
+# Per-sample parameters: what each step does to one image of a given size
 
-@dataclass(frozen=True)
-class Crop:
-    """Take rows [top, top+height) and columns [left, left+width); outside the image is zero."""
-    top: int
-    left: int
-    height: int
-    width: int
+def sample_steps(plan: Plan, height: int, width: int,
+                 sample_draws: dict[int, np.ndarray]) -> list[tuple[tuple, tuple[int, int]]]:
+    """Each step's concrete parameters for one image of (height, width) pixels, with the size the
+    step receives: ``[(op.sample(...), (height, width)), ...]``, one entry per step of the plan.
 
-
-@dataclass(frozen=True)
-class Resize:
-    """Resample to (height, width) pixels."""
-    height: int
-    width: int
-    interpolation: str
-    antialias: bool
-
-
-@dataclass(frozen=True)
-class Flip:
-    """Mirror left-right when ``apply``."""
-    apply: bool
-
-
-def rrc_window(height: int, width: int, u: Sequence[float], scale: Sequence[float],
-               ratio: Sequence[float]) -> tuple[int, int, int, int]:
-    """torchvision's ``RandomResizedCrop.get_params`` driven by 22 given uniforms.
-
-    Returns (top, left, crop height, crop width). Area uniform in ``scale``, aspect ratio
-    log-uniform in ``ratio``, 10 attempts, then the centred fallback — the same algorithm.
+    ``sample_draws`` maps step positions to this sample's uniforms (a row of :func:`draws`).
+    Every sample of a plan gets entries of the same shape, which lets the DALI backend compile one
+    graph with per-sample arguments. Raises :class:`~dali_bridge.images.ImageError` when no
+    parameters fit the image (too thin for a ``max_size`` resize).
     """
-    area = height * width
-    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
-    for attempt in range(RRC_ATTEMPTS):
-        target_area = area * (scale[0] + (scale[1] - scale[0]) * u[2 * attempt])
-        aspect = math.exp(log_lo + (log_hi - log_lo) * u[2 * attempt + 1])
-        w = int(round(math.sqrt(target_area * aspect)))
-        h = int(round(math.sqrt(target_area / aspect)))
-        if 0 < w <= width and 0 < h <= height:
-            top = min(int(u[-2] * (height - h + 1)), height - h)
-            left = min(int(u[-1] * (width - w + 1)), width - w)
-            return top, left, h, w
-    in_ratio = width / height
-    if in_ratio < min(ratio):
-        w = width
-        h = int(round(w / min(ratio)))
-    elif in_ratio > max(ratio):
-        h = height
-        w = int(round(h * max(ratio)))
-    else:
-        w, h = width, height
-    return (height - h) // 2, (width - w) // 2, h, w
-
-
-def shorter_side_size(height: int, width: int, size: int, max_size: int | None = None) -> tuple[int, int]:
-    """torchvision's output size for ``Resize(int)``: shorter side ``size``, aspect kept (truncated).
-
-    Raises :class:`~dali_bridge.images.ImageError` (a sample error, handled by ``on_error``) when
-    ``max_size`` leaves the shorter side under one pixel: an image too thin for this resize.
-    """
-    short, long = (width, height) if width <= height else (height, width)
-    new_short, new_long = size, int(size * long / short)
-    if max_size is not None and new_long > max_size:
-        new_short, new_long = int(max_size * new_short / new_long), max_size
-        if new_short < 1:
-            raise ImageError(f"too thin to resize: shorter side {size} with max_size {max_size} would make this "
-                             f"{height}x{width} image {max_size} pixels long and {max_size * short / long:.2f} wide")
-    return (new_long, new_short) if width <= height else (new_short, new_long)
-
-
-def center_crop_window(height: int, width: int, crop_h: int, crop_w: int) -> Crop:
-    """torchvision's ``center_crop`` window, padding (negative anchors) when the crop is larger."""
-    if crop_h > height or crop_w > width:
-        pad_top = (crop_h - height) // 2 if crop_h > height else 0
-        pad_left = (crop_w - width) // 2 if crop_w > width else 0
-        padded_h = height + pad_top + ((crop_h - height + 1) // 2 if crop_h > height else 0)
-        padded_w = width + pad_left + ((crop_w - width + 1) // 2 if crop_w > width else 0)
-        top = int(round((padded_h - crop_h) / 2.0)) - pad_top
-        left = int(round((padded_w - crop_w) / 2.0)) - pad_left
-        return Crop(top, left, crop_h, crop_w)
-    return Crop(int(round((height - crop_h) / 2.0)), int(round((width - crop_w) / 2.0)), crop_h, crop_w)
+    found = []
+    for pos, step in enumerate(plan.steps):
+        op = step.op
+        concrete = op.sample(step.params, sample_draws.get(pos), height, width)
+        found.append((concrete, (height, width)))
+        height, width = op.output_size(concrete, height, width)
+    return found
 
 
 def sample_geometry(plan: Plan, height: int, width: int, sample_draws: dict[int, np.ndarray]) -> list:
-    """The concrete Crop/Resize/Flip operations for one image of (height, width) pixels.
-
-    ``sample_draws`` maps step positions to this sample's uniforms (a row of :func:`draws`).
-    The list has the same shape for every sample of a plan (one entry per geometry step, two for
-    random_resized_crop), which lets the DALI backend compile one graph with per-sample arguments.
-    """
-    ops: list = []
-    h, w = height, width
-    for pos, step in enumerate(plan.steps):
-        p = step.params
-        if step.kind == "random_resized_crop":
-            top, left, ch, cw = rrc_window(h, w, sample_draws[pos], p["scale"], p["ratio"])
-            out_h, out_w = p["size"]
-            ops += [Crop(top, left, ch, cw), Resize(out_h, out_w, p["interpolation"], p["antialias"])]
-            h, w = out_h, out_w
-        elif step.kind == "resize":
-            if p["shorter_side"]:
-                h, w = shorter_side_size(h, w, p["size"][0], p["max_size"])
-            else:
-                h, w = p["size"]
-            ops.append(Resize(h, w, p["interpolation"], p["antialias"]))
-        elif step.kind == "center_crop":
-            crop = center_crop_window(h, w, *p["size"])
-            ops.append(crop)
-            h, w = crop.height, crop.width
-        elif step.kind == "horizontal_flip":
-            ops.append(Flip(bool(sample_draws[pos][0] < p["probability"])))
-    return ops
+    """The concrete operations of every step for one image, in order (:func:`sample_steps` flattened:
+    a random resized crop gives a Crop and a Resize)."""
+    return [item for concrete, _ in sample_steps(plan, height, width, sample_draws) for item in concrete]

@@ -394,17 +394,16 @@ def _check_op_sequence(ops: list[OpSpec], chk: _Checker, indices: list[int]) -> 
     state: Any = None  # None (input size), ("short", s) or (h, w); "unknown" after an invalid size
     for n, op in enumerate(ops):
         op_path = ("ops", indices[n], op.name)
-        key = {"random_resized_crop": "size", "resize": "size", "center_crop": "size",
-               "crop_mirror_normalize": "crop"}.get(op.name)
-        if key is None or (op.name == "crop_mirror_normalize" and op.params.get(key) is None):
-            continue
+        key, rule = OPS[op.name].size_param, OPS[op.name].size_rule  # how the op sets the size
+        if key is None or (OPS[op.name].param(key).default is None and op.params.get(key) is None):
+            continue  # an optional size left out: the size stays
         if key not in op.params or size_checker(op.params[key])[1]:
             state = "unknown"  # already reported by the op's own checks
             continue
-        if op.name == "random_resized_crop":
-            state = fixed_output_size(op["size"])
-        elif op.name == "resize":
-            state = ("short", op["size"]) if isinstance(op["size"], int) else fixed_output_size(op["size"])
+        if rule == "output":
+            state = fixed_output_size(op[key])
+        elif rule == "resize":
+            state = ("short", op[key]) if isinstance(op[key], int) else fixed_output_size(op[key])
         else:
             crop = fixed_output_size(op[key])
             if state == "unknown":

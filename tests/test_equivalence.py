@@ -249,7 +249,8 @@ def test_dali_resize_reproduces_torchvision_resize_at_any_scale(mixed_root, inte
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms.v2 import functional as F
 
-    from dali_bridge.backends.dali import resize_arguments, resize_graph, write_border
+    from dali_bridge.backends.dali import write_border
+    from dali_bridge.ops.exact_resize import METHODS
     from dali_bridge.images import decode_rgb, read_bytes
     from dali_bridge.plan import resize_method
 
@@ -258,14 +259,18 @@ def test_dali_resize_reproduces_torchvision_resize_at_any_scale(mixed_root, inte
     cases = _random_cases([decode_rgb(read_bytes(str(p))) for p in files], seed=len(method) + int(antialias))
     if method == "border_patch":  # chosen only for a fixed output size of at least 3 x 3 (resize_methods)
         cases = [(crop, (max(3, out[0]), max(3, out[1]))) for crop, out in cases]
-    inputs = [(crop,) + tuple(resize_arguments(method, crop.shape[:2], out)) for crop, out in cases]
+    resize = METHODS[method]
+    names = [column.name for column in resize.columns()]
+    # each case's arguments as a batch of one, by the names the method declares
+    inputs = [(crop,) + tuple(resize.arguments([crop.shape[:2]], [out])[name][0] for name in names)
+              for crop, out in cases]
 
     @pipeline_def(batch_size=len(inputs), num_threads=1, device_id=None)
     def graph():
         columns = [fn.external_source(source=[[sample[k] for sample in inputs]], batch=True, cycle=True)
                    for k in range(len(inputs[0]))]
-        resized = resize_graph(columns[0], columns[1:], method, interpolation, "cpu")
-        return (resized[0], *resized[1]) if method == "border_patch" else resized
+        resized, border_lines = resize.graph(columns[0], dict(zip(names, columns[1:])), interpolation, "cpu")
+        return (resized, *border_lines)
 
     pipe = graph()
     pipe.build()
@@ -294,7 +299,7 @@ def test_image_weight_is_dalis_own_filter_weight_on_the_image():
     image, zeros on a margin wider than the filter) at random up- and downscales."""
     from nvidia.dali import fn, pipeline_def, types
 
-    from dali_bridge.backends.dali import _filter_margin, image_weight
+    from dali_bridge.ops.exact_resize import _filter_margin, image_weight
 
     rng = np.random.default_rng(0)
     in_sizes, out_size = rng.integers(1, 900, 48), 223
@@ -395,7 +400,8 @@ DRAWS = 10_000
 
 
 def _our_windows(height: int, width: int, scale: list[float], ratio: list[float]) -> np.ndarray:
-    from dali_bridge.sampling import RRC_ATTEMPTS, rrc_window, uniforms
+    from dali_bridge.ops.geometry import RRC_ATTEMPTS, rrc_window
+    from dali_bridge.sampling import uniforms
 
     u = uniforms(seed=0, epoch=0, indices=np.arange(DRAWS), stream=1, count=2 * RRC_ATTEMPTS + 2)
     return np.array([rrc_window(height, width, row, scale, ratio) for row in u], dtype=np.float64)

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from conftest import TRAIN, VAL
-from dali_bridge.plan import (RESIZE_STAGES, Finish, Placed, Step, build_plan, fused_mirror, placement, roi_decode,
-                               unsupported_ops)
+from dali_bridge.ops.exact_resize import METHODS
+from dali_bridge.plan import Finish, Placed, Step, build_plan, fused_mirror, placement, roi_decode, unsupported_ops
 from dali_bridge.spec import coerce_spec, spec_from_dict
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -83,7 +83,7 @@ def test_crop_mirror_normalize_without_crop_or_mirror_adds_no_steps():
 
 def test_dali_places_decode_on_mixed_and_every_op_on_the_gpu():
     stages = placement(plan_of(TRAIN_OPS), "dali")
-    resize = [("random_resized_crop.resize" + suffix, "gpu") for suffix, _ in RESIZE_STAGES["border_patch"]]
+    resize = [("random_resized_crop.resize" + suffix, "gpu") for suffix, _ in METHODS["border_patch"].stages()]
     assert [(s.stage, s.device) for s in stages] == [
         ("read", "cpu"), ("decode", "mixed"), *resize, ("horizontal_flip", "gpu"), ("finish", "gpu"),
         ("finish.border", "gpu"), ("finish.border", "gpu"), ("border_patch", "cuda")]
@@ -123,8 +123,8 @@ def test_roi_decode_only_when_the_first_op_is_a_random_resized_crop():
     assert not roi_decode(later) and not roi_decode(plan_of(VAL_OPS))
     stages = placement(later, "dali")
     assert stages[1].implementation == "fn.decoders.image"
-    exact_resize = [suffix for suffix, _ in RESIZE_STAGES["filter_1pass"]]
-    patched = [suffix for suffix, _ in RESIZE_STAGES["border_patch"]]
+    exact_resize = [suffix for suffix, _ in METHODS["filter_1pass"].stages()]
+    patched = [suffix for suffix, _ in METHODS["border_patch"].stages()]
     assert [s.stage for s in stages][2:] == (["resize" + s for s in exact_resize] + ["random_resized_crop.crop"]
                                              + ["random_resized_crop.resize" + s for s in patched]
                                              + ["finish", "finish.border", "finish.border", "border_patch"])
@@ -181,9 +181,10 @@ MIXED_ONLY = {"jpeg_fancy_upsampling", "hw_decoder_load", "device_memory_padding
 DALI_OPS = {"decoders__ImageSlice": "fn.decoders.image_slice", "decoders__Image": "fn.decoders.image",
             "Resize": "fn.resize", "Slice": "fn.slice", "Flip": "fn.flip",
             "CropMirrorNormalize": "fn.crop_mirror_normalize",
-            # the torchvision-exact resize arrangements (plan.RESIZE_STAGES)
+            # the torchvision-exact resize methods (ops.exact_resize)
             "Reshape": "fn.reshape", "MultiPaste": "fn.multi_paste", "_ArithmeticGenericOp": "arithmetic",
-            "Cast": "fn.cast", "Transpose": "fn.transpose", "Cat": "fn.cat"}
+            "Cast": "fn.cast", "Transpose": "fn.transpose", "Cat": "fn.cat",
+            "_TensorSubscript": "subscript", "Stack": "fn.stack"}
 
 
 def parse_opspec(text: str) -> dict[str, Any]:
@@ -241,6 +242,10 @@ PIPELINES = {
     "rrc-after-resize": [{"resize": 300}, {"random_resized_crop": [200, 160]}, {"normalize": {"dtype": "float16"}}],
     "crop-mirror-normalize": [{"resize": 256}, {"crop_mirror_normalize": {"crop": 224, "mirror": 0.5, "mean": MEAN,
                                                                           "std": STD, "layout": "HWC"}}],
+    "vertical-flip-and-grayscale": [{"random_resized_crop": 224}, {"vertical_flip": 0.5}, {"random_grayscale": 0.2},
+                                    {"horizontal_flip": 0.5}, {"normalize": {"mean": MEAN, "std": STD}}],
+    "nearest-bicubic": [{"resize": {"size": 300, "interpolation": "nearest"}},
+                        {"random_resized_crop": {"size": 200, "interpolation": "bicubic"}}, {"normalize": {}}],
 }
 
 

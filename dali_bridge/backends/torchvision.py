@@ -1,11 +1,11 @@
 """The torchvision backend: the CPU fallback on torch's DataLoader.
 
 Workers decode with torchvision.io (libjpeg-turbo, the decoder DALI's CPU path also uses), apply
-the geometry the loader computed (``transforms.v2.functional`` on uint8 tensors) and ship whole
-uint8 batches — a quarter of the bytes of float32 — through the worker queue into shared-memory
-buffers they reuse. Dtype conversion and normalisation run on the batch: on the GPU when the
-loader targets one (copy on a side stream, overlapped with the consumer's work), else in the main
-process.
+each step's kernel with the parameters the loader computed (``transforms.v2.functional`` on
+uint8 tensors) and ship whole uint8 batches — a quarter of the bytes of float32 — through the
+worker queue into shared-memory buffers they reuse. Dtype conversion and normalisation run on the
+batch: on the GPU when the loader targets one (copy on a side stream, overlapped with the
+consumer's work), else in the main process.
 """
 from __future__ import annotations
 
@@ -16,21 +16,17 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch.utils.data import DataLoader, Dataset
-from torchvision.transforms import InterpolationMode
-from torchvision.transforms.v2 import functional as F
 
 from ..images import ImageError, SampleError, decode_rgb
 from .base import RawBatch, SkippedSample, Topology, default_workers
 from .device import cuda_ordinal
 from ..plan import Finish, Plan
-from ..sampling import BatchTask, Crop, Flip, Resize, draws, sample_geometry
+from ..sampling import BatchTask, draws, sample_steps
 from ..sources import Listing
 from ..spec import PipelineSpec
 
 log = logging.getLogger("dali_bridge")
 
-_INTERPOLATION = {"nearest": InterpolationMode.NEAREST, "bilinear": InterpolationMode.BILINEAR,
-                  "bicubic": InterpolationMode.BICUBIC}
 _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "uint8": torch.uint8}
 # Output buffers each worker cycles through. The DataLoader keeps at most `prefetch` batches in
 # flight per worker and the main process finishes one batch before it asks for another, so a
@@ -38,18 +34,11 @@ _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "uint8": to
 _SPARE_BUFFERS = 2
 
 
-def apply_geometry(image: torch.Tensor, ops: list) -> torch.Tensor:
-    """Apply one sample's Crop/Resize/Flip list (from :func:`sample_geometry`) to a CHW uint8 tensor."""
-    for op in ops:
-        if isinstance(op, Crop):
-            image = F.crop(image, op.top, op.left, op.height, op.width)
-        elif isinstance(op, Resize):
-            if image.shape[-2:] != (op.height, op.width):
-                image = F.resize(image, [op.height, op.width], interpolation=_INTERPOLATION[op.interpolation],
-                                 antialias=op.antialias)
-        elif isinstance(op, Flip):
-            if op.apply:
-                image = F.horizontal_flip(image)
+def apply_steps(image: torch.Tensor, plan: Plan, per_step: list) -> torch.Tensor:
+    """Apply one sample's steps (:func:`~dali_bridge.sampling.sample_steps`) to a CHW uint8 tensor,
+    each with its op's torchvision kernel."""
+    for step, (concrete, _) in zip(plan.steps, per_step):
+        image = step.op.torchvision_kernel(image, concrete)
     return image
 
 
@@ -91,14 +80,14 @@ class BatchDataset(Dataset):
             path = self.paths[index]
             try:
                 image = decode_rgb(self.listing.read(index))
-                ops = sample_geometry(self.plan, image.shape[-2], image.shape[-1],
-                                      {k: v[row] for k, v in sample_draws.items()})
+                per_step = sample_steps(self.plan, image.shape[-2], image.shape[-1],
+                                        {k: v[row] for k, v in sample_draws.items()})
             except ImageError as exc:  # unreadable, or no geometry fits it (too thin for a max_size resize)
                 if self.on_error == "raise":
                     return {"error": (index, path, str(exc))}
                 skipped.append((index, path, str(exc)))
                 continue
-            images.append(apply_geometry(image, ops))
+            images.append(apply_steps(image, self.plan, per_step))
             rows.append(row)
         out = self._buffer(len(images))
         for slot, image in enumerate(images):

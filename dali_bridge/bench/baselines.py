@@ -70,38 +70,19 @@ def _pil_rgb(path: str):
 
 
 def torchvision_baseline_transform(plan, pil: bool = False):
-    """The ``transforms.v2`` pipeline a user writes for ``plan`` (on PIL images when ``pil``)."""
-    import torch
+    """The ``transforms.v2`` pipeline a user writes for ``plan`` (on PIL images when ``pil``): each
+    step's own ``transforms.v2`` counterpart, then the finish's."""
     from torchvision.transforms import v2
 
-    interpolation = {"nearest": v2.InterpolationMode.NEAREST, "bilinear": v2.InterpolationMode.BILINEAR,
-                     "bicubic": v2.InterpolationMode.BICUBIC}
     steps: list = []
     for step in plan.steps:
-        p = step.params
-        if step.kind == "random_resized_crop":
-            steps.append(v2.RandomResizedCrop(list(p["size"]), scale=tuple(p["scale"]), ratio=tuple(p["ratio"]),
-                                              interpolation=interpolation[p["interpolation"]],
-                                              antialias=p["antialias"]))
-        elif step.kind == "resize":
-            size = p["size"][0] if p["shorter_side"] else list(p["size"])
-            steps.append(v2.Resize(size, interpolation=interpolation[p["interpolation"]], max_size=p.get("max_size"),
-                                   antialias=p["antialias"]))
-        elif step.kind == "center_crop":
-            steps.append(v2.CenterCrop(list(p["size"])))
-        elif step.kind == "horizontal_flip":
-            steps.append(v2.RandomHorizontalFlip(p["probability"]))
-        else:
-            raise BenchError(f"no hand-written torchvision equivalent for step {step.kind!r}")
+        try:
+            steps += step.op.torchvision_transforms(step.params)
+        except NotImplementedError as exc:
+            raise BenchError(f"no hand-written torchvision equivalent for step {step.kind!r}") from exc
     if pil:
         steps.append(v2.PILToTensor())
-    finish = plan.finish
-    steps.append(v2.ToDtype({"float32": torch.float32, "float16": torch.float16, "uint8": torch.uint8}[finish.dtype],
-                            scale=True))
-    if not finish.identity:
-        steps.append(v2.Normalize(list(finish.mean), list(finish.std)))
-    if finish.layout != "CHW":
-        steps.append(v2.Lambda(lambda image: image.permute(1, 2, 0)))
+    steps += plan.finish_step.op.torchvision_transforms(plan.finish_step.params)
     return v2.Compose(steps)
 
 
@@ -131,69 +112,35 @@ def torchvision_baseline(spec, listing, plan, threads: int, pil: bool, cuda: boo
 
 def dali_baseline_pipeline(spec, listing, plan, threads: int, gpu: bool):
     """The plain DALI pipeline a user writes for ``plan``: file reader in the bridge's epoch-0 order
-    (DALI's reader cannot change order per epoch), ROI decode when the plan starts with a random
-    resized crop, then resize / crop / flip with DALI's own random draws, crop_mirror_normalize."""
+    (DALI's reader cannot change order per epoch), then each step's plain DALI counterpart with
+    DALI's own random draws (a first random resized crop decodes its random window), and
+    crop_mirror_normalize (taking a last centre crop and flip)."""
     from nvidia.dali import fn, pipeline_def, types
 
+    from ..plan import graph_context
     from ..sampling import epoch_order
 
     order = epoch_order(len(listing), spec.seed, 0, spec.loader.shuffle).tolist()
-    interp = {"nearest": types.INTERP_NN, "bilinear": types.INTERP_LINEAR, "bicubic": types.INTERP_CUBIC}
     decode_device = "mixed" if gpu else "cpu"
-    op_device = "gpu" if gpu else "cpu"
-    steps = list(plan.steps)
 
     @pipeline_def(batch_size=spec.batch_size, num_threads=threads, device_id=0 if gpu else None,
                   prefetch_queue_depth=spec.loader.prefetch)
     def plain():
         encoded, labels = fn.readers.file(files=[listing.paths[i] for i in order], labels=order,
                                           random_shuffle=False, name="Reader")
-        if steps and steps[0].kind == "random_resized_crop":
-            p = steps.pop(0).params
-            images = fn.decoders.image_random_crop(encoded, device=decode_device, output_type=types.RGB,
-                                                   random_area=list(p["scale"]), random_aspect_ratio=list(p["ratio"]),
-                                                   num_attempts=10)
-            images = fn.resize(images, resize_x=p["size"][1], resize_y=p["size"][0], interp_type=interp[p["interpolation"]],
-                               antialias=p["antialias"], device=op_device)
-        else:
+        ctx = graph_context(plan, "gpu" if gpu else "cpu")
+        first = plan.steps[0] if plan.steps else None
+        images = first.op.dali_baseline_decode(first, encoded, decode_device, ctx) if first else None
+        start = 0 if images is None else 1  # the decoder did the first step (a random resized crop's window)
+        if images is None:
             images = fn.decoders.image(encoded, device=decode_device, output_type=types.RGB)
-        crop, mirror = None, None
-        for n, step in enumerate(steps):
-            p = step.params
-            rest_are_flips = all(s.kind == "horizontal_flip" for s in steps[n + 1:])
-            if step.kind == "random_resized_crop":
-                images = fn.random_resized_crop(images, size=list(p["size"]), random_area=list(p["scale"]),
-                                                random_aspect_ratio=list(p["ratio"]), antialias=p["antialias"],
-                                                interp_type=interp[p["interpolation"]], device=op_device)
-            elif step.kind == "resize":
-                if p["shorter_side"]:
-                    extra = {"max_size": p["max_size"]} if p.get("max_size") else {}
-                    images = fn.resize(images, resize_shorter=p["size"][0], interp_type=interp[p["interpolation"]],
-                                       antialias=p["antialias"], device=op_device, **extra)
-                else:
-                    images = fn.resize(images, resize_x=p["size"][1], resize_y=p["size"][0], device=op_device,
-                                       interp_type=interp[p["interpolation"]], antialias=p["antialias"])
-            elif step.kind == "center_crop":
-                if rest_are_flips:
-                    crop = list(p["size"])
-                else:
-                    images = fn.crop(images, crop=list(p["size"]), out_of_bounds_policy="pad", device=op_device)
-            elif step.kind == "horizontal_flip":
-                coin = fn.random.coin_flip(probability=p["probability"])
-                if n == len(steps) - 1:
-                    mirror = coin
-                else:
-                    images = fn.flip(images, horizontal=coin, device=op_device)
-        finish = plan.finish
-        dtype = {"float32": types.FLOAT, "float16": types.FLOAT16, "uint8": types.UINT8}[finish.dtype]
-        args: dict[str, Any] = {"dtype": dtype, "output_layout": finish.layout, "device": op_device}
-        if finish.dtype != "uint8":  # float outputs are pixel/255, normalised: mean and std in 0-255 units
-            args.update(mean=[m * 255 for m in finish.mean], std=[s * 255 for s in finish.std])
-        if crop is not None:
-            args.update(crop=crop, out_of_bounds_policy="pad")
-        if mirror is not None:
-            args["mirror"] = mirror
-        return fn.crop_mirror_normalize(images, **args), labels
+        for ctx.position, step in enumerate(plan.steps):
+            if ctx.position >= start:
+                try:
+                    images = step.op.dali_baseline(step, images, ctx)
+                except NotImplementedError as exc:
+                    raise BenchError(f"no hand-written DALI equivalent for step {step.kind!r}") from exc
+        return plan.finish_step.op.dali_baseline(plan.finish_step, images, ctx), labels
 
     return plain()
 

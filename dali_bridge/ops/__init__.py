@@ -1,0 +1,68 @@
+"""Ops: one module holds everything about an op; :data:`OPS` names them.
+
+An op (:class:`~dali_bridge.ops.base.Op`) declares, in its own module:
+
+* its parameters, defaults and checks (:class:`Param`) — what the spec validator uses, with
+  ``extra_check`` for rules across parameters and ``size_param``/``size_rule`` for its effect on
+  the output size;
+* ``lower``: the plan steps it becomes (``crop_mirror_normalize`` → centre crop, flip, finish);
+* ``draws`` (uniforms per sample) and ``sample``: how they become concrete per-sample parameters
+  given the image size — pure numpy, torchvision's ``make_params`` driven by the bridge's
+  counter-based uniforms (:func:`dali_bridge.sampling.draws`); ``output_size`` after it;
+* ``torchvision_kernel`` (``transforms.v2.functional`` on a CHW uint8 tensor) and
+  ``torchvision_transforms``, the ``transforms.v2`` transform it must match (parity tests and the
+  hand-written bench baseline);
+* ``dali_columns`` (per-sample argument columns by name, dtype and shape), ``dali_arguments``
+  (the batch's columns by name) and ``dali_graph`` (its fragment, reading the columns by name);
+  ``dali_baseline``: the plain DALI a user writes (bench baseline);
+* ``dali_stages`` / ``torchvision_stage``: what ``dali-bridge show`` lists (placement as data).
+
+Parameter meanings and defaults follow torchvision's ``transforms.v2``; sizes are in pixels,
+mean/std in [0, 1] units (the DALI finish multiplies by 255).
+
+The plan
+--------
+:func:`dali_bridge.plan.build_plan` lowers a spec to ``Plan.ops``, a tuple of op instances
+(:class:`Step`: op name + resolved parameters), in this order:
+
+1. per-sample ops on uint8 images (``kind`` ``geometry`` or ``pixel``): decoded, then each step in
+   turn — in DataLoader workers on torchvision, in the DALI graph on DALI;
+2. the finish (``normalize``; an implicit uint8 one when the spec has none): dtype, normalisation,
+   layout — on the batch on torchvision, crop_mirror_normalize on DALI;
+3. ops after normalisation (per-sample, on float tensors), then batch-level ops (MixUp, CutMix:
+   kind ``batch``) last, which run on the whole batch on the loader's device after the finish
+   and draw per batch, keyed by (seed, epoch, batch number, position). ``Plan.steps`` stops at
+   the finish, so such ops change nothing before it; the first of them adds its stage to both
+   executors, and until then the spec validator keeps the finish last.
+
+A step's draws are ``uniforms(seed, epoch, indices, stream=position + 1, count=op.draws)`` where
+``position`` is its place in ``Plan.ops``: adding an op to a pipeline never changes the draws
+of the ops before it.
+
+Adding an op
+------------
+1. Write ``dali_bridge/ops/<name>.py``: a subclass of :class:`Op` with its class attributes
+   (``draws``, ``transform``) and methods, one instance built with the name, kind, parameters
+   and documentation, and ``REGISTERED = (that instance,)``.
+2. Add ``"<name>"`` to ``_MODULES`` in :mod:`dali_bridge.ops.registry`.
+3. Write ``tests/test_<name>.py``: equivalence with torchvision on ``dali-cpu`` (within 1 level),
+   the sampler's rate against torchvision's own transform (within 3 sigma), and add the op to a
+   pipeline of ``tests/test_plan.py``'s ``PIPELINES`` (the GPU graph equals the CPU graph).
+
+``vertical_flip`` (torchvision's ``RandomVerticalFlip``) and ``random_grayscale``
+(``RandomGrayscale``) are the worked examples; ``docs/adding-an-op.md`` walks through them.
+Nothing in the loader, the executors or the spec validator changes.
+
+Pure Python at import time: no DALI or torch import, so the spec layer can validate anywhere.
+"""
+from __future__ import annotations
+
+from .base import (ALL_BACKENDS, DTYPES, INTERPOLATIONS, LAYOUTS, REQUIRED, Checker, Column, GraphContext, Op,
+                   Param, Step, _type_name, bool_checker, channels_checker, choice_checker, fixed_output_size,
+                   is_int, is_number, optional, probability_checker, range_checker, size_checker)
+from .registry import OPS, op_names, unsupported_options
+
+__all__ = ["ALL_BACKENDS", "DTYPES", "INTERPOLATIONS", "LAYOUTS", "OPS", "REQUIRED", "Checker", "Column",
+           "GraphContext", "Op", "Param", "Step", "_type_name", "bool_checker", "channels_checker", "choice_checker",
+           "fixed_output_size", "is_int", "is_number", "op_names", "optional", "probability_checker", "range_checker",
+           "size_checker", "unsupported_options"]

@@ -1,0 +1,308 @@
+"""The op interface, its parameter checkers and the plan's op instance.
+
+An :class:`Op` is one registry entry: a frozen dataclass holding what the spec validator reads
+(name, parameters, defaults, checks, backends) whose methods answer every other question about
+the op — its draws and how they become concrete per-sample parameters, its effect on the image
+size, its torchvision kernel and ``transforms.v2`` counterpart, its DALI graph fragment with the
+argument columns it declares by name, and the stages ``dali-bridge show`` lists for it.
+A :class:`Step` is an op instance in a plan: the op's name and its resolved parameters.
+
+Pure Python at import time: torch, torchvision and DALI are imported inside the methods that
+need them, so the spec layer can validate anywhere.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+ALL_BACKENDS = ("dali", "dali-cpu", "torchvision")
+INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
+DTYPES = ("float32", "float16", "uint8")
+LAYOUTS = ("CHW", "HWC")
+
+# A checker takes the raw value and returns (normalised value, problem or None).
+Checker = Callable[[Any], "tuple[Any, str | None]"]
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def size_checker(value: Any) -> tuple[Any, str | None]:
+    """A size: one positive int (square, or the shorter side for ``resize``) or [height, width]."""
+    if is_int(value):
+        return (value, None) if value > 0 else (value, f"expected a positive size in pixels, found {value}")
+    if isinstance(value, list) and len(value) == 2 and all(is_int(v) for v in value):
+        if min(value) <= 0:
+            return value, f"expected positive sizes in pixels, found {value}"
+        return list(value), None
+    return value, f"expected a size in pixels (an integer or [height, width]), found {_type_name(value)} {value!r}"
+
+
+def choice_checker(choices: tuple[str, ...]) -> Checker:
+    def check(value: Any) -> tuple[Any, str | None]:
+        if isinstance(value, str) and value in choices:
+            return value, None
+        return value, f"expected one of {', '.join(choices)}, found {value!r}"
+    return check
+
+
+def probability_checker(value: Any) -> tuple[Any, str | None]:
+    if not is_number(value):
+        return value, f"expected a probability (number in [0, 1]), found {_type_name(value)} {value!r}"
+    if not 0.0 <= value <= 1.0:
+        return value, f"expected a probability in [0, 1], found {value}"
+    return float(value), None
+
+
+def bool_checker(value: Any) -> tuple[Any, str | None]:
+    if isinstance(value, bool):
+        return value, None
+    return value, f"expected true or false, found {_type_name(value)} {value!r}"
+
+
+def range_checker(lo_bound: float, hi_bound: float | None, what: str) -> Checker:
+    """[low, high] with lo_bound < low <= high (<= hi_bound when given)."""
+    def check(value: Any) -> tuple[Any, str | None]:
+        if not (isinstance(value, list) and len(value) == 2 and all(is_number(v) for v in value)):
+            return value, f"expected [low, high] {what}, found {_type_name(value)} {value!r}"
+        lo, hi = float(value[0]), float(value[1])
+        if lo > hi:
+            return value, f"expected low <= high, found {value}"
+        if lo <= lo_bound or (hi_bound is not None and hi > hi_bound):
+            upper = f", {hi_bound}]" if hi_bound is not None else ", inf)"
+            return value, f"expected both ends in ({lo_bound}{upper}, found {value}"
+        return [lo, hi], None
+    return check
+
+
+def channels_checker(what: str, positive: bool) -> Checker:
+    """Three per-channel (R, G, B) numbers in [0, 1] units; std must be > 0."""
+    def check(value: Any) -> tuple[Any, str | None]:
+        if is_number(value):
+            value = [value] * 3
+        if not (isinstance(value, list) and all(is_number(v) for v in value)):
+            return value, f"expected {what} as 3 numbers (R, G, B) in [0, 1] units, found {_type_name(value)} {value!r}"
+        if len(value) != 3:
+            return value, f"expected 3 values (R, G, B) for {what}, found {len(value)}: {value}"
+        if positive and any(v <= 0 for v in value):
+            return value, f"expected every {what} value > 0, found {value}"
+        if any(abs(v) > 1.0 for v in value):
+            return value, (f"expected {what} in [0, 1] units like torchvision's (e.g. 0.229, not 58.4), "
+                           f"found {value}")
+        return [float(v) for v in value], None
+    return check
+
+
+def optional(checker: Checker) -> Checker:
+    def check(value: Any) -> tuple[Any, str | None]:
+        return (None, None) if value is None else checker(value)
+    return check
+
+
+def fixed_output_size(size: Any) -> tuple[int, int]:
+    """(height, width) for a crop-like size parameter."""
+    return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+
+
+@dataclass(frozen=True)
+class Param:
+    """One op parameter: name, default (``REQUIRED`` when none), checker, docs with units."""
+    name: str
+    default: Any
+    check: Checker
+    doc: str
+
+
+REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Column:
+    """A per-sample argument column an op's DALI fragment reads: its name (unique within the op),
+    numpy dtype, and per-sample shape (``None`` where a length varies from sample to sample)."""
+    name: str
+    dtype: str
+    shape: tuple[int | None, ...]
+
+    def problem(self, value: Any) -> str | None:
+        """Why a batch's column does not match this declaration, or None (checks the first sample)."""
+        first = value[0] if isinstance(value, list) else value[0] if len(value) else None
+        if first is None:
+            return None
+        first = np.asarray(first)
+        if first.dtype != np.dtype(self.dtype) or first.ndim != len(self.shape) or any(
+                want is not None and got != want for got, want in zip(first.shape, self.shape)):
+            return (f"column '{self.name}' declared {self.dtype} {self.shape}, "
+                    f"built {first.dtype} {tuple(first.shape)}")
+        return None
+
+
+@dataclass(frozen=True)
+class Step:
+    """An op instance in a plan: the registry op ``kind`` with its resolved ``params``.
+
+    ``op_index`` is the position, in the spec, of the op that produced it (a compound op lowers
+    to several steps with one index; the finish a spec leaves implicit has ``len(spec.ops)``).
+    """
+    kind: str
+    params: dict[str, Any] = field(hash=False)
+    op_index: int
+
+    @property
+    def op(self) -> "Op":
+        return _registry()[self.kind]
+
+    @property
+    def random(self) -> bool:
+        return self.op.draws > 0
+
+
+_REGISTRY: list[dict[str, "Op"]] = []
+
+
+def _registry() -> dict[str, "Op"]:
+    """The registry's OPS (imported on first use: it imports the op modules, which import this one)."""
+    if not _REGISTRY:
+        from .registry import OPS
+
+        _REGISTRY.append(OPS)
+    return _REGISTRY[0]
+
+
+@dataclass
+class GraphContext:
+    """What an op's DALI fragment needs besides its columns, shared along one graph.
+
+    ``device``: the ops' device (``cpu`` | ``gpu``); ``position``: the step's place in the plan;
+    ``mirror``: a per-sample flip handed to the finish (crop_mirror_normalize's ``mirror``);
+    ``side_outputs``: images a step produced beside the main one (a border patch's exact edge
+    lines), which the finish treats as images and the pipeline returns after the image — the plan
+    allows them only where no step but a flip folded into the finish follows; ``crop``: a centre
+    crop handed to the finish (the plain-DALI bench baseline only).
+    """
+    plan: Any
+    device: str
+    resize_methods: dict[int, str]
+    position: int = 0
+    mirror: Any = None
+    side_outputs: list = field(default_factory=list)
+    crop: Any = None
+
+    def is_last_step(self) -> bool:
+        return self.position == len(self.plan.steps) - 1
+
+
+@dataclass(frozen=True)
+class Op:
+    """An op of the registry; subclasses hold one op's behaviour.
+
+    ``kind``: ``geometry`` moves pixels (and may change the size), ``pixel`` changes values in
+    place, ``finish`` converts dtype/layout and normalises (last of the per-sample ops),
+    ``compound`` lowers to several plan steps. ``primary`` is the parameter a scalar shorthand
+    (``- resize: 256``) sets. ``size_param``/``size_rule`` tell the validator how the op sets
+    the output size: ``output`` (that size), ``resize`` (an int is a shorter side) or ``crop``
+    (that size, which must fit what comes before); ``None`` when the size stays.
+    """
+    name: str
+    kind: str
+    params: tuple[Param, ...]
+    doc: str
+    backends: tuple[str, ...] = ALL_BACKENDS
+    primary: str | None = None
+    size_param: str | None = None
+    size_rule: str | None = None
+
+    draws: ClassVar[int] = 0                  # uniforms drawn per sample (see sampling.draws)
+    transform: ClassVar[str] = ""             # the torchvision.transforms.v2 transform it matches
+    folds_into_finish: ClassVar[bool] = False  # DALI: a last step given to crop_mirror_normalize
+    decodes_window: ClassVar[bool] = False     # DALI: as the first step, its crop is the decoder's ROI
+    resamples: ClassVar[bool] = False          # runs a resize (plan.resize_methods chooses how)
+    hides_border_within: ClassVar[bool] = False  # a centre crop: keeps only the middle of its input
+
+    @property
+    def random(self) -> bool:
+        return self.draws > 0
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)
+
+    # ---- spec
+    def extra_check(self, params: dict) -> list[tuple[str, str]]:
+        """Problems across parameters: (parameter, message)."""
+        return []
+
+    def unsupported_options(self, params: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+        """Option combinations only some backends reproduce: ``(what, those backends)``."""
+        return []
+
+    # ---- plan
+    def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
+        """The plan steps of this op (sizes as (height, width) tuples)."""
+        return [Step(self.name, dict(params), op_index)]
+
+    # ---- per sample: pure numpy
+    def sample(self, params: Mapping[str, Any], u: np.ndarray | None, height: int, width: int) -> tuple:
+        """Concrete parameters for one image of (height, width) pixels from its ``draws`` uniforms:
+        a tuple of small dataclasses, the same length for every sample of a plan."""
+        return ()
+
+    def output_size(self, concrete: tuple, height: int, width: int) -> tuple[int, int]:
+        """(height, width) after this step; crops and resizes give theirs."""
+        for item in reversed(concrete):
+            if hasattr(item, "height") and hasattr(item, "width"):
+                return item.height, item.width
+        return height, width
+
+    # ---- torchvision
+    def torchvision_kernel(self, image: Any, concrete: tuple) -> Any:
+        """Apply the concrete parameters to a CHW uint8 tensor (``transforms.v2.functional``)."""
+        raise NotImplementedError(f"op {self.name!r} has no torchvision kernel")
+
+    def torchvision_transforms(self, params: Mapping[str, Any]) -> list:
+        """The ``transforms.v2`` transforms a user writes for this step (parity tests, bench baseline)."""
+        raise NotImplementedError(f"op {self.name!r} has no transforms.v2 counterpart")
+
+    def torchvision_stage(self, params: Mapping[str, Any]) -> str:
+        """What ``dali-bridge show`` lists for this step on the torchvision backend."""
+        raise NotImplementedError(f"op {self.name!r} has no torchvision stage")
+
+    # ---- DALI
+    def dali_columns(self, step: Step, ctx: GraphContext) -> list[Column]:
+        """The per-sample argument columns the fragment reads, declared by name."""
+        return []
+
+    def dali_arguments(self, step: Step, concrete: Sequence[tuple], sizes: Sequence[tuple[int, int]],
+                       ctx: GraphContext) -> dict[str, Any]:
+        """The batch's columns by name: an array with the batch first, or a list of per-sample arrays.
+        ``concrete``: each sample's :meth:`sample`; ``sizes``: each sample's input (height, width)."""
+        return {}
+
+    def dali_graph(self, step: Step, images: Any, columns: Mapping[str, Any], ctx: GraphContext) -> Any:
+        """Add the step to the DALI graph; ``columns`` maps the declared names to DataNodes."""
+        raise NotImplementedError(f"op {self.name!r} has no DALI graph fragment")
+
+    def dali_stages(self, step: Step, ctx: GraphContext) -> list[tuple[str, str]]:
+        """(stage, implementation) of each DALI operator the fragment adds, in graph order."""
+        raise NotImplementedError(f"op {self.name!r} has no DALI stages")
+
+    def dali_baseline_decode(self, step: Step, encoded: Any, decode_device: str, ctx: GraphContext) -> Any:
+        """As the first step of the plain-DALI bench baseline: a decoder doing this step too, or None."""
+        return None
+
+    def dali_baseline(self, step: Step, images: Any, ctx: GraphContext) -> Any:
+        """The plain DALI a user writes for this step (DALI's own random draws): the bench baseline."""
+        raise NotImplementedError(f"op {self.name!r} has no plain DALI counterpart")
