@@ -184,7 +184,7 @@ DALI_OPS = {"decoders__ImageSlice": "fn.decoders.image_slice", "decoders__Image"
             # the torchvision-exact resize methods (ops.exact_resize)
             "Reshape": "fn.reshape", "MultiPaste": "fn.multi_paste", "_ArithmeticGenericOp": "arithmetic",
             "Cast": "fn.cast", "Transpose": "fn.transpose", "Cat": "fn.cat",
-            "_TensorSubscript": "subscript", "Stack": "fn.stack"}
+            "_TensorSubscript": "subscript", "Stack": "fn.stack", "GaussianBlur": "fn.gaussian_blur"}
 
 
 def parse_opspec(text: str) -> dict[str, Any]:
@@ -246,6 +246,8 @@ PIPELINES = {
                                     {"horizontal_flip": 0.5}, {"normalize": {"mean": MEAN, "std": STD}}],
     "nearest-bicubic": [{"resize": {"size": 300, "interpolation": "nearest"}},
                         {"random_resized_crop": {"size": 200, "interpolation": "bicubic"}}, {"normalize": {}}],
+    "gaussian-blur": [{"random_resized_crop": 224}, {"gaussian_blur": {"kernel_size": [23, 5]}},
+                      {"horizontal_flip": 0.5}, {"normalize": {"mean": MEAN, "std": STD}}],
 }
 
 

@@ -1,0 +1,130 @@
+"""gaussian_blur: blur with a Gaussian kernel of a random sigma (torchvision's ``GaussianBlur``).
+
+torchvision (``gaussian_blur_image``) builds a separable kernel ``softmax(-(x / sigma)^2)`` over
+``x = linspace(-(k-1) / (2 sqrt 2), (k-1) / (2 sqrt 2), k)`` in float32 — the normalised Gaussian
+``exp(-i^2 / (2 sigma^2))`` for ``i`` in ``-(k-1)/2 .. (k-1)/2`` — pads the image by ``k // 2``
+with ``reflect`` (the edge pixel not repeated), convolves a float32 copy of the uint8 image and
+rounds half to even back to uint8. Its ``kernel_size`` is ``(kx, ky)``: width first.
+
+The DALI fragment is ``fn.gaussian_blur`` with the drawn sigma as a per-sample argument and
+``window_size`` ``(ky, kx)`` (DALI lists the axes as the layout does, height first). DALI builds
+the same normalised Gaussian window (its docs give the kernel, not the border; the border measures
+as reflection without repeating the edge pixel, torch's ``reflect``, on the striped test image)
+and rounds to nearest; it runs the kernel as two 1-D passes where torch runs one 2-D convolution, so the sums
+differ in float32's last bits and a pixel sitting on a half level may round the other way. Measured
+against ``F.gaussian_blur`` on dali-cpu (tests/test_gaussian_blur.py): noise, photo-like, grey,
+flat and striped images, kernel sizes 1 to 31, sigma 0.1 to 8: at most 1 level, mean under 0.001;
+after a centre crop over the unusual-image corpus (grayscale-origin, CMYK, PNG kinds, 1x1 to
+4000x3000): at most 1 level, mean 0.00001. That is within the project's bound (1 level, mean 0.25),
+so the op uses DALI's operator rather than spelling torchvision's convolution out with
+``fn.experimental.filter`` and a per-sample kernel column.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..images import ImageError
+from .base import REQUIRED, Column, Op, Param, _type_name, is_int, is_number, range_checker
+
+
+@dataclass(frozen=True)
+class Blur:
+    """Blur with a Gaussian of standard deviation ``sigma`` pixels (float32, as torchvision draws it)
+    over a ``kernel_x`` by ``kernel_y`` window (width by height, pixels)."""
+    sigma: float
+    kernel_x: int
+    kernel_y: int
+
+
+def kernel_size_checker(value: Any) -> tuple[Any, str | None]:
+    """One odd positive int (square kernel) or ``[kx, ky]``: width first, as torchvision's ``kernel_size``."""
+    sizes = [value, value] if is_int(value) else value
+    if not (isinstance(sizes, list) and len(sizes) == 2 and all(is_int(v) for v in sizes)):
+        return value, (f"expected an odd kernel size in pixels (an integer, or [width, height] as torchvision's "
+                       f"(kx, ky)), found {_type_name(value)} {value!r}")
+    if any(v <= 0 or v % 2 == 0 for v in sizes):
+        return value, f"expected odd positive kernel sizes (1, 3, 5, ...), found {value}"
+    return list(sizes), None
+
+
+_sigma_range = range_checker(0.0, None, "sigma in pixels")
+
+
+def sigma_checker(value: Any) -> tuple[Any, str | None]:
+    """A fixed sigma (one number > 0) or the [low, high] range it is drawn from, in pixels."""
+    if is_number(value):
+        return _sigma_range([value, value])
+    return _sigma_range(value)
+
+
+class GaussianBlur(Op):
+    draws = 1  # one uniform per sample: sigma = low + (high - low) * u, as torchvision's uniform_(low, high)
+    transform = "GaussianBlur"
+
+    def sample(self, params, u, height, width) -> tuple:
+        kernel_x, kernel_y = params["kernel_size"]
+        if height <= kernel_y // 2 or width <= kernel_x // 2:
+            # torch's reflect padding needs every padded side longer than the padding; torchvision raises.
+            raise ImageError(f"too small to blur: gaussian_blur kernel_size [{kernel_x}, {kernel_y}] (width, "
+                             f"height) pads by [{kernel_x // 2}, {kernel_y // 2}] pixels with reflection, which "
+                             f"needs an image wider than {kernel_x // 2} and taller than {kernel_y // 2} pixels; "
+                             f"this one is {height}x{width} (height x width) here; use a smaller kernel_size or "
+                             f"blur after a resize")
+        low, high = params["sigma"]
+        # torchvision draws sigma as a float32 tensor (torch.empty(1).uniform_) and passes its .item().
+        return (Blur(float(np.float32(low + (high - low) * u[0])), kernel_x, kernel_y),)
+
+    def torchvision_kernel(self, image, concrete):
+        from torchvision.transforms.v2 import functional as F
+
+        blur = concrete[0]
+        return F.gaussian_blur(image, [blur.kernel_x, blur.kernel_y], [blur.sigma, blur.sigma])
+
+    def torchvision_transforms(self, params):
+        from torchvision.transforms import v2
+
+        return [v2.GaussianBlur(kernel_size=tuple(params["kernel_size"]), sigma=tuple(params["sigma"]))]
+
+    def torchvision_stage(self, params) -> str:
+        return "F.gaussian_blur"
+
+    def dali_columns(self, step, ctx):
+        return [Column("sigma", "float32", ())]
+
+    def dali_arguments(self, step, concrete, sizes, ctx):
+        return {"sigma": np.array([c[0].sigma for c in concrete], dtype=np.float32)}
+
+    def dali_graph(self, step, images, columns, ctx):
+        from nvidia.dali import fn
+
+        kernel_x, kernel_y = step.params["kernel_size"]
+        # Argument inputs stay on the host on either device.
+        return fn.gaussian_blur(images, sigma=columns["sigma"], window_size=[kernel_y, kernel_x], device=ctx.device)
+
+    def dali_stages(self, step, ctx):
+        return [(step.kind, "fn.gaussian_blur (torchvision's kernel, reflect border)")]
+
+    def dali_baseline(self, step, images, ctx):
+        from nvidia.dali import fn
+
+        kernel_x, kernel_y = step.params["kernel_size"]
+        low, high = step.params["sigma"]
+        return fn.gaussian_blur(images, sigma=fn.random.uniform(range=[low, high]), window_size=[kernel_y, kernel_x],
+                                device=ctx.device)
+
+
+GAUSSIAN_BLUR = GaussianBlur(
+    "gaussian_blur", "pixel", (
+        Param("kernel_size", REQUIRED, kernel_size_checker,
+              "kernel size in pixels: one odd integer, or [width, height] (torchvision's (kx, ky) order)"),
+        Param("sigma", [0.1, 2.0], sigma_checker,
+              "standard deviation of the Gaussian in pixels: [low, high], drawn uniformly per image, or one "
+              "number for a fixed sigma (default [0.1, 2.0])"),),
+    "Blur with a Gaussian kernel whose sigma is drawn uniformly per image (torchvision's GaussianBlur; "
+    "reflect border, rounded back to uint8).",
+    primary="kernel_size")
+
+REGISTERED = (GAUSSIAN_BLUR,)
