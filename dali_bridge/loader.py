@@ -75,7 +75,7 @@ class Loader:
     def __len__(self) -> int:
         """Batches the next iteration yields on this rank (the rest of an epoch after a resume)."""
         total = batch_count(len(self.listing), self.spec.batch_size, self.world_size, self.rank,
-                            self.spec.loader.last_batch)
+                            self.spec.loader.last_batch, repeats=self.spec.loader.repeated_augmentations)
         return total - self._resume_batch
 
     def set_epoch(self, epoch: int) -> None:
@@ -94,7 +94,8 @@ class Loader:
         """The batches this rank yields in ``epoch`` (what the loader will ask the backend for)."""
         loader = self.spec.loader
         return rank_batches(len(self.listing), self.spec.batch_size, self.spec.seed, epoch, self.rank,
-                            self.world_size, loader.last_batch, loader.shuffle)
+                            self.world_size, loader.last_batch, loader.shuffle,
+                            repeats=loader.repeated_augmentations)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         epoch, start = self._next_epoch, self._resume_batch
@@ -157,19 +158,23 @@ class Loader:
         return {"format": STATE_FORMAT, "epoch": epoch, "batch": batch, "seed": self.spec.seed,
                 "num_samples": len(self.listing), "batch_size": self.spec.batch_size,
                 "world_size": self.world_size, "rank": self.rank, "last_batch": self.spec.loader.last_batch,
-                "shuffle": self.spec.loader.shuffle, "skipped": len(self.skipped)}
+                "shuffle": self.spec.loader.shuffle, "skipped": len(self.skipped),
+                "repeated_augmentations": self.spec.loader.repeated_augmentations}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``; refuses a state from a different dataset, seed or topology."""
         if state.get("format") != STATE_FORMAT:
             raise ValueError(f"unknown loader state format {state.get('format')!r} (expected {STATE_FORMAT})")
         mine = self.state_dict()
-        for key in ("seed", "num_samples", "batch_size", "world_size", "rank", "last_batch", "shuffle"):
+        # A state saved before repeated augmentation existed had none: one pass per sample.
+        state = {"repeated_augmentations": 1, **state}
+        for key in ("seed", "num_samples", "batch_size", "world_size", "rank", "last_batch", "shuffle",
+                    "repeated_augmentations"):
             if state.get(key) != mine[key]:
                 raise ValueError(f"loader state does not match this loader: {key} is {state.get(key)!r} in the "
                                  f"state and {mine[key]!r} here")
         total = batch_count(len(self.listing), self.spec.batch_size, self.world_size, self.rank,
-                            self.spec.loader.last_batch)
+                            self.spec.loader.last_batch, repeats=self.spec.loader.repeated_augmentations)
         if not 0 <= state["batch"] <= total:
             raise ValueError(f"loader state batch {state['batch']} is outside this epoch's {total} batches")
         self._next_epoch, self._resume_batch = int(state["epoch"]), int(state["batch"])
@@ -293,9 +298,13 @@ def check_epoch_has_batches(spec: PipelineSpec, *, num_samples: int, topology: T
     silently do nothing (and in a distributed job, wait forever for this rank's collectives)."""
     batch_size, last_batch = spec.batch_size, spec.loader.last_batch
     world_size, rank = topology.world_size, topology.rank
-    if batch_count(num_samples, batch_size, world_size, rank, last_batch) > 0:
+    repeats = spec.loader.repeated_augmentations
+    if batch_count(num_samples, batch_size, world_size, rank, last_batch, repeats=repeats) > 0:
         return
     where = f"rank {rank} of world size {world_size}" if world_size > 1 else "this process (world size 1)"
+    if repeats > 1:  # each sample counts r times below
+        where += f" ({plural(num_samples, 'sample')} × repeated_augmentations {repeats})"
+        num_samples *= repeats
     if last_batch == "drop":
         share = num_samples // world_size
         message = (f"an epoch has no batches on {where}: {plural(num_samples, 'sample')} ÷ world size "

@@ -92,6 +92,10 @@ def _key_rows() -> list[tuple[str, str, str]]:
          "([Errors](errors.md))"),
         ("loader.shuffle", "`true` \\| `false`", f"`{_value(loader.shuffle)}`",
          "`false` keeps the listing order (validation)"),
+        ("loader.repeated_augmentations", "integer >= 1", f"`{loader.repeated_augmentations}`",
+         "each sample comes this many times per epoch, each time with its own random parameters; the repeats "
+         "follow one another in the epoch's order before it is dealt to ranks (torchvision's `RASampler`), so "
+         "they land on different ranks; `len()` and every `last_batch` policy count `samples × r`"),
     ]
 
 

@@ -1,10 +1,12 @@
 """Sample order and per-sample random parameters: pure functions of their inputs.
 
-* The order of an epoch is a permutation drawn from (seed, epoch) alone, split across ranks.
+* The order of an epoch is a permutation drawn from (seed, epoch) alone, split across ranks;
+  with repeated augmentation each sample of it comes ``r`` times in a row before the deal.
 * Every random parameter (crop window, flip) is drawn from (seed, epoch, sample index, op
-  position) with a counter-based hash, so it does not depend on worker count, batch position,
-  rank, backend or restarts; each op turns its uniforms into concrete parameters given the image
-  size, as torchvision does (``Op.sample`` in :mod:`dali_bridge.ops`).
+  position, and the repeat number when a sample comes several times) with a counter-based hash,
+  so it does not depend on worker count, batch position, rank, backend or restarts; each op
+  turns its uniforms into concrete parameters given the image size, as torchvision does
+  (``Op.sample`` in :mod:`dali_bridge.ops`).
 
 That is what makes backends comparable pixel by pixel and runs resumable exactly.
 """
@@ -35,58 +37,76 @@ class BatchTask:
     number: int             # position of the batch in this rank's epoch
     indices: np.ndarray     # int64 [N], positions in the source listing
     valid: np.ndarray       # bool [N], False for samples repeated to pad the batch
+    repeats: np.ndarray | None = None  # int64 [N], which repeat of its sample each row is (0 .. r-1); None: all 0
+
+    def __post_init__(self) -> None:
+        if self.repeats is None:
+            object.__setattr__(self, "repeats", np.zeros(len(self.indices), dtype=np.int64))
 
 
 def rank_batches(num_samples: int, batch_size: int, seed: int, epoch: int, rank: int = 0, world_size: int = 1,
-                 last_batch: str = "partial", shuffle: bool = True) -> list[BatchTask]:
+                 last_batch: str = "partial", shuffle: bool = True, repeats: int = 1) -> list[BatchTask]:
     """The batches rank ``rank`` of ``world_size`` yields in ``epoch``.
 
-    The epoch order is dealt to ranks round-robin (sample ``k`` of the order goes to rank
-    ``k % world_size``), then cut into batches:
+    With ``repeats`` r > 1 (repeated augmentation) each sample of the epoch order comes r times in
+    a row, repeat numbers 0 .. r-1, as torchvision's ``RASampler`` lays them out; the epoch then
+    holds ``num_samples * r`` entries (``RASampler`` instead cuts each rank's share to about
+    ``num_samples / world_size``, dropping most samples from each epoch). That sequence is dealt
+    to ranks round-robin (entry ``k`` goes to rank ``k % world_size``, so the repeats of a sample
+    land on different ranks when ``r <= world_size``), then cut into batches:
 
-    * ``partial``: every sample of the rank's share exactly once; the last batch may be smaller,
-      never empty. Over all ranks, every sample exactly once.
-    * ``drop``: full batches only; every rank yields ``(num_samples // world_size) // batch_size``.
-    * ``pad``: full batches; every rank yields ``ceil(ceil(num_samples / world_size) / batch_size)``
-      batches, the shortfall filled by repeating samples from the start of the epoch order,
-      marked ``valid=False``.
+    * ``partial``: every entry of the rank's share exactly once; the last batch may be smaller,
+      never empty. Over all ranks, every sample exactly once per repeat.
+    * ``drop``: full batches only; every rank yields ``(num_samples * r // world_size) // batch_size``.
+    * ``pad``: full batches; every rank yields ``ceil(ceil(num_samples * r / world_size) / batch_size)``
+      batches, the shortfall filled by repeating entries from the start of the sequence, marked
+      ``valid=False``.
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside world size {world_size}")
-    order = epoch_order(num_samples, seed, epoch, shuffle)
-    share = order[rank::world_size]
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, found {repeats}")
+    order = np.repeat(epoch_order(num_samples, seed, epoch, shuffle), repeats)
+    repeat_of = np.tile(np.arange(repeats, dtype=np.int64), num_samples)
+    entries = num_samples * repeats
+    share, share_repeats = order[rank::world_size], repeat_of[rank::world_size]
     valid = np.ones(len(share), dtype=bool)
     if last_batch == "drop":
-        count = (num_samples // world_size) // batch_size * batch_size
-        share, valid = share[:count], valid[:count]
+        count = (entries // world_size) // batch_size * batch_size
+        share, share_repeats, valid = share[:count], share_repeats[:count], valid[:count]
     elif last_batch == "pad":
-        per_rank = math.ceil(num_samples / world_size) if num_samples else 0
+        per_rank = math.ceil(entries / world_size) if entries else 0
         count = math.ceil(per_rank / batch_size) * batch_size
         missing = count - len(share)
-        if missing > 0 and num_samples:
-            filler = np.resize(order, missing)  # repeats the order from its start as often as needed
-            share = np.concatenate([share, filler])
+        if missing > 0 and entries:
+            # repeats the sequence from its start as often as needed
+            share = np.concatenate([share, np.resize(order, missing)])
+            share_repeats = np.concatenate([share_repeats, np.resize(repeat_of, missing)])
             valid = np.concatenate([valid, np.zeros(missing, dtype=bool)])
     elif last_batch != "partial":
         raise ValueError(f"unknown last_batch policy {last_batch!r}")
-    return [BatchTask(epoch, n, share[start:start + batch_size], valid[start:start + batch_size])
+    return [BatchTask(epoch, n, share[start:start + batch_size], valid[start:start + batch_size],
+                      share_repeats[start:start + batch_size])
             for n, start in enumerate(range(0, len(share), batch_size))]
 
 
-def batch_count(num_samples: int, batch_size: int, world_size: int, rank: int, last_batch: str) -> int:
+def batch_count(num_samples: int, batch_size: int, world_size: int, rank: int, last_batch: str,
+                repeats: int = 1) -> int:
     """``len(rank_batches(...))`` without building the order."""
+    entries = num_samples * repeats
     if last_batch == "drop":
-        return (num_samples // world_size) // batch_size
+        return (entries // world_size) // batch_size
     if last_batch == "pad":
-        return math.ceil((math.ceil(num_samples / world_size) if num_samples else 0) / batch_size)
-    share = len(range(rank, num_samples, world_size))
+        return math.ceil((math.ceil(entries / world_size) if entries else 0) / batch_size)
+    share = len(range(rank, entries, world_size))
     return math.ceil(share / batch_size)
 
 
 # --------------------------------------------------------------------------------------------
-# Random numbers: a counter-based hash (splitmix64) of (seed, epoch, index, op, draw)
+# Random numbers: a counter-based hash (splitmix64) of (seed, epoch, index, op, draw, repeat)
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+_REPEAT = np.uint64(0xA0761D6478BD642F)  # the repeat number's multiplier in the key (odd, unrelated to the others)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -95,12 +115,20 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def uniforms(seed: int, epoch: int, indices: np.ndarray, stream: int, count: int) -> np.ndarray:
-    """``[len(indices), count]`` floats uniform in [0, 1), a pure function of every argument."""
+def uniforms(seed: int, epoch: int, indices: np.ndarray, stream: int, count: int,
+             repeats: np.ndarray | None = None) -> np.ndarray:
+    """``[len(indices), count]`` floats uniform in [0, 1), a pure function of every argument.
+
+    ``repeats`` (int [len(indices)], default all 0): which repeat of its sample each row is. Repeat
+    0 adds nothing to the key, so its draws are those of a pipeline without repeated augmentation.
+    """
     with np.errstate(over="ignore"):
-        key = _mix(np.uint64(seed & 0xFFFFFFFF) * np.uint64(0x9E3779B97F4A7C15)
-                   + np.uint64(epoch & 0xFFFFFFFF) * np.uint64(0xD1B54A32D192ED03)
-                   + np.uint64(stream & 0xFFFF) * np.uint64(0x8CB92BA72F3D8DD7))
+        base = (np.uint64(seed & 0xFFFFFFFF) * np.uint64(0x9E3779B97F4A7C15)
+                + np.uint64(epoch & 0xFFFFFFFF) * np.uint64(0xD1B54A32D192ED03)
+                + np.uint64(stream & 0xFFFF) * np.uint64(0x8CB92BA72F3D8DD7))
+        if repeats is not None:
+            base = base + np.asarray(repeats, dtype=np.uint64)[:, None] * _REPEAT
+        key = _mix(base)
         idx = np.asarray(indices, dtype=np.uint64)[:, None]
         counter = np.arange(count, dtype=np.uint64)[None, :]
         bits = _mix(key + _mix(idx * np.uint64(0x9E3779B97F4A7C15) + counter + np.uint64(1)))
@@ -112,12 +140,15 @@ def draw_count(step: Step) -> int:
     return step.op.draws
 
 
-def draws(plan: Plan, seed: int, epoch: int, indices: np.ndarray) -> dict[int, np.ndarray]:
+def draws(plan: Plan, seed: int, epoch: int, indices: np.ndarray,
+          repeats: np.ndarray | None = None) -> dict[int, np.ndarray]:
     """The uniforms of every random step for these samples: ``{position in plan.ops: [N, k]}``.
 
-    Stream ``position + 1``: the ops before a step decide nothing about its draws.
+    Stream ``position + 1``: the ops before a step decide nothing about its draws. ``repeats``:
+    each row's repeat number (a :class:`BatchTask`'s ``repeats``), so every repeat of a sample is
+    augmented differently; repeat 0 draws what a pipeline without repetition draws.
     """
-    return {pos: uniforms(seed, epoch, indices, pos + 1, step.op.draws)
+    return {pos: uniforms(seed, epoch, indices, pos + 1, step.op.draws, repeats)
             for pos, step in enumerate(plan.ops) if step.op.draws}
 
 

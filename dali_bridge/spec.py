@@ -103,6 +103,7 @@ class LoaderSpec:
     last_batch: str = "partial"
     on_error: str = "raise"
     shuffle: bool = True
+    repeated_augmentations: int = 1   # each sample r times per epoch, each repeat with its own draws
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,7 @@ class PipelineSpec:
                 "last_batch": self.loader.last_batch,
                 "on_error": self.loader.on_error,
                 "shuffle": self.loader.shuffle,
+                "repeated_augmentations": self.loader.repeated_augmentations,
             },
         }
 
@@ -594,7 +596,8 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
 
     raw_loader = chk.mapping(data.get("loader"), ("loader",), "the loader settings") or {}
     lp = ("loader",)
-    chk.unknown_keys(raw_loader, ("workers", "prefetch", "last_batch", "on_error", "shuffle"), lp, "loader")
+    chk.unknown_keys(raw_loader, ("workers", "prefetch", "last_batch", "on_error", "shuffle", "repeated_augmentations"),
+                     lp, "loader")
     workers = raw_loader.get("workers")
     if workers == "auto":
         workers = None
@@ -609,6 +612,7 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
         last_batch=_check_choice(chk, raw_loader, "last_batch", lp, LAST_BATCH, "partial"),
         on_error=_check_choice(chk, raw_loader, "on_error", lp, ON_ERROR, "raise"),
         shuffle=shuffle,
+        repeated_augmentations=_check_int(chk, raw_loader, "repeated_augmentations", lp, 1, 1),
     )
     if chk.problems:
         raise SpecError(chk.problems, origin)

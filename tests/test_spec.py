@@ -134,7 +134,7 @@ def test_dump_fills_every_default(tmp_path):
         ],
         "outputs": ["image", "label"],
         "loader": {"workers": None, "prefetch": 2, "last_batch": "partial", "on_error": "raise",
-                   "shuffle": True},
+                   "shuffle": True, "repeated_augmentations": 1},
     }
     assert spec_from_dict(dumped) == spec
 

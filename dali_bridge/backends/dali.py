@@ -103,7 +103,7 @@ class _Feeder:
 
     def prepare(self, task: BatchTask) -> tuple[list[list[np.ndarray]], dict[str, Any]]:
         """Read, probe and compute geometry for one batch; apply the error policy to failures."""
-        sample_draws = draws(self.plan, self.spec.seed, task.epoch, task.indices)
+        sample_draws = draws(self.plan, self.spec.seed, task.epoch, task.indices, task.repeats)
         encoded: list[np.ndarray] = []
         per_sample: list[list] = []  # each kept sample's sample_steps
         kept: list[int] = []

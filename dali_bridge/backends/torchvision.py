@@ -72,7 +72,7 @@ class BatchDataset(Dataset):
         return buffer[:count]
 
     def __getitem__(self, task: BatchTask) -> dict[str, Any]:
-        sample_draws = draws(self.plan, self.seed, task.epoch, task.indices)
+        sample_draws = draws(self.plan, self.seed, task.epoch, task.indices, task.repeats)
         images: list[torch.Tensor] = []
         rows: list[int] = []
         skipped: list[tuple[int, str, str]] = []
