@@ -180,3 +180,26 @@ def test_gaussian_blur_matches_torchvision_on_dali_cpu_over_unusual_images(mixed
 
     result = run_compare(pipeline(mixed_root, ops))
     assert_within_bounds(result, samples=len(KINDS) + 10)
+
+
+@pytest.mark.parametrize("sigma", [[0.5, 2.0], 1.5], ids=["range", "fixed"])
+def test_plain_dali_baseline_blurs_with_a_range_or_a_fixed_sigma(sigma):
+    from nvidia.dali import fn, pipeline_def
+
+    from dali_bridge.plan import graph_context
+
+    plan = plan_of([{"center_crop": 8}, {"gaussian_blur": {"kernel_size": [5, 3], "sigma": sigma}}])
+    step, ctx = plan.steps[1], graph_context(plan, "cpu")
+    images = [np.random.default_rng(0).integers(0, 256, (20, 30, 3), dtype=np.uint8)] * 4
+
+    @pipeline_def(batch_size=len(images), num_threads=1, device_id=None)
+    def graph():
+        image = fn.external_source(source=[images], batch=True, cycle=True, layout="HWC")
+        return step.op.dali_baseline(step, image, ctx)
+
+    pipe = graph()
+    pipe.build()
+    (out,) = pipe.run()
+    for n in range(len(images)):
+        blurred = np.array(out[n]).astype(int)
+        assert blurred.shape == images[n].shape and np.abs(blurred - images[n]).mean() > 10  # sigma >= 0.5 blurs noise

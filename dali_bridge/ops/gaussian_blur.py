@@ -112,8 +112,9 @@ class GaussianBlur(Op):
 
         kernel_x, kernel_y = step.params["kernel_size"]
         low, high = step.params["sigma"]
-        return fn.gaussian_blur(images, sigma=fn.random.uniform(range=[low, high]), window_size=[kernel_y, kernel_x],
-                                device=ctx.device)
+        # DALI refuses an empty range: a fixed sigma is a constant argument.
+        sigma = low if low == high else fn.random.uniform(range=[low, high])
+        return fn.gaussian_blur(images, sigma=sigma, window_size=[kernel_y, kernel_x], device=ctx.device)
 
 
 GAUSSIAN_BLUR = GaussianBlur(
