@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import struct
 import zlib
 from pathlib import Path
 from typing import Callable
@@ -299,3 +300,52 @@ def mutated_images(count: int, seed: int = 0) -> list[tuple[str, str, bytes]]:
             mutated = (_png_recrc if name == "recrc" else _png_recompress)(data, rng)
         out.append((format, name, mutated))
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Hand-built PNGs: every chunk under the test's control (PIL writes neither interlaced PNGs nor
+# damaged ones).
+
+_ADAM7 = ((0, 8, 0, 8), (0, 8, 4, 8), (4, 8, 0, 4), (0, 4, 2, 4), (2, 4, 0, 2), (0, 2, 1, 2), (1, 2, 0, 1))
+
+
+def png_image_data(pixels: np.ndarray, *, interlaced: bool = False) -> bytes:
+    """The uncompressed IDAT content of 8-bit ``pixels`` (HxW gray or HxWx3 RGB): filter 0 rows,
+    in Adam7 pass order when ``interlaced``."""
+    passes = _ADAM7 if interlaced else ((0, 1, 0, 1),)
+    rows = []
+    for top, row_step, left, column_step in passes:
+        sub = pixels[top::row_step, left::column_step]
+        if sub.size:
+            rows.extend(b"\x00" + row.tobytes() for row in sub)
+    return b"".join(rows)
+
+
+def build_png(pixels: np.ndarray, *, interlaced: bool = False, before_data: tuple[bytes, ...] = (),
+              after_data: tuple[bytes, ...] = (), image_data: bytes | None = None,
+              compressed: bytes | None = None, idat_parts: int = 1) -> bytes:
+    """A PNG of 8-bit ``pixels``; ``before_data``/``after_data`` are whole chunks (see :func:`png_chunk`)
+    placed around the IDAT chunks; ``image_data`` replaces the uncompressed IDAT content and
+    ``compressed`` the compressed stream; the stream is split over ``idat_parts`` IDAT chunks."""
+    height, width = pixels.shape[:2]
+    colour = 2 if pixels.ndim == 3 else 0
+    header = png_chunk(b"IHDR", width.to_bytes(4, "big") + height.to_bytes(4, "big")
+                       + bytes([8, colour, 0, 0, int(interlaced)]))
+    if compressed is None:
+        compressed = zlib.compress(png_image_data(pixels, interlaced=interlaced) if image_data is None else image_data)
+    step = -(-len(compressed) // idat_parts)
+    idat = b"".join(png_chunk(b"IDAT", compressed[n:n + step]) for n in range(0, len(compressed), step))
+    return (b"\x89PNG\r\n\x1a\n" + header + b"".join(before_data) + idat + b"".join(after_data)
+            + png_chunk(b"IEND", b""))
+
+
+def png_chunk(kind: bytes, data: bytes) -> bytes:
+    """One PNG chunk with its length and a correct CRC."""
+    return _png_chunk(kind, data)
+
+
+def exif_payload(orientation: int, byte_order: str = "MM") -> bytes:
+    """A TIFF structure holding only the orientation tag (an Exif segment's content after ``Exif\\0\\0``)."""
+    e = "<" if byte_order == "II" else ">"
+    return (byte_order.encode() + struct.pack(e + "HI", 42, 8) + struct.pack(e + "H", 1)
+            + struct.pack(e + "HHIHH", 0x0112, 3, 1, orientation, 0) + struct.pack(e + "I", 0))
