@@ -6,8 +6,9 @@ subprocess, so that a decoder crash shows as a failed test rather than a dead py
   the worker writes its number to ``REPORT.current``; at the end it writes ``REPORT`` (JSON): per
   file the format, mutation, the check's verdict and each decoder's outcome.
 * ``python fuzz_decode_worker.py loader PIPELINE BACKEND REPORT``: one epoch of the pipeline (JSON
-  file) on the backend; ``REPORT`` (``.npz``) holds the yielded indices, their images, and the
-  skipped indices with their reasons.
+  file) on the backend; ``REPORT`` (``.npz``) holds the yielded indices, their images, the
+  skipped indices with their reasons, and how much the process's peak memory grew from before
+  building the loader to the end of the epoch (``getrusage``'s ``ru_maxrss``).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # tests/ helpers and the dali_bridge beside them
 
-from hostile import mutated_images
+from hostile import mutated_images, tiny_jpeg
 
 from dali_bridge.formats import inspect_image, without_webp_exif
 from dali_bridge.images import ImageError, decode_rgb
@@ -89,8 +90,21 @@ def main(count: int, seed: int, report: Path) -> None:
 
 
 def run_loader(pipeline: Path, backend: str, report: Path) -> None:
+    import resource
+
     from dali_bridge import build_loader
 
+    # The backends' libraries loaded (and the reference decoder run once) before the first
+    # peak-memory reading: it measures the epoch.
+    from dali_bridge.backends import torchvision  # noqa: F401
+
+    decode_rgb(tiny_jpeg(0))
+    if backend.startswith("dali"):
+        from nvidia.dali import fn, pipeline_def  # noqa: F401
+
+        from dali_bridge.backends import dali  # noqa: F401
+
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     loader = build_loader(json.loads(pipeline.read_text()), backend)
     indices, images = [], []
     for image, index in loader:
@@ -98,9 +112,11 @@ def run_loader(pipeline: Path, backend: str, report: Path) -> None:
         images.extend(image.numpy())
     skipped = [(item.index, item.reason) for item in loader.skipped]
     loader.close()
+    peak_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     np.savez(report, indices=np.array(indices, dtype=np.int64), images=np.array(images, dtype=np.uint8),
              skipped_indices=np.array([i for i, _ in skipped], dtype=np.int64),
-             skipped_reasons=np.array([r for _, r in skipped], dtype=str))
+             skipped_reasons=np.array([r for _, r in skipped], dtype=str),
+             peak_growth_bytes=np.int64((peak_after - peak_before) * 1024))
 
 
 if __name__ == "__main__":
