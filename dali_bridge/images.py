@@ -83,16 +83,6 @@ def inspect_encoded(data: bytes, *, max_pixels: int | None = None) -> tuple[str,
     return info.format, info.size
 
 
-def _jpeg_size(data: bytes) -> tuple[int, int] | None:
-    """(height, width) after EXIF orientation from the JPEG header, or None when the header does not
-    tell it (see :func:`probe`)."""
-    try:
-        info = inspect_image(data)
-    except ImageError:
-        return None
-    return info.size if info.format == "jpeg" else None
-
-
 def probe(data: bytes) -> tuple[int, int]:
     """(height, width) in pixels as decoded with EXIF orientation applied; reads the header only.
 
