@@ -204,7 +204,7 @@ def _png_chunks(data: bytes) -> list[tuple[bytes, int, int]]:
             raise ImageError(f"truncated PNG: no IEND chunk (the file ends at {size} bytes)")
         length = int.from_bytes(data[position:position + 4], "big")
         kind = data[position + 4:position + 8]
-        if not kind.isalpha() or not kind.isascii():
+        if not kind.isalpha():
             raise ImageError(f"malformed PNG: invalid chunk type {kind!r} at byte {position}")
         if length > 0x7FFFFFFF or position + 12 + length > size:
             raise ImageError(f"truncated PNG: chunk {kind.decode()} at byte {position} claims {length} bytes, "
@@ -294,30 +294,39 @@ def _png_check_pixels(data: bytes, chunks: list[tuple[bytes, int, int]], *, widt
     inflater = zlib.decompressobj()
     produced = 0
     try:
-        for kind, start, length in chunks:
-            if kind != b"IDAT":
-                continue
-            pending = data[start:start + length]
-            while pending and not inflater.eof:
-                block = inflater.decompress(pending, _INFLATE_STEP)
-                pending = inflater.unconsumed_tail
-                if produced + len(block) > expected:
-                    raise ImageError(f"corrupt PNG: the image data inflates to more than the {expected:,} bytes "
-                                     f"its {width}x{height} header implies")
-                while next_row < produced + len(block):
-                    if block[next_row - produced] > 4:
-                        raise ImageError(f"corrupt PNG: invalid row filter type {block[next_row - produced]} "
-                                         f"at byte {next_row} of the image data")
-                    next_row = next(row_starts)
-                produced += len(block)
-            if inflater.eof and (pending or inflater.unused_data):
-                raise ImageError("corrupt PNG: data after the end of the compressed image data")
+        for block in _inflated(inflater, [data[start:start + length] for kind, start, length in chunks
+                                          if kind == b"IDAT"]):
+            if produced + len(block) > expected:
+                raise ImageError(f"corrupt PNG: the image data inflates to more than the {expected:,} bytes "
+                                 f"its {width}x{height} header implies")
+            while next_row < produced + len(block):
+                if block[next_row - produced] > 4:
+                    raise ImageError(f"corrupt PNG: invalid row filter type {block[next_row - produced]} "
+                                     f"at byte {next_row} of the image data")
+                next_row = next(row_starts)
+            produced += len(block)
     except zlib.error as exc:
         raise ImageError(f"corrupt PNG: the image data does not inflate ({exc})") from None
     if not inflater.eof or produced != expected:
         raise ImageError(f"corrupt PNG: the image data holds {produced:,} bytes"
                          f"{'' if inflater.eof else ' and its compressed stream is cut short'}; the {width}x{height} "
                          f"header implies {expected:,}")
+
+
+def _inflated(inflater, parts: list[bytes]):
+    """The inflated blocks (at most :data:`_INFLATE_STEP` bytes each) of the stream split over ``parts``;
+    :class:`ImageError` for compressed data after the stream's end."""
+    for part in parts:
+        while part and not inflater.eof:
+            yield inflater.decompress(part, _INFLATE_STEP)
+            part = inflater.unconsumed_tail
+        if part or inflater.unused_data:
+            raise ImageError("corrupt PNG: data after the end of the compressed image data")
+    while not inflater.eof:  # output zlib holds back once every input byte is in (the end of a long match)
+        block = inflater.decompress(b"", _INFLATE_STEP)
+        if not block:
+            return
+        yield block
 
 
 def _row_starts(rows: list[tuple[int, int]]):

@@ -53,7 +53,7 @@ class DaliDecoder:
         try:
             self.pipe.feed_input("encoded", [np.frombuffer(data, dtype=np.uint8)])
             return np.array(self.pipe.run()[0][0])
-        except Exception:  # noqa: BLE001 — DALI raises RuntimeError subclasses of several kinds for an undecodable input
+        except Exception:  # noqa: BLE001 — DALI raises several kinds of error for an undecodable input
             self.pipe = None
             return None
 
