@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-from PIL import Image
+from PIL import Image, PngImagePlugin
 
 
 def tiny_jpeg(seed: int, height: int = 40, width: int = 56, **save: object) -> bytes:
@@ -201,7 +201,11 @@ def _small_image(format: str, rng: np.random.Generator, variant: int) -> bytes:
     elif format == "png":
         image = [image, image.convert("RGBA"), image.convert("L"), image.quantize(colors=16),
                  Image.fromarray(pixels[..., 0].astype(np.uint16) * 257)][variant % 5]
-        image.save(buffer, "PNG")
+        text = PngImagePlugin.PngInfo()
+        text.add_text("Comment", "fuzz")
+        text.add_text("Title", "compressed " * 8, zip=True)
+        extras = {"pnginfo": text, "dpi": (72, 72)} if variant % 2 else {}  # tEXt, zTXt, pHYs: ancillary chunks
+        image.save(buffer, "PNG", **extras)
     else:
         image.save(buffer, "WEBP", quality=80, lossless=variant % 2 == 1)
     return buffer.getvalue()

@@ -198,14 +198,36 @@ BROKEN_JPEGS = {
     "segment_length_below_two": (JPEG[:2] + b"\xff\xfe\x00\x01" + JPEG[2:], "segment length 1 at byte 2"),
     "frame_without_height": (JPEG[:_SOF + 5] + b"\x00\x00" + JPEG[_SOF + 7:], r"image has no pixels \(56x0\)"),
     "second_start_of_image": (JPEG[:2] + b"\xff\xd8" + JPEG[2:], "marker ffd8 at byte 2"),
+    # In the entropy-coded data: libjpeg refuses these at the end of its decode, DALI keeps the pixels.
+    "unknown_marker_in_the_image_data": (JPEG[:-200] + b"\xff\x76" + JPEG[-198:],
+                                         f"marker ff76 at byte {len(JPEG) - 200}, after the start of the image"),
+    "frame_header_after_the_image_data": (JPEG[:-2] + _SOF_SEGMENT + JPEG[-2:], f"marker ffc0 at byte {len(JPEG) - 2}"),
+    "table_segment_running_past_the_end": (JPEG[:-2] + b"\xff\xfe\x10\x00" + JPEG[-2:], "truncated JPEG"),
 }
 
 
 @pytest.mark.parametrize("name", BROKEN_JPEGS)
-def test_malformed_jpeg_header_is_refused_with_the_reason(name):
+def test_malformed_jpeg_is_refused_with_the_reason(name):
     data, reason = BROKEN_JPEGS[name]
     with pytest.raises(ImageError, match=reason):
         inspect_image(data)
+
+
+def _jpeg_with_restart_markers(**save) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(np.repeat(np.repeat(PIXELS, 4, axis=0), 4, axis=1)).save(buffer, "JPEG", restart_marker_rows=1,
+                                                                              **save)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("save", [{}, {"progressive": True}], ids=["baseline", "progressive"])
+def test_jpeg_with_restart_markers_and_fill_bytes_passes_and_decodes(save):
+    data = _jpeg_with_restart_markers(**save)
+    assert any(bytes([0xFF, marker]) in data for marker in range(0xD0, 0xD8))
+    padded = data[:-2] + b"\xff\xff\xff" + data[-2:]  # fill bytes before the end-of-image marker
+    for candidate in (data, padded):
+        assert inspect_image(candidate) == ImageInfo("jpeg", 48, 40, 1)
+        assert tuple(decode_rgb(candidate).shape) == (3, 48, 40)
 
 
 def _webp(**save) -> bytes:

@@ -2,10 +2,11 @@
 
 torchvision's JPEG decoder reads the orientation of the first APP1 segment (when it is Exif), DALI's
 the last Exif segment; torchvision ignores a WebP's EXIF orientation where DALI applies it; DALI
-decodes an animated WebP's first frame where torchvision refuses the file. The bridge's rules
+decodes an animated WebP's first frame where torchvision refuses the file, and reads a PNG's
+animation chunks where torchvision's libpng ignores them. The bridge's rules
 (:mod:`dali_bridge.formats`): a JPEG whose two readings differ is refused as ambiguous, otherwise
 that orientation is applied on both; a PNG's single ``eXIf`` before its image data is applied on
-both; a WebP's EXIF orientation is ignored on both; an animated WebP is refused on both.
+both; a WebP's EXIF orientation is ignored on both; animated WebPs and PNGs are refused on both.
 """
 from __future__ import annotations
 
@@ -62,11 +63,17 @@ def _webp(orientation: int, **save) -> bytes:
     return buffer.getvalue()
 
 
-def _animated_webp() -> bytes:
+def _animated(format: str) -> bytes:
     frames = [Image.fromarray(PIXELS), Image.fromarray(255 - PIXELS)]
     buffer = io.BytesIO()
-    frames[0].save(buffer, "WEBP", save_all=True, append_images=frames[1:], lossless=True)
+    frames[0].save(buffer, format, save_all=True, append_images=frames[1:], **({"lossless": True}
+                                                                              if format == "WEBP" else {}))
     return buffer.getvalue()
+
+
+def _png_with_bad_animation_control() -> bytes:
+    """An APNG control chunk claiming 2^32-1 frames: DALI's decoder returns other pixels than libpng's."""
+    return build_png(PIXELS, before_data=(png_chunk(b"acTL", b"\xff" * 8),))
 
 
 # name → (file extension, bytes, expected: decoded (height, width) or the refusal reason's start)
@@ -83,8 +90,11 @@ CASES = {
     "webp_lossy_exif_6": (".webp", _webp(6, quality=90), (HEIGHT, WIDTH)),
     "webp_lossless_exif_6": (".webp", _webp(6, lossless=True), (HEIGHT, WIDTH)),
     "webp_lossy_exif_3": (".webp", _webp(3, quality=90), (HEIGHT, WIDTH)),
-    "webp_animated_named_jpg": (".jpg", _animated_webp(), ANIMATED),
-    "webp_animated": (".webp", _animated_webp(), ANIMATED),
+    "webp_animated_named_jpg": (".jpg", _animated("WEBP"), ANIMATED),
+    "webp_animated": (".webp", _animated("WEBP"), ANIMATED),
+    "png_animated": (".png", _animated("PNG"), "animated PNG (2 frames)"),
+    "png_animated_named_jpg": (".jpg", _animated("PNG"), "animated PNG (2 frames)"),
+    "png_animation_control_damaged": (".png", _png_with_bad_animation_control(), "animated PNG (0 frames)"),
     "png_exif_6": (".png", build_png(PIXELS, before_data=(png_chunk(b"eXIf", exif_payload(6)),)), (WIDTH, HEIGHT)),
     "png_exif_6_twice": (".png", build_png(PIXELS, before_data=(png_chunk(b"eXIf", exif_payload(6)),) * 2),
                          AMBIGUOUS),
