@@ -13,16 +13,17 @@ EXIF orientation both apply) or raises :class:`ImageError` with the reason. The 
   if libpng has nothing to complain about: the signature, ``IHDR`` first and valid (size ≤ libpng's
   1,000,000 pixels per side, a legal bit depth / colour type pair, methods 0, interlace 0 or 1),
   every chunk's CRC right, chunk types made of letters and no unknown critical chunk, one
-  ``PLTE`` before the image data (required for palette images), the ``IDAT`` chunks consecutive,
-  no animation chunks,
-  one complete zlib stream in them that inflates to exactly the size the header implies, with a
-  valid filter type (0-4) at the start of every row, and ``IEND`` at the end. The stream is
+  ``PLTE`` before the image data (required for palette images), the ``IDAT`` chunks consecutive
+  and holding one complete zlib stream that inflates to exactly the size the header implies, with
+  a valid filter type (0-4) at the start of every row, and ``IEND`` at the end. The stream is
   inflated in bounded steps and not kept: memory stays at a few megabytes whatever the file says.
 * **JPEG**: libjpeg-turbo (both backends) reports damage as errors, never crashes (a fuzz test
   pins this); the walk refuses what the two decoders' parsers would treat differently: markers
-  libjpeg does not know, a second SOI or frame header, coding processes other than baseline,
-  extended and progressive Huffman (SOF0-2), a frame without a height, and a missing end-of-image
-  marker (a region-of-interest decode would stop early and accept a cut file).
+  libjpeg does not know (in the header or between the image data and the end-of-image marker,
+  where libjpeg fails at the end of its decode and DALI keeps the pixels), a second SOI or frame
+  header, coding processes other than baseline, extended and progressive Huffman (SOF0-2), a frame
+  without a height, and a missing end-of-image marker (a region-of-interest decode would stop
+  early and accept a cut file). A fuzz test found each of these decoder disagreements.
 * **EXIF orientation.** torchvision (libjpeg markers) reads the orientation of a JPEG's *first*
   APP1 segment, and only if that segment is Exif; DALI reads the *last* Exif segment. Where these
   disagree — two Exif segments with different orientations, or an XMP/other APP1 segment before
