@@ -13,12 +13,13 @@ import json
 import logging
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from .images import check_encoded, inspect_encoded, probe, read_file
+from .formats import DEFAULT_MAX_PIXELS, inspect_image, without_webp_exif
+from .images import check_encoded, read_file
 from .shards import ShardSamples, expand_braces, manifest_path, scan_shard
 from .spec import SourceSpec
 from .wording import plural
@@ -39,6 +40,7 @@ class Listing:
     root: str
     ignored: Counter = field(default_factory=Counter, compare=False)  # extension → files skipped
     shards: ShardSamples | None = field(default=None, compare=False)  # where shard samples' bytes are
+    max_pixels: int = field(default=DEFAULT_MAX_PIXELS, compare=False)  # source.max_pixels: larger images are refused
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -46,15 +48,16 @@ class Listing:
     def read(self, index: int) -> bytes:
         """Sample ``index``'s encoded image, checked like a file's; :class:`~dali_bridge.images.ImageError` if not."""
         data = self._raw(index)
-        check_encoded(data)
+        check_encoded(data, max_pixels=self.max_pixels)
         return data
 
     def read_sized(self, index: int) -> tuple[bytes, tuple[int, int]]:
-        """:meth:`read` and the decoded (height, width) (:func:`~dali_bridge.images.probe`), with one
-        walk of a JPEG's header for both."""
+        """:meth:`read` and the decoded (height, width), from one walk of the header — the bytes as
+        the DALI decoder must get them: a WebP without its EXIF chunk, whose orientation no backend
+        applies (see :mod:`dali_bridge.formats`)."""
         data = self._raw(index)
-        size = inspect_encoded(data)[1]
-        return data, size if size is not None else probe(data)
+        info = inspect_image(data, max_pixels=self.max_pixels)
+        return (without_webp_exif(data) if info.format == "webp" else data), info.size
 
     def signature(self, index: int) -> tuple[int, int] | None:
         """(modification time in ns, size) of sample ``index``'s file, to notice that it changed;
@@ -263,11 +266,13 @@ def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = 
 
 
 def list_source(source: SourceSpec) -> Listing:
-    """The listing of a validated source."""
+    """The listing of a validated source (its samples read with the source's pixel cap)."""
     if source.type == "folder":
-        return list_folder(source.root, source.extensions)
-    if source.type == "file_list":
-        return list_file(source.file_list, source.root, source.extensions)
-    if source.type == "webdataset":
-        return list_webdataset(source.shards, source.image_keys, source.label_key, source.manifest)
-    raise SourceError(f"source.type: unsupported source type {source.type!r}")
+        listing = list_folder(source.root, source.extensions)
+    elif source.type == "file_list":
+        listing = list_file(source.file_list, source.root, source.extensions)
+    elif source.type == "webdataset":
+        listing = list_webdataset(source.shards, source.image_keys, source.label_key, source.manifest)
+    else:
+        raise SourceError(f"source.type: unsupported source type {source.type!r}")
+    return replace(listing, max_pixels=source.max_pixels)

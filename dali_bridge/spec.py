@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
+from .formats import DEFAULT_MAX_PIXELS
 from .ops import (OPS, REQUIRED, bool_checker, choice_checker, fixed_output_size, is_int, op_names,
                   size_checker, _type_name)
 
@@ -74,6 +75,12 @@ class SourceSpec:
     the image member extensions, first present wins (default jpg, jpeg, png, webp); ``label_key``
     the label member (default ``cls``, an integer as text); ``manifest`` the converter's JSON for
     class names (default: ``<prefix>.manifest.json`` next to the shards when it exists).
+
+    ``max_pixels`` (any source type): the largest stored width × height of an image, read from its
+    header before decoding; a larger one is a sample error naming its size (``loader.on_error``
+    decides: raise or skip), on every backend. Default 89,478,485, PIL's ``Image.MAX_IMAGE_PIXELS``
+    (a 9459×9459 image, ~268 MB decoded as RGB): a file of a few hundred bytes can claim 30000×30000
+    pixels and have a decoder allocate gigabytes.
     """
     type: str
     root: str | None = None
@@ -83,6 +90,7 @@ class SourceSpec:
     image_keys: tuple[str, ...] = DEFAULT_IMAGE_KEYS
     label_key: str = "cls"
     manifest: str | None = None
+    max_pixels: int = DEFAULT_MAX_PIXELS
 
 
 @dataclass(frozen=True)
@@ -136,6 +144,8 @@ class PipelineSpec:
                 source["manifest"] = self.source.manifest
         else:
             source["extensions"] = list(self.source.extensions)
+        if self.source.max_pixels != DEFAULT_MAX_PIXELS:
+            source["max_pixels"] = self.source.max_pixels
         return {
             "version": self.version,
             "name": self.name,
@@ -538,9 +548,10 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
                 hint = difflib.get_close_matches(str(stype), SOURCE_TYPES, n=1)
                 chk.add(("source", "type"), f"expected one of {', '.join(SOURCE_TYPES)}, found {stype!r}"
                                             + (f"; did you mean '{hint[0]}'?" if hint else ""))
-            allowed = {"folder": ("type", "root", "extensions"),
-                       "file_list": ("type", "file_list", "root", "extensions"),
-                       "webdataset": ("type", "shards", "image_key", "label_key", "manifest")}.get(stype, ("type",))
+            allowed = {"folder": ("type", "root", "extensions", "max_pixels"),
+                       "file_list": ("type", "file_list", "root", "extensions", "max_pixels"),
+                       "webdataset": ("type", "shards", "image_key", "label_key", "manifest", "max_pixels"),
+                       }.get(stype, ("type",))
             if stype in SOURCE_TYPES:
                 chk.unknown_keys(src, allowed, ("source",), f"a '{stype}' source")
             resolved: dict[str, Any] = {"type": stype}
@@ -562,9 +573,10 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
                                                   f"found {extensions!r}")
                 extensions = list(DEFAULT_EXTENSIONS)
             extensions = tuple(("." + e.lstrip(".")).lower() for e in extensions)
+            max_pixels = _check_int(chk, src, "max_pixels", ("source",), DEFAULT_MAX_PIXELS, 1)
             if stype in SOURCE_TYPES:
                 source = SourceSpec(type=stype, root=resolved.get("root"), file_list=resolved.get("file_list"),
-                                    extensions=extensions, **webdataset)
+                                    extensions=extensions, max_pixels=max_pixels, **webdataset)
 
     batch_size = _check_int(chk, data, "batch_size", (), REQUIRED, 1)
     seed = _check_int(chk, data, "seed", (), 0, 0)

@@ -11,11 +11,13 @@ from __future__ import annotations
 import errno
 import io
 import os
+import struct
+import zlib
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
-from PIL import Image
+from PIL import Image, PngImagePlugin
 
 
 def tiny_jpeg(seed: int, height: int = 40, width: int = 56, **save: object) -> bytes:
@@ -176,3 +178,178 @@ def write_large_jpeg(path: Path, height: int = 6000, width: int = 8000) -> Path:
     pixels[..., 2] = ((x + y) / 2).astype(np.uint8)
     Image.fromarray(pixels).save(path, "JPEG", quality=85)
     return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Mutated images for the decode fuzz test: valid small JPEGs, PNGs and WebPs, then damaged the
+# ways real files are (bit flips, cuts, overwritten bytes) and the ways only a crafted file is
+# (chunk and segment lengths edited, chunk data changed with its CRC recomputed, image data
+# changed and recompressed) — the last two reach a decoder past every checksum.
+
+FUZZ_FORMATS = ("jpeg", "png", "webp")
+
+
+def _small_image(format: str, rng: np.random.Generator, variant: int) -> bytes:
+    """One valid small image of ``format``; ``variant`` picks its flavour (mode, progressive, lossless)."""
+    height, width = int(rng.integers(6, 33)), int(rng.integers(6, 33))
+    pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    image = Image.fromarray(pixels)
+    buffer = io.BytesIO()
+    if format == "jpeg":
+        image = image.convert("L") if variant % 3 == 2 else image
+        image.save(buffer, "JPEG", quality=85, progressive=variant % 3 == 1)
+    elif format == "png":
+        image = [image, image.convert("RGBA"), image.convert("L"), image.quantize(colors=16),
+                 Image.fromarray(pixels[..., 0].astype(np.uint16) * 257)][variant % 5]
+        text = PngImagePlugin.PngInfo()
+        text.add_text("Comment", "fuzz")
+        text.add_text("Title", "compressed " * 8, zip=True)
+        extras = {"pnginfo": text, "dpi": (72, 72)} if variant % 2 else {}  # tEXt, zTXt, pHYs: ancillary chunks
+        image.save(buffer, "PNG", **extras)
+    else:
+        image.save(buffer, "WEBP", quality=80, lossless=variant % 2 == 1)
+    return buffer.getvalue()
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
+
+
+def _png_chunks(data: bytes) -> list[tuple[int, int, bytes]]:
+    """(offset, data length, type) of each chunk of a valid PNG."""
+    chunks, position = [], 8
+    while position + 8 <= len(data):
+        length = int.from_bytes(data[position:position + 4], "big")
+        chunks.append((position, length, data[position + 4:position + 8]))
+        position += 12 + length
+    return chunks
+
+
+def _flip_bits(data: bytes, rng: np.random.Generator) -> bytes:
+    out = bytearray(data)
+    for _ in range(int(rng.integers(1, 5))):
+        out[int(rng.integers(0, len(out)))] ^= 1 << int(rng.integers(0, 8))
+    return bytes(out)
+
+
+def _overwrite(data: bytes, rng: np.random.Generator) -> bytes:
+    out = bytearray(data)
+    for _ in range(int(rng.integers(1, 4))):
+        out[int(rng.integers(0, len(out)))] = int(rng.integers(0, 256))
+    return bytes(out)
+
+
+def _edit_length(format: str, data: bytes, rng: np.random.Generator) -> bytes:
+    """Change one chunk's (PNG, WebP) or segment's (JPEG) length field to a nearby or wild value."""
+    out = bytearray(data)
+    if format == "png":
+        fields = [(offset, 4, "big") for offset, _, _ in _png_chunks(data)]
+    elif format == "webp":
+        fields = [(4, 4, "little"), (16, 4, "little")]  # RIFF size, first chunk's size
+    else:
+        fields, position = [], 2
+        while position + 4 <= len(data) and data[position] == 0xFF and data[position + 1] != 0xDA:
+            fields.append((position + 2, 2, "big"))
+            position += 2 + int.from_bytes(data[position + 2:position + 4], "big")
+    offset, width, order = fields[int(rng.integers(0, len(fields)))]
+    value = int.from_bytes(out[offset:offset + width], order)
+    value = [value + 1, value - 1, value * 2, 0, 2 ** (8 * width) - 1][int(rng.integers(0, 5))] % 2 ** (8 * width)
+    out[offset:offset + width] = value.to_bytes(width, order)
+    return bytes(out)
+
+
+def _png_recrc(data: bytes, rng: np.random.Generator) -> bytes:
+    """Overwrite bytes in one chunk's data and recompute its CRC: damage no checksum reveals."""
+    chunks = [c for c in _png_chunks(data) if c[1] > 0]
+    offset, length, kind = chunks[int(rng.integers(0, len(chunks)))]
+    body = bytearray(data[offset + 8:offset + 8 + length])
+    for _ in range(int(rng.integers(1, 3))):
+        body[int(rng.integers(0, length))] = int(rng.integers(0, 256))
+    return data[:offset] + _png_chunk(kind, bytes(body)) + data[offset + 12 + length:]
+
+
+def _png_recompress(data: bytes, rng: np.random.Generator) -> bytes:
+    """Change the inflated image data (row filter bytes included), cut or extend it, recompress it: a
+    complete zlib stream with right checksums that libpng would still reject."""
+    chunks = _png_chunks(data)
+    idat = [c for c in chunks if c[2] == b"IDAT"]
+    raw = bytearray(zlib.decompress(b"".join(data[o + 8:o + 8 + n] for o, n, _ in idat)))
+    how = int(rng.integers(0, 3))
+    if how == 0:
+        raw[int(rng.integers(0, len(raw)))] = int(rng.integers(0, 256))
+    elif how == 1:
+        raw = raw[:int(rng.integers(0, len(raw)))]
+    else:
+        raw += bytes(int(rng.integers(1, 64)))
+    start, end = idat[0][0], idat[-1][0] + 12 + idat[-1][1]
+    return data[:start] + _png_chunk(b"IDAT", zlib.compress(bytes(raw))) + data[end:]
+
+
+def mutated_images(count: int, seed: int = 0) -> list[tuple[str, str, bytes]]:
+    """``count`` mutated images, cycling through formats: (format, mutation name, bytes)."""
+    rng = np.random.default_rng(seed)
+    generic = {"bit_flips": _flip_bits, "truncated": lambda d, r: d[:int(r.integers(1, len(d)))],
+               "overwritten": _overwrite}
+    out = []
+    for number in range(count):
+        format = FUZZ_FORMATS[number % len(FUZZ_FORMATS)]
+        data = _small_image(format, rng, number // len(FUZZ_FORMATS))
+        names = list(generic) + ["length_edited"] + (["recrc", "recompressed"] if format == "png" else [])
+        name = names[int(rng.integers(0, len(names)))]
+        if name in generic:
+            mutated = generic[name](data, rng)
+        elif name == "length_edited":
+            mutated = _edit_length(format, data, rng)
+        else:
+            mutated = (_png_recrc if name == "recrc" else _png_recompress)(data, rng)
+        out.append((format, name, mutated))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Hand-built PNGs: every chunk under the test's control (PIL writes neither interlaced PNGs nor
+# damaged ones).
+
+_ADAM7 = ((0, 8, 0, 8), (0, 8, 4, 8), (4, 8, 0, 4), (0, 4, 2, 4), (2, 4, 0, 2), (0, 2, 1, 2), (1, 2, 0, 1))
+
+
+def png_image_data(pixels: np.ndarray, *, interlaced: bool = False) -> bytes:
+    """The uncompressed IDAT content of 8-bit ``pixels`` (HxW gray or HxWx3 RGB): filter 0 rows,
+    in Adam7 pass order when ``interlaced``."""
+    passes = _ADAM7 if interlaced else ((0, 1, 0, 1),)
+    rows = []
+    for top, row_step, left, column_step in passes:
+        sub = pixels[top::row_step, left::column_step]
+        if sub.size:
+            rows.extend(b"\x00" + row.tobytes() for row in sub)
+    return b"".join(rows)
+
+
+def build_png(pixels: np.ndarray, *, interlaced: bool = False, before_data: tuple[bytes, ...] = (),
+              after_data: tuple[bytes, ...] = (), image_data: bytes | None = None,
+              compressed: bytes | None = None, idat_parts: int = 1) -> bytes:
+    """A PNG of 8-bit ``pixels``; ``before_data``/``after_data`` are whole chunks (see :func:`png_chunk`)
+    placed around the IDAT chunks; ``image_data`` replaces the uncompressed IDAT content and
+    ``compressed`` the compressed stream; the stream is split over ``idat_parts`` IDAT chunks."""
+    height, width = pixels.shape[:2]
+    colour = 2 if pixels.ndim == 3 else 0
+    header = png_chunk(b"IHDR", width.to_bytes(4, "big") + height.to_bytes(4, "big")
+                       + bytes([8, colour, 0, 0, int(interlaced)]))
+    if compressed is None:
+        compressed = zlib.compress(png_image_data(pixels, interlaced=interlaced) if image_data is None else image_data)
+    step = -(-len(compressed) // idat_parts)
+    idat = b"".join(png_chunk(b"IDAT", compressed[n:n + step]) for n in range(0, len(compressed), step))
+    return (b"\x89PNG\r\n\x1a\n" + header + b"".join(before_data) + idat + b"".join(after_data)
+            + png_chunk(b"IEND", b""))
+
+
+def png_chunk(kind: bytes, data: bytes) -> bytes:
+    """One PNG chunk with its length and a correct CRC."""
+    return _png_chunk(kind, data)
+
+
+def exif_payload(orientation: int, byte_order: str = "MM") -> bytes:
+    """A TIFF structure holding only the orientation tag (an Exif segment's content after ``Exif\\0\\0``)."""
+    e = "<" if byte_order == "II" else ">"
+    return (byte_order.encode() + struct.pack(e + "HI", 42, 8) + struct.pack(e + "H", 1)
+            + struct.pack(e + "HHIHH", 0x0112, 3, 1, orientation, 0) + struct.pack(e + "I", 0))

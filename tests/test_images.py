@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dali_bridge.images import _jpeg_size, decode_rgb, probe
+from dali_bridge.images import ImageError, decode_rgb, probe
 
 from corpus import write_unusual_images
 
@@ -40,12 +40,13 @@ def test_probe_matches_the_decoded_size_of_every_unusual_image(tmp_path):
 def test_jpeg_header_probe_applies_exif_orientation_in_either_byte_order(orientation, byte_order):
     data = _with_exif_orientation(_jpeg(30, 50), orientation, byte_order)
     expected = (50, 30) if orientation >= 5 else (30, 50)
-    assert _jpeg_size(data) == expected
+    assert probe(data) == expected
     assert tuple(decode_rgb(data).shape[-2:]) == expected  # the reference decoder agrees
 
 
-def test_jpeg_header_probe_defers_to_pil_when_no_frame_header_precedes_the_scan():
+def test_jpeg_header_probe_refuses_a_scan_without_a_frame_header_before_it():
     data = _jpeg(30, 50)
     sof = data.index(b"\xff\xc0")
-    assert _jpeg_size(data[:sof] + b"\xff\xda\x00\x02") is None
-    assert _jpeg_size(data) == (30, 50)
+    with pytest.raises(ImageError, match="no frame header"):
+        probe(data[:sof] + b"\xff\xda\x00\x02" + data[-2:])
+    assert probe(data) == (30, 50)
