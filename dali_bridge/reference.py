@@ -68,6 +68,9 @@ def _key_rows() -> list[tuple[str, str, str]]:
         ("source.label_key", "string", f"`{source.label_key}`", "the member holding the integer label as text"),
         ("source.manifest", "path", "`<prefix>.manifest.json` if present",
          "class names and label mapping written by `dali-bridge convert`"),
+        ("source.max_pixels", "integer >= 1", f"`{source.max_pixels}`",
+         "images whose header claims more pixels (height × width) are refused before decoding, as a sample error "
+         "that follows `loader.on_error` (PIL's limit; raise it for larger images)"),
         ("batch_size", "integer >= 1", "required", "samples per batch"),
         ("seed", "integer >= 0", "`0`", "with the epoch, decides the order and every random parameter"),
         ("decode.device", _choices(s.DECODE_DEVICES), "`mixed`",
