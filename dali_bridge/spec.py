@@ -14,7 +14,7 @@ import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import yaml
 
@@ -474,6 +474,127 @@ def _check_webdataset(chk: _Checker, src: dict, resolved: dict[str, Any]) -> dic
     return out
 
 
+def _check_identity(chk: _Checker, data: dict, origin: str) -> tuple[Any, Any, Any, Any]:
+    """``version``, ``name``, ``backend`` and ``parity``."""
+    version = data.get("version")
+    if "version" not in data:
+        chk.add((), f"missing required key 'version' (expected {FORMAT_VERSION})")
+    elif version != FORMAT_VERSION or isinstance(version, bool):
+        chk.add(("version",), f"expected format version {FORMAT_VERSION}, found {version!r}")
+
+    name = data.get("name", Path(origin).stem if origin != "<dict>" else "pipeline")
+    if not isinstance(name, str) or not name:
+        chk.add(("name",), f"expected a non-empty string, found {_type_name(name)} {name!r}")
+    backend = _check_choice(chk, data, "backend", (), BACKENDS, "auto")
+    parity = _check_choice(chk, data, "parity", (), PARITY, "exact")
+    return version, name, backend, parity
+
+
+def _check_source_type(chk: _Checker, src: dict) -> tuple[Any, tuple[str, ...]]:
+    """``source.type`` and the keys that type allows."""
+    stype = src.get("type")
+    if stype is None:
+        chk.add(("source",), f"missing required key 'source.type' (expected one of {', '.join(SOURCE_TYPES)})")
+    elif stype in PLANNED_SOURCE_TYPES:
+        chk.add(("source", "type"), f"source type '{stype}' is not supported in this version "
+                                    f"(supported: {', '.join(SOURCE_TYPES)})")
+    elif stype not in SOURCE_TYPES:
+        hint = difflib.get_close_matches(str(stype), SOURCE_TYPES, n=1)
+        chk.add(("source", "type"), f"expected one of {', '.join(SOURCE_TYPES)}, found {stype!r}"
+                                    + (f"; did you mean '{hint[0]}'?" if hint else ""))
+    allowed = {"folder": ("type", "root", "extensions"),
+               "file_list": ("type", "file_list", "root", "extensions"),
+               "webdataset": ("type", "shards", "image_key", "label_key", "manifest")}.get(stype, ("type",))
+    if stype in SOURCE_TYPES:
+        chk.unknown_keys(src, allowed, ("source",), f"a '{stype}' source")
+    return stype, allowed
+
+
+def _check_source(chk: _Checker, data: dict, base_for: Callable[[tuple], Path]) -> SourceSpec:
+    """The ``source`` mapping; paths resolved (``base_for`` says against which folder)."""
+    source = SourceSpec(type="folder")
+    if "source" not in data:
+        chk.add((), "missing required key 'source' (expected e.g. {type: folder, root: path/to/images})")
+        return source
+    src = chk.mapping(data.get("source"), ("source",), "the source")
+    if src is None:
+        return source
+    stype, allowed = _check_source_type(chk, src)
+    resolved: dict[str, Any] = {"type": stype}
+    for key in ("root", "file_list", "shards", "manifest"):
+        if key in src and key in allowed:
+            value = src[key]
+            if not isinstance(value, str) or not value:
+                chk.add(("source", key), f"expected a path (string), found {_type_name(value)} {value!r}")
+            else:
+                resolved[key] = _resolve_path(value, base_for(("source", key)))
+    if stype == "folder" and "root" not in src:
+        chk.add(("source",), "missing required key 'source.root' (the folder whose sub-folders are the classes)")
+    if stype == "file_list" and "file_list" not in src:
+        chk.add(("source",), "missing required key 'source.file_list' (a text file of 'path label' lines)")
+    webdataset = _check_webdataset(chk, src, resolved) if stype == "webdataset" else {}
+    extensions = src.get("extensions", list(DEFAULT_EXTENSIONS))
+    if not (isinstance(extensions, list) and extensions and all(isinstance(e, str) and e for e in extensions)):
+        chk.add(("source", "extensions"), f"expected a non-empty list of file extensions like ['.jpg'], "
+                                          f"found {extensions!r}")
+        extensions = list(DEFAULT_EXTENSIONS)
+    extensions = tuple(("." + e.lstrip(".")).lower() for e in extensions)
+    if stype in SOURCE_TYPES:
+        source = SourceSpec(type=stype, root=resolved.get("root"), file_list=resolved.get("file_list"),
+                            extensions=extensions, **webdataset)
+    return source
+
+
+def _check_all_ops(chk: _Checker, data: dict) -> list[OpSpec]:
+    """``ops``: each op, then the rules across ops when every op is readable."""
+    raw_ops = data.get("ops")
+    ops = _check_ops(raw_ops, chk)
+    if isinstance(raw_ops, list) and len(ops) == len(raw_ops):  # cross-op rules need every op readable
+        _check_op_sequence(ops, chk, list(range(len(ops))))
+    if isinstance(raw_ops, list) and not raw_ops:
+        chk.add(("ops",), "expected at least one op (the output size must be fixed to batch images)")
+    return ops
+
+
+def _check_outputs(chk: _Checker, data: dict) -> list:
+    """``outputs``: a non-empty list of known outputs, each once."""
+    outputs = data.get("outputs", ["image", "label"])
+    if not (isinstance(outputs, list) and outputs):
+        chk.add(("outputs",), f"expected a non-empty list drawn from {', '.join(OUTPUTS)}, found {outputs!r}")
+        return ["image", "label"]
+    for i, out in enumerate(outputs):
+        if out not in OUTPUTS:
+            hint = difflib.get_close_matches(str(out), OUTPUTS, n=1)
+            chk.add(("outputs", i), f"unknown output {out!r} (expected one of {', '.join(OUTPUTS)})"
+                                    + (f"; did you mean '{hint[0]}'?" if hint else ""))
+    duplicates = sorted({o for o in outputs if isinstance(o, str) and outputs.count(o) > 1})
+    if duplicates:
+        chk.add(("outputs",), f"each output may appear once; repeated: {', '.join(map(str, duplicates))}")
+    return outputs
+
+
+def _check_loader(chk: _Checker, data: dict) -> LoaderSpec:
+    """The ``loader`` mapping."""
+    raw_loader = chk.mapping(data.get("loader"), ("loader",), "the loader settings") or {}
+    lp = ("loader",)
+    chk.unknown_keys(raw_loader, ("workers", "prefetch", "last_batch", "on_error", "shuffle"), lp, "loader")
+    workers = raw_loader.get("workers")
+    if workers == "auto":
+        workers = None
+    else:
+        workers = _check_int(chk, raw_loader, "workers", lp, None, 0, allow_none=True)
+    shuffle = raw_loader.get("shuffle", True)
+    if bool_checker(shuffle)[1]:
+        chk.add(lp + ("shuffle",), bool_checker(shuffle)[1])
+    return LoaderSpec(
+        workers=workers,
+        prefetch=_check_int(chk, raw_loader, "prefetch", lp, 2, 1),
+        last_batch=_check_choice(chk, raw_loader, "last_batch", lp, LAST_BATCH, "partial"),
+        on_error=_check_choice(chk, raw_loader, "on_error", lp, ON_ERROR, "raise"),
+        shuffle=shuffle,
+    )
+
+
 def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | None = None,
                    overrides: Mapping[str, Any] | None = None, marks: dict[tuple, str] | None = None) -> PipelineSpec:
     """Validate raw pipeline data (as ``yaml.safe_load`` returns it) into a :class:`PipelineSpec`.
@@ -497,110 +618,16 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
     def base_for(path: tuple) -> Path:
         return Path.cwd() if any(path[: n] in override_origin for n in range(1, len(path) + 1)) else base
 
-    version = data.get("version")
-    if "version" not in data:
-        chk.add((), f"missing required key 'version' (expected {FORMAT_VERSION})")
-    elif version != FORMAT_VERSION or isinstance(version, bool):
-        chk.add(("version",), f"expected format version {FORMAT_VERSION}, found {version!r}")
-
-    name = data.get("name", Path(origin).stem if origin != "<dict>" else "pipeline")
-    if not isinstance(name, str) or not name:
-        chk.add(("name",), f"expected a non-empty string, found {_type_name(name)} {name!r}")
-    backend = _check_choice(chk, data, "backend", (), BACKENDS, "auto")
-    parity = _check_choice(chk, data, "parity", (), PARITY, "exact")
-
-    # source
-    source = SourceSpec(type="folder")
-    raw_source = data.get("source")
-    if "source" not in data:
-        chk.add((), "missing required key 'source' (expected e.g. {type: folder, root: path/to/images})")
-    else:
-        src = chk.mapping(raw_source, ("source",), "the source")
-        if src is not None:
-            stype = src.get("type")
-            if stype is None:
-                chk.add(("source",), f"missing required key 'source.type' (expected one of {', '.join(SOURCE_TYPES)})")
-            elif stype in PLANNED_SOURCE_TYPES:
-                chk.add(("source", "type"), f"source type '{stype}' is not supported in this version "
-                                            f"(supported: {', '.join(SOURCE_TYPES)})")
-            elif stype not in SOURCE_TYPES:
-                hint = difflib.get_close_matches(str(stype), SOURCE_TYPES, n=1)
-                chk.add(("source", "type"), f"expected one of {', '.join(SOURCE_TYPES)}, found {stype!r}"
-                                            + (f"; did you mean '{hint[0]}'?" if hint else ""))
-            allowed = {"folder": ("type", "root", "extensions"),
-                       "file_list": ("type", "file_list", "root", "extensions"),
-                       "webdataset": ("type", "shards", "image_key", "label_key", "manifest")}.get(stype, ("type",))
-            if stype in SOURCE_TYPES:
-                chk.unknown_keys(src, allowed, ("source",), f"a '{stype}' source")
-            resolved: dict[str, Any] = {"type": stype}
-            for key in ("root", "file_list", "shards", "manifest"):
-                if key in src and key in allowed:
-                    value = src[key]
-                    if not isinstance(value, str) or not value:
-                        chk.add(("source", key), f"expected a path (string), found {_type_name(value)} {value!r}")
-                    else:
-                        resolved[key] = _resolve_path(value, base_for(("source", key)))
-            if stype == "folder" and "root" not in src:
-                chk.add(("source",), "missing required key 'source.root' (the folder whose sub-folders are the classes)")
-            if stype == "file_list" and "file_list" not in src:
-                chk.add(("source",), "missing required key 'source.file_list' (a text file of 'path label' lines)")
-            webdataset = _check_webdataset(chk, src, resolved) if stype == "webdataset" else {}
-            extensions = src.get("extensions", list(DEFAULT_EXTENSIONS))
-            if not (isinstance(extensions, list) and extensions and all(isinstance(e, str) and e for e in extensions)):
-                chk.add(("source", "extensions"), f"expected a non-empty list of file extensions like ['.jpg'], "
-                                                  f"found {extensions!r}")
-                extensions = list(DEFAULT_EXTENSIONS)
-            extensions = tuple(("." + e.lstrip(".")).lower() for e in extensions)
-            if stype in SOURCE_TYPES:
-                source = SourceSpec(type=stype, root=resolved.get("root"), file_list=resolved.get("file_list"),
-                                    extensions=extensions, **webdataset)
-
+    version, name, backend, parity = _check_identity(chk, data, origin)
+    source = _check_source(chk, data, base_for)
     batch_size = _check_int(chk, data, "batch_size", (), REQUIRED, 1)
     seed = _check_int(chk, data, "seed", (), 0, 0)
-
     decode = chk.mapping(data.get("decode"), ("decode",), "the decode step") or {}
     chk.unknown_keys(decode, ("device",), ("decode",), "decode")
     decode_device = _check_choice(chk, decode, "device", ("decode",), DECODE_DEVICES, "mixed")
-
-    raw_ops = data.get("ops")
-    ops = _check_ops(raw_ops, chk)
-    if isinstance(raw_ops, list) and len(ops) == len(raw_ops):  # cross-op rules need every op readable
-        _check_op_sequence(ops, chk, list(range(len(ops))))
-    if isinstance(raw_ops, list) and not raw_ops:
-        chk.add(("ops",), "expected at least one op (the output size must be fixed to batch images)")
-
-    outputs = data.get("outputs", ["image", "label"])
-    if not (isinstance(outputs, list) and outputs):
-        chk.add(("outputs",), f"expected a non-empty list drawn from {', '.join(OUTPUTS)}, found {outputs!r}")
-        outputs = ["image", "label"]
-    else:
-        for i, out in enumerate(outputs):
-            if out not in OUTPUTS:
-                hint = difflib.get_close_matches(str(out), OUTPUTS, n=1)
-                chk.add(("outputs", i), f"unknown output {out!r} (expected one of {', '.join(OUTPUTS)})"
-                                        + (f"; did you mean '{hint[0]}'?" if hint else ""))
-        duplicates = sorted({o for o in outputs if isinstance(o, str) and outputs.count(o) > 1})
-        if duplicates:
-            chk.add(("outputs",), f"each output may appear once; repeated: {', '.join(map(str, duplicates))}")
-
-    raw_loader = chk.mapping(data.get("loader"), ("loader",), "the loader settings") or {}
-    lp = ("loader",)
-    chk.unknown_keys(raw_loader, ("workers", "prefetch", "last_batch", "on_error", "shuffle"), lp, "loader")
-    workers = raw_loader.get("workers")
-    if workers == "auto":
-        workers = None
-    else:
-        workers = _check_int(chk, raw_loader, "workers", lp, None, 0, allow_none=True)
-    shuffle = raw_loader.get("shuffle", True)
-    if bool_checker(shuffle)[1]:
-        chk.add(lp + ("shuffle",), bool_checker(shuffle)[1])
-    loader = LoaderSpec(
-        workers=workers,
-        prefetch=_check_int(chk, raw_loader, "prefetch", lp, 2, 1),
-        last_batch=_check_choice(chk, raw_loader, "last_batch", lp, LAST_BATCH, "partial"),
-        on_error=_check_choice(chk, raw_loader, "on_error", lp, ON_ERROR, "raise"),
-        shuffle=shuffle,
-    )
+    ops = _check_all_ops(chk, data)
+    outputs = _check_outputs(chk, data)
+    loader = _check_loader(chk, data)
     if chk.problems:
         raise SpecError(chk.problems, origin)
     return PipelineSpec(version=version, name=name, backend=backend, source=source, batch_size=batch_size,
