@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import yaml
 
 from .ops import (OPS, REQUIRED, bool_checker, choice_checker, fixed_output_size, is_int, op_names,
-                  size_checker, _type_name)
+                  quoted, size_checker, _type_name)
 
 FORMAT_VERSION = 1
 BACKENDS = ("auto", "dali", "dali-cpu", "torchvision")
@@ -40,7 +40,8 @@ def format_path(path: Sequence[Any]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            text = str(part)
+            out += ("." if out else "") + (text if len(text) <= 80 else quoted(text))
     return out or "<top level>"
 
 
@@ -165,14 +166,95 @@ class PipelineSpec:
 
 
 # --------------------------------------------------------------------------------------------
-# Positions: compose the YAML (safe loader) and remember where each key path starts.
+# Reading YAML within bounds: nesting depth and alias expansion are capped while composing, so
+# neither the validator's walks nor its messages can grow beyond a small multiple of the text.
 
-def _positions(text: str, filename: str) -> dict[tuple, str]:
-    marks: dict[tuple, str] = {}
+MAX_NESTING = 64            # mappings/lists inside each other; a pipeline file needs about 5
+ALIAS_NODE_BUDGET = 10_000  # nodes reached through aliases (*name), counted with repeats
+
+
+class _LimitError(yaml.MarkedYAMLError):
+    """A bound of :class:`_BoundedLoader` was passed (reported like a YAML syntax error)."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses deep nesting and alias expansion beyond the budgets.
+
+    Every alias adds the number of nodes it stands for (its anchor's nodes, aliases inside
+    expanded) to a running count: a "billion laughs" file is refused at its first costly alias
+    instead of being walked path by path. An alias inside its own anchor (a recursive value) is
+    refused too: no walk of it ends.
+    """
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+        self._alias_nodes = 0
+        self._sizes: dict[int, int] = {}
+        self._open_anchors: set[str] = set()
+
+    def _size(self, node: yaml.Node) -> int:
+        size = self._sizes.get(id(node))
+        if size is None:
+            children: list = []
+            if isinstance(node, yaml.SequenceNode):
+                children = node.value
+            elif isinstance(node, yaml.MappingNode):
+                children = [child for pair in node.value for child in pair]
+            size = 1 + sum(self._size(child) for child in children)
+            self._sizes[id(node)] = size
+        return size
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self._open_anchors:
+                raise _LimitError(None, None, f"alias *{event.anchor} refers to its own anchor: a recursive "
+                                  f"value cannot be validated; write the value out", event.start_mark)
+            node = self.anchors.get(event.anchor)
+            if node is not None:
+                self._alias_nodes += self._size(node)
+                if self._alias_nodes > ALIAS_NODE_BUDGET:
+                    raise _LimitError(None, None, f"aliases expand to more than {ALIAS_NODE_BUDGET} values "
+                                      f"(the budget for *name references); write repeated values out or "
+                                      f"alias smaller ones", event.start_mark)
+            return super().compose_node(parent, index)
+        self._depth += 1
+        if self._depth > MAX_NESTING:
+            raise _LimitError(None, None, f"nested more than {MAX_NESTING} levels deep (a pipeline file needs "
+                              f"about 5)", event.start_mark)
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            self._open_anchors.add(anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            self._open_anchors.discard(anchor)
+
+
+def _read_yaml(text: str, filename: str) -> tuple[Any, dict[tuple, str]]:
+    """The data of a YAML text and where each key path starts; :class:`SpecError` if unreadable."""
+    loader = None
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return marks
+        loader = _BoundedLoader(text)
+        root = loader.get_single_node()
+        data = loader.construct_document(root) if root is not None else None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
+        problem = getattr(exc, "problem", None) or exc
+        message = str(problem) if isinstance(exc, _LimitError) else f"not valid YAML: {problem}"
+        raise SpecError([Problem(where, "<yaml>", message)], filename) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    return data, _positions(root, filename)
+
+
+def _positions(root: yaml.Node | None, filename: str) -> dict[tuple, str]:
+    """Where each key path starts (``file:line:column``), from the composed (bounded) node tree."""
+    marks: dict[tuple, str] = {}
 
     def where(node: yaml.Node) -> str:
         return f"{filename}:{node.start_mark.line + 1}:{node.start_mark.column + 1}"
@@ -192,6 +274,36 @@ def _positions(text: str, filename: str) -> dict[tuple, str]:
     if root is not None:
         walk(root, ())
     return marks
+
+
+class NotUtf8Error(UnicodeError):
+    """A text file (pipeline, file list, manifest, index) holds bytes that are not UTF-8."""
+
+    def __init__(self, filename: str, data: bytes, exc: UnicodeDecodeError):
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        self.where = f"{filename}:{line}:{column}"
+        self.detail = (f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                       f"save the file as UTF-8")
+        super().__init__(f"{self.where}: {self.detail}")
+
+
+def decode_utf8(data: bytes, filename: str) -> str:
+    """``data`` as UTF-8 text; :class:`NotUtf8Error` naming the file, line and column of the first bad byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NotUtf8Error(filename, data, exc) from None
+
+
+def text_problem(value: str) -> str | None:
+    """Why a string cannot be written as UTF-8 (a lone surrogate such as ``\\ud800``), or None."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (f"holds {quoted(value[exc.start:exc.end])} at character {exc.start + 1}, a lone surrogate "
+                f"that is not a Unicode character (an invalid escape?)")
+    return None
 
 
 class _Checker:
@@ -222,14 +334,14 @@ class _Checker:
             if key not in allowed:
                 hint = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
                 suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
-                self.add(path + (key,), f"unknown key '{key}' in {what} (expected one of: "
+                self.add(path + (key,), f"unknown key {quoted(str(key))} in {what} (expected one of: "
                                         f"{', '.join(allowed)}){suggestion}")
 
     def mapping(self, data: Any, path: tuple, what: str) -> dict | None:
         if data is None:
             return {}
         if not isinstance(data, dict):
-            self.add(path, f"expected {what} as a mapping, found {_type_name(data)} {data!r}")
+            self.add(path, f"expected {what} as a mapping, found {_type_name(data)} {quoted(data)}")
             return None
         return data
 
@@ -248,9 +360,10 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise SpecError([Problem(f"--set {text}", text, "expected KEY=VALUE, e.g. batch_size=32")], "overrides")
     key, _, raw = text.partition("=")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as exc:
-        raise SpecError([Problem(f"--set {text}", key.strip(), f"value is not valid YAML: {exc}")],
+        value = _read_yaml(raw, f"--set {text}")[0] if raw.strip() else None
+    except SpecError as exc:
+        message = exc.problems[0].message.removeprefix("not valid YAML: ")
+        raise SpecError([Problem(f"--set {text}", key.strip(), f"value is not valid YAML: {message}")],
                         "overrides") from None
     return key.strip(), value
 
@@ -279,7 +392,7 @@ def apply_overrides(data: dict, overrides: Mapping[str, Any]) -> tuple[dict, dic
     origin: dict[tuple, str] = {}
     problems: list[Problem] = []
     for dotted, value in overrides.items():
-        label = f"--set {dotted}={value!r}"
+        label = f"--set {dotted}={quoted(value)}"
         parts: list[Any] = [int(p) if p.lstrip("-").isdigit() else p for p in str(dotted).split(".") if p != ""]
         if not parts:
             problems.append(Problem(label, str(dotted), "empty key path"))
@@ -325,7 +438,7 @@ def _check_ops(raw_ops: Any, chk: _Checker) -> list[OpSpec]:
         chk.add(path, "missing required key 'ops' (expected a list of ops, e.g. - center_crop: 224)")
         return []
     if not isinstance(raw_ops, list):
-        chk.add(path, f"expected a list of ops, found {_type_name(raw_ops)} {raw_ops!r}")
+        chk.add(path, f"expected a list of ops, found {_type_name(raw_ops)} {quoted(raw_ops)}")
         return []
     ops: list[OpSpec] = []
     for i, entry in enumerate(raw_ops):
@@ -336,13 +449,13 @@ def _check_ops(raw_ops: Any, chk: _Checker) -> list[OpSpec]:
             name, params = next(iter(entry.items()))
         else:
             chk.add(item_path, "expected an op as '- name: {params}' (one key per list item), "
-                               f"found {_type_name(entry)} {entry!r}")
+                               f"found {_type_name(entry)} {quoted(entry)}")
             continue
         if name not in OPS:
             hint = difflib.get_close_matches(str(name), op_names(), n=1, cutoff=0.5)
             suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
             chk.add(item_path + (name,) if isinstance(entry, dict) else item_path,
-                    f"unknown op '{name}' (known ops: {', '.join(op_names())}){suggestion}")
+                    f"unknown op {quoted(str(name))} (known ops: {', '.join(op_names())}){suggestion}")
             continue
         op = OPS[name]
         op_path = item_path + (name,)
@@ -350,7 +463,7 @@ def _check_ops(raw_ops: Any, chk: _Checker) -> list[OpSpec]:
             params = {}
         elif not isinstance(params, dict):
             if op.primary is None:
-                chk.add(op_path, f"expected the parameters of '{name}' as a mapping, found {_type_name(params)} {params!r}")
+                chk.add(op_path, f"expected the parameters of {quoted(str(name))} as a mapping, found {_type_name(params)} {quoted(params)}")
                 continue
             params = {op.primary: params}
         chk.unknown_keys(params, [p.name for p in op.params], op_path, f"op '{name}'")
@@ -434,7 +547,7 @@ def _check_int(chk: _Checker, mapping: dict, key: str, path: tuple, default: Any
         return None
     if not is_int(value):
         chk.add(path + (key,), f"expected an integer >= {minimum}{' or null' if allow_none else ''}, "
-                               f"found {_type_name(value)} {value!r}")
+                               f"found {_type_name(value)} {quoted(value)}")
     elif value < minimum:
         chk.add(path + (key,), f"expected an integer >= {minimum}, found {value}")
     return value
@@ -466,7 +579,7 @@ def _check_webdataset(chk: _Checker, src: dict, resolved: dict[str, Any]) -> dic
                                ("label_key", ("cls",), "one member extension like cls")):
         keys = _member_keys(src.get(key, list(default)))
         if keys is None or (key == "label_key" and len(keys) != 1):
-            chk.add(("source", key), f"expected {what}, found {_type_name(src[key])} {src[key]!r}")
+            chk.add(("source", key), f"expected {what}, found {_type_name(src[key])} {quoted(src[key])}")
             keys = default
         out["image_keys" if key == "image_key" else key] = keys if key == "image_key" else keys[0]
     if out["label_key"] in out["image_keys"]:
@@ -480,11 +593,13 @@ def _check_identity(chk: _Checker, data: dict, origin: str) -> tuple[Any, Any, A
     if "version" not in data:
         chk.add((), f"missing required key 'version' (expected {FORMAT_VERSION})")
     elif version != FORMAT_VERSION or isinstance(version, bool):
-        chk.add(("version",), f"expected format version {FORMAT_VERSION}, found {version!r}")
+        chk.add(("version",), f"expected format version {FORMAT_VERSION}, found {quoted(version)}")
 
     name = data.get("name", Path(origin).stem if origin != "<dict>" else "pipeline")
     if not isinstance(name, str) or not name:
-        chk.add(("name",), f"expected a non-empty string, found {_type_name(name)} {name!r}")
+        chk.add(("name",), f"expected a non-empty string, found {_type_name(name)} {quoted(name)}")
+    elif text_problem(name):
+        chk.add(("name",), f"expected text, the name {text_problem(name)}")
     backend = _check_choice(chk, data, "backend", (), BACKENDS, "auto")
     parity = _check_choice(chk, data, "parity", (), PARITY, "exact")
     return version, name, backend, parity
@@ -500,7 +615,7 @@ def _check_source_type(chk: _Checker, src: dict) -> tuple[Any, tuple[str, ...]]:
                                     f"(supported: {', '.join(SOURCE_TYPES)})")
     elif stype not in SOURCE_TYPES:
         hint = difflib.get_close_matches(str(stype), SOURCE_TYPES, n=1)
-        chk.add(("source", "type"), f"expected one of {', '.join(SOURCE_TYPES)}, found {stype!r}"
+        chk.add(("source", "type"), f"expected one of {', '.join(SOURCE_TYPES)}, found {quoted(stype)}"
                                     + (f"; did you mean '{hint[0]}'?" if hint else ""))
     allowed = {"folder": ("type", "root", "extensions"),
                "file_list": ("type", "file_list", "root", "extensions"),
@@ -525,7 +640,9 @@ def _check_source(chk: _Checker, data: dict, base_for: Callable[[tuple], Path]) 
         if key in src and key in allowed:
             value = src[key]
             if not isinstance(value, str) or not value:
-                chk.add(("source", key), f"expected a path (string), found {_type_name(value)} {value!r}")
+                chk.add(("source", key), f"expected a path (string), found {_type_name(value)} {quoted(value)}")
+            elif text_problem(value):
+                chk.add(("source", key), f"expected a path, the value {text_problem(value)}")
             else:
                 resolved[key] = _resolve_path(value, base_for(("source", key)))
     if stype == "folder" and "root" not in src:
@@ -536,7 +653,7 @@ def _check_source(chk: _Checker, data: dict, base_for: Callable[[tuple], Path]) 
     extensions = src.get("extensions", list(DEFAULT_EXTENSIONS))
     if not (isinstance(extensions, list) and extensions and all(isinstance(e, str) and e for e in extensions)):
         chk.add(("source", "extensions"), f"expected a non-empty list of file extensions like ['.jpg'], "
-                                          f"found {extensions!r}")
+                                          f"found {quoted(extensions)}")
         extensions = list(DEFAULT_EXTENSIONS)
     extensions = tuple(("." + e.lstrip(".")).lower() for e in extensions)
     if stype in SOURCE_TYPES:
@@ -560,12 +677,12 @@ def _check_outputs(chk: _Checker, data: dict) -> list:
     """``outputs``: a non-empty list of known outputs, each once."""
     outputs = data.get("outputs", ["image", "label"])
     if not (isinstance(outputs, list) and outputs):
-        chk.add(("outputs",), f"expected a non-empty list drawn from {', '.join(OUTPUTS)}, found {outputs!r}")
+        chk.add(("outputs",), f"expected a non-empty list drawn from {', '.join(OUTPUTS)}, found {quoted(outputs)}")
         return ["image", "label"]
     for i, out in enumerate(outputs):
         if out not in OUTPUTS:
             hint = difflib.get_close_matches(str(out), OUTPUTS, n=1)
-            chk.add(("outputs", i), f"unknown output {out!r} (expected one of {', '.join(OUTPUTS)})"
+            chk.add(("outputs", i), f"unknown output {quoted(out)} (expected one of {', '.join(OUTPUTS)})"
                                     + (f"; did you mean '{hint[0]}'?" if hint else ""))
     duplicates = sorted({o for o in outputs if isinstance(o, str) and outputs.count(o) > 1})
     if duplicates:
@@ -643,17 +760,15 @@ def load_spec(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] | N
     (file, line, column, key path, expected and found), or ``FileNotFoundError``.
     """
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise SpecError([Problem(where, "<yaml>", f"not valid YAML: {getattr(exc, 'problem', exc)}")], str(path)) from None
+        text = decode_utf8(path.read_bytes(), str(path))
+    except NotUtf8Error as exc:
+        raise SpecError([Problem(exc.where, "<file>", exc.detail)], str(path)) from None
+    data, marks = _read_yaml(text, str(path))
     if overrides is not None and not isinstance(overrides, Mapping):
         overrides = dict(parse_override(o) for o in overrides)
     return spec_from_dict(data, origin=str(path), base_dir=path.resolve().parent, overrides=overrides,
-                          marks=_positions(text, str(path)))
+                          marks=marks)
 
 
 def coerce_spec(spec_or_path: "PipelineSpec | str | Path | Mapping",
