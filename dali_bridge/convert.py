@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from .shards import index_path, manifest_path
-from .sources import Listing, list_file, list_folder
-from .spec import DEFAULT_EXTENSIONS
+from .ops import is_int
+from .sources import MAX_MANIFEST_BYTES, Listing, SourceError, list_file, list_folder, manifest_problem
+from .spec import DEFAULT_EXTENSIONS, NotUtf8Error, decode_utf8
 
 MANIFEST_FORMAT = "dali-bridge/webdataset"
 MANIFEST_VERSION = 1
@@ -261,23 +262,50 @@ def convert(source: str | Path | Listing, out_pattern: str, *, shard_size: int =
                          brace_pattern(out_pattern, count))
 
 
-def verify_shards(manifest: str | Path) -> list[str]:
-    """Check every shard a manifest lists: present, the recorded size and sha256. Returns the problems."""
+def read_manifest(manifest: str | Path) -> dict[str, Any]:
+    """A converter's manifest, parsed and checked (:func:`~dali_bridge.sources.manifest_problem`);
+    :class:`~dali_bridge.sources.SourceError` naming the file if it is not one."""
     manifest = Path(manifest)
-    data = json.loads(manifest.read_text(encoding="utf-8"))
+    with open(manifest, "rb") as handle:
+        raw = handle.read(MAX_MANIFEST_BYTES + 1)
+    try:
+        data = json.loads(decode_utf8(raw, str(manifest)))
+    except NotUtf8Error as exc:
+        raise SourceError(f"{exc.where}: not a dali-bridge shard manifest: {exc.detail}") from None
+    except (ValueError, RecursionError) as exc:
+        raise SourceError(f"{manifest}: not a dali-bridge shard manifest: not valid JSON: {exc}") from None
+    problem = manifest_problem(data)
+    if problem:
+        raise SourceError(f"{manifest}: not a dali-bridge shard manifest: it {problem}")
+    if not all(is_int(entry.get("bytes")) and isinstance(entry.get("sha256"), str) for entry in data["shards"]):
+        raise SourceError(f"{manifest}: not a dali-bridge shard manifest: a shards entry lacks its 'bytes' "
+                          f"count or 'sha256'")
+    return data
+
+
+def verify_shards(manifest: str | Path) -> list[str]:
+    """Check every shard a manifest lists: present, the recorded size and sha256. Returns the problems.
+
+    Shard names must be file names in the manifest's own folder (no ``../``, no absolute path),
+    and a file is hashed only when its size is the recorded one, reading at most that many bytes.
+    """
+    manifest = Path(manifest)
+    data = read_manifest(manifest)
     problems = []
     for entry in data["shards"]:
         path = manifest.parent / entry["file"]
         if not path.is_file():
-            problems.append(f"{path}: missing")
+            problems.append(f"{path}: {'missing' if not os.path.lexists(path) else 'not a regular file'}")
             continue
         if path.stat().st_size != entry["bytes"]:
             problems.append(f"{path}: {path.stat().st_size} bytes, the manifest records {entry['bytes']}")
             continue
         digest = hashlib.sha256()
         with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
+            left = entry["bytes"]
+            while left > 0 and (block := handle.read(min(left, 1 << 20))):
                 digest.update(block)
+                left -= len(block)
         if digest.hexdigest() != entry["sha256"]:
             problems.append(f"{path}: sha256 {digest.hexdigest()} differs from the manifest's {entry['sha256']}")
     return problems
