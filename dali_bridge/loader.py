@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from .backends.base import Executor, RawBatch, SkippedSample, Topology, resolve_topology
+from .limits import check_loader_limits
 from .plan import Plan, build_plan, unsupported_ops
 from .sampling import BatchTask, batch_count, rank_batches
 from .sources import Listing, list_source
@@ -232,6 +233,7 @@ def build_loader(spec_or_path: PipelineSpec | str | Path | Mapping, backend: str
         details = "; ".join(f"ops[{i}] '{name}' runs only on {', '.join(b)}" for i, name, b in missing)
         raise BackendUnavailable(f"{spec.origin}: backend '{choice.backend}' cannot run this pipeline: {details}")
     topology = resolve_topology(rank, world_size)
+    check_loader_limits(spec, build_plan(spec), backend=choice.backend)  # before listing: it may take a while
     listing = list_source(spec.source)
     # Ignored non-image files are a warning: a wrong `source.extensions` would otherwise drop data quietly.
     log.log(logging.WARNING if listing.ignored else logging.INFO, "dali-bridge %s: %s", spec.name, listing.describe())

@@ -7,8 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import HOST_BACKENDS, VAL
 from dali_bridge.cli import EXIT_INVALID, main
-from dali_bridge.spec import ALIAS_NODE_BUDGET, MAX_NESTING, SpecError, load_spec, parse_override
+from dali_bridge.limits import HostLimits, loader_limit_problems
+from dali_bridge.plan import build_plan
+from dali_bridge.spec import (ALIAS_NODE_BUDGET, MAX_NESTING, PipelineSpec, SpecError, load_spec, parse_override,
+                              spec_from_dict)
 
 BASE = "version: 1\nsource: {type: folder, root: /nonexistent}\nbatch_size: 4\nops: [center_crop: 8]\n"
 
@@ -142,3 +146,46 @@ def test_the_billion_laughs_file_validates_in_bounded_memory(tmp_path):
             "from dali_bridge.cli import main; sys.exit(main(['validate', sys.argv[1]]))")
     done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == EXIT_INVALID and "more than" in done.stderr, done.stderr[-2000:]
+
+
+# ---- loader settings against the host
+
+SMALL_HOST = HostLimits(cores=2, open_files=1024, memory_available=8 << 30)
+
+
+def _spec(**loader) -> PipelineSpec:
+    return spec_from_dict({"version": 1, "batch_size": 64, "ops": [{"center_crop": 224}],
+                           "source": {"type": "folder", "root": "/x"}, "loader": loader}, origin="p.yaml")
+
+
+@pytest.mark.parametrize("loader, backend, key, bound", [
+    ({"workers": 40000}, "dali-cpu", "loader.workers", "at most 32"),
+    ({"workers": 40000}, "torchvision", "loader.workers", "at most 32"),
+    ({"workers": 33}, "dali-cpu", "loader.workers", "at most 32"),
+    ({"workers": 30, "prefetch": 200}, "torchvision", "loader", "limit of 1024 (ulimit -n)"),
+    ({"workers": 2, "prefetch": 20000}, "dali-cpu", "loader.prefetch", "memory available"),
+    ({"workers": 2, "prefetch": 20000}, "torchvision", "loader.prefetch", "memory available"),
+    ({"workers": 1, "prefetch": 10**11}, "dali-cpu", "loader.prefetch", "memory available"),
+])
+def test_loader_settings_beyond_the_host_name_the_key_and_the_bound(loader, backend, key, bound):
+    spec = _spec(**loader)
+    problems = loader_limit_problems(spec, build_plan(spec), backend=backend, host=SMALL_HOST)
+    assert any(p.path == key and bound in p.message for p in problems), problems
+
+
+@pytest.mark.parametrize("loader", [{}, {"workers": 16, "prefetch": 4}, {"workers": 0, "prefetch": 8}])
+def test_ordinary_loader_settings_fit_a_small_host(loader):
+    spec = _spec(**loader)
+    for backend in ("dali-cpu", "torchvision"):
+        assert loader_limit_problems(spec, build_plan(spec), backend=backend, host=SMALL_HOST) == []
+
+
+@pytest.mark.parametrize("setting", ["loader.workers=40000", "loader.prefetch=20000", "loader.prefetch=1e11",
+                                     "loader.prefetch=100000000000"])
+@pytest.mark.parametrize("backend", ["torchvision", "dali-cpu"])
+def test_run_refuses_absurd_loader_values_with_exit_2_before_starting(capsys, sample_root, setting, backend):
+    if backend not in HOST_BACKENDS:
+        pytest.skip(f"{backend} is not available here")
+    code = main(["run", str(VAL), "--data", str(sample_root), "--backends", backend, "--set", setting, "-q"])
+    err = capsys.readouterr().err
+    assert code == EXIT_INVALID and "loader" in err and "Traceback" not in err
