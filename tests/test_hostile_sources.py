@@ -22,6 +22,9 @@ from hostile import write_image_folder
 
 # ---- file lists
 
+# Child processes import this checkout's package.
+_ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+
 
 @pytest.fixture
 def images(tmp_path: Path) -> list[Path]:
@@ -110,7 +113,8 @@ def test_validate_of_a_huge_brace_pattern_is_a_problem_in_bounded_memory(tmp_pat
                         "source: {type: webdataset, shards: 'x-{0..999999999}.tar'}\n")
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30));"
             "from dali_bridge.cli import main; sys.exit(main(['validate', sys.argv[1]]))")
-    done = subprocess.run([sys.executable, "-c", code, str(pipeline)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code, str(pipeline)], capture_output=True, text=True,
+                          timeout=120, env=_ENV)
     assert done.returncode == EXIT_INVALID and "makes 1,000,000,000 names" in done.stderr, done.stderr[-2000:]
 
 

@@ -1,6 +1,7 @@
 """Hostile pipeline files: each ends in a SpecError (exit 2 from the CLI) in bounded time and memory."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,9 @@ from dali_bridge.spec import (ALIAS_NODE_BUDGET, MAX_NESTING, PipelineSpec, Spec
                               spec_from_dict)
 
 BASE = "version: 1\nsource: {type: folder, root: /nonexistent}\nbatch_size: 4\nops: [center_crop: 8]\n"
+
+# Child processes import this checkout's package.
+_ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
 
 
 def _write(tmp_path: Path, body: str | bytes, name: str = "p.yaml") -> Path:
@@ -144,7 +148,8 @@ def test_the_billion_laughs_file_validates_in_bounded_memory(tmp_path):
     path = _write(tmp_path, BASE + _laughs(10, 10))
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30));"
             "from dali_bridge.cli import main; sys.exit(main(['validate', sys.argv[1]]))")
-    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                          timeout=120, env=_ENV)
     assert done.returncode == EXIT_INVALID and "more than" in done.stderr, done.stderr[-2000:]
 
 
