@@ -191,7 +191,8 @@ def list_file(file_list: str | Path, root: str | Path | None, extensions: tuple[
             continue
         path = Path(parts[0]) if os.path.isabs(parts[0]) else base / parts[0]
         if not path.is_file():
-            problems.append(f"{file_list}:{number}: file {path} does not exist")
+            problems.append(f"{file_list}:{number}: file {path} "
+                            f"{'is not a regular file' if path.exists() else 'does not exist'}")
             continue
         paths.append(str(path))
         labels.append(label)
