@@ -194,3 +194,29 @@ def test_run_refuses_absurd_loader_values_with_exit_2_before_starting(capsys, sa
     code = main(["run", str(VAL), "--data", str(sample_root), "--backends", backend, "--set", setting, "-q"])
     err = capsys.readouterr().err
     assert code == EXIT_INVALID and "loader" in err and "Traceback" not in err
+
+
+# ---- sample-data arguments
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--classes", "0"], "classes (--classes) must be >= 1, got 0"),
+    (["--classes", "-3"], "classes (--classes) must be >= 1, got -3"),
+    (["--images", "0"], "images (0, --images) must be >= classes (10)"),
+    (["--images", "5", "--classes", "6"], "images (5, --images) must be >= classes (6)"),
+    (["--seed", "-1"], "seed (--seed) must be non-negative"),
+])
+def test_sample_data_with_impossible_counts_exits_2_with_the_reason(tmp_path, capsys, args, message):
+    assert main(["sample-data", str(tmp_path / "set"), *args]) == EXIT_INVALID
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "set").exists()
+
+
+def test_sample_data_into_a_file_or_a_foreign_folder_exits_2(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "mine.txt").write_text("x")
+    assert main(["sample-data", str(tmp_path / "file")]) == EXIT_INVALID
+    assert main(["sample-data", str(tmp_path / "folder")]) == EXIT_INVALID
+    assert (tmp_path / "folder" / "mine.txt").read_text() == "x"
