@@ -192,7 +192,7 @@ def _members_from_index(path: str, size_on_disk: int, handle: BinaryIO, scan: Sh
             return None  # a member name with a space: the format cannot say where it ends
         for i in range(0, len(fields), 4):
             offset, size = fields[i + 1], fields[i + 2]
-            if not (_DIGITS.match(offset) and _DIGITS.match(size)):
+            if not (offset.isdigit() and size.isdigit() and offset.isascii() and size.isascii()):
                 scan.problems.append(f"{os.path.basename(index)}: member {fields[i + 3]} has offset {offset!r} "
                                      f"and size {size!r}; expected non-negative integers — delete the index "
                                      f"or re-create it from {os.path.basename(path)}")
@@ -212,17 +212,36 @@ def _members_from_index(path: str, size_on_disk: int, handle: BinaryIO, scan: Sh
     return members
 
 
-def _header_at(handle: BinaryIO, position: int) -> tarfile.TarInfo | None:
-    """The tar header block at byte ``position`` (None for an end-of-archive block); ValueError if damaged."""
+@dataclass(frozen=True)
+class _Header:
+    """The fields of one tar header block the index check needs."""
+    name: str
+    size: int
+    regular: bool
+
+
+def _header_at(handle: BinaryIO, position: int) -> _Header | None:
+    """The tar header block at byte ``position`` (None for an end-of-archive block); ValueError if damaged.
+
+    Only the checksum, name, size and type are decoded (``tarfile``'s own field helpers): a full
+    ``TarInfo`` per member would cost more than scanning the tar.
+    """
     block = os.pread(handle.fileno(), tarfile.BLOCKSIZE, position)
     if len(block) < tarfile.BLOCKSIZE:
         raise ValueError(f"no tar header at byte {position}: the file ends there")
-    if not block.strip(b"\0"):
+    if block.count(0) == tarfile.BLOCKSIZE:
         return None
     try:
-        return tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+        checksum, size = tarfile.nti(block[148:156]), tarfile.nti(block[124:136])
     except tarfile.HeaderError as exc:
         raise ValueError(f"no valid tar header at byte {position} ({exc})") from None
+    if checksum != sum(block) - sum(block[148:156]) + 256 and checksum not in tarfile.calc_chksums(block):
+        raise ValueError(f"no valid tar header at byte {position} (bad checksum)")
+    name = block[:100].split(b"\0", 1)[0]
+    prefix = block[345:500].split(b"\0", 1)[0]
+    if block[257:263] == tarfile.POSIX_MAGIC[:6] and prefix:
+        name = prefix + b"/" + name
+    return _Header(name.decode("utf-8", "surrogateescape"), size, block[156:157] in tarfile.REGULAR_TYPES)
 
 
 def _blocks(size: int) -> int:
@@ -248,7 +267,7 @@ def _index_disagreement(handle: BinaryIO, members: list[Member], size_on_disk: i
                 if end_marker:
                     return None
                 return f"the index places {name} at byte {offset}, beyond the tar's end at byte {position}"
-            if info.isreg() and not info.name.rsplit("/", 1)[-1].startswith("."):
+            if info.regular and not info.name.rsplit("/", 1)[-1].startswith("."):
                 return f"member {info.name} at byte {position} is missing from the index"
             position += tarfile.BLOCKSIZE + _blocks(info.size)
         if position != offset - tarfile.BLOCKSIZE:
@@ -256,7 +275,7 @@ def _index_disagreement(handle: BinaryIO, members: list[Member], size_on_disk: i
         info = _header_at(handle, position)
         encoded = name.encode("utf-8", "surrogateescape")
         named = info is not None and (info.name == name or len(encoded) > 100 or not encoded.isascii())
-        if info is None or not info.isreg() or info.size != size or not named:
+        if info is None or not info.regular or info.size != size or not named:
             found = "an end-of-archive block" if info is None else f"{info.name} ({info.size} bytes)"
             return f"the index places {name} ({size} bytes) at byte {offset}, where the tar holds {found}"
         position += tarfile.BLOCKSIZE + _blocks(size)
