@@ -2,7 +2,9 @@
 
 Samples are written in the source listing's order, so a shard listing indexes sample ``i`` as
 the folder listing does, and the same seed gives the same batches from either. Image bytes are
-copied as they are (no re-encoding; a broken file stays broken and meets the same ``on_error``).
+copied as they are (no re-encoding), after the loader's own checks: a file the loader would
+refuse (not a regular file, too large, not a complete JPEG, PNG or WebP) is left out and named
+in the result and the manifest — the shards' indices then skip it.
 Each sample is two members, ``KEY.cls`` (the label as decimal text) then ``KEY.<ext>`` (the
 image, its original extension lower-cased), where KEY is the file's path relative to the source
 root without its extension. The label comes first so that a shard cut short inside an image

@@ -326,16 +326,78 @@ def _members_from_tar(handle: BinaryIO, name: str, scan: ShardScan) -> list[Memb
     return members
 
 
+def _samples(members: list[Member], scan: ShardScan) -> list[tuple[str, list[Member]]]:
+    """Members grouped by sample key in tar order; hidden members counted as ignored."""
+    groups: list[tuple[str, list[Member]]] = []
+    for member in members:
+        key, ext = split_member(member[0])
+        if not key or key.endswith("/") or key.rsplit("/", 1)[-1].startswith("."):
+            scan.ignored[f".{ext}" if ext else "(hidden)"] += 1  # hidden files, as wds2idx skips them
+            continue
+        if groups and groups[-1][0] == key:
+            groups[-1][1].append(member)
+        else:
+            groups.append((key, [member]))
+    return groups
+
+
+def _label(handle: BinaryIO, name: str, member: Member, scan: ShardScan) -> int | None:
+    """The class number a label member holds; None with a problem added if it holds none."""
+    _, offset, size = member
+    if size > MAX_LABEL_BYTES:
+        scan.problems.append(f"{name}: label member {member[0]} is {size} bytes; a label is a "
+                             f"class number of at most {MAX_LABEL_BYTES} bytes")
+        return None
+    text = os.pread(handle.fileno(), size, offset) if size else b""
+    if len(text) != size:
+        scan.problems.append(f"{name}: label member {member[0]} is cut short (truncated shard)")
+        return None
+    text = text.decode("utf-8", "replace").strip()
+    if not _DIGITS.match(text):
+        scan.problems.append(f"{name}: {member[0]} holds {text[:40]!r}; expected a non-negative integer as text")
+        return None
+    return int(text)
+
+
+def _sample_members(name: str, key: str, group: list[Member], image_keys: tuple[str, ...], label_key: str,
+                    scan: ShardScan) -> tuple[Member, Member] | None:
+    """A sample's (image, label) members; None with a problem added when either is missing or a
+    member is repeated. Other members are counted as ignored."""
+    by_ext = {split_member(m[0])[1].lower(): m for m in group}
+    if len(by_ext) < len(group):
+        repeated = Counter(split_member(m[0])[1].lower() for m in group)
+        scan.problems.append(f"{name}: sample {key} has {len(group)} members for {len(by_ext)} extensions "
+                             f"(repeated: {', '.join('.' + e for e, n in repeated.items() if n > 1)}; "
+                             f"found {', '.join(m[0] for m in group[:5])}): a key names one sample, with "
+                             f"one member per extension")
+        return None
+    image = next((by_ext[k] for k in image_keys if k in by_ext), None)
+    label_member = by_ext.get(label_key)
+    for m in group:
+        if m is not image and m is not label_member:
+            scan.ignored["." + split_member(m[0])[1].lower()] += 1
+    found = ", ".join(m[0] for m in group)
+    if image is None:
+        scan.problems.append(f"{name}: sample {key} has no image member (expected {key}."
+                             f"{' or .'.join(image_keys)}; found {found})")
+        return None
+    if label_member is None:
+        scan.problems.append(f"{name}: sample {key} has no label member {key}.{label_key} (found {found})")
+        return None
+    return image, label_member
+
+
 def scan_shard(path: str, image_keys: tuple[str, ...], label_key: str, use_index: bool = True) -> ShardScan:
     """One shard's samples in tar order, with every problem listed.
 
-    Members come from the shard's DALI index when one is trustworthy (see
-    :func:`_members_from_index`; ~10x faster than reading headers), else from the tar headers
+    Members come from the shard's DALI index when one is there and agrees with the shard (see
+    :func:`_members_from_index`; faster than reading every header), else from the tar headers
     (stdlib ``tarfile``). Label payloads are read either way. Problems (each naming the shard and
-    member key): a sample without an image or a label member, a label that is not a non-negative
-    integer, a damaged or truncated header, a shard cut short (inside a member or without tar's
-    end-of-archive blocks: later samples would be lost without a trace). An image member whose
-    bytes are a broken image is not a listing problem: its read fails under ``on_error``.
+    member key): a sample without an image or a label member, a member repeated within a sample, a
+    label that is not a non-negative integer, a damaged or truncated header, an index that
+    disagrees with the shard, a shard cut short (inside a member or without tar's end-of-archive
+    blocks: later samples would be lost without a trace). An image member whose bytes are a broken
+    image is not a listing problem: its read fails under ``on_error``.
     """
     scan = ShardScan()
     name = os.path.basename(path)
@@ -351,64 +413,23 @@ def scan_shard(path: str, image_keys: tuple[str, ...], label_key: str, use_index
             members = _members_from_tar(handle, name, scan)
         else:
             scan.from_index = True
-        groups: list[tuple[str, list[Member]]] = []
-        for member in members:
-            key, ext = split_member(member[0])
-            if not key or key.endswith("/") or key.rsplit("/", 1)[-1].startswith("."):
-                scan.ignored[f".{ext}" if ext else "(hidden)"] += 1  # hidden files, as wds2idx skips them
-                continue
-            if groups and groups[-1][0] == key:
-                groups[-1][1].append(member)
-            else:
-                groups.append((key, [member]))
         seen: set[str] = set()
-        for key, group in groups:
+        for key, group in _samples(members, scan):
             if key in seen:
                 scan.problems.append(f"{name}: sample key {key} appears again after other samples "
                                      f"(members of one sample must be adjacent)")
                 continue
             seen.add(key)
-            by_ext = {split_member(m[0])[1].lower(): m for m in group}
-            if len(by_ext) < len(group):
-                repeated = Counter(split_member(m[0])[1].lower() for m in group)
-                scan.problems.append(f"{name}: sample {key} has {len(group)} members for {len(by_ext)} extensions "
-                                     f"(repeated: {', '.join('.' + e for e, n in repeated.items() if n > 1)}; "
-                                     f"found {', '.join(m[0] for m in group[:5])}): a key names one sample, with "
-                                     f"one member per extension")
+            pair = _sample_members(name, key, group, image_keys, label_key, scan)
+            label = _label(handle, name, pair[1], scan) if pair is not None else None
+            if label is None:
                 continue
-            image = next((by_ext[k] for k in image_keys if k in by_ext), None)
-            label_member = by_ext.get(label_key)
-            for m in group:
-                if m is not image and m is not label_member:
-                    scan.ignored["." + split_member(m[0])[1].lower()] += 1
-            found = ", ".join(m[0] for m in group)
-            if image is None:
-                scan.problems.append(f"{name}: sample {key} has no image member (expected {key}."
-                                     f"{' or .'.join(image_keys)}; found {found})")
-                continue
-            if label_member is None:
-                scan.problems.append(f"{name}: sample {key} has no label member {key}.{label_key} "
-                                     f"(found {found})")
-                continue
-            _, offset, size = label_member
-            if size > MAX_LABEL_BYTES:
-                scan.problems.append(f"{name}: label member {label_member[0]} is {size} bytes; a label is a "
-                                     f"class number of at most {MAX_LABEL_BYTES} bytes")
-                continue
-            text = os.pread(handle.fileno(), size, offset) if size else b""
-            if len(text) != size:
-                scan.problems.append(f"{name}: label member {label_member[0]} is cut short (truncated shard)")
-                continue
-            text = text.decode("utf-8", "replace").strip()
-            if not _DIGITS.match(text):
-                scan.problems.append(f"{name}: {label_member[0]} holds {text[:40]!r}; expected a "
-                                     f"non-negative integer as text")
-                continue
+            image = pair[0]
             scan.keys.append(key)
             scan.image_names.append(image[0])
             scan.offsets.append(image[1])
             scan.sizes.append(image[2])
-            scan.labels.append(int(text))
+            scan.labels.append(label)
     return scan
 
 
