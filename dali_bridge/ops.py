@@ -8,7 +8,6 @@ Pure Python: no DALI or torch import, so the spec layer can validate anywhere.
 """
 from __future__ import annotations
 
-import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -19,18 +18,6 @@ LAYOUTS = ("CHW", "HWC")
 
 # A checker takes the raw value and returns (normalised value, problem or None).
 Checker = Callable[[Any], "tuple[Any, str | None]"]
-
-
-# Values quoted in messages are cut to a few items and characters: a message must stay
-# readable (and small) whatever the file holds.
-_QUOTE = reprlib.Repr()
-_QUOTE.maxlevel, _QUOTE.maxstring, _QUOTE.maxother = 3, 80, 80
-_QUOTE.maxlist = _QUOTE.maxtuple = _QUOTE.maxdict = _QUOTE.maxset = 8
-
-
-def quoted(value: Any) -> str:
-    """``repr(value)`` for a message, shortened (``...``) past 80 characters or 8 items."""
-    return _QUOTE.repr(value)
 
 
 def _type_name(value: Any) -> str:
@@ -56,20 +43,20 @@ def size_checker(value: Any) -> tuple[Any, str | None]:
         if min(value) <= 0:
             return value, f"expected positive sizes in pixels, found {value}"
         return list(value), None
-    return value, f"expected a size in pixels (an integer or [height, width]), found {_type_name(value)} {quoted(value)}"
+    return value, f"expected a size in pixels (an integer or [height, width]), found {_type_name(value)} {value!r}"
 
 
 def choice_checker(choices: tuple[str, ...]) -> Checker:
     def check(value: Any) -> tuple[Any, str | None]:
         if isinstance(value, str) and value in choices:
             return value, None
-        return value, f"expected one of {', '.join(choices)}, found {quoted(value)}"
+        return value, f"expected one of {', '.join(choices)}, found {value!r}"
     return check
 
 
 def probability_checker(value: Any) -> tuple[Any, str | None]:
     if not is_number(value):
-        return value, f"expected a probability (number in [0, 1]), found {_type_name(value)} {quoted(value)}"
+        return value, f"expected a probability (number in [0, 1]), found {_type_name(value)} {value!r}"
     if not 0.0 <= value <= 1.0:
         return value, f"expected a probability in [0, 1], found {value}"
     return float(value), None
@@ -78,14 +65,14 @@ def probability_checker(value: Any) -> tuple[Any, str | None]:
 def bool_checker(value: Any) -> tuple[Any, str | None]:
     if isinstance(value, bool):
         return value, None
-    return value, f"expected true or false, found {_type_name(value)} {quoted(value)}"
+    return value, f"expected true or false, found {_type_name(value)} {value!r}"
 
 
 def range_checker(lo_bound: float, hi_bound: float | None, what: str) -> Checker:
     """[low, high] with lo_bound < low <= high (<= hi_bound when given)."""
     def check(value: Any) -> tuple[Any, str | None]:
         if not (isinstance(value, list) and len(value) == 2 and all(is_number(v) for v in value)):
-            return value, f"expected [low, high] {what}, found {_type_name(value)} {quoted(value)}"
+            return value, f"expected [low, high] {what}, found {_type_name(value)} {value!r}"
         lo, hi = float(value[0]), float(value[1])
         if lo > hi:
             return value, f"expected low <= high, found {value}"
@@ -102,7 +89,7 @@ def channels_checker(what: str, positive: bool) -> Checker:
         if is_number(value):
             value = [value] * 3
         if not (isinstance(value, list) and all(is_number(v) for v in value)):
-            return value, f"expected {what} as 3 numbers (R, G, B) in [0, 1] units, found {_type_name(value)} {quoted(value)}"
+            return value, f"expected {what} as 3 numbers (R, G, B) in [0, 1] units, found {_type_name(value)} {value!r}"
         if len(value) != 3:
             return value, f"expected 3 values (R, G, B) for {what}, found {len(value)}: {value}"
         if positive and any(v <= 0 for v in value):

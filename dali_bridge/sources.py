@@ -23,7 +23,8 @@ import numpy as np
 
 from .images import check_encoded, inspect_encoded, probe, read_file
 from .shards import ShardSamples, expand_braces, manifest_path, scan_shard
-from .ops import is_int, quoted
+from .ops import is_int
+from .quoting import quoted
 from .spec import NotUtf8Error, SourceSpec, decode_utf8
 
 log = logging.getLogger("dali_bridge")

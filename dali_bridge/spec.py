@@ -19,7 +19,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import yaml
 
 from .ops import (OPS, REQUIRED, bool_checker, choice_checker, fixed_output_size, is_int, op_names,
-                  quoted, size_checker, _type_name)
+                  size_checker, _type_name)
+from .quoting import quoted, shortened
 
 FORMAT_VERSION = 1
 BACKENDS = ("auto", "dali", "dali-cpu", "torchvision")
@@ -249,10 +250,18 @@ def _read_yaml(text: str, filename: str) -> tuple[Any, dict[tuple, str]]:
     finally:
         if loader is not None:
             loader.dispose()
-    return data, _positions(root, filename)
+    return data, _node_positions(root, filename)
 
 
-def _positions(root: yaml.Node | None, filename: str) -> dict[tuple, str]:
+def _positions(text: str, filename: str) -> dict[tuple, str]:
+    """Where each key path of a YAML text starts; empty when the text cannot be read (within bounds)."""
+    try:
+        return _read_yaml(text, filename)[1]
+    except SpecError:
+        return {}
+
+
+def _node_positions(root: yaml.Node | None, filename: str) -> dict[tuple, str]:
     """Where each key path starts (``file:line:column``), from the composed (bounded) node tree."""
     marks: dict[tuple, str] = {}
 
@@ -326,7 +335,7 @@ class _Checker:
         return self.filename
 
     def add(self, path: tuple, message: str) -> None:
-        self.problems.append(Problem(self.where(path), format_path(path), message))
+        self.problems.append(Problem(self.where(path), format_path(path), shortened(message)))
 
     def unknown_keys(self, mapping: Mapping, allowed: Iterable[str], path: tuple, what: str) -> None:
         allowed = list(allowed)
@@ -392,7 +401,7 @@ def apply_overrides(data: dict, overrides: Mapping[str, Any]) -> tuple[dict, dic
     origin: dict[tuple, str] = {}
     problems: list[Problem] = []
     for dotted, value in overrides.items():
-        label = f"--set {dotted}={quoted(value)}"
+        label = f"--set {dotted}={value!r}"
         parts: list[Any] = [int(p) if p.lstrip("-").isdigit() else p for p in str(dotted).split(".") if p != ""]
         if not parts:
             problems.append(Problem(label, str(dotted), "empty key path"))
@@ -764,11 +773,11 @@ def load_spec(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] | N
         text = decode_utf8(path.read_bytes(), str(path))
     except NotUtf8Error as exc:
         raise SpecError([Problem(exc.where, "<file>", exc.detail)], str(path)) from None
-    data, marks = _read_yaml(text, str(path))
+    data = _read_yaml(text, str(path))[0]
     if overrides is not None and not isinstance(overrides, Mapping):
         overrides = dict(parse_override(o) for o in overrides)
     return spec_from_dict(data, origin=str(path), base_dir=path.resolve().parent, overrides=overrides,
-                          marks=marks)
+                          marks=_positions(text, str(path)))
 
 
 def coerce_spec(spec_or_path: "PipelineSpec | str | Path | Mapping",

@@ -104,6 +104,7 @@ def test_small_aliases_keep_working(tmp_path):
     "name: [" + ",".join(["x" * 50] * 20_000) + "]\n",      # a long list
     "batch_size: '" + "9" * 200_000 + "'\n",                  # a long string
     "ops: [{center_crop: 8, " + "k" * 100_000 + ": 1}]\n",    # a long key
+    "ops: [{center_crop: '" + "x" * 100_000 + "'}]\n",       # a long value an op's own check quotes
 ])
 def test_messages_quote_values_shortened(tmp_path, body):
     text = BASE.replace("batch_size: 4\n", "").replace("ops: [center_crop: 8]\n", "") + body
