@@ -110,7 +110,8 @@ def loader_limit_problems(spec: PipelineSpec, plan: Plan, *, backend: str, host:
                                 f"{slots} batch buffers of {_size(batch_bytes)} "
                                 f"({'x'.join(map(str, plan.output_shape(spec.batch_size)))} "
                                 f"{'uint8' if item == 1 else plan.finish.dtype}) need {_size(needed)}, over half of "
-                                f"the {_size(host.memory_available)} of memory available: {advice} batch_size or workers"))
+                                f"the {_size(host.memory_available)} of memory available: {advice} "
+                                f"batch_size or workers"))
     return problems
 
 

@@ -472,7 +472,8 @@ def _check_ops(raw_ops: Any, chk: _Checker) -> list[OpSpec]:
             params = {}
         elif not isinstance(params, dict):
             if op.primary is None:
-                chk.add(op_path, f"expected the parameters of {quoted(str(name))} as a mapping, found {_type_name(params)} {quoted(params)}")
+                chk.add(op_path, f"expected the parameters of {quoted(str(name))} as a mapping, "
+                                 f"found {_type_name(params)} {quoted(params)}")
                 continue
             params = {op.primary: params}
         chk.unknown_keys(params, [p.name for p in op.params], op_path, f"op '{name}'")
