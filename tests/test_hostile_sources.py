@@ -257,3 +257,55 @@ def test_an_index_used_by_a_copied_folder_still_matches(shards, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(shards, copy)
     assert len(list_webdataset(_pattern(copy), DEFAULT_IMAGE_KEYS)) == 4
+
+
+@pytest.mark.parametrize("stem", ["n" * 150, "é" * 20, "deep/" * 30 + "x"])
+def test_an_index_of_long_or_non_ascii_names_agrees_with_its_shard(tmp_path, images, stem):
+    """Names beyond the header's 100-byte field (or not ASCII) sit in pax records before the header."""
+    root = tmp_path / "long"
+    target = root / "cat" / f"{stem}.jpg"
+    target.parent.mkdir(parents=True)
+    shutil.copy(images[0], target)
+    out = tmp_path / "long-shards"
+    convert(root, str(out / "s-%d.tar"))
+    scan = scan_shard(str(out / "s-0.tar"), DEFAULT_IMAGE_KEYS, "cls")
+    assert scan.from_index and not scan.problems and scan.keys == [f"cat/{stem}"]
+
+
+def _gnu_tar_with_wds2idx_index(tmp_path: Path, images: list[Path], long_name: bool) -> Path:
+    """A GNU-format tar holding a folder entry, a hidden file and two samples, indexed by DALI's wds2idx."""
+    wds2idx = pytest.importorskip("wds2idx", reason="DALI's wds2idx tool is not installed")
+    if shutil.which("tar") is None:
+        pytest.skip("wds2idx needs GNU tar to list block numbers")
+    shard = tmp_path / "g-0.tar"
+    second = "d/" + ("L" * 120 if long_name else "b")
+    with tarfile.open(shard, "w", format=tarfile.GNU_FORMAT) as archive:
+        folder = tarfile.TarInfo("d")
+        folder.type = tarfile.DIRTYPE
+        archive.addfile(folder)
+        for name, data in [("d/.hidden.txt", b"x"), ("d/a.cls", b"0"), ("d/a.jpg", images[0].read_bytes()),
+                           (second + ".cls", b"1"), (second + ".jpg", images[1].read_bytes())]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    with wds2idx.IndexCreator(str(shard), str(tmp_path / "g-0.idx"), verbose=False) as creator:
+        creator.create_index()
+    return shard
+
+
+def test_an_index_by_dalis_wds2idx_of_a_tar_with_folders_and_hidden_files_is_used(tmp_path, images):
+    """wds2idx leaves folders and hidden files out of its index: such gaps are not missing samples."""
+    shard = _gnu_tar_with_wds2idx_index(tmp_path, images, long_name=False)
+    scan = scan_shard(str(shard), DEFAULT_IMAGE_KEYS, "cls")
+    assert scan.from_index and not scan.problems and scan.labels == [0, 1]
+
+
+def test_a_wds2idx_index_pointing_at_a_gnu_long_name_record_is_refused(tmp_path, images):
+    """For a name over 100 bytes in GNU format, wds2idx records where the long-name record's data
+    starts, not the member's: trusting it would read the name as the label and image."""
+    shard = _gnu_tar_with_wds2idx_index(tmp_path, images, long_name=True)
+    scan = scan_shard(str(shard), DEFAULT_IMAGE_KEYS, "cls")
+    assert len(scan.problems) == 1 and "g-0.idx disagrees with g-0.tar" in scan.problems[0]
+    assert "where the tar holds ././@LongLink" in scan.problems[0]
+    scanned = scan_shard(str(shard), DEFAULT_IMAGE_KEYS, "cls", use_index=False)  # the tar itself is sound
+    assert not scanned.problems and scanned.labels == [0, 1]
