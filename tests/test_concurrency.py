@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import backend_params
+from conftest import HOST_BACKENDS, backend_params
 from dali_bridge import build_loader
 
 CPU = backend_params(["dali-cpu", "torchvision"])
@@ -118,4 +118,39 @@ def test_a_forked_child_is_refused_the_parents_loader_and_can_build_its_own(samp
     script.write_text(FORK_SCRIPT)
     done = subprocess.run([sys.executable, str(script), backend, str(sample_root), str(workers)],
                           capture_output=True, text=True, timeout=240, env=_ENV)
+    assert done.returncode == 0 and "child exit 0" in done.stdout, (done.stdout, done.stderr[-3000:])
+
+
+GC_AT_FORK_SCRIPT = textwrap.dedent("""
+    import gc, os, sys
+    # A collection inside the first after-fork hook: what an allocation in threading's own
+    # after-fork hook (registered before any of ours) may trigger.
+    os.register_at_fork(after_in_child=gc.collect)
+    from dali_bridge import build_loader
+
+    spec = {"version": 1, "name": "gc-at-fork", "source": {"type": "folder", "root": sys.argv[1]},
+            "batch_size": 4, "ops": [{"center_crop": 16}, {"normalize": {"dtype": "uint8"}}],
+            "loader": {"workers": 1}}
+    loader = build_loader(spec, "dali-cpu")
+    batches = iter(loader)
+    next(batches)  # the pipeline is mid-epoch, its threads prefetching
+    gc.disable()
+    garbage = [loader, batches]  # left in a reference cycle, as a traceback leaves a loader
+    garbage.append(garbage)
+    del loader, batches, garbage
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    print("child exit", os.waitstatus_to_exitcode(status))
+""")
+
+
+def test_a_fork_collecting_a_discarded_dali_pipeline_in_the_child_does_not_hang(sample_root, tmp_path):
+    if "dali-cpu" not in HOST_BACKENDS:
+        pytest.skip("dali-cpu is not available here")
+    script = tmp_path / "gc_fork.py"
+    script.write_text(GC_AT_FORK_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), str(sample_root)], capture_output=True, text=True,
+                          timeout=120, env=_ENV)
     assert done.returncode == 0 and "child exit 0" in done.stdout, (done.stdout, done.stderr[-3000:])
