@@ -231,6 +231,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
     print(f"wrote {len(result.shards)} shard(s), {result.samples} samples, {result.bytes_written / 2**20:.1f} MiB "
           f"in {result.seconds:.1f} s; DALI index files beside them")
     print(f"manifest: {result.manifest}")
+    if result.skipped:
+        print(result.describe_skipped(), file=sys.stderr)
     print(f"pipeline source:\n  source: {{type: webdataset, shards: \"{result.pattern}\"}}")
     return 0
 

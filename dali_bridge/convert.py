@@ -2,7 +2,9 @@
 
 Samples are written in the source listing's order, so a shard listing indexes sample ``i`` as
 the folder listing does, and the same seed gives the same batches from either. Image bytes are
-copied as they are (no re-encoding; a broken file stays broken and meets the same ``on_error``).
+copied as they are (no re-encoding), after the loader's own checks: a file the loader would
+refuse (not a regular file, too large, not a complete JPEG, PNG or WebP) is left out and named
+in the result and the manifest — the shards' indices then skip it.
 Each sample is two members, ``KEY.cls`` (the label as decimal text) then ``KEY.<ext>`` (the
 image, its original extension lower-cased), where KEY is the file's path relative to the source
 root without its extension. The label comes first so that a shard cut short inside an image
@@ -17,25 +19,30 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
+import logging
 import math
 import os
 import re
 import tarfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from .shards import index_path, manifest_path
-from .sources import Listing, list_file, list_folder
-from .spec import DEFAULT_EXTENSIONS
+from .images import ImageError
+from .ops import is_int
+from .sources import MAX_MANIFEST_BYTES, Listing, SourceError, list_file, list_folder, manifest_problem
+from .spec import DEFAULT_EXTENSIONS, NotUtf8Error, decode_utf8
 
 MANIFEST_FORMAT = "dali-bridge/webdataset"
 MANIFEST_VERSION = 1
 DALI_INDEX_VERSION = "v1.2"
 _DIRECTIVE = re.compile(r"%(0?)(\d*)d")
+log = logging.getLogger("dali_bridge")
 
 
 class ConvertError(ValueError):
@@ -51,6 +58,15 @@ class ConvertResult:
     bytes_written: int
     seconds: float
     pattern: str   # brace pattern of the shards written, for ``source: {type: webdataset, shards: ...}``
+    skipped: tuple[tuple[str, str], ...] = ()   # (file, reason) of each file left out
+
+    def describe_skipped(self, most: int = 20) -> str:
+        """The files left out, one per line with the reason (the manifest lists them all)."""
+        lines = [f"left out {len(self.skipped)} file(s) the loader would refuse (listed in {self.manifest}):"]
+        lines += [f"  {path}: {reason}" for path, reason in self.skipped[:most]]
+        if len(self.skipped) > most:
+            lines.append(f"  ... and {len(self.skipped) - most} more")
+        return "\n".join(lines)
 
 
 def check_pattern(out_pattern: str) -> None:
@@ -185,14 +201,121 @@ def _write_shard(path: str, entries: Iterator[tuple[str, str, bytes, int]]) -> d
             "bytes": written, "sha256": sha256}
 
 
+# A bigger file is not packed: no image a loader decodes comes near it, and each one is held
+# in memory whole while it is written.
+MAX_IMAGE_BYTES = 256 << 20
+
+
+def _sample_bytes(listing: Listing, index: int, max_bytes: int) -> bytes:
+    """Sample ``index``'s bytes through the loader's own read (regular file, recognised image),
+    after a size check from ``stat``; :class:`ImageError` with the reason otherwise."""
+    if listing.shards is None:
+        try:
+            size = os.stat(listing.paths[index]).st_size
+        except OSError as exc:
+            raise ImageError(f"cannot read file: {exc.strerror or exc}") from None
+    else:
+        size = int(listing.shards.size[index])
+    if size > max_bytes:
+        raise ImageError(f"{size} bytes, over the {max_bytes}-byte limit for one image")
+    return listing.read(index)
+
+
+@dataclass
+class _Packing:
+    """What the sample stream packed and left out, filled in as the shards are written."""
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    extensions: Counter = field(default_factory=Counter)
+    labels: Counter = field(default_factory=Counter)
+    packed: int = 0
+
+
+def _packable(listing: Listing, keys: list[str], packing: _Packing, max_bytes: int,
+              bar: Any) -> Iterator[tuple[str, str, bytes, int]]:
+    """(key, extension, bytes, label) of every sample the loader would read; the others are
+    recorded in ``packing.skipped`` with the reason, never packed."""
+    for index, path in enumerate(listing.paths):
+        bar.update(1)
+        try:
+            data = _sample_bytes(listing, index, max_bytes)
+        except ImageError as exc:
+            packing.skipped.append((path, str(exc)))
+            continue
+        ext = os.path.splitext(path)[1].lstrip(".").lower() or "bin"
+        label = int(listing.labels[index])
+        packing.extensions[ext] += 1
+        packing.labels[label] += 1
+        packing.packed += 1
+        yield keys[index], ext, data, label
+
+
+def _write_shards(out_pattern: str, samples: Iterator[tuple[str, str, bytes, int]],
+                  shard_size: int) -> list[dict[str, Any]]:
+    """Shards of ``shard_size`` samples from the stream until it ends; their manifest entries."""
+    entries: list[dict[str, Any]] = []
+    first_sample = 0
+    while (first := next(samples, None)) is not None:
+        entry = _write_shard(out_pattern % len(entries),
+                             itertools.chain([first], itertools.islice(samples, shard_size - 1)))
+        entry["first_sample"] = first_sample
+        first_sample += entry["samples"]
+        entries.append(entry)
+    return entries
+
+
+def _owned_outputs(out_pattern: str) -> list[str] | None:
+    """The shards and indexes the pattern's existing manifest lists under the pattern's own names
+    (shard i as ``out_pattern % i``), as paths; None when there is no readable manifest."""
+    target = manifest_path(out_pattern)
+    if not os.path.exists(target):
+        return None
+    try:
+        entries = read_manifest(target)["shards"]
+    except (OSError, SourceError) as exc:
+        log.warning("convert --overwrite: %s; shards it may list are left in place", exc)
+        return None
+    owned = []
+    for number, entry in enumerate(entries):
+        shard = out_pattern % number
+        if entry["file"] == os.path.basename(shard):
+            owned.append(shard)
+            if entry.get("index_file") == os.path.basename(index_path(shard)):
+                owned.append(index_path(shard))
+    return owned
+
+
+def _manifest(listing: Listing, source_info: dict[str, str], shard_size: int, pattern: str,
+              packing: _Packing, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "format": MANIFEST_FORMAT,
+        "version": MANIFEST_VERSION,
+        "source": source_info,
+        "samples": packing.packed,
+        "shard_size": shard_size,
+        "shards_pattern": os.path.basename(pattern),
+        "label_key": "cls",
+        "image_extensions": dict(sorted(packing.extensions.items())),
+        "classes": list(listing.classes),
+        "label_mapping": {name: label for label, name in enumerate(listing.classes)},
+        "class_counts": {listing.classes[label]: packing.labels.get(label, 0) for label in range(len(listing.classes))},
+        "skipped": [{"file": path, "reason": reason} for path, reason in packing.skipped],
+        "shards": entries,
+    }
+
+
 def convert(source: str | Path | Listing, out_pattern: str, *, shard_size: int = 1000, overwrite: bool = False,
-            progress: bool = False, extensions: tuple[str, ...] = DEFAULT_EXTENSIONS) -> ConvertResult:
+            progress: bool = False, extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
+            max_image_bytes: int = MAX_IMAGE_BYTES) -> ConvertResult:
     """Pack ``source`` (an ImageFolder, a ``path label`` file list, or a listing) into shards.
 
     ``out_pattern``: printf-style shard path (``shards/train-%06d.tar``); ``shard_size``: samples
-    per shard (default 1000; ~100-200 MiB shards of ImageNet-sized JPEGs). Existing shards, indexes
-    or manifest of the pattern raise :class:`ConvertError` unless ``overwrite`` (which also deletes
-    higher-numbered shards left by an earlier, larger conversion). ``progress``: a tqdm bar on stderr.
+    per shard (default 1000; ~100-200 MiB shards of ImageNet-sized JPEGs). Each file goes through
+    the loader's own read (a regular file, a recognised JPEG, PNG or WebP) after a size check
+    (``max_image_bytes``); one that fails is left out, and named with the reason in the result and
+    the manifest (``skipped``) — the shards' sample indices then skip it too. Existing shards,
+    indexes or manifest of the pattern raise :class:`ConvertError` unless ``overwrite``, which also
+    deletes the higher-numbered shards the old manifest lists under the pattern's names (and
+    nothing else). ``progress``: a tqdm bar on stderr.
     """
     from tqdm import tqdm
 
@@ -200,84 +323,82 @@ def convert(source: str | Path | Listing, out_pattern: str, *, shard_size: int =
     if shard_size < 1:
         raise ConvertError(f"--shard-size: expected an integer >= 1, found {shard_size}")
     listing, source_info = _listing_for(source, extensions)
-    count = math.ceil(len(listing) / shard_size)
-    existing = _existing_outputs(out_pattern, count)
+    existing = _existing_outputs(out_pattern, math.ceil(len(listing) / shard_size))
     if existing and not overwrite:
         shown = ", ".join(existing[:5]) + (f" and {len(existing) - 5} more" if len(existing) > 5 else "")
         raise ConvertError(f"output exists: {shown} (pass --overwrite to replace it)")
+    owned = _owned_outputs(out_pattern) if overwrite else None
     keys = _sample_keys(listing)
     os.makedirs(os.path.dirname(os.path.abspath(out_pattern)), exist_ok=True)
     start = time.perf_counter()
-    shard_entries: list[dict[str, Any]] = []
-    extension_counts: Counter = Counter()
-
-    def samples(first: int, bar: Any) -> Iterator[tuple[str, str, bytes, int]]:
-        for index in range(first, min(first + shard_size, len(listing))):
-            path = listing.paths[index]
-            try:
-                with open(path, "rb") as handle:
-                    data = handle.read()
-            except OSError as exc:
-                raise ConvertError(f"cannot read {path}: {exc.strerror or exc}") from None
-            ext = os.path.splitext(path)[1].lstrip(".").lower() or "bin"
-            extension_counts[ext] += 1
-            yield keys[index], ext, data, int(listing.labels[index])
-            bar.update(1)
-
-    with tqdm(total=len(listing), unit="img", desc="convert", disable=None if progress else True, dynamic_ncols=True) as bar:
-        for number in range(count):
-            entry = _write_shard(out_pattern % number, samples(number * shard_size, bar))
-            entry["first_sample"] = number * shard_size
-            shard_entries.append(entry)
-    if overwrite:
-        stale = count
-        while os.path.exists(out_pattern % stale):
-            for path in (out_pattern % stale, index_path(out_pattern % stale)):
-                if os.path.exists(path):
-                    os.remove(path)
-            stale += 1
-    class_counts = Counter(int(label) for label in listing.labels)
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "version": MANIFEST_VERSION,
-        "source": source_info,
-        "samples": len(listing),
-        "shard_size": shard_size,
-        "shards_pattern": os.path.basename(brace_pattern(out_pattern, count)),
-        "label_key": "cls",
-        "image_extensions": dict(sorted(extension_counts.items())),
-        "classes": list(listing.classes),
-        "label_mapping": {name: label for label, name in enumerate(listing.classes)},
-        "class_counts": {listing.classes[label]: class_counts.get(label, 0) for label in range(len(listing.classes))},
-        "shards": shard_entries,
-    }
+    packing = _Packing()
+    with tqdm(total=len(listing), unit="img", desc="convert", disable=None if progress else True,
+              dynamic_ncols=True) as bar:
+        entries = _write_shards(out_pattern, _packable(listing, keys, packing, max_image_bytes, bar), shard_size)
+    count = len(entries)
+    if not count:
+        raise ConvertError(f"no sample to pack: all {len(listing)} file(s) were left out, e.g. "
+                           f"{packing.skipped[0][0]}: {packing.skipped[0][1]}")
+    stale = [path for path in owned or [] if path not in {out_pattern % n for n in range(count)}
+             and path not in {index_path(out_pattern % n) for n in range(count)}]
+    for path in stale:
+        if os.path.exists(path):
+            os.remove(path)
+    pattern = brace_pattern(out_pattern, count)
     target = manifest_path(out_pattern)
     with open(target + ".partial", "w", encoding="utf-8") as handle:
-        json.dump(manifest, handle, indent=2)
+        json.dump(_manifest(listing, source_info, shard_size, pattern, packing, entries), handle, indent=2)
         handle.write("\n")
     os.replace(target + ".partial", target)
-    return ConvertResult(tuple(out_pattern % n for n in range(count)), target, len(listing),
-                         sum(e["bytes"] for e in shard_entries), time.perf_counter() - start,
-                         brace_pattern(out_pattern, count))
+    return ConvertResult(tuple(out_pattern % n for n in range(count)), target, packing.packed,
+                         sum(e["bytes"] for e in entries), time.perf_counter() - start, pattern,
+                         tuple(packing.skipped))
+
+
+def read_manifest(manifest: str | Path) -> dict[str, Any]:
+    """A converter's manifest, parsed and checked (:func:`~dali_bridge.sources.manifest_problem`);
+    :class:`~dali_bridge.sources.SourceError` naming the file if it is not one."""
+    manifest = Path(manifest)
+    with open(manifest, "rb") as handle:
+        raw = handle.read(MAX_MANIFEST_BYTES + 1)
+    try:
+        data = json.loads(decode_utf8(raw, str(manifest)))
+    except NotUtf8Error as exc:
+        raise SourceError(f"{exc.where}: not a dali-bridge shard manifest: {exc.detail}") from None
+    except (ValueError, RecursionError) as exc:
+        raise SourceError(f"{manifest}: not a dali-bridge shard manifest: not valid JSON: {exc}") from None
+    problem = manifest_problem(data)
+    if problem:
+        raise SourceError(f"{manifest}: not a dali-bridge shard manifest: it {problem}")
+    if not all(is_int(entry.get("bytes")) and isinstance(entry.get("sha256"), str) for entry in data["shards"]):
+        raise SourceError(f"{manifest}: not a dali-bridge shard manifest: a shards entry lacks its 'bytes' "
+                          f"count or 'sha256'")
+    return data
 
 
 def verify_shards(manifest: str | Path) -> list[str]:
-    """Check every shard a manifest lists: present, the recorded size and sha256. Returns the problems."""
+    """Check every shard a manifest lists: present, the recorded size and sha256. Returns the problems.
+
+    Shard names must be file names in the manifest's own folder (no ``../``, no absolute path),
+    and a file is hashed only when its size is the recorded one, reading at most that many bytes.
+    """
     manifest = Path(manifest)
-    data = json.loads(manifest.read_text(encoding="utf-8"))
+    data = read_manifest(manifest)
     problems = []
     for entry in data["shards"]:
         path = manifest.parent / entry["file"]
         if not path.is_file():
-            problems.append(f"{path}: missing")
+            problems.append(f"{path}: {'missing' if not os.path.lexists(path) else 'not a regular file'}")
             continue
         if path.stat().st_size != entry["bytes"]:
             problems.append(f"{path}: {path.stat().st_size} bytes, the manifest records {entry['bytes']}")
             continue
         digest = hashlib.sha256()
         with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
+            left = entry["bytes"]
+            while left > 0 and (block := handle.read(min(left, 1 << 20))):
                 digest.update(block)
+                left -= len(block)
         if digest.hexdigest() != entry["sha256"]:
             problems.append(f"{path}: sha256 {digest.hexdigest()} differs from the manifest's {entry['sha256']}")
     return problems

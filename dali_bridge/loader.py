@@ -8,6 +8,9 @@ turn each :class:`~dali_bridge.sampling.BatchTask` into pixels.
 from __future__ import annotations
 
 import logging
+import os
+import threading
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -15,6 +18,7 @@ import numpy as np
 import torch
 
 from .backends.base import Executor, RawBatch, SkippedSample, Topology, resolve_topology
+from .limits import check_loader_limits
 from .plan import Plan, build_plan, unsupported_ops
 from .sampling import BatchTask, batch_count, rank_batches
 from .sources import Listing, list_source
@@ -53,6 +57,10 @@ class Loader:
         self._batches_done = 0
         self._epoch_batches = 0
         self.skipped: list[SkippedSample] = []
+        # One iteration at a time, in the process that built the loader (see _claim_iteration).
+        self._pid = os.getpid()
+        self._iteration_lock = threading.Lock()
+        self._iteration: tuple[int, weakref.ref] | None = None   # (thread id, its generator)
 
     # ---- properties users read
     @property
@@ -98,11 +106,40 @@ class Loader:
                             repeats=loader.repeated_augmentations)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
-        epoch, start = self._next_epoch, self._resume_batch
-        self._next_epoch, self._resume_batch = epoch + 1, 0
-        tasks = self.tasks(epoch)
-        self._epoch, self._batches_done, self._epoch_batches = epoch, start, len(tasks)
-        return self._generate(tasks[start:])
+        with self._iteration_lock:
+            self._claim_iteration()
+            epoch, start = self._next_epoch, self._resume_batch
+            self._next_epoch, self._resume_batch = epoch + 1, 0
+            tasks = self.tasks(epoch)
+            self._epoch, self._batches_done, self._epoch_batches = epoch, start, len(tasks)
+            batches = self._generate(tasks[start:])
+            self._iteration = (threading.get_ident(), weakref.ref(batches))
+            return batches
+
+    def _claim_iteration(self) -> None:
+        """Refuse an iteration the backend cannot serve correctly; end an abandoned one.
+
+        The executor feeds one stream of batches: a second iteration running beside the first
+        (another thread) would take the first one's batches and pixels. A forked child holds a
+        copy of the parent's DALI pipeline or DataLoader workers without their threads or
+        processes, and would wait forever. A new iteration on the thread of an unfinished one
+        closes that one first, as dropping it would.
+        """
+        if os.getpid() != self._pid:
+            raise RuntimeError(f"this loader was built in process {self._pid}; it cannot be iterated in process "
+                               f"{os.getpid()} (a fork of it), where its backend's threads and workers do not "
+                               f"exist: build a new loader in this process")
+        if self._iteration is None:
+            return
+        owner, reference = self._iteration
+        running = reference()
+        if running is None or running.gi_frame is None:  # dropped or finished
+            return
+        if owner != threading.get_ident():
+            raise RuntimeError(f"this loader is already being iterated by another thread ({_thread_name(owner)}); "
+                               f"a loader serves one iteration at a time: build one loader per thread, or let "
+                               f"one thread iterate and hand the batches over")
+        running.close()
 
     def _generate(self, tasks: list[BatchTask]) -> Iterator[tuple[torch.Tensor, ...]]:
         epoch = self._epoch
@@ -186,6 +223,10 @@ class Loader:
     def close(self) -> None:
         """Stop the backend's workers and threads now (also done when the loader is collected)."""
         executor, self._executor = self._executor, _Closed(self._executor.device)
+        if os.getpid() != self._pid:
+            # A forked child's copy: stopping it would wait on the parent's threads and workers.
+            _INHERITED_EXECUTORS.append(executor)
+            return
         executor.close()
 
     def __enter__(self) -> "Loader":
@@ -203,6 +244,15 @@ class Loader:
     def __repr__(self) -> str:
         return (f"Loader(name={self.spec.name!r}, backend={self.backend!r}, device={str(self.device)!r}, "
                 f"samples={len(self.listing)}, batch_size={self.batch_size}, rank={self.rank}/{self.world_size})")
+
+
+# Executors a forked child inherited with its loaders: kept, never closed, in the child.
+_INHERITED_EXECUTORS: list = []
+
+
+def _thread_name(ident: int) -> str:
+    thread = next((t for t in threading.enumerate() if t.ident == ident), None)
+    return thread.name if thread is not None else f"thread {ident}"
 
 
 class _Closed:
@@ -348,6 +398,7 @@ def build_loader(spec_or_path: PipelineSpec | str | Path | Mapping, backend: str
         raise BackendUnavailable(f"{spec.origin}: backend '{choice.backend}' cannot run this pipeline: {details}")
     device = check_device(device)
     topology = resolve_topology(rank, world_size)
+    check_loader_limits(spec, build_plan(spec), backend=choice.backend)  # before listing: it may take a while
     listing = list_source(spec.source)
     # Ignored non-image files are a warning: a wrong `source.extensions` would otherwise drop data quietly.
     log.log(logging.WARNING if listing.ignored else logging.INFO, "dali-bridge %s: %s", spec.name, listing.describe())

@@ -40,6 +40,8 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
+from .sources import SourceError
+
 __all__ = [
     "MANIFEST_NAME",
     "SampleSetInfo",
@@ -478,15 +480,28 @@ def _write_manifest(root: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+class SampleDataError(SourceError):
+    """The sample set cannot be made as asked: its settings or its destination (exit 2 from the CLI)."""
+
+
+class SampleDataExists(SampleDataError, FileExistsError):
+    """The destination holds files that are not a previous sample set."""
+
+
+class SampleDataNotAFolder(SampleDataError, NotADirectoryError):
+    """The destination exists and is not a folder."""
+
+
 def _validate(images: int, classes: int, seed: int, quality: int) -> None:
     if classes < 1:
-        raise ValueError(f"classes must be >= 1, got {classes}")
+        raise SampleDataError(f"classes (--classes) must be >= 1, got {classes}")
     if images < classes:
-        raise ValueError(f"images ({images}) must be >= classes ({classes}) so every class gets images")
+        raise SampleDataError(f"images ({images}, --images) must be >= classes ({classes}) so every class "
+                              f"gets images")
     if seed < 0:
-        raise ValueError(f"seed must be non-negative, got {seed}")
+        raise SampleDataError(f"seed (--seed) must be non-negative, got {seed}")
     if not 1 <= quality <= 100:
-        raise ValueError(f"quality must be in 1..100, got {quality}")
+        raise SampleDataError(f"quality must be in 1..100, got {quality}")
 
 
 def _remove_stale(root: Path, keep: set[str]) -> None:
@@ -537,11 +552,11 @@ def _generate(
 ) -> SampleSetInfo:
     _validate(images, classes, seed, quality)
     if root.exists() and not root.is_dir():
-        raise NotADirectoryError(f"sample data root {str(root)!r} exists and is not a directory")
+        raise SampleDataNotAFolder(f"sample data root {str(root)!r} exists and is not a directory")
     root.mkdir(parents=True, exist_ok=True)
     ours = (root / MANIFEST_NAME).is_file()
     if not ours and not overwrite and any(root.iterdir()):
-        raise FileExistsError(
+        raise SampleDataExists(
             f"refusing to write sample data into non-empty directory {str(root)!r}: it is not a "
             f"previous sample set (no {MANIFEST_NAME}); pass overwrite=True or use an empty directory"
         )

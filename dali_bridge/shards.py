@@ -27,16 +27,19 @@ from .images import ImageError
 # descriptor can serve every thread and forked worker; the cap stays far below `ulimit -n`.
 MAX_OPEN_SHARDS = 64
 
-_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
+_RANGE = re.compile(r"^(-?[0-9]+)\.\.(-?[0-9]+)$")
+_DIGITS = re.compile(r"^[0-9]+$")  # ASCII digits only: str.isdigit also accepts '²' and '١'
+MAX_LABEL_BYTES = 64
 
 
-def expand_braces(pattern: str) -> list[str]:
-    """Shell-style brace expansion: ``a-{000..002}.tar`` → zero-padded numbers, ``{x,y}`` → each.
+# Names one shard pattern may make: far more shards than any dataset has, and the names (about
+# 100 bytes each) stay within tens of MB.
+MAX_BRACE_NAMES = 100_000
+MAX_BRACE_GROUPS = 64
 
-    Numeric ranges keep the width of the wider bound when either is zero-padded (``{0..10}`` →
-    ``0``…``10``, ``{00..10}`` → ``00``…``10``) and may count down. Braces nest. Raises
-    :class:`ValueError` naming the problem for unbalanced braces or an empty alternative list.
-    """
+
+def _first_group(pattern: str) -> tuple[int, int] | None:
+    """(start, end) of the first top-level ``{...}`` group; None without braces; ValueError if unbalanced."""
     depth = 0
     start = -1
     for position, char in enumerate(pattern):
@@ -49,14 +52,55 @@ def expand_braces(pattern: str) -> list[str]:
             if depth < 0:
                 raise ValueError(f"unbalanced '}}' at character {position + 1} of {pattern!r}")
             if depth == 0:
-                head, body, tail = pattern[:start], pattern[start + 1:position], pattern[position + 1:]
-                out: list[str] = []
-                for choice in _brace_choices(body, pattern):
-                    out.extend(expand_braces(head + choice + tail))
-                return out
+                return start, position
     if depth:
         raise ValueError(f"unbalanced '{{' at character {start + 1} of {pattern!r}")
-    return [pattern]
+    return None
+
+
+def brace_count(pattern: str) -> int:
+    """How many names :func:`expand_braces` makes of ``pattern``, counted without making them."""
+    if pattern.count("{") > MAX_BRACE_GROUPS:
+        raise ValueError(f"{pattern[:80]!r}... has {pattern.count('{')} brace groups; at most "
+                         f"{MAX_BRACE_GROUPS} are allowed")
+    total, rest = 1, pattern
+    while (group := _first_group(rest)) is not None:
+        start, end = group
+        body = rest[start + 1:end]
+        match = _RANGE.match(body)
+        if match:
+            total *= abs(int(match.group(2)) - int(match.group(1))) + 1
+        else:  # each alternative is balanced, so its names and the rest's multiply
+            total *= sum(brace_count(choice) for choice in _brace_choices(body, pattern))
+        rest = rest[end + 1:]
+    return total
+
+
+def expand_braces(pattern: str, limit: int = MAX_BRACE_NAMES) -> list[str]:
+    """Shell-style brace expansion: ``a-{000..002}.tar`` → zero-padded numbers, ``{x,y}`` → each.
+
+    Numeric ranges keep the width of the wider bound when either is zero-padded (``{0..10}`` →
+    ``0``…``10``, ``{00..10}`` → ``00``…``10``) and may count down. Braces nest. Raises
+    :class:`ValueError` naming the problem for unbalanced braces, an empty alternative list, or a
+    pattern that makes more than ``limit`` names (counted before any is made).
+    """
+    count = brace_count(pattern)
+    if count > limit:
+        raise ValueError(f"{pattern!r} makes {count:,} names; at most {limit:,} are allowed (check the range "
+                         f"bounds, or split the data into fewer, larger shards)")
+    return _expand(pattern)
+
+
+def _expand(pattern: str) -> list[str]:
+    group = _first_group(pattern)
+    if group is None:
+        return [pattern]
+    start, end = group
+    head, body, tail = pattern[:start], pattern[start + 1:end], pattern[end + 1:]
+    out: list[str] = []
+    for choice in _brace_choices(body, pattern):
+        out.extend(_expand(head + choice + tail))
+    return out
 
 
 def _brace_choices(body: str, pattern: str) -> list[str]:
@@ -122,37 +166,120 @@ class ShardScan:
 Member = tuple[str, int, int]
 
 
-def _members_from_index(path: str, size_on_disk: int) -> list[Member] | None:
-    """The members a DALI index (``wds2idx`` v1.2) lists, if it can be trusted; else None (scan the tar).
+def _members_from_index(path: str, size_on_disk: int, handle: BinaryIO, scan: ShardScan) -> list[Member] | None:
+    """The members a DALI index (``wds2idx`` v1.2) lists, checked against the tar; None to scan the tar.
 
-    Trusted when it is at least as new as the shard, parses completely, and its last member plus
-    tar's end-of-archive blocks fit in the shard: a shard cut or rewritten after indexing is scanned.
+    An index older than its shard, or one that does not parse as v1.2, is not used (the tar's
+    headers are read instead). One that parses is checked against the shard (see
+    :func:`_index_disagreement`): if it disagrees, the shard is refused with a problem naming
+    both files, as a stale or edited index would otherwise give wrong labels or lose samples.
     """
     index = index_path(path)
     try:
         if os.path.getmtime(index) < os.path.getmtime(path):
             return None
-        with open(index, encoding="utf-8") as handle:
-            header = handle.readline().split()
-            lines = handle.read().splitlines()
+        with open(index, encoding="utf-8") as handle_index:
+            header = handle_index.readline().split()
+            lines = handle_index.read().splitlines()
     except (OSError, UnicodeDecodeError):
         return None
     if len(header) != 2 or header[0] != "v1.2" or not header[1].isdigit() or int(header[1]) != len(lines):
         return None
     members: list[Member] = []
-    try:
-        for line in lines:
-            fields = line.split(" ")
-            if len(fields) % 4:
-                return None  # a member name with a space: the format cannot say where it ends
-            for i in range(0, len(fields), 4):
-                members.append((fields[i + 3], int(fields[i + 1]), int(fields[i + 2])))
-    except ValueError:
-        return None
+    for line in lines:
+        fields = line.split(" ")
+        if len(fields) % 4:
+            return None  # a member name with a space: the format cannot say where it ends
+        for i in range(0, len(fields), 4):
+            offset, size = fields[i + 1], fields[i + 2]
+            if not (offset.isdigit() and size.isdigit() and offset.isascii() and size.isascii()):
+                scan.problems.append(f"{os.path.basename(index)}: member {fields[i + 3]} has offset {offset!r} "
+                                     f"and size {size!r}; expected non-negative integers — delete the index "
+                                     f"or re-create it from {os.path.basename(path)}")
+                return []
+            members.append((fields[i + 3], int(offset), int(size)))
     end = max((offset + size for _, offset, size in members), default=0)
     if end + 2 * tarfile.BLOCKSIZE > size_on_disk:
-        return None
+        return None  # the shard was cut after indexing: the tar scan says where
+    try:
+        problem = _index_disagreement(handle, members, size_on_disk)
+    except ValueError as exc:
+        problem = str(exc)
+    if problem:
+        scan.problems.append(f"{os.path.basename(index)} disagrees with {os.path.basename(path)}: {problem} — "
+                             f"delete the index or re-create it from the shard")
+        return []
     return members
+
+
+@dataclass(frozen=True)
+class _Header:
+    """The fields of one tar header block the index check needs."""
+    name: str
+    size: int
+    regular: bool
+
+
+def _header_at(handle: BinaryIO, position: int) -> _Header | None:
+    """The tar header block at byte ``position`` (None for an end-of-archive block); ValueError if damaged.
+
+    Only the checksum, name, size and type are decoded (``tarfile``'s own field helpers): a full
+    ``TarInfo`` per member would cost more than scanning the tar.
+    """
+    block = os.pread(handle.fileno(), tarfile.BLOCKSIZE, position)
+    if len(block) < tarfile.BLOCKSIZE:
+        raise ValueError(f"no tar header at byte {position}: the file ends there")
+    if block.count(0) == tarfile.BLOCKSIZE:
+        return None
+    try:
+        checksum, size = tarfile.nti(block[148:156]), tarfile.nti(block[124:136])
+    except tarfile.HeaderError as exc:
+        raise ValueError(f"no valid tar header at byte {position} ({exc})") from None
+    if checksum != sum(block) - sum(block[148:156]) + 256 and checksum not in tarfile.calc_chksums(block):
+        raise ValueError(f"no valid tar header at byte {position} (bad checksum)")
+    name = block[:100].split(b"\0", 1)[0]
+    prefix = block[345:500].split(b"\0", 1)[0]
+    if block[257:263] == tarfile.POSIX_MAGIC[:6] and prefix:
+        name = prefix + b"/" + name
+    return _Header(name.decode("utf-8", "surrogateescape"), size, block[156:157] in tarfile.REGULAR_TYPES)
+
+
+def _blocks(size: int) -> int:
+    return -(-size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+
+
+def _index_disagreement(handle: BinaryIO, members: list[Member], size_on_disk: int) -> str | None:
+    """Why ``members`` (from an index) are not the shard's regular files in tar order, or None.
+
+    Each member's header (the block before its payload) must be a regular file of the indexed
+    size, named as indexed (when the name fits the header's 100-byte field; longer names live in
+    a pax record before it). Between members, and after the last one up to the end-of-archive
+    marker, only headers that are not regular files may sit (directories, pax records): a
+    regular file there is a sample the index leaves out. One header read per member, plus one
+    per gap entry; the payloads are never read. ValueError for a damaged header.
+    """
+    position = 0
+    for name, offset, size in members + [("", -1, 0)]:
+        end_marker = offset < 0
+        while end_marker or position < offset - tarfile.BLOCKSIZE:
+            info = _header_at(handle, position)
+            if info is None:
+                if end_marker:
+                    return None
+                return f"the index places {name} at byte {offset}, beyond the tar's end at byte {position}"
+            if info.regular and not info.name.rsplit("/", 1)[-1].startswith("."):
+                return f"member {info.name} at byte {position} is missing from the index"
+            position += tarfile.BLOCKSIZE + _blocks(info.size)
+        if position != offset - tarfile.BLOCKSIZE:
+            return f"the index places {name} at byte {offset}, which is not where a member's data starts"
+        info = _header_at(handle, position)
+        encoded = name.encode("utf-8", "surrogateescape")
+        named = info is not None and (info.name == name or len(encoded) > 100 or not encoded.isascii())
+        if info is None or not info.regular or info.size != size or not named:
+            found = "an end-of-archive block" if info is None else f"{info.name} ({info.size} bytes)"
+            return f"the index places {name} ({size} bytes) at byte {offset}, where the tar holds {found}"
+        position += tarfile.BLOCKSIZE + _blocks(size)
+    return None
 
 
 def _members_from_tar(handle: BinaryIO, name: str, scan: ShardScan) -> list[Member]:
@@ -199,16 +326,78 @@ def _members_from_tar(handle: BinaryIO, name: str, scan: ShardScan) -> list[Memb
     return members
 
 
+def _samples(members: list[Member], scan: ShardScan) -> list[tuple[str, list[Member]]]:
+    """Members grouped by sample key in tar order; hidden members counted as ignored."""
+    groups: list[tuple[str, list[Member]]] = []
+    for member in members:
+        key, ext = split_member(member[0])
+        if not key or key.endswith("/") or key.rsplit("/", 1)[-1].startswith("."):
+            scan.ignored[f".{ext}" if ext else "(hidden)"] += 1  # hidden files, as wds2idx skips them
+            continue
+        if groups and groups[-1][0] == key:
+            groups[-1][1].append(member)
+        else:
+            groups.append((key, [member]))
+    return groups
+
+
+def _label(handle: BinaryIO, name: str, member: Member, scan: ShardScan) -> int | None:
+    """The class number a label member holds; None with a problem added if it holds none."""
+    _, offset, size = member
+    if size > MAX_LABEL_BYTES:
+        scan.problems.append(f"{name}: label member {member[0]} is {size} bytes; a label is a "
+                             f"class number of at most {MAX_LABEL_BYTES} bytes")
+        return None
+    text = os.pread(handle.fileno(), size, offset) if size else b""
+    if len(text) != size:
+        scan.problems.append(f"{name}: label member {member[0]} is cut short (truncated shard)")
+        return None
+    text = text.decode("utf-8", "replace").strip()
+    if not _DIGITS.match(text):
+        scan.problems.append(f"{name}: {member[0]} holds {text[:40]!r}; expected a non-negative integer as text")
+        return None
+    return int(text)
+
+
+def _sample_members(name: str, key: str, group: list[Member], image_keys: tuple[str, ...], label_key: str,
+                    scan: ShardScan) -> tuple[Member, Member] | None:
+    """A sample's (image, label) members; None with a problem added when either is missing or a
+    member is repeated. Other members are counted as ignored."""
+    by_ext = {split_member(m[0])[1].lower(): m for m in group}
+    if len(by_ext) < len(group):
+        repeated = Counter(split_member(m[0])[1].lower() for m in group)
+        scan.problems.append(f"{name}: sample {key} has {len(group)} members for {len(by_ext)} extensions "
+                             f"(repeated: {', '.join('.' + e for e, n in repeated.items() if n > 1)}; "
+                             f"found {', '.join(m[0] for m in group[:5])}): a key names one sample, with "
+                             f"one member per extension")
+        return None
+    image = next((by_ext[k] for k in image_keys if k in by_ext), None)
+    label_member = by_ext.get(label_key)
+    for m in group:
+        if m is not image and m is not label_member:
+            scan.ignored["." + split_member(m[0])[1].lower()] += 1
+    found = ", ".join(m[0] for m in group)
+    if image is None:
+        scan.problems.append(f"{name}: sample {key} has no image member (expected {key}."
+                             f"{' or .'.join(image_keys)}; found {found})")
+        return None
+    if label_member is None:
+        scan.problems.append(f"{name}: sample {key} has no label member {key}.{label_key} (found {found})")
+        return None
+    return image, label_member
+
+
 def scan_shard(path: str, image_keys: tuple[str, ...], label_key: str, use_index: bool = True) -> ShardScan:
     """One shard's samples in tar order, with every problem listed.
 
-    Members come from the shard's DALI index when one is trustworthy (see
-    :func:`_members_from_index`; ~10x faster than reading headers), else from the tar headers
+    Members come from the shard's DALI index when one is there and agrees with the shard (see
+    :func:`_members_from_index`; faster than reading every header), else from the tar headers
     (stdlib ``tarfile``). Label payloads are read either way. Problems (each naming the shard and
-    member key): a sample without an image or a label member, a label that is not a non-negative
-    integer, a damaged or truncated header, a shard cut short (inside a member or without tar's
-    end-of-archive blocks: later samples would be lost without a trace). An image member whose
-    bytes are a broken image is not a listing problem: its read fails under ``on_error``.
+    member key): a sample without an image or a label member, a member repeated within a sample, a
+    label that is not a non-negative integer, a damaged or truncated header, an index that
+    disagrees with the shard, a shard cut short (inside a member or without tar's end-of-archive
+    blocks: later samples would be lost without a trace). An image member whose bytes are a broken
+    image is not a listing problem: its read fails under ``on_error``.
     """
     scan = ShardScan()
     name = os.path.basename(path)
@@ -219,58 +408,28 @@ def scan_shard(path: str, image_keys: tuple[str, ...], label_key: str, use_index
         scan.problems.append(f"{path}: cannot read shard: {exc.strerror or exc}")
         return scan
     with handle:
-        members = _members_from_index(path, size_on_disk) if use_index else None
+        members = _members_from_index(path, size_on_disk, handle, scan) if use_index else None
         if members is None:
             members = _members_from_tar(handle, name, scan)
         else:
             scan.from_index = True
-        groups: list[tuple[str, list[Member]]] = []
-        for member in members:
-            key, ext = split_member(member[0])
-            if not key or key.endswith("/") or key.rsplit("/", 1)[-1].startswith("."):
-                scan.ignored[f".{ext}" if ext else "(hidden)"] += 1  # hidden files, as wds2idx skips them
-                continue
-            if groups and groups[-1][0] == key:
-                groups[-1][1].append(member)
-            else:
-                groups.append((key, [member]))
         seen: set[str] = set()
-        for key, group in groups:
+        for key, group in _samples(members, scan):
             if key in seen:
                 scan.problems.append(f"{name}: sample key {key} appears again after other samples "
                                      f"(members of one sample must be adjacent)")
                 continue
             seen.add(key)
-            by_ext = {split_member(m[0])[1].lower(): m for m in group}
-            image = next((by_ext[k] for k in image_keys if k in by_ext), None)
-            label_member = by_ext.get(label_key)
-            for m in group:
-                if m is not image and m is not label_member:
-                    scan.ignored["." + split_member(m[0])[1].lower()] += 1
-            found = ", ".join(m[0] for m in group)
-            if image is None:
-                scan.problems.append(f"{name}: sample {key} has no image member (expected {key}."
-                                     f"{' or .'.join(image_keys)}; found {found})")
+            pair = _sample_members(name, key, group, image_keys, label_key, scan)
+            label = _label(handle, name, pair[1], scan) if pair is not None else None
+            if label is None:
                 continue
-            if label_member is None:
-                scan.problems.append(f"{name}: sample {key} has no label member {key}.{label_key} "
-                                     f"(found {found})")
-                continue
-            _, offset, size = label_member
-            text = os.pread(handle.fileno(), size, offset) if size else b""
-            if len(text) != size:
-                scan.problems.append(f"{name}: label member {label_member[0]} is cut short (truncated shard)")
-                continue
-            text = text.decode("utf-8", "replace").strip()
-            if not text.isdigit():
-                scan.problems.append(f"{name}: {label_member[0]} holds {text[:40]!r}; expected a "
-                                     f"non-negative integer as text")
-                continue
+            image = pair[0]
             scan.keys.append(key)
             scan.image_names.append(image[0])
             scan.offsets.append(image[1])
             scan.sizes.append(image[2])
-            scan.labels.append(int(text))
+            scan.labels.append(label)
     return scan
 
 

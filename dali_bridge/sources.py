@@ -9,22 +9,33 @@ and :meth:`Listing.read` fetches the bytes with one positioned read (see :mod:`d
 """
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
 from .formats import DEFAULT_MAX_PIXELS, inspect_image, without_webp_exif
 from .images import check_encoded, read_file
 from .shards import ShardSamples, expand_braces, manifest_path, scan_shard
-from .spec import SourceSpec
+from .ops import is_int
+from .quoting import quoted
+from .spec import NotUtf8Error, SourceSpec, decode_utf8
 from .wording import plural
 
 log = logging.getLogger("dali_bridge")
+
+_LABEL = re.compile(r"^-?[0-9]+$")  # ASCII digits only: str.isdigit also accepts '²' and '١'
+# Labels are class numbers 0..C-1: C may be at most max(MIN_CLASS_BOUND, CLASSES_PER_SAMPLE x samples),
+# which bounds the class-name table by the listing's own size.
+MIN_CLASS_BOUND = 100_000
+CLASSES_PER_SAMPLE = 4
 
 
 class SourceError(ValueError):
@@ -160,36 +171,65 @@ def list_file(file_list: str | Path, root: str | Path | None, extensions: tuple[
     if not file_list.is_file():
         raise SourceError(f"source.file_list: {file_list} does not exist")
     base = Path(root) if root else file_list.parent
+    try:
+        content = decode_utf8(file_list.read_bytes(), str(file_list))
+    except NotUtf8Error as exc:
+        raise SourceError(f"source.file_list: {exc}") from None
+    except OSError as exc:
+        raise SourceError(f"source.file_list: cannot read {file_list}: {exc.strerror or exc}") from None
     paths: list[str] = []
     labels: list[int] = []
+    numbers: list[int] = []
     problems: list[str] = []
-    with open(file_list, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            text = line.strip()
-            if not text or text.startswith("#"):
-                continue
-            parts = text.rsplit(None, 1)
-            if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
-                problems.append(f"{file_list}:{number}: expected 'path label' with an integer label, found {text!r}")
-                continue
-            label = int(parts[1])
-            if label < 0:
-                problems.append(f"{file_list}:{number}: labels must be >= 0, found {label}")
-                continue
-            path = Path(parts[0]) if os.path.isabs(parts[0]) else base / parts[0]
-            if not path.is_file():
-                problems.append(f"{file_list}:{number}: file {path} does not exist")
-                continue
-            paths.append(str(path))
-            labels.append(label)
+    for number, line in enumerate(io.StringIO(content, newline=None), start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        parts = text.rsplit(None, 1)
+        if len(parts) != 2 or not _LABEL.match(parts[1]):
+            problems.append(f"{file_list}:{number}: expected 'path label' with an integer label, "
+                            f"found {quoted(text)}")
+            continue
+        label = int(parts[1])
+        if label < 0:
+            problems.append(f"{file_list}:{number}: labels must be >= 0, found {label}")
+            continue
+        path = Path(parts[0]) if os.path.isabs(parts[0]) else base / parts[0]
+        if not path.is_file():
+            problems.append(f"{file_list}:{number}: file {path} "
+                            f"{'is not a regular file' if path.exists() else 'does not exist'}")
+            continue
+        paths.append(str(path))
+        labels.append(label)
+        numbers.append(number)
+    if not problems:
+        problems.extend(sparse_labels(labels, lambda i: f"{file_list}:{numbers[i]}"))
     if problems:
-        shown = problems[:50] + ([f"... and {len(problems) - 50} more"] if len(problems) > 50 else [])
-        raise SourceError(f"source.file_list: {len(problems)} problem(s):\n  " + "\n  ".join(shown))
+        raise SourceError(f"source.file_list: {len(problems)} problem(s):\n  " + "\n  ".join(_shown(problems)))
     if not paths:
         raise SourceError(f"source.file_list: {file_list} lists no samples")
     num_classes = max(labels) + 1
     return Listing(tuple(paths), np.asarray(labels, dtype=np.int64),
                    tuple(str(c) for c in range(num_classes)), str(base))
+
+
+def _shown(problems: list[str], most: int = 50) -> list[str]:
+    return problems[:most] + ([f"... and {len(problems) - most} more"] if len(problems) > most else [])
+
+
+def class_bound(samples: int) -> int:
+    """The most classes a listing of ``samples`` samples may number: labels are class numbers
+    0..C-1, and a class table far larger than the data is a typo, not a dataset."""
+    return max(MIN_CLASS_BOUND, CLASSES_PER_SAMPLE * samples)
+
+
+def sparse_labels(labels: list[int], where: Callable[[int], str]) -> list[str]:
+    """A problem per label too large to be a class number (see :func:`class_bound`); ``where(i)``
+    names the place of ``labels[i]`` (file and line, shard and sample)."""
+    bound = class_bound(len(labels))
+    return [f"{where(i)}: label {label} is not a class number: labels count classes from 0 and "
+            f"{len(labels)} samples may use at most {bound:,} classes (0..{bound - 1}); "
+            f"renumber the classes densely" for i, label in enumerate(labels) if label >= bound]
 
 
 def _manifest_for(pattern: str, manifest: str | None) -> tuple[str | None, dict | None]:
@@ -200,15 +240,39 @@ def _manifest_for(pattern: str, manifest: str | None) -> tuple[str | None, dict 
             return None, None
         manifest = candidate
     try:
-        with open(manifest, encoding="utf-8") as handle:
-            data = json.load(handle)
+        with open(manifest, "rb") as handle:
+            data = json.loads(decode_utf8(handle.read(MAX_MANIFEST_BYTES + 1), manifest))
     except OSError as exc:
         raise SourceError(f"source.manifest: cannot read {manifest}: {exc.strerror or exc}") from None
-    except ValueError as exc:
+    except NotUtf8Error as exc:
+        raise SourceError(f"source.manifest: {exc}") from None
+    except (ValueError, RecursionError) as exc:
         raise SourceError(f"source.manifest: {manifest} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("classes"), list):
-        raise SourceError(f"source.manifest: {manifest} has no 'classes' list (expected a dali-bridge convert manifest)")
+    problem = manifest_problem(data)
+    if problem:
+        raise SourceError(f"source.manifest: {manifest} {problem} (expected a dali-bridge convert manifest)")
     return manifest, data
+
+
+# A converter's manifest is a few hundred bytes per shard and per class.
+MAX_MANIFEST_BYTES = 256 << 20
+
+
+def manifest_problem(data: Any) -> str | None:
+    """What makes ``data`` (a parsed manifest) unusable, or None: a ``classes`` list, a ``shards``
+    list of mappings with a ``file`` name and a ``samples`` count."""
+    if not isinstance(data, dict) or not isinstance(data.get("classes"), list):
+        return "has no 'classes' list"
+    shards = data.get("shards", [])
+    if not isinstance(shards, list) or not all(isinstance(e, dict) and isinstance(e.get("file"), str)
+                                               and is_int(e.get("samples")) for e in shards):
+        return "has a 'shards' entry that is not {file: name, samples: count, ...}"
+    for number, entry in enumerate(shards):
+        name = entry["file"]
+        if name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
+            return (f"has shards[{number}].file {quoted(name)}: expected the name of a file in the manifest's "
+                    f"own folder (no folders, no absolute path)")
+    return None
 
 
 def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = "cls",
@@ -243,7 +307,12 @@ def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = 
         offsets.extend(scan.offsets)
         sizes.extend(scan.sizes)
     manifest_file, manifest_data = _manifest_for(pattern, manifest)
-    classes: tuple[str, ...] = tuple(str(c) for c in range(max(labels) + 1)) if labels else ()
+    if manifest_data is None and not problems:
+        problems.extend(sparse_labels(labels, lambda i: f"{os.path.basename(paths[shard_ids[i]])}: "
+                                                        f"{names[i].rsplit('#', 1)[1]}"))
+    classes: tuple[str, ...] = ()
+    if labels and not problems:
+        classes = tuple(str(c) for c in range(max(labels) + 1))
     if manifest_data is not None:
         classes = tuple(str(c) for c in manifest_data["classes"])
         recorded = {entry.get("file"): entry.get("samples") for entry in manifest_data.get("shards", [])}

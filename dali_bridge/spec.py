@@ -14,13 +14,14 @@ import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import yaml
 
 from .formats import DEFAULT_MAX_PIXELS
 from .ops import (OPS, REQUIRED, bool_checker, choice_checker, fixed_output_size, is_int, op_names,
                   size_checker, _type_name)
+from .quoting import quoted, shortened
 
 FORMAT_VERSION = 1
 BACKENDS = ("auto", "dali", "dali-cpu", "torchvision")
@@ -41,7 +42,8 @@ def format_path(path: Sequence[Any]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            text = str(part)
+            out += ("." if out else "") + (text if len(text) <= 80 else quoted(text))
     return out or "<top level>"
 
 
@@ -177,14 +179,103 @@ class PipelineSpec:
 
 
 # --------------------------------------------------------------------------------------------
-# Positions: compose the YAML (safe loader) and remember where each key path starts.
+# Reading YAML within bounds: nesting depth and alias expansion are capped while composing, so
+# neither the validator's walks nor its messages can grow beyond a small multiple of the text.
+
+MAX_NESTING = 64            # mappings/lists inside each other; a pipeline file needs about 5
+ALIAS_NODE_BUDGET = 10_000  # nodes reached through aliases (*name), counted with repeats
+
+
+class _LimitError(yaml.MarkedYAMLError):
+    """A bound of :class:`_BoundedLoader` was passed (reported like a YAML syntax error)."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses deep nesting and alias expansion beyond the budgets.
+
+    Every alias adds the number of nodes it stands for (its anchor's nodes, aliases inside
+    expanded) to a running count: a "billion laughs" file is refused at its first costly alias
+    instead of being walked path by path. An alias inside its own anchor (a recursive value) is
+    refused too: no walk of it ends.
+    """
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+        self._alias_nodes = 0
+        self._sizes: dict[int, int] = {}
+        self._open_anchors: set[str] = set()
+
+    def _size(self, node: yaml.Node) -> int:
+        size = self._sizes.get(id(node))
+        if size is None:
+            children: list = []
+            if isinstance(node, yaml.SequenceNode):
+                children = node.value
+            elif isinstance(node, yaml.MappingNode):
+                children = [child for pair in node.value for child in pair]
+            size = 1 + sum(self._size(child) for child in children)
+            self._sizes[id(node)] = size
+        return size
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self._open_anchors:
+                raise _LimitError(None, None, f"alias *{event.anchor} refers to its own anchor: a recursive "
+                                  f"value cannot be validated; write the value out", event.start_mark)
+            node = self.anchors.get(event.anchor)
+            if node is not None:
+                self._alias_nodes += self._size(node)
+                if self._alias_nodes > ALIAS_NODE_BUDGET:
+                    raise _LimitError(None, None, f"aliases expand to more than {ALIAS_NODE_BUDGET} values "
+                                      f"(the budget for *name references); write repeated values out or "
+                                      f"alias smaller ones", event.start_mark)
+            return super().compose_node(parent, index)
+        self._depth += 1
+        if self._depth > MAX_NESTING:
+            raise _LimitError(None, None, f"nested more than {MAX_NESTING} levels deep (a pipeline file needs "
+                              f"about 5)", event.start_mark)
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            self._open_anchors.add(anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            self._open_anchors.discard(anchor)
+
+
+def _read_yaml(text: str, filename: str) -> tuple[Any, dict[tuple, str]]:
+    """The data of a YAML text and where each key path starts; :class:`SpecError` if unreadable."""
+    loader = None
+    try:
+        loader = _BoundedLoader(text)
+        root = loader.get_single_node()
+        data = loader.construct_document(root) if root is not None else None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
+        problem = getattr(exc, "problem", None) or exc
+        message = str(problem) if isinstance(exc, _LimitError) else f"not valid YAML: {problem}"
+        raise SpecError([Problem(where, "<yaml>", message)], filename) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    return data, _node_positions(root, filename)
+
 
 def _positions(text: str, filename: str) -> dict[tuple, str]:
-    marks: dict[tuple, str] = {}
+    """Where each key path of a YAML text starts; empty when the text cannot be read (within bounds)."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return marks
+        return _read_yaml(text, filename)[1]
+    except SpecError:
+        return {}
+
+
+def _node_positions(root: yaml.Node | None, filename: str) -> dict[tuple, str]:
+    """Where each key path starts (``file:line:column``), from the composed (bounded) node tree."""
+    marks: dict[tuple, str] = {}
 
     def where(node: yaml.Node) -> str:
         return f"{filename}:{node.start_mark.line + 1}:{node.start_mark.column + 1}"
@@ -204,6 +295,36 @@ def _positions(text: str, filename: str) -> dict[tuple, str]:
     if root is not None:
         walk(root, ())
     return marks
+
+
+class NotUtf8Error(UnicodeError):
+    """A text file (pipeline, file list, manifest, index) holds bytes that are not UTF-8."""
+
+    def __init__(self, filename: str, data: bytes, exc: UnicodeDecodeError):
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        self.where = f"{filename}:{line}:{column}"
+        self.detail = (f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                       f"save the file as UTF-8")
+        super().__init__(f"{self.where}: {self.detail}")
+
+
+def decode_utf8(data: bytes, filename: str) -> str:
+    """``data`` as UTF-8 text; :class:`NotUtf8Error` naming the file, line and column of the first bad byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NotUtf8Error(filename, data, exc) from None
+
+
+def text_problem(value: str) -> str | None:
+    """Why a string cannot be written as UTF-8 (a lone surrogate such as ``\\ud800``), or None."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (f"holds {quoted(value[exc.start:exc.end])} at character {exc.start + 1}, a lone surrogate "
+                f"that is not a Unicode character (an invalid escape?)")
+    return None
 
 
 class _Checker:
@@ -226,7 +347,7 @@ class _Checker:
         return self.filename
 
     def add(self, path: tuple, message: str) -> None:
-        self.problems.append(Problem(self.where(path), format_path(path), message))
+        self.problems.append(Problem(self.where(path), format_path(path), shortened(message)))
 
     def unknown_keys(self, mapping: Mapping, allowed: Iterable[str], path: tuple, what: str) -> None:
         allowed = list(allowed)
@@ -234,14 +355,14 @@ class _Checker:
             if key not in allowed:
                 hint = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
                 suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
-                self.add(path + (key,), f"unknown key '{key}' in {what} (expected one of: "
+                self.add(path + (key,), f"unknown key {quoted(str(key))} in {what} (expected one of: "
                                         f"{', '.join(allowed)}){suggestion}")
 
     def mapping(self, data: Any, path: tuple, what: str) -> dict | None:
         if data is None:
             return {}
         if not isinstance(data, dict):
-            self.add(path, f"expected {what} as a mapping, found {_type_name(data)} {data!r}")
+            self.add(path, f"expected {what} as a mapping, found {_type_name(data)} {quoted(data)}")
             return None
         return data
 
@@ -260,9 +381,10 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise SpecError([Problem(f"--set {text}", text, "expected KEY=VALUE, e.g. batch_size=32")], "overrides")
     key, _, raw = text.partition("=")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as exc:
-        raise SpecError([Problem(f"--set {text}", key.strip(), f"value is not valid YAML: {exc}")],
+        value = _read_yaml(raw, f"--set {text}")[0] if raw.strip() else None
+    except SpecError as exc:
+        message = exc.problems[0].message.removeprefix("not valid YAML: ")
+        raise SpecError([Problem(f"--set {text}", key.strip(), f"value is not valid YAML: {message}")],
                         "overrides") from None
     return key.strip(), value
 
@@ -347,7 +469,7 @@ def _check_ops(raw_ops: Any, chk: _Checker) -> list[OpSpec]:
         chk.add(path, "missing required key 'ops' (expected a list of ops, e.g. - center_crop: 224)")
         return []
     if not isinstance(raw_ops, list):
-        chk.add(path, f"expected a list of ops, found {_type_name(raw_ops)} {raw_ops!r}")
+        chk.add(path, f"expected a list of ops, found {_type_name(raw_ops)} {quoted(raw_ops)}")
         return []
     ops: list[OpSpec] = []
     for i, entry in enumerate(raw_ops):
@@ -358,13 +480,13 @@ def _check_ops(raw_ops: Any, chk: _Checker) -> list[OpSpec]:
             name, params = next(iter(entry.items()))
         else:
             chk.add(item_path, "expected an op as '- name: {params}' (one key per list item), "
-                               f"found {_type_name(entry)} {entry!r}")
+                               f"found {_type_name(entry)} {quoted(entry)}")
             continue
         if name not in OPS:
             hint = difflib.get_close_matches(str(name), op_names(), n=1, cutoff=0.5)
             suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
             chk.add(item_path + (name,) if isinstance(entry, dict) else item_path,
-                    f"unknown op '{name}' (known ops: {', '.join(op_names())}){suggestion}")
+                    f"unknown op {quoted(str(name))} (known ops: {', '.join(op_names())}){suggestion}")
             continue
         op = OPS[name]
         op_path = item_path + (name,)
@@ -372,7 +494,8 @@ def _check_ops(raw_ops: Any, chk: _Checker) -> list[OpSpec]:
             params = {}
         elif not isinstance(params, dict):
             if op.primary is None:
-                chk.add(op_path, f"expected the parameters of '{name}' as a mapping, found {_type_name(params)} {params!r}")
+                chk.add(op_path, f"expected the parameters of {quoted(str(name))} as a mapping, "
+                                 f"found {_type_name(params)} {quoted(params)}")
                 continue
             params = {op.primary: params}
         chk.unknown_keys(params, [p.name for p in op.params], op_path, f"op '{name}'")
@@ -455,7 +578,7 @@ def _check_int(chk: _Checker, mapping: dict, key: str, path: tuple, default: Any
         return None
     if not is_int(value):
         chk.add(path + (key,), f"expected an integer >= {minimum}{' or null' if allow_none else ''}, "
-                               f"found {_type_name(value)} {value!r}")
+                               f"found {_type_name(value)} {quoted(value)}")
     elif value < minimum:
         chk.add(path + (key,), f"expected an integer >= {minimum}, found {value}")
     return value
@@ -487,12 +610,141 @@ def _check_webdataset(chk: _Checker, src: dict, resolved: dict[str, Any]) -> dic
                                ("label_key", ("cls",), "one member extension like cls")):
         keys = _member_keys(src.get(key, list(default)))
         if keys is None or (key == "label_key" and len(keys) != 1):
-            chk.add(("source", key), f"expected {what}, found {_type_name(src[key])} {src[key]!r}")
+            chk.add(("source", key), f"expected {what}, found {_type_name(src[key])} {quoted(src[key])}")
             keys = default
         out["image_keys" if key == "image_key" else key] = keys if key == "image_key" else keys[0]
     if out["label_key"] in out["image_keys"]:
         chk.add(("source", "label_key"), f"label_key '{out['label_key']}' is also an image key")
     return out
+
+
+def _check_identity(chk: _Checker, data: dict, origin: str) -> tuple[Any, Any, Any, Any]:
+    """``version``, ``name``, ``backend`` and ``parity``."""
+    version = data.get("version")
+    if "version" not in data:
+        chk.add((), f"missing required key 'version' (expected {FORMAT_VERSION})")
+    elif version != FORMAT_VERSION or isinstance(version, bool):
+        chk.add(("version",), f"expected format version {FORMAT_VERSION}, found {quoted(version)}")
+
+    name = data.get("name", Path(origin).stem if origin != "<dict>" else "pipeline")
+    if not isinstance(name, str) or not name:
+        chk.add(("name",), f"expected a non-empty string, found {_type_name(name)} {quoted(name)}")
+    elif text_problem(name):
+        chk.add(("name",), f"expected text, the name {text_problem(name)}")
+    backend = _check_choice(chk, data, "backend", (), BACKENDS, "auto")
+    parity = _check_choice(chk, data, "parity", (), PARITY, "exact")
+    return version, name, backend, parity
+
+
+def _check_source_type(chk: _Checker, src: dict) -> tuple[Any, tuple[str, ...]]:
+    """``source.type`` and the keys that type allows."""
+    stype = src.get("type")
+    if stype is None:
+        chk.add(("source",), f"missing required key 'source.type' (expected one of {', '.join(SOURCE_TYPES)})")
+    elif stype in PLANNED_SOURCE_TYPES:
+        chk.add(("source", "type"), f"source type '{stype}' is not supported in this version "
+                                    f"(supported: {', '.join(SOURCE_TYPES)})")
+    elif stype not in SOURCE_TYPES:
+        hint = difflib.get_close_matches(str(stype), SOURCE_TYPES, n=1)
+        chk.add(("source", "type"), f"expected one of {', '.join(SOURCE_TYPES)}, found {quoted(stype)}"
+                                    + (f"; did you mean '{hint[0]}'?" if hint else ""))
+    allowed = {"folder": ("type", "root", "extensions", "max_pixels"),
+               "file_list": ("type", "file_list", "root", "extensions", "max_pixels"),
+               "webdataset": ("type", "shards", "image_key", "label_key", "manifest", "max_pixels"),
+               }.get(stype, ("type",))
+    if stype in SOURCE_TYPES:
+        chk.unknown_keys(src, allowed, ("source",), f"a '{stype}' source")
+    return stype, allowed
+
+
+def _check_source(chk: _Checker, data: dict, base_for: Callable[[tuple], Path]) -> SourceSpec:
+    """The ``source`` mapping; paths resolved (``base_for`` says against which folder)."""
+    source = SourceSpec(type="folder")
+    if "source" not in data:
+        chk.add((), "missing required key 'source' (expected e.g. {type: folder, root: path/to/images})")
+        return source
+    src = chk.mapping(data.get("source"), ("source",), "the source")
+    if src is None:
+        return source
+    stype, allowed = _check_source_type(chk, src)
+    resolved: dict[str, Any] = {"type": stype}
+    for key in ("root", "file_list", "shards", "manifest"):
+        if key in src and key in allowed:
+            value = src[key]
+            if not isinstance(value, str) or not value:
+                chk.add(("source", key), f"expected a path (string), found {_type_name(value)} {quoted(value)}")
+            elif text_problem(value):
+                chk.add(("source", key), f"expected a path, the value {text_problem(value)}")
+            else:
+                resolved[key] = _resolve_path(value, base_for(("source", key)))
+    if stype == "folder" and "root" not in src:
+        chk.add(("source",), "missing required key 'source.root' (the folder whose sub-folders are the classes)")
+    if stype == "file_list" and "file_list" not in src:
+        chk.add(("source",), "missing required key 'source.file_list' (a text file of 'path label' lines)")
+    webdataset = _check_webdataset(chk, src, resolved) if stype == "webdataset" else {}
+    extensions = src.get("extensions", list(DEFAULT_EXTENSIONS))
+    if not (isinstance(extensions, list) and extensions and all(isinstance(e, str) and e for e in extensions)):
+        chk.add(("source", "extensions"), f"expected a non-empty list of file extensions like ['.jpg'], "
+                                          f"found {quoted(extensions)}")
+        extensions = list(DEFAULT_EXTENSIONS)
+    extensions = tuple(("." + e.lstrip(".")).lower() for e in extensions)
+    max_pixels = _check_int(chk, src, "max_pixels", ("source",), DEFAULT_MAX_PIXELS, 1)
+    if stype in SOURCE_TYPES:
+        source = SourceSpec(type=stype, root=resolved.get("root"), file_list=resolved.get("file_list"),
+                            extensions=extensions, max_pixels=max_pixels, **webdataset)
+    return source
+
+
+def _check_all_ops(chk: _Checker, data: dict) -> list[OpSpec]:
+    """``ops``: each op, then the rules across ops when every op is readable."""
+    raw_ops = data.get("ops")
+    ops = _check_ops(raw_ops, chk)
+    if isinstance(raw_ops, list) and len(ops) == len(raw_ops):  # cross-op rules need every op readable
+        _check_op_sequence(ops, chk, list(range(len(ops))))
+    if isinstance(raw_ops, list) and not raw_ops:
+        chk.add(("ops",), "expected at least one op (the output size must be fixed to batch images)")
+    return ops
+
+
+def _check_outputs(chk: _Checker, data: dict) -> list:
+    """``outputs``: a non-empty list of known outputs, each once."""
+    outputs = data.get("outputs", ["image", "label"])
+    if not (isinstance(outputs, list) and outputs):
+        chk.add(("outputs",), f"expected a non-empty list drawn from {', '.join(OUTPUTS)}, found {quoted(outputs)}")
+        return ["image", "label"]
+    for i, out in enumerate(outputs):
+        if out not in OUTPUTS:
+            hint = difflib.get_close_matches(str(out), OUTPUTS, n=1)
+            chk.add(("outputs", i), f"unknown output {quoted(out)} (expected one of {', '.join(OUTPUTS)})"
+                                    + (f"; did you mean '{hint[0]}'?" if hint else ""))
+    duplicates = sorted({o for o in outputs if isinstance(o, str) and outputs.count(o) > 1})
+    if duplicates:
+        chk.add(("outputs",), f"each output may appear once; repeated: {', '.join(map(str, duplicates))}")
+    return outputs
+
+
+def _check_loader(chk: _Checker, data: dict) -> LoaderSpec:
+    """The ``loader`` mapping."""
+    raw_loader = chk.mapping(data.get("loader"), ("loader",), "the loader settings") or {}
+    lp = ("loader",)
+    chk.unknown_keys(raw_loader, ("workers", "prefetch", "last_batch", "on_error", "shuffle", "repeated_augmentations"),
+                     lp, "loader")
+    workers = raw_loader.get("workers")
+    if workers == "auto":
+        workers = None
+    else:
+        workers = _check_int(chk, raw_loader, "workers", lp, None, 0, allow_none=True)
+    shuffle = raw_loader.get("shuffle", True)
+    if bool_checker(shuffle)[1]:
+        chk.add(lp + ("shuffle",), bool_checker(shuffle)[1])
+    return LoaderSpec(
+        workers=workers,
+        prefetch=_check_int(chk, raw_loader, "prefetch", lp, 2, 1),
+        last_batch=_check_choice(chk, raw_loader, "last_batch", lp, LAST_BATCH, "partial"),
+        on_error=_check_choice(chk, raw_loader, "on_error", lp, ON_ERROR, "raise"),
+        shuffle=shuffle,
+        repeated_augmentations=_check_int(chk, raw_loader, "repeated_augmentations", lp, 1, 1),
+    )
 
 
 def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | None = None,
@@ -518,114 +770,16 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
     def base_for(path: tuple) -> Path:
         return Path.cwd() if any(path[: n] in override_origin for n in range(1, len(path) + 1)) else base
 
-    version = data.get("version")
-    if "version" not in data:
-        chk.add((), f"missing required key 'version' (expected {FORMAT_VERSION})")
-    elif version != FORMAT_VERSION or isinstance(version, bool):
-        chk.add(("version",), f"expected format version {FORMAT_VERSION}, found {version!r}")
-
-    name = data.get("name", Path(origin).stem if origin != "<dict>" else "pipeline")
-    if not isinstance(name, str) or not name:
-        chk.add(("name",), f"expected a non-empty string, found {_type_name(name)} {name!r}")
-    backend = _check_choice(chk, data, "backend", (), BACKENDS, "auto")
-    parity = _check_choice(chk, data, "parity", (), PARITY, "exact")
-
-    # source
-    source = SourceSpec(type="folder")
-    raw_source = data.get("source")
-    if "source" not in data:
-        chk.add((), "missing required key 'source' (expected e.g. {type: folder, root: path/to/images})")
-    else:
-        src = chk.mapping(raw_source, ("source",), "the source")
-        if src is not None:
-            stype = src.get("type")
-            if stype is None:
-                chk.add(("source",), f"missing required key 'source.type' (expected one of {', '.join(SOURCE_TYPES)})")
-            elif stype in PLANNED_SOURCE_TYPES:
-                chk.add(("source", "type"), f"source type '{stype}' is not supported in this version "
-                                            f"(supported: {', '.join(SOURCE_TYPES)})")
-            elif stype not in SOURCE_TYPES:
-                hint = difflib.get_close_matches(str(stype), SOURCE_TYPES, n=1)
-                chk.add(("source", "type"), f"expected one of {', '.join(SOURCE_TYPES)}, found {stype!r}"
-                                            + (f"; did you mean '{hint[0]}'?" if hint else ""))
-            allowed = {"folder": ("type", "root", "extensions", "max_pixels"),
-                       "file_list": ("type", "file_list", "root", "extensions", "max_pixels"),
-                       "webdataset": ("type", "shards", "image_key", "label_key", "manifest", "max_pixels"),
-                       }.get(stype, ("type",))
-            if stype in SOURCE_TYPES:
-                chk.unknown_keys(src, allowed, ("source",), f"a '{stype}' source")
-            resolved: dict[str, Any] = {"type": stype}
-            for key in ("root", "file_list", "shards", "manifest"):
-                if key in src and key in allowed:
-                    value = src[key]
-                    if not isinstance(value, str) or not value:
-                        chk.add(("source", key), f"expected a path (string), found {_type_name(value)} {value!r}")
-                    else:
-                        resolved[key] = _resolve_path(value, base_for(("source", key)))
-            if stype == "folder" and "root" not in src:
-                chk.add(("source",), "missing required key 'source.root' (the folder whose sub-folders are the classes)")
-            if stype == "file_list" and "file_list" not in src:
-                chk.add(("source",), "missing required key 'source.file_list' (a text file of 'path label' lines)")
-            webdataset = _check_webdataset(chk, src, resolved) if stype == "webdataset" else {}
-            extensions = src.get("extensions", list(DEFAULT_EXTENSIONS))
-            if not (isinstance(extensions, list) and extensions and all(isinstance(e, str) and e for e in extensions)):
-                chk.add(("source", "extensions"), f"expected a non-empty list of file extensions like ['.jpg'], "
-                                                  f"found {extensions!r}")
-                extensions = list(DEFAULT_EXTENSIONS)
-            extensions = tuple(("." + e.lstrip(".")).lower() for e in extensions)
-            max_pixels = _check_int(chk, src, "max_pixels", ("source",), DEFAULT_MAX_PIXELS, 1)
-            if stype in SOURCE_TYPES:
-                source = SourceSpec(type=stype, root=resolved.get("root"), file_list=resolved.get("file_list"),
-                                    extensions=extensions, max_pixels=max_pixels, **webdataset)
-
+    version, name, backend, parity = _check_identity(chk, data, origin)
+    source = _check_source(chk, data, base_for)
     batch_size = _check_int(chk, data, "batch_size", (), REQUIRED, 1)
     seed = _check_int(chk, data, "seed", (), 0, 0)
-
     decode = chk.mapping(data.get("decode"), ("decode",), "the decode step") or {}
     chk.unknown_keys(decode, ("device",), ("decode",), "decode")
     decode_device = _check_choice(chk, decode, "device", ("decode",), DECODE_DEVICES, "mixed")
-
-    raw_ops = data.get("ops")
-    ops = _check_ops(raw_ops, chk)
-    if isinstance(raw_ops, list) and len(ops) == len(raw_ops):  # cross-op rules need every op readable
-        _check_op_sequence(ops, chk, list(range(len(ops))))
-    if isinstance(raw_ops, list) and not raw_ops:
-        chk.add(("ops",), "expected at least one op (the output size must be fixed to batch images)")
-
-    outputs = data.get("outputs", ["image", "label"])
-    if not (isinstance(outputs, list) and outputs):
-        chk.add(("outputs",), f"expected a non-empty list drawn from {', '.join(OUTPUTS)}, found {outputs!r}")
-        outputs = ["image", "label"]
-    else:
-        for i, out in enumerate(outputs):
-            if out not in OUTPUTS:
-                hint = difflib.get_close_matches(str(out), OUTPUTS, n=1)
-                chk.add(("outputs", i), f"unknown output {out!r} (expected one of {', '.join(OUTPUTS)})"
-                                        + (f"; did you mean '{hint[0]}'?" if hint else ""))
-        duplicates = sorted({o for o in outputs if isinstance(o, str) and outputs.count(o) > 1})
-        if duplicates:
-            chk.add(("outputs",), f"each output may appear once; repeated: {', '.join(map(str, duplicates))}")
-
-    raw_loader = chk.mapping(data.get("loader"), ("loader",), "the loader settings") or {}
-    lp = ("loader",)
-    chk.unknown_keys(raw_loader, ("workers", "prefetch", "last_batch", "on_error", "shuffle", "repeated_augmentations"),
-                     lp, "loader")
-    workers = raw_loader.get("workers")
-    if workers == "auto":
-        workers = None
-    else:
-        workers = _check_int(chk, raw_loader, "workers", lp, None, 0, allow_none=True)
-    shuffle = raw_loader.get("shuffle", True)
-    if bool_checker(shuffle)[1]:
-        chk.add(lp + ("shuffle",), bool_checker(shuffle)[1])
-    loader = LoaderSpec(
-        workers=workers,
-        prefetch=_check_int(chk, raw_loader, "prefetch", lp, 2, 1),
-        last_batch=_check_choice(chk, raw_loader, "last_batch", lp, LAST_BATCH, "partial"),
-        on_error=_check_choice(chk, raw_loader, "on_error", lp, ON_ERROR, "raise"),
-        shuffle=shuffle,
-        repeated_augmentations=_check_int(chk, raw_loader, "repeated_augmentations", lp, 1, 1),
-    )
+    ops = _check_all_ops(chk, data)
+    outputs = _check_outputs(chk, data)
+    loader = _check_loader(chk, data)
     if chk.problems:
         raise SpecError(chk.problems, origin)
     return PipelineSpec(version=version, name=name, backend=backend, source=source, batch_size=batch_size,
@@ -641,13 +795,11 @@ def load_spec(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] | N
     (file, line, column, key path, expected and found), or ``FileNotFoundError``.
     """
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise SpecError([Problem(where, "<yaml>", f"not valid YAML: {getattr(exc, 'problem', exc)}")], str(path)) from None
+        text = decode_utf8(path.read_bytes(), str(path))
+    except NotUtf8Error as exc:
+        raise SpecError([Problem(exc.where, "<file>", exc.detail)], str(path)) from None
+    data = _read_yaml(text, str(path))[0]
     if overrides is not None and not isinstance(overrides, Mapping):
         overrides = parse_overrides(overrides)
     return spec_from_dict(data, origin=str(path), base_dir=path.resolve().parent, overrides=overrides,

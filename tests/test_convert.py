@@ -14,7 +14,7 @@ import pytest
 from dali_bridge.cli import EXIT_INVALID, main
 from dali_bridge.convert import ConvertError, brace_pattern, check_pattern, convert, verify_shards
 from dali_bridge.shards import manifest_path
-from dali_bridge.sources import list_folder, list_webdataset
+from dali_bridge.sources import SourceError, list_folder, list_webdataset
 from dali_bridge.spec import DEFAULT_EXTENSIONS, DEFAULT_IMAGE_KEYS
 
 
@@ -122,15 +122,16 @@ def test_files_whose_keys_collide_are_named_and_nothing_is_written(sample_root, 
     assert not (tmp_path / "out").exists()
 
 
-def test_an_unreadable_file_stops_the_conversion_without_leaving_a_partial_shard(sample_root, tmp_path):
+def test_an_unreadable_file_is_left_out_and_named_and_no_partial_shard_remains(sample_root, tmp_path):
     root = tmp_path / "images"
     shutil.copytree(sample_root, root)
     victim = sorted(root.rglob("*.jpg"))[25]
     victim.unlink()
     victim.symlink_to(tmp_path / "gone.jpg")  # listed (a name ending .jpg), unreadable
-    with pytest.raises(ConvertError, match=f"cannot read {victim}"):
-        convert(root, str(tmp_path / "out" / "s-%02d.tar"), shard_size=10)
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["s-00.idx", "s-00.tar", "s-01.idx", "s-01.tar"]
+    result = convert(root, str(tmp_path / "out" / "s-%02d.tar"), shard_size=10)
+    assert result.samples == 36 and [(path, reason[:16]) for path, reason in result.skipped] == \
+        [(str(victim), "cannot read file")]
+    assert not list((tmp_path / "out").glob("*.partial"))
 
 
 @pytest.mark.parametrize("text, snippet", [
@@ -179,3 +180,142 @@ def test_cli_verify_checks_shards_by_manifest_or_pattern_and_exits_1_naming_a_ba
     assert main(["verify", str(tmp_path / "other.json")]) == 2
     assert "not a dali-bridge shard manifest" in capsys.readouterr().err
     assert main(["verify", str(tmp_path / "absent.manifest.json")]) == 2
+
+
+# ---- hostile inputs: only what the loader would read is packed; only what the pattern owns is removed
+
+
+def _folder_with(tmp_path: Path, sample_root: Path, make) -> tuple[Path, Path]:
+    """A one-class folder of two good JPEGs plus ``make(folder)``'s hostile file; (root, hostile path)."""
+    root = tmp_path / "images"
+    folder = root / "cat"
+    folder.mkdir(parents=True)
+    for n, good in enumerate(sorted(sample_root.rglob("*.jpg"))[:2]):
+        shutil.copy(good, folder / f"good{n}.jpg")
+    return root, make(folder)
+
+
+def _fifo(folder: Path) -> Path:
+    os.mkfifo(folder / "pipe.jpg")
+    return folder / "pipe.jpg"
+
+
+def _dev_zero(folder: Path) -> Path:
+    (folder / "zero.jpg").symlink_to("/dev/zero")
+    return folder / "zero.jpg"
+
+
+def _text(folder: Path) -> Path:
+    (folder / "notes.jpg").write_text("not an image at all\n")
+    return folder / "notes.jpg"
+
+
+def _truncated(folder: Path) -> Path:
+    data = (folder / "good0.jpg").read_bytes()
+    (folder / "cut.jpg").write_bytes(data[: len(data) // 2])
+    return folder / "cut.jpg"
+
+
+def _directory(folder: Path) -> Path:
+    (folder / "dir.jpg").mkdir()
+    return folder / "dir.jpg"
+
+
+@pytest.mark.parametrize("make, reason", [
+    (_fifo, "not a regular file (a FIFO)"),
+    (_dev_zero, "not a regular file (a device or socket)"),
+    (_text, "not a JPEG, PNG or WebP image"),
+    (_truncated, "truncated JPEG"),
+])
+def test_convert_leaves_out_what_the_loader_refuses_and_names_it(sample_root, tmp_path, make, reason):
+    root, hostile = _folder_with(tmp_path, sample_root, make)
+    result = convert(root, str(tmp_path / "out" / "s-%d.tar"), shard_size=10)
+    assert result.samples == 2 and [p for p, _ in result.skipped] == [str(hostile)]
+    assert reason in result.skipped[0][1]
+    manifest = json.loads(Path(result.manifest).read_text())
+    assert manifest["samples"] == 2 and manifest["skipped"] == [{"file": str(hostile), "reason": result.skipped[0][1]}]
+    assert [name for name, _ in members(Path(result.shards[0]))] == ["cat/good0.cls", "cat/good0.jpg",
+                                                                      "cat/good1.cls", "cat/good1.jpg"]
+    assert not list((tmp_path / "out").glob("*.partial"))
+    assert len(list_webdataset(result.pattern, DEFAULT_IMAGE_KEYS)) == 2
+
+
+def test_convert_leaves_out_a_file_over_the_size_limit_without_reading_it(sample_root, tmp_path):
+    def sparse(folder: Path) -> Path:
+        with open(folder / "huge.jpg", "wb") as handle:
+            handle.truncate(1 << 40)  # 1 TiB, sparse: reading it would never end
+        return folder / "huge.jpg"
+
+    root, hostile = _folder_with(tmp_path, sample_root, sparse)
+    result = convert(root, str(tmp_path / "out" / "s-%d.tar"), max_image_bytes=1 << 20)
+    assert result.skipped == ((str(hostile), f"{1 << 40} bytes, over the {1 << 20}-byte limit for one image"),)
+
+
+def test_convert_of_a_file_list_naming_non_images_packs_only_images(sample_root, tmp_path):
+    good = sorted(sample_root.rglob("*.jpg"))[0]
+    (tmp_path / "passwd.txt").write_text("root:x:0:0\n")
+    (tmp_path / "fake.jpg").write_bytes(b"\xff\xd8\xff" + b"\0" * 100)
+    (tmp_path / "list.txt").write_text(f"{good} 0\npasswd.txt 1\nfake.jpg 0\n")
+    result = convert(tmp_path / "list.txt", str(tmp_path / "out" / "s-%d.tar"))
+    assert result.samples == 1
+    assert [p for p, _ in result.skipped] == [str(tmp_path / "passwd.txt"), str(tmp_path / "fake.jpg")]
+    (tmp_path / "list.txt").write_text(f"{good} 0\n/dev/zero 1\n")  # not a file: refused when listed
+    with pytest.raises(SourceError, match="list.txt:2: file /dev/zero is not a regular file"):
+        convert(tmp_path / "list.txt", str(tmp_path / "out2" / "s-%d.tar"))
+
+
+def test_convert_with_nothing_packable_is_an_error_naming_a_file(tmp_path):
+    (tmp_path / "img" / "a").mkdir(parents=True)
+    (tmp_path / "img" / "a" / "x.jpg").write_text("text")
+    with pytest.raises(ConvertError, match=r"all 1 file\(s\) were left out, e.g. .*x.jpg: not a JPEG"):
+        convert(tmp_path / "img", str(tmp_path / "out" / "s-%d.tar"))
+
+
+def test_cli_convert_reports_the_files_left_out(sample_root, tmp_path, capsys):
+    root, hostile = _folder_with(tmp_path, sample_root, _text)
+    assert main(["convert", str(root), str(tmp_path / "out" / "s-%d.tar"), "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "left out 1 file(s)" in err and f"{hostile}: not a JPEG, PNG or WebP image" in err
+
+
+@pytest.mark.parametrize("unrelated", [["7.tar", "7.idx"], ["2.tar"], ["notes.idx", "3.tar", "9.idx"]])
+def test_overwrite_removes_only_what_the_old_manifest_lists_under_the_pattern(sample_root, tmp_path, unrelated):
+    out = tmp_path / "out"
+    convert(sample_root, str(out / "%d.tar"), shard_size=20)        # 0.tar, 1.tar and their indexes
+    for name in unrelated:
+        (out / name).write_bytes(b"user data")
+    result = convert(sample_root, str(out / "%d.tar"), shard_size=40, overwrite=True)  # one shard now
+    assert result.shards == (str(out / "0.tar"),)
+    assert not (out / "1.tar").exists() and not (out / "1.idx").exists()   # listed by the old manifest
+    assert all((out / name).read_bytes() == b"user data" for name in unrelated)
+
+
+def test_overwrite_without_a_manifest_replaces_only_the_shards_it_writes(sample_root, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("0.tar", "0.idx", "1.tar", "5.tar"):
+        (out / name).write_bytes(b"user data")
+    convert(sample_root, str(out / "%d.tar"), shard_size=40, overwrite=True)
+    assert (out / "0.tar").read_bytes() != b"user data"
+    assert all((out / name).read_bytes() == b"user data" for name in ("1.tar", "5.tar"))
+
+
+@pytest.mark.parametrize("name", ["../outside.tar", "/etc/passwd", "/proc/self/environ", "sub/../../x.tar", "..",
+                                  "a\\..\\b.tar"])
+def test_verify_refuses_manifest_entries_outside_its_folder(sample_root, tmp_path, capsys, name):
+    result = convert(sample_root, str(tmp_path / "out" / "s-%d.tar"), shard_size=40)
+    manifest = json.loads(Path(result.manifest).read_text())
+    manifest["shards"][0]["file"] = name
+    Path(result.manifest).write_text(json.dumps(manifest))
+    assert main(["verify", result.manifest]) == EXIT_INVALID
+    err = capsys.readouterr().err
+    assert "expected the name of a file in the manifest's own folder" in err and "Traceback" not in err
+
+
+def test_verify_reads_no_more_than_the_recorded_bytes_of_a_linked_file(sample_root, tmp_path):
+    result = convert(sample_root, str(tmp_path / "out" / "s-%d.tar"), shard_size=40)
+    shard = Path(result.shards[0])
+    shard.unlink()
+    shard.symlink_to("/dev/zero")
+    (problem,) = verify_shards(result.manifest)
+    assert problem == f"{shard}: not a regular file"

@@ -308,12 +308,17 @@ def test_a_shard_cut_after_listing_fails_only_the_reads_past_the_cut(shard_dir, 
 
 @pytest.fixture
 def broken_member(sample_root: Path, tmp_path: Path) -> tuple[Path, int, str]:
-    """Shards of the sample set where sample 12's JPEG was cut in half before packing (bytes copied as is)."""
+    """Shards of the sample set where the second half of sample 12's JPEG member was zeroed after
+    packing (convert itself leaves out files the loader would refuse)."""
     images = tmp_path / "images"
     shutil.copytree(sample_root, images)
     victim = Path(list_folder(images, DEFAULT_EXTENSIONS).paths[12])
-    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
     convert(images, str(tmp_path / "shards" / "train-%06d.tar"), shard_size=SHARD_SIZE)
+    shards = list_webdataset(pattern(tmp_path / "shards"), DEFAULT_IMAGE_KEYS).shards
+    offset, size = int(shards.offset[12]), int(shards.size[12])
+    with open(shards.shards[shards.shard[12]], "r+b") as handle:
+        handle.seek(offset + size // 2)
+        handle.write(bytes(size - size // 2))
     member = os.path.relpath(victim, images)
     return tmp_path / "shards", 12, f"{tmp_path / 'shards' / 'train-000001.tar'}#{member}"
 

@@ -35,17 +35,30 @@ log = logging.getLogger("dali_bridge")
 # Every DALI pipeline alive in this process. A forked child (a DataLoader worker, say) inherits
 # them without DALI's threads, and destroying one there — e.g. when the child's garbage collector
 # finalizes a loader left in a reference cycle by a traceback — waits forever on a condition
-# variable those threads were waiting on. The child keeps them, never destroying them.
+# variable those threads were waiting on, or crashes. The child keeps them, never destroying them.
+# They are pinned in the parent just before the fork: a collection can run in the child before
+# any hook of ours (threading's own after-fork hook allocates), and must find them referenced.
 _LIVE_PIPELINES: "weakref.WeakSet[Any]" = weakref.WeakSet()
 _INHERITED_PIPELINES: list = []
+_PINNED_FOR_FORK: list = []
+
+
+def _pin_pipelines() -> None:
+    _PINNED_FOR_FORK.extend(_LIVE_PIPELINES)
+
+
+def _unpin_pipelines() -> None:
+    _PINNED_FOR_FORK.clear()
 
 
 def _keep_inherited_pipelines() -> None:
-    _INHERITED_PIPELINES.extend(_LIVE_PIPELINES)
+    _INHERITED_PIPELINES.extend(_PINNED_FOR_FORK)
+    _PINNED_FOR_FORK.clear()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_keep_inherited_pipelines)
+    os.register_at_fork(before=_pin_pipelines, after_in_parent=_unpin_pipelines,
+                        after_in_child=_keep_inherited_pipelines)
 
 
 def _placeholder_jpeg() -> bytes:
