@@ -384,7 +384,8 @@ def orchestrate(out: Path, *, budget: float, dry_run: bool, images: int, data: P
         print(f"device check {name}: {entry['status']}"
               + (f" ({entry['reason']})" if entry.get("reason") else "")
               + f" [{entry.get('seconds', 0):.0f} s]", flush=True)
-    counts = {status: sum(c["status"] == status for c in report["checks"]) for status in ("passed", "failed", "skipped")}
+    counts = {status: sum(c["status"] == status for c in report["checks"])
+              for status in ("passed", "failed", "skipped")}
     report.update(elapsed_s=round(time.monotonic() - started, 1), summary=counts,
                   exit_status=0 if counts["failed"] == 0 else 1)
     target = out / "device_check.json"

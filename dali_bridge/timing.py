@@ -86,7 +86,10 @@ def measure_epoch(loader: Loader, *, max_batches: int | None = None, progress: b
     end = time.perf_counter()
     first = first or end
     steady = end - first
-    rate = images_after_first / steady if steady > 0 and images_after_first else (images / (end - start) if end > start else 0.0)
+    if steady > 0 and images_after_first:
+        rate = images_after_first / steady
+    else:
+        rate = images / (end - start) if end > start else 0.0
     return EpochStats(loader.spec.name, loader.backend, batches, images, end - start, first - start, rate,
                       shape, dtype, device, len(loader.skipped) - skipped_before)
 
@@ -108,7 +111,8 @@ def format_table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> 
     numeric = [all(_looks_numeric(r[i]) for r in cells[1:]) and len(cells) > 1 for i in range(len(columns))]
     out = []
     for n, row in enumerate(cells):
-        out.append("  ".join(c.rjust(w) if numeric[i] and n else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+        cells = (c.rjust(w) if numeric[i] and n else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+        out.append("  ".join(cells).rstrip())
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
     return "\n".join(out)

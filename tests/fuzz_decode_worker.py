@@ -21,10 +21,10 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # tests/ helpers and the dali_bridge beside them
 
-from hostile import mutated_images, tiny_jpeg
+from hostile import mutated_images, tiny_jpeg  # noqa: E402 (after the path set-up above)
 
-from dali_bridge.formats import inspect_image, without_webp_exif
-from dali_bridge.images import ImageError, decode_rgb
+from dali_bridge.formats import inspect_image, without_webp_exif  # noqa: E402
+from dali_bridge.images import ImageError, decode_rgb  # noqa: E402
 
 
 class DaliDecoder:

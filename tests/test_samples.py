@@ -114,7 +114,8 @@ def test_images_have_natural_statistics_not_noise() -> None:
 def test_generate_layout_and_labels(tmp_path: Path) -> None:
     root = tmp_path / "ds"
     calls: list[tuple[int, int]] = []
-    info = generate_sample_data(root, images=11, classes=4, seed=0, workers=1, progress=lambda d, t: calls.append((d, t)))
+    info = generate_sample_data(root, images=11, classes=4, seed=0, workers=1,
+                                progress=lambda d, t: calls.append((d, t)))
     assert isinstance(info, SampleSetInfo)
     names = ("class_000", "class_001", "class_002", "class_003")
     assert info == SampleSetInfo(root, 11, 4, 0, names, info.bytes_total)

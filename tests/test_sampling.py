@@ -294,7 +294,8 @@ def test_center_crop_window_equals_torchvision_center_crop(height, width, crop):
 
 
 def _plan(ops):
-    spec = spec_from_dict({"version": 1, "source": {"type": "folder", "root": "/nonexistent"}, "batch_size": 2, "ops": ops})
+    spec = spec_from_dict({"version": 1, "source": {"type": "folder", "root": "/nonexistent"}, "batch_size": 2,
+                           "ops": ops})
     return build_plan(spec)
 
 

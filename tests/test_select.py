@@ -20,7 +20,8 @@ from dali_bridge.backends.select import (BackendUnavailable, Probe, available_ba
                                          unavailable_reason)
 
 FULL = Probe(dali_version="2.4.0", dali_reason=None, cuda_devices=2, cuda_reason=None, torchvision_reason=None)
-NO_DALI = dataclasses.replace(FULL, dali_version=None, dali_reason="DALI not installed (pip install nvidia-dali-cuda120)")
+NO_DALI = dataclasses.replace(FULL, dali_version=None,
+                              dali_reason="DALI not installed (pip install nvidia-dali-cuda120)")
 BROKEN_DALI = dataclasses.replace(FULL, dali_version=None,
                                   dali_reason="DALI failed to import: OSError: libnvjpeg.so.12: cannot open shared "
                                               "object file")

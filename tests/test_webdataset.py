@@ -129,7 +129,8 @@ def test_webdataset_keys_accept_a_list_or_semicolons_and_round_trip_through_yaml
 
 
 @pytest.mark.parametrize("source, path, snippet", [
-    ({"type": "webdataset", "shards": "a-{0..3.tar"}, "source.shards", "unbalanced '{' at character 3 of 'a-{0..3.tar'"),
+    ({"type": "webdataset", "shards": "a-{0..3.tar"}, "source.shards",
+     "unbalanced '{' at character 3 of 'a-{0..3.tar'"),
     ({"type": "webdataset", "shards": "a.tar", "image_key": []}, "source.image_key", "found a list []"),
     ({"type": "webdataset", "shards": "a.tar", "label_key": "cls;txt"}, "source.label_key", "one member extension"),
     ({"type": "webdataset", "shards": "a.tar", "label_key": "jpg"}, "source.label_key", "also an image key"),
@@ -231,7 +232,8 @@ def test_every_problem_of_every_shard_is_reported_at_once(tmp_path):
     with pytest.raises(SourceError) as info:
         list_webdataset(str(tmp_path / "s-{0..1}.tar"), ("jpg",))
     text = str(info.value)
-    assert "2 problem(s)" in text and "s-0.tar: sample a has no label" in text and "s-1.tar: sample b has no image" in text
+    assert "2 problem(s)" in text
+    assert "s-0.tar: sample a has no label" in text and "s-1.tar: sample b has no image" in text
 
 
 def _member_offset(path: Path, name: str) -> tuple[int, int]:

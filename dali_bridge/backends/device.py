@@ -102,7 +102,8 @@ def describe_dali_threads(workers: int | None, *, auto_cores: int) -> str:
     if workers is not None:
         return f"DALI threads: {max(1, workers)} (loader.workers)"
     return (f"DALI threads (workers auto): dali {dali_threads(None, gpu=True, auto_cores=auto_cores)} (cores per "
-            f"local rank, capped at {DALI_GPU_THREAD_CAP}), dali-cpu {dali_threads(None, gpu=False, auto_cores=auto_cores)}")
+            f"local rank, capped at {DALI_GPU_THREAD_CAP}), "
+            f"dali-cpu {dali_threads(None, gpu=False, auto_cores=auto_cores)}")
 
 
 class InFlightCopies:

@@ -251,8 +251,8 @@ class RandomResizedCrop(_Resampling):
         images = fn.decoders.image_random_crop(encoded, device=decode_device, output_type=types.RGB,
                                                random_area=list(p["scale"]), random_aspect_ratio=list(p["ratio"]),
                                                num_attempts=RRC_ATTEMPTS)
-        return fn.resize(images, resize_x=p["size"][1], resize_y=p["size"][0], interp_type=_dali_interp(p["interpolation"]),
-                         antialias=p["antialias"], device=ctx.device)
+        return fn.resize(images, resize_x=p["size"][1], resize_y=p["size"][0],
+                         interp_type=_dali_interp(p["interpolation"]), antialias=p["antialias"], device=ctx.device)
 
     def dali_baseline(self, step, images, ctx):
         from nvidia.dali import fn
