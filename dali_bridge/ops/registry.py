@@ -14,6 +14,8 @@ _MODULES = (
     "vertical_flip",
     "random_grayscale",
     "finish",            # normalize, crop_mirror_normalize
+    "erasing",           # random_erasing (after the finish)
+    "mixing",            # mixup, cutmix, batch_mix (on the batch, last)
 )
 
 OPS: dict[str, Op] = {op.name: op for module in _MODULES
