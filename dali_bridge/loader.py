@@ -32,7 +32,9 @@ class Loader:
 
     Each batch is a tuple in the order of the spec's ``outputs``: ``image`` (NCHW or NHWC, the
     declared dtype, on ``loader.device``), ``label`` (int64 [N]), ``index`` (int64 [N], position in
-    the source listing) and ``valid`` (bool [N], False for ``pad`` repeats).
+    the source listing), ``valid`` (bool [N], False for ``pad`` repeats) and ``target`` (float32
+    [N, number of classes]: soft targets, label smoothing and batch mixing folded in). Ops after
+    the finish run on each batch here (:mod:`dali_bridge.post_finish`), the same for every backend.
 
     Each ``iter()`` runs the next epoch unless :meth:`set_epoch` chose one; :meth:`state_dict`
     after k batches and :meth:`load_state_dict` on a fresh loader continue with batch k+1.
