@@ -398,9 +398,9 @@ def _check_op_order(ops: list[OpSpec], chk: _Checker, indices: list[int]) -> Non
         chk.add(("ops", indices[finishing[1]]), "only one normalize/crop_mirror_normalize op is allowed")
     batch_ops = [n for n, op in enumerate(ops) if OPS[op.name].kind == "batch"]
     if len(batch_ops) > 1:
-        chk.add(("ops", indices[batch_ops[1]]), f"only one batch-level op is allowed, found '{ops[batch_ops[0]].name}' "
-                                                f"and '{ops[batch_ops[1]].name}': to pick MixUp or CutMix per batch, "
-                                                f"use one batch_mix op")
+        first, second = ops[batch_ops[0]].name, ops[batch_ops[1]].name
+        chk.add(("ops", indices[batch_ops[1]]), f"only one batch-level op is allowed, found '{first}' and "
+                                                f"'{second}': to pick MixUp or CutMix per batch, use one batch_mix op")
     stages = [_KIND_STAGE.get(OPS[op.name].kind, 0) for op in ops]
     for n in finishing:
         later = next((m for m in range(n + 1, len(ops)) if stages[m] == 0), None)
