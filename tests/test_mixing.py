@@ -241,3 +241,13 @@ def test_a_resumed_loader_mixes_the_same_pairs_with_the_same_lambda(sample_root,
     for got, want in zip(first + rest, epoch_one):
         assert all(torch.equal(a, b) for a, b in zip(got, want))
     assert not torch.equal(full[0][1], epoch_one[0][1])  # another epoch mixes otherwise
+
+
+def test_the_reference_documents_the_target_output_and_its_key():
+    from dali_bridge import reference
+
+    assert "target.label_smoothing" in reference.documented_keys()
+    page = reference.render_reference()
+    assert "`target` (float32 [N, number of classes]" in page
+    for name in ("mixup", "cutmix", "batch_mix", "random_erasing"):
+        assert f"### `{name}`" in page
