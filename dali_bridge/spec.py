@@ -434,9 +434,9 @@ def _check_target(chk: _Checker, data: dict, outputs: Any, ops: list[OpSpec]) ->
         chk.add(("target", "label_smoothing"), f"expected a number in [0, 1), found {_type_name(smoothing)} "
                                                f"{smoothing!r}")
         return 0.0
-    if raw and not wants_target:
-        chk.add(("target",), "the target settings shape the 'target' output, which outputs does not list: add "
-                             "'target' to outputs, or remove the target section")
+    if smoothing and not wants_target:
+        chk.add(("target", "label_smoothing"), "label smoothing shapes the 'target' output, which outputs does not "
+                                               "list: add 'target' to outputs, or remove target.label_smoothing")
     return float(smoothing)
 
 

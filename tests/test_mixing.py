@@ -61,7 +61,8 @@ def test_two_batch_ops_are_refused_pointing_to_batch_mix():
 @pytest.mark.parametrize("keys, path, snippet", [
     ({"target": {"label_smoothing": 1.0}}, "target.label_smoothing", "in [0, 1)"),
     ({"target": {"smoothing": 0.1}}, "target.smoothing", "unknown key"),
-    ({"outputs": ["image", "label"], "target": {"label_smoothing": 0.1}}, "target", "add 'target' to outputs"),
+    ({"outputs": ["image", "label"], "target": {"label_smoothing": 0.1}}, "target.label_smoothing",
+     "add 'target' to outputs"),
 ])
 def test_target_section_is_validated(keys, path, snippet):
     with pytest.raises(SpecError) as caught:
