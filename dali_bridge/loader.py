@@ -20,6 +20,7 @@ import torch
 from .backends.base import Executor, RawBatch, SkippedSample, Topology, resolve_topology
 from .limits import check_loader_limits
 from .plan import Plan, build_plan, unsupported_ops
+from .post_finish import PostFinish
 from .sampling import BatchTask, batch_count, rank_batches
 from .sources import Listing, list_source
 from .spec import PipelineSpec, Problem, SpecError, coerce_spec
@@ -35,7 +36,9 @@ class Loader:
 
     Each batch is a tuple in the order of the spec's ``outputs``: ``image`` (NCHW or NHWC, the
     declared dtype, on ``loader.device``), ``label`` (int64 [N]), ``index`` (int64 [N], position in
-    the source listing) and ``valid`` (bool [N], False for ``pad`` repeats).
+    the source listing), ``valid`` (bool [N], False for ``pad`` repeats) and ``target`` (float32
+    [N, number of classes]: soft targets, label smoothing and batch mixing folded in). Ops after
+    the finish run on each batch here (:mod:`dali_bridge.post_finish`), the same for every backend.
 
     Each ``iter()`` runs the next epoch unless :meth:`set_epoch` chose one; :meth:`state_dict`
     after k batches and :meth:`load_state_dict` on a fresh loader continue with batch k+1.
@@ -61,6 +64,8 @@ class Loader:
         self._pid = os.getpid()
         self._iteration_lock = threading.Lock()
         self._iteration: tuple[int, weakref.ref] | None = None   # (thread id, its generator)
+        self._post_finish = PostFinish(plan, spec.seed, topology.rank, num_classes=len(listing.classes),
+                                       label_smoothing=spec.label_smoothing, wants_target="target" in spec.outputs)
 
     # ---- properties users read
     @property
@@ -153,7 +158,8 @@ class Loader:
                     log.warning("epoch %d batch %d: every sample was skipped; no batch yielded",
                                 self._epoch, self._batches_done - 1)
                     continue
-                yield self._outputs(raw)
+                # tasks run in order, one raw batch each: this is the batch's position in the rank's epoch
+                yield self._outputs(raw, epoch=epoch, number=self._batches_done - 1)
         except GeneratorExit:
             if self._epoch == epoch and self._batches_done < self._epoch_batches:
                 # Abandoned mid-epoch by the consumer (break, close): the next iteration runs the next
@@ -171,14 +177,20 @@ class Loader:
             log.warning("skipped sample %d (%s) in epoch %d: %s", item.index, item.path, item.epoch, item.reason)
         self.skipped.extend(skipped)
 
-    def _outputs(self, raw: RawBatch) -> tuple[torch.Tensor, ...]:
+    def _outputs(self, raw: RawBatch, *, epoch: int, number: int) -> tuple[torch.Tensor, ...]:
         device = self.device
         values: dict[str, Any] = {}
+        labels = torch.from_numpy(self.listing.labels[raw.indices]).to(device, non_blocking=True)
+        image, target = raw.image, None
+        if self._post_finish.active:
+            image, target = self._post_finish.apply(raw.image, labels, raw.indices, epoch=epoch, number=number)
         for name in self.spec.outputs:
             if name == "image":
-                values[name] = raw.image
+                values[name] = image
+            elif name == "target":
+                values[name] = target
             elif name == "label":
-                values[name] = torch.from_numpy(self.listing.labels[raw.indices]).to(device, non_blocking=True)
+                values[name] = labels
             elif name == "index":
                 values[name] = torch.from_numpy(np.asarray(raw.indices, dtype=np.int64)).to(device, non_blocking=True)
             elif name == "valid":

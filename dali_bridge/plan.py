@@ -39,6 +39,12 @@ class Plan:
         """The per-sample steps on uint8 images, before the finish."""
         return self.ops[:self.finish_position]
 
+    @cached_property
+    def post_finish(self) -> tuple[tuple[int, Step], ...]:
+        """(position in ``ops``, step) of each op after the finish: per-sample ops on the float images,
+        then batch-level ops. The loader applies them (:mod:`dali_bridge.post_finish`); no executor sees them."""
+        return tuple((n, step) for n, step in enumerate(self.ops) if n > self.finish_position)
+
     @property
     def finish_step(self) -> Step:
         return self.ops[self.finish_position]
@@ -185,7 +191,7 @@ def placement(plan: Plan, backend: str, cuda: bool = False) -> list[Placed]:
         stages.append(Placed("batch", "uint8 batch through worker queue", "cpu"))
         stages.append(Placed("finish", plan.finish_step.op.torchvision_stage(plan.finish_step.params),
                              "cuda" if cuda else "cpu"))
-        return stages
+        return stages + _post_finish_placement(plan, "cuda" if cuda else "cpu")
     raise ValueError(f"unknown backend {backend!r}")
 
 
@@ -207,4 +213,9 @@ def _dali_placement(plan: Plan, gpu: bool) -> list[Placed]:
     for method in sorted(set(ctx.resize_methods.values())):  # stages a resize method adds after the finish
         stages += [Placed(stage, impl, device or op_device) for stage, impl, device in
                    METHODS[method].finish_stages("cuda" if gpu else "cpu")]
-    return stages
+    return stages + _post_finish_placement(plan, "cuda" if gpu else "cpu")
+
+
+def _post_finish_placement(plan: Plan, device: str) -> list[Placed]:
+    """The ops after the finish: torch on the finished batch, on the loader's device, for every backend."""
+    return [Placed(step.kind, step.op.stage(step.params), device) for _, step in plan.post_finish]

@@ -81,7 +81,12 @@ def _key_rows() -> list[tuple[str, str, str]]:
         ("ops", "list of ops", "required", "the ops below, in order; the output size must be fixed"),
         ("outputs", f"list of {_choices(s.OUTPUTS)}", "`[image, label]`",
          "what each batch tuple holds, in this order: `image`, `label` (int64), `index` (int64, position in the "
-         "source listing), `valid` (bool, false for `pad` repeats)"),
+         "source listing), `valid` (bool, false for `pad` repeats), `target` (float32 [N, number of classes]: "
+         "soft targets, one-hot with `target.label_smoothing` and batch mixing folded in; required with "
+         "`mixup`, `cutmix` or `batch_mix`)"),
+        ("target.label_smoothing", "number in [0, 1)", "`0`",
+         "with the `target` output only: targets are `(1 - ε) · one_hot + ε / number of classes` before mixing, "
+         "as `CrossEntropyLoss(label_smoothing=ε)` computes them (so leave the loss's own smoothing at 0)"),
         ("loader.workers", "integer >= 0 or `auto`", "`auto`",
          "DALI threads or DataLoader worker processes; `auto`: this rank's share of the cores available "
          "(cores ÷ processes on this node; `dali-bridge show` prints the figure and why); `0` runs torchvision "
@@ -129,8 +134,11 @@ def render_reference() -> str:
     lines += [f"| `{key}` | {kind} | {default} | {meaning} |" for key, kind, default, meaning in _key_rows()]
     lines += ["", "## Ops", "",
               "An op is written `- name: {param: value}`; `- name: value` sets its main parameter, `- name` "
-              "alone takes the defaults. A finishing op (`normalize`, `crop_mirror_normalize`) must be last; "
-              "without one, batches are uint8 CHW.", ""]
+              "alone takes the defaults. Ops come in this order: ops on uint8 images; one finishing op (`normalize`, "
+              "`crop_mirror_normalize`; without one, batches are uint8 CHW); ops on the normalised float images "
+              "(`random_erasing`); at most one batch-level op (`mixup`, `cutmix`, `batch_mix`), which needs the "
+              "`target` output. Ops after the finish run on the batch on the loader's device, the same for every "
+              "backend.", ""]
     for name in sorted(OPS):
         lines += _op_section(OPS[name])
     return "\n".join(lines).rstrip() + "\n"

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import yaml
 
 from .formats import DEFAULT_MAX_PIXELS
-from .ops import (OPS, REQUIRED, bool_checker, choice_checker, fixed_output_size, is_int, op_names,
+from .ops import (OPS, REQUIRED, bool_checker, choice_checker, fixed_output_size, is_int, is_number, op_names,
                   size_checker, _type_name)
 from .quoting import quoted, shortened
 
@@ -27,7 +27,7 @@ FORMAT_VERSION = 1
 BACKENDS = ("auto", "dali", "dali-cpu", "torchvision")
 SOURCE_TYPES = ("folder", "file_list", "webdataset")
 PLANNED_SOURCE_TYPES: tuple[str, ...] = ()
-OUTPUTS = ("image", "label", "index", "valid")
+OUTPUTS = ("image", "label", "index", "valid", "target")
 LAST_BATCH = ("partial", "drop", "pad")
 ON_ERROR = ("raise", "skip")
 DECODE_DEVICES = ("mixed", "cpu")
@@ -130,6 +130,7 @@ class PipelineSpec:
     outputs: tuple[str, ...]
     loader: LoaderSpec
     parity: str = "exact"
+    label_smoothing: float = 0.0  # folded into the ``target`` output (``target.label_smoothing``)
     origin: str = field(default="<dict>", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -159,6 +160,7 @@ class PipelineSpec:
             "parity": self.parity,
             "ops": [{op.name: copy.deepcopy(dict(op.params))} for op in self.ops],
             "outputs": list(self.outputs),
+            **({"target": {"label_smoothing": self.label_smoothing}} if "target" in self.outputs else {}),
             "loader": {
                 "workers": self.loader.workers,
                 "prefetch": self.loader.prefetch,
@@ -518,14 +520,64 @@ def _check_ops(raw_ops: Any, chk: _Checker) -> list[OpSpec]:
     return ops
 
 
-def _check_op_sequence(ops: list[OpSpec], chk: _Checker, indices: list[int]) -> None:
-    """Cross-op rules: the finishing op is last and single; crops fit; the output size is fixed."""
+# Where each op kind runs, in the order ops must come: per-sample ops on uint8 images, the finish,
+# per-sample ops on the finished float images, batch-level ops (kinds not listed: uint8 ops).
+_KIND_STAGE = {"finish": 1, "compound": 1, "after_finish": 2, "batch": 3}
+
+
+def _check_op_order(ops: list[OpSpec], chk: _Checker, indices: list[int]) -> None:
+    """Per-sample uint8 ops, then one finish, then ops after the finish (which need a float finish),
+    batch-level ops last and at most one of them."""
     finishing = [n for n, op in enumerate(ops) if OPS[op.name].kind in ("finish", "compound")]
     if len(finishing) > 1:
         chk.add(("ops", indices[finishing[1]]), "only one normalize/crop_mirror_normalize op is allowed")
+    batch_ops = [n for n, op in enumerate(ops) if OPS[op.name].kind == "batch"]
+    if len(batch_ops) > 1:
+        first, second = ops[batch_ops[0]].name, ops[batch_ops[1]].name
+        chk.add(("ops", indices[batch_ops[1]]), f"only one batch-level op is allowed, found '{first}' and "
+                                                f"'{second}': to pick MixUp or CutMix per batch, use one batch_mix op")
+    stages = [_KIND_STAGE.get(OPS[op.name].kind, 0) for op in ops]
     for n in finishing:
-        if n != len(ops) - 1:
-            chk.add(("ops", indices[n]), f"'{ops[n].name}' must be the last op (it converts dtype and layout)")
+        later = next((m for m in range(n + 1, len(ops)) if stages[m] == 0), None)
+        if later is not None:
+            chk.add(("ops", indices[n]), f"'{ops[n].name}' must come after every op on uint8 images (it converts "
+                                         f"dtype and layout); ops[{indices[later]}] '{ops[later].name}' follows it")
+    for n, op in enumerate(ops):
+        before = next((m for m in range(n) if stages[m] > stages[n]), None)
+        if stages[n] == 2 and before is not None:  # a per-sample op after a batch-level one
+            chk.add(("ops", indices[n]), f"'{op.name}' must come before ops[{indices[before]}] '{ops[before].name}' "
+                                         f"(batch-level ops come last)")
+        if stages[n] >= 2:
+            finish = next((ops[m] for m in finishing if m < n), None)
+            if finish is None or finish.params.get("dtype") == "uint8":
+                chk.add(("ops", indices[n]), f"'{op.name}' runs on the normalised float images: put a normalize "
+                                             f"(dtype float32 or float16) before it")
+
+
+def _check_target(chk: _Checker, data: dict, outputs: Any, ops: list[OpSpec]) -> float:
+    """The ``target`` section (``label_smoothing``), and batch mixing's need for the ``target`` output."""
+    wants_target = isinstance(outputs, list) and "target" in outputs
+    mixing = next((n for n, op in enumerate(ops) if getattr(OPS[op.name], "mixes_targets", False)), None)
+    if mixing is not None and not wants_target:
+        chk.add(("outputs",), f"ops[{mixing}] '{ops[mixing].name}' blends images and their labels, so the int64 "
+                              f"'label' no longer describes a mixed image: add 'target' to outputs (float "
+                              f"[N, num_classes] soft targets, e.g. outputs: [image, target]) and train on it")
+    raw = chk.mapping(data.get("target"), ("target",), "the target settings") or {}
+    chk.unknown_keys(raw, ("label_smoothing",), ("target",), "target")
+    smoothing = raw.get("label_smoothing", 0.0)
+    if not is_number(smoothing) or not 0.0 <= smoothing < 1.0:
+        chk.add(("target", "label_smoothing"), f"expected a number in [0, 1), found {_type_name(smoothing)} "
+                                               f"{smoothing!r}")
+        return 0.0
+    if smoothing and not wants_target:
+        chk.add(("target", "label_smoothing"), "label smoothing shapes the 'target' output, which outputs does not "
+                                               "list: add 'target' to outputs, or remove target.label_smoothing")
+    return float(smoothing)
+
+
+def _check_op_sequence(ops: list[OpSpec], chk: _Checker, indices: list[int]) -> None:
+    """Cross-op rules: the order of op kinds (:func:`_check_op_order`); crops fit; the output size is fixed."""
+    _check_op_order(ops, chk, indices)
     state: Any = None  # None (input size), ("short", s) or (h, w); "unknown" after an invalid size
     for n, op in enumerate(ops):
         op_path = ("ops", indices[n], op.name)
@@ -764,7 +816,7 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
     chk = _Checker(origin, marks or {}, override_origin)
     chk.problems.extend(override_problems)
     top_keys = ("version", "name", "backend", "source", "batch_size", "seed", "decode", "parity", "ops", "outputs",
-                "loader")
+                "target", "loader")
     chk.unknown_keys(data, top_keys, (), "the pipeline")
 
     def base_for(path: tuple) -> Path:
@@ -779,12 +831,13 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
     decode_device = _check_choice(chk, decode, "device", ("decode",), DECODE_DEVICES, "mixed")
     ops = _check_all_ops(chk, data)
     outputs = _check_outputs(chk, data)
+    label_smoothing = _check_target(chk, data, outputs, ops if isinstance(data.get("ops"), list) else [])
     loader = _check_loader(chk, data)
     if chk.problems:
         raise SpecError(chk.problems, origin)
     return PipelineSpec(version=version, name=name, backend=backend, source=source, batch_size=batch_size,
                         seed=seed, decode_device=decode_device, ops=tuple(ops), outputs=tuple(outputs),
-                        loader=loader, parity=parity, origin=origin)
+                        loader=loader, parity=parity, label_smoothing=label_smoothing, origin=origin)
 
 
 def load_spec(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] | None = None) -> PipelineSpec:

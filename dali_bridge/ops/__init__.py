@@ -29,11 +29,13 @@ The plan
    turn — in DataLoader workers on torchvision, in the DALI graph on DALI;
 2. the finish (``normalize``; an implicit uint8 one when the spec has none): dtype, normalisation,
    layout — on the batch on torchvision, crop_mirror_normalize on DALI;
-3. ops after normalisation (per-sample, on float tensors), then batch-level ops (MixUp, CutMix:
-   kind ``batch``) last, which run on the whole batch on the loader's device after the finish
-   and draw per batch, keyed by (seed, epoch, batch number, position). ``Plan.steps`` stops at
-   the finish, so such ops change nothing before it; the first of them adds its stage to both
-   executors, and until then the spec validator keeps the finish last.
+3. ops after normalisation (kind ``after_finish``, per-sample on float tensors: ``random_erasing``),
+   then at most one batch-level op (kind ``batch``: ``mixup``, ``cutmix``, ``batch_mix``) last.
+   ``Plan.steps`` stops at the finish, so no executor sees them: the loader's post-finish stage
+   (:mod:`dali_bridge.post_finish`) runs them on the whole finished batch on the loader's device,
+   the same for every backend. Batch-level ops draw per batch, keyed by (seed, epoch, the batch's
+   position in the rank's epoch, rank, position); their interface is
+   :mod:`dali_bridge.ops.after_finish`.
 
 A step's draws are ``uniforms(seed, epoch, indices, stream=position + 1, count=op.draws)`` where
 ``position`` is its place in ``Plan.ops``: adding an op to a pipeline never changes the draws

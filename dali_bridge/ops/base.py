@@ -168,7 +168,7 @@ class Step:
 
     @property
     def random(self) -> bool:
-        return self.op.draws > 0
+        return self.op.random
 
 
 _REGISTRY: list[dict[str, "Op"]] = []
@@ -211,8 +211,10 @@ class Op:
     """An op of the registry; subclasses hold one op's behaviour.
 
     ``kind``: ``geometry`` moves pixels (and may change the size), ``pixel`` changes values in
-    place, ``finish`` converts dtype/layout and normalises (last of the per-sample ops),
-    ``compound`` lowers to several plan steps. ``primary`` is the parameter a scalar shorthand
+    place, ``finish`` converts dtype/layout and normalises (last of the per-sample ops on uint8
+    images), ``compound`` lowers to several plan steps; ``after_finish`` (per-sample, on the float
+    images) and ``batch`` (on the whole batch) run after the finish
+    (:mod:`dali_bridge.ops.after_finish`). ``primary`` is the parameter a scalar shorthand
     (``- resize: 256``) sets. ``size_param``/``size_rule`` tell the validator how the op sets
     the output size: ``output`` (that size), ``resize`` (an int is a shorter side) or ``crop``
     (that size, which must fit what comes before); ``None`` when the size stays.

@@ -128,14 +128,15 @@ _LAYOUT = Param("layout", "CHW", choice_checker(LAYOUTS), "output layout per ima
 
 NORMALIZE = Normalize(
     "normalize", "finish", (_MEAN, _STD, _DTYPE, _LAYOUT),
-    "Convert to `dtype` and normalise: (pixel/255 - mean) / std for float outputs. Must be last.")
+    "Convert to `dtype` and normalise: (pixel/255 - mean) / std for float outputs. Comes after every op on uint8 "
+    "images.")
 
 CROP_MIRROR_NORMALIZE = CropMirrorNormalize(
     "crop_mirror_normalize", "compound", (
         Param("crop", None, optional(size_checker), "centre crop size in pixels applied first (default none)"),
         Param("mirror", 0.0, probability_checker, "chance of a horizontal flip, in [0, 1] (default 0)"),
         _MEAN, _STD, _DTYPE, _LAYOUT),
-    "DALI-style fused op: optional centre crop, random mirror, then normalize. Must be last.",
+    "DALI-style fused op: optional centre crop, random mirror, then normalize. Comes after every op on uint8 images.",
     size_param="crop", size_rule="crop")
 
 REGISTERED = (NORMALIZE, CROP_MIRROR_NORMALIZE)

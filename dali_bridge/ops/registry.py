@@ -15,6 +15,8 @@ _MODULES = (
     "random_grayscale",
     "gaussian_blur",
     "finish",            # normalize, crop_mirror_normalize
+    "erasing",           # random_erasing (after the finish)
+    "mixing",            # mixup, cutmix, batch_mix (on the batch, last)
 )
 
 OPS: dict[str, Op] = {op.name: op for module in _MODULES
