@@ -108,8 +108,8 @@ def uniforms(seed: int, epoch: int, indices: np.ndarray, stream: int, count: int
 
 
 def draw_count(step: Step) -> int:
-    """How many uniforms a step consumes per sample (its op's ``draws``)."""
-    return step.op.draws
+    """How many uniforms a step consumes per sample (its op's ``draw_count``, ``draws`` by default)."""
+    return step.op.draw_count(step.params)
 
 
 def draws(plan: Plan, seed: int, epoch: int, indices: np.ndarray) -> dict[int, np.ndarray]:
@@ -117,8 +117,8 @@ def draws(plan: Plan, seed: int, epoch: int, indices: np.ndarray) -> dict[int, n
 
     Stream ``position + 1``: the ops before a step decide nothing about its draws.
     """
-    return {pos: uniforms(seed, epoch, indices, pos + 1, step.op.draws)
-            for pos, step in enumerate(plan.ops) if step.op.draws}
+    return {pos: uniforms(seed, epoch, indices, pos + 1, draw_count(step))
+            for pos, step in enumerate(plan.ops) if draw_count(step)}
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ _MODULES = (
     "geometry",          # random_resized_crop, resize, center_crop, horizontal_flip
     "vertical_flip",
     "random_grayscale",
+    "color_jitter",
     "finish",            # normalize, crop_mirror_normalize
 )
 
