@@ -24,12 +24,10 @@ def plan_of(ops: list):
                                       "batch_size": 2, "ops": ops}))
 
 
-@pytest.fixture(scope="module")
-def mixed_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """JPEGs smaller and larger than a 64 x 64 output, colour and grey-origin (mode L), in 2 classes."""
+def write_mixed_images(root: Path) -> Path:
+    """8 JPEGs smaller and larger than a 64 x 64 output, colour and grey-origin (mode L), in 2 classes."""
     from PIL import Image
 
-    root = tmp_path_factory.mktemp("jitter")
     rng = np.random.default_rng(5)
     for n, (height, width, grey) in enumerate([(40, 30, False), (300, 200, False), (48, 90, True), (180, 140, True),
                                                (64, 64, False), (120, 50, False), (33, 200, True), (90, 90, False)]):
@@ -41,6 +39,11 @@ def mixed_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         folder.mkdir(exist_ok=True)
         image.save(folder / f"img_{n}.jpg", quality=90)
     return root
+
+
+@pytest.fixture(scope="module")
+def mixed_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_mixed_images(tmp_path_factory.mktemp("jitter"))
 
 
 # ---------------------------------------------------------------------------------------------
