@@ -230,6 +230,6 @@ def _dali_placement(plan: Plan, gpu: bool) -> list[Placed]:
         tail_device = "cuda" if gpu else "cpu"
         stages += [Placed(step.kind, f"torch after DALI: {step.op.torchvision_stage(step.params)}", tail_device)
                    for step in plan.torch_tail]
-        stages.append(Placed("finish", f"torch after DALI: {plan.finish_step.op.torchvision_stage(plan.finish_step.params)}",
-                             tail_device))
+        finish_stage = plan.finish_step.op.torchvision_stage(plan.finish_step.params)
+        stages.append(Placed("finish", f"torch after DALI: {finish_stage}", tail_device))
     return stages

@@ -191,6 +191,7 @@ POLICY_OPS = {
     "trivial_augment_wide": {"trivial_augment_wide": {"fill": [0, 128, 255]}},
     "rand_augment": {"rand_augment": {"num_ops": 3, "magnitude": 30, "interpolation": "bilinear"}},
     "auto_augment": {"auto_augment": {"policy": "imagenet"}},
+    "augmix": {"augmix": {"severity": 10, "fill": 128}},
 }
 
 
@@ -209,7 +210,8 @@ def test_policy_equals_torchvision_exactly_on_dali_cpu(mixed_root, name):
 
 @needs_cpu_backends
 @pytest.mark.parametrize("name, max_levels, mean_levels", [
-    ("trivial_augment_wide", 68, 0.16), ("rand_augment", 103, 0.20), ("auto_augment", 142, 0.42)])
+    ("trivial_augment_wide", 68, 0.16), ("rand_augment", 103, 0.20), ("auto_augment", 142, 0.42),
+    ("augmix", 73, 0.21)])
 def test_policy_after_a_random_resized_crop_amplifies_its_rounding_within_the_pinned_bound(sample_root, name,
                                                                                           max_levels, mean_levels):
     """DALI's resize differs from torchvision's by up to 1 level in rounding, and the policies' operations are
@@ -223,3 +225,84 @@ def test_policy_after_a_random_resized_crop_amplifies_its_rounding_within_the_pi
     image = result.output("image")
     assert result.output("index").mismatches == 0 and result.output("label").mismatches == 0
     assert image.max_abs <= max_levels + 1e-3 and image.mean_abs <= mean_levels, result.format()
+
+
+# ---------------------------------------------------------------------------------------------
+# AugMix
+
+def _torchvision_augmix_draws(transform, image: torch.Tensor, count: int, apply_operations: bool = True) -> list:
+    """Run torchvision's own AugMix ``count`` times with its RNG, recording what it drew: the Beta and
+    Dirichlet samples, and each chain's operations (a chain starts from the original batch; without
+    ``apply_operations`` each is recorded only). Returns [(output, m, dirichlet, chains)]."""
+    sample_dirichlet, apply = transform._sample_dirichlet, transform._apply_image_or_video_transform
+    found = []
+    for _ in range(count):
+        samples, chains, original = [], [], []
+
+        def record_dirichlet(params):
+            samples.append(sample_dirichlet(params))
+            return samples[-1]
+
+        def record(batch, name, magnitude, interpolation, fill):
+            if not original:
+                original.append(batch)
+            if batch is original[0]:
+                chains.append([])
+            chains[-1].append(PolicyOperation(name, magnitude))
+            if not apply_operations:
+                return batch.clone()  # a new tensor: the chain's next operation does not start a chain
+            return apply(batch, name, magnitude, interpolation=interpolation, fill=fill)
+
+        transform._sample_dirichlet, transform._apply_image_or_video_transform = record_dirichlet, record
+        output = transform(image)
+        found.append((output, samples[0][0], samples[1][0], tuple(tuple(chain) for chain in chains)))
+    return found
+
+
+@pytest.mark.parametrize("params", [{}, {"mixture_width": 2, "chain_depth": 2, "alpha": 0.5, "all_ops": False,
+                                         "interpolation": "nearest", "fill": [255, 0, 9]}])
+def test_augmix_kernel_equals_torchvision_augmix_given_the_same_draws(params):
+    from dali_bridge.ops.auto_augment import AugMixDraw
+
+    step = plan_of([{"center_crop": 8}, {"augmix": params}]).steps[1]
+    transform = step.op.torchvision_transforms(step.params)[0]
+    torch.manual_seed(4)
+    for image in _images():
+        for output, m, dirichlet, chains in _torchvision_augmix_draws(transform, image, 20):
+            weights = (dirichlet.numpy().astype(np.float32) * np.float32(m[1].item())).tolist()
+            fill = tuple(step.params["fill"]) if step.params["fill"] is not None else None
+            draw = AugMixDraw(float(m[0]), tuple(weights), chains, step.params["interpolation"], fill)
+            assert torch.equal(step.op.torchvision_kernel(image, (draw,)), output)
+
+
+def test_augmix_draws_follow_torchvision_kolmogorov_smirnov_and_chi_square():
+    from scipy.stats import ks_2samp
+    from torchvision.transforms import v2
+
+    # alpha 1: the Gamma variates are the exponential's; gamma_quantiles for other alphas is pinned apart
+    plan = plan_of([{"center_crop": [16, 16]}, {"augmix": {"mixture_width": 4}}])
+    from dali_bridge.sampling import draws
+
+    step, rows = plan.steps[1], draws(plan, seed=0, epoch=0, indices=np.arange(DRAWS))[1]
+    ours = [step.op.sample(step.params, row, 16, 16)[0] for row in rows]
+    torch.manual_seed(0)
+    theirs = _torchvision_augmix_draws(v2.AugMix(mixture_width=4), torch.zeros((3, 16, 16), dtype=torch.uint8), DRAWS,
+                                       apply_operations=False)
+    assert ks_2samp([d.original_weight for d in ours], [float(m[0]) for _, m, _, _ in theirs]).pvalue > 0.001
+    assert ks_2samp([d.chain_weights[0] for d in ours],
+                    [float(w[0] * m[1]) for _, m, w, _ in theirs]).pvalue > 0.001
+    assert _same_distribution([tuple(len(c) for c in d.chains) for d in ours],
+                              [tuple(len(c) for c in chains) for *_, chains in theirs]) > 0.001
+    assert _same_distribution([op for d in ours for c in d.chains for op in c],
+                              [op for *_, chains in theirs for c in chains for op in c]) > 0.001
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.7, 1.0, 5.0])
+def test_augmix_gamma_variates_are_the_gamma_inverse_cdf_of_their_uniform(alpha):
+    from scipy.stats import gamma
+
+    from dali_bridge.ops.auto_augment import gamma_quantiles
+
+    u = np.random.default_rng(2).random(500)
+    want = gamma.ppf(u, alpha)
+    assert np.max(np.abs(gamma_quantiles(alpha, u) - want) / want) < 1e-12

@@ -152,7 +152,8 @@ def test_adjustment_order_follows_torchvision_randperm_chi_square():
 
 @needs_cpu_backends
 @pytest.mark.parametrize("ops", [
-    [{"center_crop": 64}, {"horizontal_flip": 0.5}, {"color_jitter": JITTER}, {"normalize": {"mean": MEAN, "std": STD}}],
+    [{"center_crop": 64}, {"horizontal_flip": 0.5}, {"color_jitter": JITTER},
+     {"normalize": {"mean": MEAN, "std": STD}}],
     [{"color_jitter": {"brightness": [0.0, 2.0], "contrast": [0.0, 2.0], "saturation": [0.0, 3.0], "hue": 0.5}},
      {"center_crop": 64}, {"normalize": {"dtype": "uint8"}}],
 ], ids=["after-crop-and-flip", "first-extreme-factors"])

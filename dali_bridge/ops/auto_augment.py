@@ -1,21 +1,23 @@
-"""Augmentation policies: trivial_augment_wide, rand_augment and auto_augment (torchvision's
-``TrivialAugmentWide``, ``RandAugment`` and ``AutoAugment``), with torchvision's operation sets,
-magnitude bins and signs.
+"""Augmentation policies: trivial_augment_wide, rand_augment, auto_augment and augmix (torchvision's
+``TrivialAugmentWide``, ``RandAugment``, ``AutoAugment`` and ``AugMix``), with torchvision's operation
+sets, magnitude bins and signs.
 
 The bridge draws every choice: which operation (``torch.randint(len(ops), ())``: the uniform scaled
 and floored), which magnitude bin, the sign (negative when a uniform is <= 0.5, as
-``torch.rand(()) <= 0.5``) and, for auto_augment, which sub-policy and whether each of its two
-operations applies (``torch.rand(()) <= probability``). The magnitudes are torchvision's own tables
-(``torch.linspace`` in float32, read once per table and cached), evaluated at the image size the
-step receives, so a concrete operation is exactly what torchvision's ``forward`` would apply.
+``torch.rand(()) <= 0.5``), for auto_augment which sub-policy and whether each of its two
+operations applies (``torch.rand(()) <= probability``), for augmix each chain's depth and the
+mixing weights (Dirichlet samples: Gamma variates by the inverse CDF of one uniform each). The
+magnitudes are torchvision's own tables (``torch.linspace`` in float32, read once per table and
+cached), evaluated at the image size the step receives, so a concrete operation is exactly what
+torchvision's ``forward`` would apply.
 
 On DALI backends these ops run in torch right after the DALI graph (``torch_after_dali``), as
 torchvision's kernels: most of their operations have no DALI operator with torchvision's arithmetic
 — equalize, autocontrast, posterize and sharpness have none; brightness/color/contrast are uint8
 blends (contrast around the grey level's mean) truncated after each step; shear, translate and
-rotate are torchvision's ``affine``/``rotate`` with its nearest-neighbour sampling grid and fill,
-which ``fn.warp_affine`` does not reproduce at pixel centres — and the operation itself changes per
-sample, which one DALI graph could only follow by running every operation on every image.
+rotate are torchvision's ``affine``/``rotate`` (its inverse matrix and ``grid_sample`` grid, its fill
+rule), which ``fn.warp_affine`` is not shown to reproduce pixel for pixel — and the operation itself
+changes per sample, which one DALI graph could only follow by running every operation on every image.
 """
 from __future__ import annotations
 
@@ -24,10 +26,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
-from .base import Op, Param, _type_name, choice_checker, is_int, is_number
+from .base import Op, Param, _type_name, bool_checker, choice_checker, is_int, is_number
 
 # (start, end) of each linspace table, or a table kind, per operation: torchvision's _AUGMENTATION_SPACE.
-# "width"/"height": end = factor x the image's width/height; "posterize": 8 - arange / ((bins - 1) / span).
+# "width"/"height": end = factor x the image's width/height ("width/": width / divisor); "posterize":
+# 8 - arange / ((bins - 1) / span) ("posterize4": from 4).
 _ORIGINAL = {  # RandAugment and AutoAugment
     "Identity": None, "ShearX": (0.0, 0.3), "ShearY": (0.0, 0.3),
     "TranslateX": ("width", 150.0 / 331.0), "TranslateY": ("height", 150.0 / 331.0), "Rotate": (0.0, 30.0),
@@ -40,9 +43,17 @@ _WIDE = {  # TrivialAugmentWide
     "Contrast": (0.0, 0.99), "Sharpness": (0.0, 0.99), "Posterize": ("posterize", 6), "Solarize": (1.0, 0.0),
     "AutoContrast": None, "Equalize": None,
 }
+_AUGMIX_PARTIAL = {  # AugMix's own tables (10 bins, read at the severity's bins)
+    "ShearX": (0.0, 0.3), "ShearY": (0.0, 0.3), "TranslateX": ("width/", 3.0),
+    "TranslateY": ("height/", 3.0), "Rotate": (0.0, 30.0), "Posterize": ("posterize4", 4),
+    "Solarize": (1.0, 0.0), "AutoContrast": None, "Equalize": None,
+}
+_AUGMIX = {**_AUGMIX_PARTIAL, "Brightness": (0.0, 0.9), "Color": (0.0, 0.9), "Contrast": (0.0, 0.9),
+           "Sharpness": (0.0, 0.9)}
 _SIGNED = frozenset({"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast",
                      "Sharpness"})
-SPACES = {"original": _ORIGINAL, "wide": _WIDE, "auto": {**_ORIGINAL, "Invert": None}}
+SPACES = {"original": _ORIGINAL, "wide": _WIDE, "auto": {**_ORIGINAL, "Invert": None}, "augmix": _AUGMIX,
+          "augmix_partial": _AUGMIX_PARTIAL}
 
 # torchvision's AutoAugmentPolicy.IMAGENET: 25 sub-policies of two (operation, probability, magnitude bin).
 IMAGENET_POLICY = (
@@ -80,11 +91,13 @@ def magnitudes(space: str, name: str, bins: int, height: int, width: int) -> tup
     if table is None:
         return None
     start, end = table
-    if start == "posterize":
-        values = (8 - (torch.arange(bins) / ((bins - 1) / end))).round().int()
+    if start in ("posterize", "posterize4"):  # AugMix's counts down from 4 bits, the others' from 8
+        values = ((4 if start == "posterize4" else 8) - (torch.arange(bins) / ((bins - 1) / end))).round().int()
     else:
-        if start in ("width", "height"):
+        if start in ("width", "height"):  # torchvision's 150.0 / 331.0 * width
             start, end = 0.0, end * (width if start == "width" else height)
+        elif start in ("width/", "height/"):  # AugMix's width / 3.0
+            start, end = 0.0, (width if start == "width/" else height) / end
         values = torch.linspace(start, end, bins)
     return tuple(float(v) for v in values)
 
@@ -254,6 +267,117 @@ class AutoAugment(Policy):
                                fill=params["fill"])]
 
 
+def gamma_quantiles(alpha: float, u: Any) -> Any:
+    """Gamma(alpha, 1) samples from uniforms by the inverse CDF (normalised, a Dirichlet sample, as
+    ``torch._sample_dirichlet``): for alpha 1 (AugMix's default) the exponential's ``-log(1 - u)``;
+    else bisection on log x of torch's regularised incomplete gamma in float64 (64 halvings of
+    [-745, log(alpha + 60 sqrt(alpha) + 60)] reach float64's relative resolution)."""
+    import numpy as np
+    import torch
+
+    if alpha == 1.0:
+        return -np.log1p(-np.asarray(u, dtype=np.float64))
+    target = torch.as_tensor(np.asarray(u, dtype=np.float64))
+    shape = torch.full_like(target, float(alpha))
+    low = torch.full_like(target, -745.0)
+    high = torch.full_like(target, math.log(alpha + 60.0 * math.sqrt(alpha) + 60.0))
+    for _ in range(64):
+        middle = (low + high) / 2
+        below = torch.special.gammainc(shape, middle.exp()) < target
+        low, high = torch.where(below, middle, low), torch.where(below, high, middle)
+    return ((low + high) / 2).exp().numpy()
+
+
+@dataclass(frozen=True)
+class AugMixDraw:
+    """AugMix's mixture: the original's weight, each chain's weight (float32, as torchvision's Dirichlet
+    samples and their product are), the chains' operations, interpolation and fill."""
+    original_weight: float
+    chain_weights: tuple[float, ...]
+    chains: tuple[tuple[PolicyOperation, ...], ...]
+    interpolation: str
+    fill: Any
+
+
+class AugMix(Op):
+    """torchvision's AugMix: ``mixture_width`` chains of 1-3 operations mixed with the original by
+    Dirichlet weights, in float32, truncated to uint8."""
+    draws = 4  # per chain operation (which, bin, sign) plus one per chain; see draw_count
+    transform = "AugMix"
+    torch_after_dali = True  # see the module docstring
+
+    @staticmethod
+    def _depth(params) -> int:
+        return params["chain_depth"] if params["chain_depth"] > 0 else 3
+
+    def draw_count(self, params) -> int:
+        # 2 gammas for the original's Beta weight, one per chain for the chains' Dirichlet weights, then per
+        # chain its depth and (operation, bin, sign) for each operation it may apply.
+        width = params["mixture_width"]
+        return 2 + width + width * (1 + 3 * self._depth(params))
+
+    def sample(self, params, u, height, width) -> tuple:
+        import numpy as np
+
+        count, space = params["mixture_width"], "augmix" if params["all_ops"] else "augmix_partial"
+        names = tuple(SPACES[space])
+        gammas = gamma_quantiles(params["alpha"], u[:2 + count])
+        beta = np.float32(gammas[:2] / gammas[:2].sum())
+        weights = np.float32(gammas[2:] / gammas[2:].sum()) * beta[1]  # float32 product, as torchvision's
+        chains, stride = [], 1 + 3 * self._depth(params)
+        for chain in range(count):
+            v = u[2 + count + chain * stride:2 + count + (chain + 1) * stride]
+            depth = params["chain_depth"] if params["chain_depth"] > 0 else 1 + pick(v[0], 3)  # randint(1, 4)
+            chains.append(tuple(signed_operation(space, names[pick(v[1 + 3 * k], len(names))], 10,
+                                                 pick(v[2 + 3 * k], params["severity"]), v[3 + 3 * k], height, width)
+                                for k in range(depth)))
+        fill = tuple(params["fill"]) if isinstance(params["fill"], list) else params["fill"]
+        return (AugMixDraw(float(beta[0]), tuple(float(w) for w in weights), tuple(chains), params["interpolation"],
+                           fill),)
+
+    def torchvision_kernel(self, image, concrete):
+        import torch
+
+        draw = concrete[0]
+        fill = list(draw.fill) if isinstance(draw.fill, tuple) else draw.fill
+        mix = torch.tensor(draw.original_weight, dtype=torch.float32).reshape(1, 1, 1) * image
+        for weight, chain in zip(draw.chain_weights, draw.chains):
+            augmented = image
+            for operation in chain:
+                augmented = apply_operation(augmented, operation, draw.interpolation, fill)
+            mix.add_(torch.tensor(weight, dtype=torch.float32).reshape(1, 1, 1) * augmented)
+        return mix.to(image.dtype)  # truncation, as torchvision's
+
+    def torchvision_transforms(self, params):
+        from torchvision.transforms import v2
+
+        return [v2.AugMix(severity=params["severity"], mixture_width=params["mixture_width"],
+                          chain_depth=params["chain_depth"], alpha=params["alpha"], all_ops=params["all_ops"],
+                          interpolation=params["interpolation"], fill=params["fill"])]
+
+    def torchvision_stage(self, params) -> str:
+        return (f"AugMix: {params['mixture_width']} chains of torchvision's operation kernels, mixed in float32 "
+                f"({params['interpolation']}, fill {params['fill']})")
+
+
+def positive_number_checker(value: Any) -> tuple[Any, str | None]:
+    if is_number(value) and value > 0:
+        return float(value), None
+    return value, f"expected a number > 0, found {_type_name(value)} {value!r}"
+
+
+def severity_checker(value: Any) -> tuple[Any, str | None]:
+    if is_int(value) and 1 <= value <= 10:
+        return value, None
+    return value, f"expected a severity from 1 to 10 (an integer), found {_type_name(value)} {value!r}"
+
+
+def chain_depth_checker(value: Any) -> tuple[Any, str | None]:
+    if is_int(value):
+        return value, None
+    return value, f"expected an integer (> 0: that depth; <= 0: 1 to 3 at random), found {_type_name(value)} {value!r}"
+
+
 _INTERPOLATION = Param("interpolation", "nearest", choice_checker(("nearest", "bilinear")),
                        "resampling of shear, translate and rotate: nearest | bilinear (default nearest)")
 _FILL = Param("fill", None, fill_checker,
@@ -285,4 +409,19 @@ AUTO_AUGMENT = AutoAugment(
     "magnitude (torchvision's AutoAugment). On DALI backends it runs in torch right after the DALI graph.",
     primary="policy")
 
-REGISTERED = (TRIVIAL_AUGMENT_WIDE, RAND_AUGMENT, AUTO_AUGMENT)
+AUGMIX = AugMix(
+    "augmix", "pixel", (
+        Param("severity", 3, severity_checker, "magnitude bins drawn from, 1 to 10 of 10 (default 3)"),
+        Param("mixture_width", 3, int_checker(1, "a number of chains"), "augmentation chains mixed (default 3)"),
+        Param("chain_depth", -1, chain_depth_checker,
+              "operations per chain; <= 0 draws 1 to 3 per chain (default -1)"),
+        Param("alpha", 1.0, positive_number_checker, "Dirichlet and Beta concentration of the weights (default 1.0)"),
+        Param("all_ops", True, bool_checker, "include brightness, color, contrast and sharpness (default true)"),
+        Param("interpolation", "bilinear", choice_checker(("nearest", "bilinear")),
+              "resampling of shear, translate and rotate: nearest | bilinear (default bilinear)"),
+        _FILL),
+    "Mix the image with chains of random operations by random weights (torchvision's AugMix). On DALI "
+    "backends it runs in torch right after the DALI graph.",
+    primary="severity")
+
+REGISTERED = (TRIVIAL_AUGMENT_WIDE, RAND_AUGMENT, AUTO_AUGMENT, AUGMIX)

@@ -6,12 +6,14 @@ as torchvision's ``torch.empty(1).uniform_(low, high)`` is; an adjustment whose 
 identity is skipped, as in torchvision.
 
 On DALI backends the op runs in torch right after the DALI graph (``torch_after_dali``), as
-torchvision's own kernels: no DALI operator reproduces their arithmetic. ``fn.hsv``/``fn.color_twist``
-rotate hue in YIQ space where torchvision converts to HSV and back; torchvision's contrast blends
-with the mean of the image's *grey level* (its float32 ``rgb_to_grayscale`` then mean), and each
-adjustment truncates to uint8 after its blend — and the per-sample order of the four would need
-every permutation built into the graph. The torch tail applies the exact kernels to the graph's
-uint8 output, so DALI backends equal torchvision here by construction.
+torchvision's own kernels: no DALI operator reproduces their arithmetic. ``fn.hsv`` and
+``fn.color_twist`` approximate hue and saturation by one linear transform in RGB space (DALI's
+documentation says so) where torchvision converts to HSV, shifts the hue and converts back;
+torchvision's contrast blends with the mean of the image's *grey level* (its float32
+``rgb_to_grayscale``, then the mean), and each adjustment truncates to uint8 after its blend — and
+the per-sample order of the four would need every permutation built into the graph. The torch tail
+applies the exact kernels to the graph's uint8 output: given the same input, DALI backends equal
+torchvision by construction.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ _MODULES = (
     "vertical_flip",
     "random_grayscale",
     "color_jitter",
-    "auto_augment",      # trivial_augment_wide, rand_augment, auto_augment
+    "auto_augment",      # trivial_augment_wide, rand_augment, auto_augment, augmix
     "finish",            # normalize, crop_mirror_normalize
 )
 
