@@ -103,7 +103,9 @@ class ColorJitter(Op):
 
     def torchvision_stage(self, params) -> str:
         chosen = [name for name in ADJUSTMENTS if params[name] is not None]
-        return f"F.adjust_{'/'.join(chosen) or 'nothing'} (random order)"
+        if not chosen:
+            return "nothing (no factor range set: the image is kept)"
+        return f"F.adjust_{'/'.join(chosen)} (random order)"
 
     def dali_baseline(self, step, images, ctx):
         from nvidia.dali import fn
