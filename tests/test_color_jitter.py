@@ -181,3 +181,27 @@ def test_color_jitter_after_a_random_resized_crop_amplifies_its_rounding_within_
     image = result.output("image")
     assert result.output("index").mismatches == 0 and result.output("label").mismatches == 0
     assert 1.0 < image.max_abs <= 12.0 and image.mean_abs <= 0.25, result.format()
+
+
+@needs_cpu_backends
+def test_skipped_samples_leave_the_torch_tail_parameters_with_their_own_images(mixed_root, tmp_path):
+    """A file that cannot be decoded is skipped: the feeder's tail parameters stay aligned with the kept
+    images, so dali-cpu still equals torchvision sample for sample."""
+    import shutil
+
+    from dali_bridge.loader import build_loader
+
+    root = tmp_path / "with_a_broken_file"
+    shutil.copytree(mixed_root, root)
+    (root / "class_0" / "img_00_broken.jpg").write_bytes(b"not a jpeg")
+    data = {"version": 1, "source": {"type": "folder", "root": str(root)}, "batch_size": 4, "seed": 11,
+            "outputs": ["image", "label", "index"], "loader": {"workers": 1, "on_error": "skip"},
+            "ops": [{"center_crop": 64}, {"color_jitter": JITTER}, "trivial_augment_wide"]}
+    found = {}
+    for backend in ("dali-cpu", "torchvision"):
+        with build_loader(data, backend) as loader:
+            batches = list(loader)
+            assert len(loader.skipped) == 1
+        found[backend] = (torch.cat([b[0] for b in batches]), torch.cat([b[2] for b in batches]))
+    assert found["dali-cpu"][1].tolist() == found["torchvision"][1].tolist() and len(found["dali-cpu"][1]) == 8
+    assert torch.equal(found["dali-cpu"][0], found["torchvision"][0])
