@@ -46,7 +46,8 @@ def test_policies_default_to_torchvision_parameters_and_run_in_torch_after_dali(
                     {"normalize": {}}])
     assert [s.params for s in plan.steps[1:]] == [
         {"num_magnitude_bins": 31, "interpolation": "nearest", "fill": None},
-        {"num_ops": 2, "magnitude": 9, "num_magnitude_bins": 31, "interpolation": "nearest", "fill": None},
+        {"num_ops": 2, "magnitude": 9, "num_magnitude_bins": 31, "interpolation": "nearest", "fill": None,
+         "variant": "torchvision", "magnitude_std": 0.0, "increasing": False},
         {"policy": "imagenet", "interpolation": "nearest", "fill": None}]
     assert [s.kind for s in plan.torch_tail] == ["trivial_augment_wide", "rand_augment", "auto_augment"]
     stages = placement(plan, "dali-cpu")

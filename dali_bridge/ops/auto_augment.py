@@ -220,18 +220,38 @@ class TrivialAugmentWide(Policy):
 
 
 class RandAugment(Policy):
-    draws = 2  # per operation: which one, its sign (the magnitude bin is the parameter)
+    """torchvision's RandAugment, or with ``variant: timm`` timm's (:mod:`dali_bridge.ops.timm_rand_augment`)."""
+    draws = 2  # per operation: which one, its sign (the magnitude bin is the parameter); timm's: 5
     transform = "RandAugment"
 
     def draw_count(self, params) -> int:
-        return self.draws * params["num_ops"]
+        return (5 if params["variant"] == "timm" else self.draws) * params["num_ops"]
 
     def extra_check(self, params: dict) -> list[tuple[str, str]]:
+        if params.get("variant") == "timm":
+            return []
+        problems = [(name, f"only timm's variant has {name}: add 'variant: timm', or leave {name} out")
+                    for name, default in (("magnitude_std", 0.0), ("increasing", False))
+                    if params.get(name, default) != default]
         if is_int(params.get("magnitude")) and is_int(params.get("num_magnitude_bins")) \
                 and params["magnitude"] >= params["num_magnitude_bins"]:
-            return [("magnitude", f"expected a bin below num_magnitude_bins ({params['num_magnitude_bins']}), "
-                                  f"found {params['magnitude']}")]
-        return []
+            problems.append(("magnitude", f"expected a bin below num_magnitude_bins ({params['num_magnitude_bins']}), "
+                                          f"found {params['magnitude']}"))
+        return problems
+
+    def sample(self, params, u, height, width) -> tuple:
+        if params["variant"] == "timm":
+            from .timm_rand_augment import TimmDraw, draw_layers, fill_colour
+
+            return (TimmDraw(draw_layers(params, u), fill_colour(params["fill"])),)
+        return super().sample(params, u, height, width)
+
+    def torchvision_kernel(self, image, concrete):
+        from .timm_rand_augment import TimmDraw, apply_timm
+
+        if isinstance(concrete[0], TimmDraw):
+            return apply_timm(image, concrete[0])
+        return super().torchvision_kernel(image, concrete)
 
     def draw_operations(self, params, u, height, width):
         names = tuple(_ORIGINAL)
@@ -242,9 +262,17 @@ class RandAugment(Policy):
     def torchvision_transforms(self, params):
         from torchvision.transforms import v2
 
+        if params["variant"] == "timm":
+            raise NotImplementedError("rand_augment with variant timm is timm's transform, not a transforms.v2 one")
         return [v2.RandAugment(num_ops=params["num_ops"], magnitude=params["magnitude"],
                                num_magnitude_bins=params["num_magnitude_bins"],
                                interpolation=params["interpolation"], fill=params["fill"])]
+
+    def torchvision_stage(self, params) -> str:
+        if params["variant"] == "timm":
+            return (f"timm's RandAugment operations with PIL (magnitude {params['magnitude']} of 10, "
+                    f"std {params['magnitude_std']}{', increasing' if params['increasing'] else ''})")
+        return super().torchvision_stage(params)
 
 
 class AutoAugment(Policy):
@@ -366,6 +394,12 @@ def positive_number_checker(value: Any) -> tuple[Any, str | None]:
     return value, f"expected a number > 0, found {_type_name(value)} {value!r}"
 
 
+def magnitude_std_checker(value: Any) -> tuple[Any, str | None]:
+    if is_number(value) and value >= 0:
+        return float(value), None
+    return value, f"expected a number >= 0 (.inf: uniform), found {_type_name(value)} {value!r}"
+
+
 def severity_checker(value: Any) -> tuple[Any, str | None]:
     if is_int(value) and 1 <= value <= 10:
         return value, None
@@ -395,10 +429,20 @@ RAND_AUGMENT = RandAugment(
     "rand_augment", "pixel", (
         Param("num_ops", 2, int_checker(0, "a number of operations"), "operations applied in turn (default 2)"),
         Param("magnitude", 9, int_checker(0, "a magnitude bin"), "the magnitude bin of every operation, "
-              "below num_magnitude_bins (default 9)"),
-        _BINS, _INTERPOLATION, _FILL),
+              "below num_magnitude_bins (default 9); with variant timm, timm's magnitude from 0 to 10"),
+        _BINS, _INTERPOLATION, _FILL,
+        Param("variant", "torchvision", choice_checker(("torchvision", "timm")),
+              "torchvision's RandAugment, or timm's: its operations with PIL, each layer applied with chance 0.5, "
+              "magnitude 0 to 10, shear/translate/rotate bilinear or bicubic at random, fill null meaning "
+              "[128, 128, 128] (num_magnitude_bins and interpolation unused) (default torchvision)"),
+        Param("magnitude_std", 0.0, magnitude_std_checker,
+              "variant timm: standard deviation of the magnitude's normal noise; .inf draws it uniformly "
+              "from 0 to the magnitude (default 0)"),
+        Param("increasing", False, bool_checker,
+              "variant timm: the operations whose strength increases with the magnitude (default false)")),
     "Apply num_ops operations drawn from 14, each at the given magnitude bin with a random sign "
-    "(torchvision's RandAugment). On DALI backends it runs in torch right after the DALI graph.",
+    "(torchvision's RandAugment), or timm's variant (timm's rand-m9-mstd0.5-inc1: variant timm, magnitude 9, "
+    "magnitude_std 0.5, increasing true). On DALI backends it runs in torch right after the DALI graph.",
     primary="num_ops")
 
 AUTO_AUGMENT = AutoAugment(
