@@ -249,6 +249,8 @@ PIPELINES = {
     "torch-tail-after-a-border-patch": [{"random_resized_crop": 224}, {"horizontal_flip": 0.5},
                                         {"color_jitter": {"brightness": 0.4, "hue": 0.1}}, {"vertical_flip": 0.5},
                                         {"normalize": {"mean": MEAN, "std": STD}}],
+    "torch-tail-from-the-first-step": [{"trivial_augment_wide": {}}, {"resize": 256}, {"center_crop": 224},
+                                       {"normalize": {"dtype": "float16", "layout": "HWC"}}],
 }
 
 

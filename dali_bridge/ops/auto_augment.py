@@ -368,12 +368,13 @@ class AugMix(Op):
 
         draw = concrete[0]
         fill = list(draw.fill) if isinstance(draw.fill, tuple) else draw.fill
-        mix = torch.tensor(draw.original_weight, dtype=torch.float32).reshape(1, 1, 1) * image
+        weight_of = dict(dtype=torch.float32, device=image.device)  # a GPU tail's images are on the GPU
+        mix = torch.tensor(draw.original_weight, **weight_of).reshape(1, 1, 1) * image
         for weight, chain in zip(draw.chain_weights, draw.chains):
             augmented = image
             for operation in chain:
                 augmented = apply_operation(augmented, operation, draw.interpolation, fill)
-            mix.add_(torch.tensor(weight, dtype=torch.float32).reshape(1, 1, 1) * augmented)
+            mix.add_(torch.tensor(weight, **weight_of).reshape(1, 1, 1) * augmented)
         return mix.to(image.dtype)  # truncation, as torchvision's
 
     def torchvision_transforms(self, params):
