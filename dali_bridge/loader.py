@@ -183,7 +183,8 @@ class Loader:
         labels = torch.from_numpy(self.listing.labels[raw.indices]).to(device, non_blocking=True)
         image, target = raw.image, None
         if self._post_finish.active:
-            image, target = self._post_finish.apply(raw.image, labels, raw.indices, epoch=epoch, number=number)
+            image, target = self._post_finish.apply(raw.image, labels, raw.indices, epoch=epoch, number=number,
+                                                    repeats=raw.repeats)
         for name in self.spec.outputs:
             if name == "image":
                 values[name] = image

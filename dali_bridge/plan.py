@@ -45,9 +45,28 @@ class Plan:
         then batch-level ops. The loader applies them (:mod:`dali_bridge.post_finish`); no executor sees them."""
         return tuple((n, step) for n, step in enumerate(self.ops) if n > self.finish_position)
 
+    @cached_property
+    def dali_steps(self) -> tuple[Step, ...]:
+        """The steps a DALI graph runs: those before the first whose op runs in torch after DALI."""
+        tail = next((n for n, step in enumerate(self.steps) if step.op.torch_after_dali), len(self.steps))
+        return self.steps[:tail]
+
+    @property
+    def torch_tail(self) -> tuple[Step, ...]:
+        """The steps DALI backends run after the graph, as torchvision kernels in torch."""
+        return self.steps[len(self.dali_steps):]
+
     @property
     def finish_step(self) -> Step:
         return self.ops[self.finish_position]
+
+    @property
+    def dali_finish_step(self) -> Step:
+        """The DALI graph's last operator: the finish, or before a torch tail a uint8 CHW one that only
+        lays the images out for the torchvision kernels (it still folds a last flip, finishes border lines)."""
+        if not self.torch_tail:
+            return self.finish_step
+        return OPS["normalize"].lower(dict(IMPLICIT_FINISH), self.finish_step.op_index)[0]
 
     @property
     def finish(self) -> Finish:
@@ -138,7 +157,7 @@ def resize_methods(plan: Plan) -> dict[int, str]:
     exact way and written over the batch's (``border_patch``).
     """
     methods: dict[int, str] = {}
-    steps = plan.steps
+    steps = plan.dali_steps
     for n, step in enumerate(steps):
         if not step.op.resamples:
             continue
@@ -161,12 +180,12 @@ def resize_methods(plan: Plan) -> dict[int, str]:
 
 def roi_decode(plan: Plan) -> bool:
     """DALI decodes only the crop window when the first step's op crops a window (random resized crop)."""
-    return bool(plan.steps) and plan.steps[0].op.decodes_window
+    return bool(plan.dali_steps) and plan.dali_steps[0].op.decodes_window
 
 
 def fused_mirror(plan: Plan) -> bool:
     """A last step that folds into DALI's crop_mirror_normalize (a horizontal flip)."""
-    return bool(plan.steps) and plan.steps[-1].op.folds_into_finish
+    return bool(plan.dali_steps) and plan.dali_steps[-1].op.folds_into_finish
 
 
 def graph_context(plan: Plan, device: str) -> GraphContext:
@@ -206,13 +225,19 @@ def _dali_placement(plan: Plan, gpu: bool) -> list[Placed]:
     if gpu and decode_device == "cpu":
         stages.append(Placed("to_gpu", ".gpu()", "gpu"))
     ctx = graph_context(plan, op_device)
-    for ctx.position, step in enumerate(plan.steps):
+    for ctx.position, step in enumerate(plan.dali_steps):
         stages += [Placed(stage, impl, op_device) for stage, impl in step.op.dali_stages(step, ctx)]
-    stages += [Placed(stage, impl, op_device) for stage, impl in
-               plan.finish_step.op.dali_stages(plan.finish_step, ctx)]
+    finish = plan.dali_finish_step
+    stages += [Placed(stage, impl, op_device) for stage, impl in finish.op.dali_stages(finish, ctx)]
     for method in sorted(set(ctx.resize_methods.values())):  # stages a resize method adds after the finish
         stages += [Placed(stage, impl, device or op_device) for stage, impl, device in
                    METHODS[method].finish_stages("cuda" if gpu else "cpu")]
+    if plan.torch_tail:  # per sample on the loader's device (DALI's own by default), then the finish on the batch
+        tail_device = "cuda" if gpu else "cpu"
+        stages += [Placed(step.kind, f"torch after DALI: {step.op.torchvision_stage(step.params)}", tail_device)
+                   for step in plan.torch_tail]
+        finish_stage = plan.finish_step.op.torchvision_stage(plan.finish_step.params)
+        stages.append(Placed("finish", f"torch after DALI: {finish_stage}", tail_device))
     return stages + _post_finish_placement(plan, "cuda" if gpu else "cpu")
 
 

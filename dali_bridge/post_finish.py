@@ -55,18 +55,19 @@ class PostFinish:
         return one_hot
 
     def apply(self, images: torch.Tensor, labels: torch.Tensor, indices: np.ndarray, *, epoch: int,
-              number: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+              number: int, repeats: np.ndarray | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The batch after every post-finish op, and its targets (None unless the target output is wanted).
 
         ``labels``: int64 [N] on the images' device; ``indices``: the samples' positions in the
-        listing; ``number``: the batch's position in this rank's epoch.
+        listing; ``number``: the batch's position in this rank's epoch; ``repeats``: each sample's
+        repeat number under ``loader.repeated_augmentations`` (None: all 0), part of its draw key.
         """
         targets = self.targets(labels) if self.wants_target else None
         if not self.plan.post_finish or len(indices) == 0:
             return images, targets
         hwc = self.plan.finish.layout == "HWC"
         chw = images.permute(0, 3, 1, 2) if hwc else images  # a view: the ops see NCHW either way
-        sample_draws = draws(self.plan, self.seed, epoch, np.asarray(indices, dtype=np.int64))
+        sample_draws = draws(self.plan, self.seed, epoch, np.asarray(indices, dtype=np.int64), repeats)
         height, width = chw.shape[-2:]
         for position, step in self.plan.post_finish:
             op, params = step.op, step.params

@@ -136,8 +136,8 @@ def uniforms(seed: int, epoch: int, indices: np.ndarray, stream: int, count: int
 
 
 def draw_count(step: Step) -> int:
-    """How many uniforms a step consumes per sample (its op's ``draws``)."""
-    return step.op.draws
+    """How many uniforms a step consumes per sample (its op's ``draw_count``, ``draws`` by default)."""
+    return step.op.draw_count(step.params)
 
 
 def draws(plan: Plan, seed: int, epoch: int, indices: np.ndarray,
@@ -148,8 +148,8 @@ def draws(plan: Plan, seed: int, epoch: int, indices: np.ndarray,
     each row's repeat number (a :class:`BatchTask`'s ``repeats``), so every repeat of a sample is
     augmented differently; repeat 0 draws what a pipeline without repetition draws.
     """
-    return {pos: uniforms(seed, epoch, indices, pos + 1, step.op.draws, repeats)
-            for pos, step in enumerate(plan.ops) if step.op.draws}
+    return {pos: uniforms(seed, epoch, indices, pos + 1, draw_count(step), repeats)
+            for pos, step in enumerate(plan.ops) if draw_count(step)}
 
 
 # --------------------------------------------------------------------------------------------

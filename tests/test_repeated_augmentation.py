@@ -177,3 +177,17 @@ def test_states_saved_before_repeated_augmentation_still_load_and_a_mismatch_is_
     with build_loader(loader_data(sample_root, 3), "torchvision") as repeated:
         with pytest.raises(ValueError, match="repeated_augmentations is 1 in the state and 3 here"):
             repeated.load_state_dict(old)
+
+
+def test_ops_after_the_finish_draw_each_repeat_anew(sample_root):
+    """random_erasing runs on the finished batch in the loader: its draws key on the repeat number too."""
+    from dali_bridge.loader import build_loader
+
+    data = loader_data(sample_root, 3)
+    data["ops"] = [{"center_crop": 48}, {"normalize": {}}, {"random_erasing": {"probability": 1.0, "value": 0}}]
+    with build_loader(data, "torchvision") as loader:
+        found = images_by_index(loader)
+    erased = {i: [tuple((picture == 0).all(dim=0).nonzero().min(dim=0).values.tolist()) for picture in pictures]
+              for i, pictures in found.items()}
+    # each sample's three copies have their erased box at different places (not all three the same)
+    assert sum(len(set(corners)) > 1 for corners in erased.values()) >= 30

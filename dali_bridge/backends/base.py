@@ -32,6 +32,7 @@ class RawBatch:
     indices: np.ndarray
     valid: np.ndarray
     skipped: list[SkippedSample] = field(default_factory=list)
+    repeats: np.ndarray | None = None  # int64 [N]: which repeat of its sample each row is (None: all 0)
 
 
 class Executor(Protocol):

@@ -26,6 +26,7 @@ from .base import RawBatch, SkippedSample, Topology, default_workers
 from ..ops.base import Column
 from ..plan import Plan, graph_context, placement, roi_decode
 from ..sampling import BatchTask, draws, sample_steps
+from .torchvision import finish_batch
 from .device import InFlightCopies, dali_threads, gpu_target, mixed_decoder_arguments, move_output
 from ..sources import Listing
 from ..spec import PipelineSpec
@@ -144,7 +145,10 @@ class _Feeder:
             encoded.append(np.frombuffer(data, dtype=np.uint8))
             per_sample.append(steps)
             kept.append(row)
-        meta = {"task": task, "rows": kept, "skipped": skipped, "placeholder": not kept, "error": error}
+        # The torch tail's concrete parameters travel with the batch, computed here with the rest.
+        tail = [steps[len(self.plan.dali_steps):] for steps in per_sample]
+        meta = {"task": task, "rows": kept, "skipped": skipped, "placeholder": not kept, "error": error,
+                "tail": tail}
         if not kept:  # DALI cannot run an empty batch: feed one placeholder and drop its output
             if self._placeholder is None:
                 self._placeholder = _placeholder_jpeg()
@@ -166,10 +170,10 @@ class ArgumentColumns:
         self.context = graph_context(plan, "cpu")
         self.declared: list[tuple[int, Column]] = []
         ctx = self.context
-        for ctx.position, step in enumerate(plan.steps):
+        for ctx.position, step in enumerate(plan.dali_steps):
             self.declared += [(ctx.position, column) for column in step.op.dali_columns(step, ctx)]
         self.names_of = {position: {column.name for p, column in self.declared if p == position}
-                         for position in range(len(plan.steps))}
+                         for position in range(len(plan.dali_steps))}
 
     @property
     def names(self) -> list[str]:
@@ -186,7 +190,7 @@ class ArgumentColumns:
         sample on the feeding thread."""
         built: dict[int, dict[str, Any]] = {}
         ctx = replace(self.context)  # its own position: DALI may call the feeder from its thread
-        for ctx.position, step in enumerate(self.plan.steps):
+        for ctx.position, step in enumerate(self.plan.dali_steps):
             entries = [sample[ctx.position] for sample in per_sample]
             built[ctx.position] = step.op.dali_arguments(step, [concrete for concrete, _ in entries],
                                                          [size for _, size in entries], ctx)
@@ -231,9 +235,9 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
         if gpu and decode.device == "cpu":
             images = images.gpu()
         ctx = graph_context(plan, "gpu" if gpu else "cpu")
-        for ctx.position, step in enumerate(plan.steps):
+        for ctx.position, step in enumerate(plan.dali_steps):
             images = step.op.dali_graph(step, images, _step_columns(named, ctx.position), ctx)
-        return plan.finish_step.op.dali_graph(plan.finish_step, images, {}, ctx)
+        return plan.dali_finish_step.op.dali_graph(plan.dali_finish_step, images, {}, ctx)
 
     pipe = graph()
     pipe.build()
@@ -360,6 +364,8 @@ class DaliExecutor:
         if meta["placeholder"]:
             tensor = torch.empty((0,) + tuple(self.plan.output_shape(0)[1:]), dtype=_torch_dtype(self.plan.finish.dtype),
                                  device=self.device)
+        elif self.plan.torch_tail:
+            tensor = self._run_torch_tail(images, meta["tail"], border)
         else:
             # The dynamic executor never reuses a returned buffer, so DLPack hands it to torch without a copy.
             tensor = torch.from_dlpack(images.as_tensor())
@@ -367,7 +373,26 @@ class DaliExecutor:
                 write_border(tensor, *(torch.from_dlpack(lines.as_tensor()) for lines in border),
                              self.plan.finish.layout)
         tensor = move_output(tensor, self.device, self._in_flight)
-        return RawBatch(tensor, task.indices[rows], task.valid[rows], meta["skipped"])
+        return RawBatch(tensor, task.indices[rows], task.valid[rows], meta["skipped"], repeats=task.repeats[rows])
+
+    def _run_torch_tail(self, images, tail: list[list], border: list) -> torch.Tensor:
+        """The plan's torch tail on the graph's uint8 CHW output: each sample's remaining steps as their
+        torchvision kernels on the loader's device, with the feeder's concrete parameters, then the
+        finish on the batch (the torchvision backend's own)."""
+        if images.is_dense_tensor():  # one size: a zero-copy view, border lines patched as without a tail
+            batch = torch.from_dlpack(images.as_tensor())
+            if border:
+                write_border(batch, *(torch.from_dlpack(lines.as_tensor()) for lines in border), "CHW")
+            samples = list(move_output(batch, self.device, self._in_flight))
+        else:  # sizes differ until a later step sets the output size (a border patch is only for a last step)
+            samples = [move_output(torch.from_dlpack(images[n]), self.device, self._in_flight)
+                       for n in range(len(images))]
+        done = []
+        for image, per_step in zip(samples, tail):
+            for step, (concrete, _) in zip(self.plan.torch_tail, per_step):
+                image = step.op.torchvision_kernel(image, concrete)
+            done.append(image)
+        return finish_batch(torch.stack(done), self.plan.finish, self.device)
 
     def _end_epoch(self) -> None:
         """Consume DALI's end-of-epoch signal and rewind for the next run."""

@@ -230,7 +230,7 @@ class TorchvisionExecutor:
         task = by_number[item["number"]]
         rows = item["rows"]
         skipped = [SkippedSample(index, path, task.epoch, reason) for index, path, reason in item["skipped"]]
-        return RawBatch(image, task.indices[rows], task.valid[rows], skipped)
+        return RawBatch(image, task.indices[rows], task.valid[rows], skipped, repeats=task.repeats[rows])
 
     def close(self) -> None:
         iterator = getattr(self.dataloader, "_iterator", None)

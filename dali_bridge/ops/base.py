@@ -203,7 +203,8 @@ class GraphContext:
     crop: Any = None
 
     def is_last_step(self) -> bool:
-        return self.position == len(self.plan.steps) - 1
+        """The last step of the DALI graph (a plan's torch tail runs after it, see ``Plan.dali_steps``)."""
+        return self.position == len(self.plan.dali_steps) - 1
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,9 @@ class Op:
     decodes_window: ClassVar[bool] = False     # DALI: as the first step, its crop is the decoder's ROI
     resamples: ClassVar[bool] = False          # runs a resize (plan.resize_methods chooses how)
     hides_border_within: ClassVar[bool] = False  # a centre crop: keeps only the middle of its input
+    # DALI: runs as its torchvision kernel in torch on the loader's device right after the DALI graph,
+    # which then ends before the first such step (the plan's torch tail; each op's docstring says why).
+    torch_after_dali: ClassVar[bool] = False
 
     @property
     def random(self) -> bool:
@@ -257,6 +261,10 @@ class Op:
         return [Step(self.name, dict(params), op_index)]
 
     # ---- per sample: pure numpy
+    def draw_count(self, params: Mapping[str, Any]) -> int:
+        """Uniforms per sample for these parameters: ``draws``, unless a parameter sets the count."""
+        return self.draws
+
     def sample(self, params: Mapping[str, Any], u: np.ndarray | None, height: int, width: int) -> tuple:
         """Concrete parameters for one image of (height, width) pixels from its ``draws`` uniforms:
         a tuple of small dataclasses, the same length for every sample of a plan."""

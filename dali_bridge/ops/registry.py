@@ -14,6 +14,8 @@ _MODULES = (
     "vertical_flip",
     "random_grayscale",
     "gaussian_blur",
+    "color_jitter",
+    "auto_augment",      # trivial_augment_wide, rand_augment, auto_augment, augmix
     "finish",            # normalize, crop_mirror_normalize
     "erasing",           # random_erasing (after the finish)
     "mixing",            # mixup, cutmix, batch_mix (on the batch, last)

@@ -1,0 +1,472 @@
+"""Augmentation policies: trivial_augment_wide, rand_augment, auto_augment and augmix (torchvision's
+``TrivialAugmentWide``, ``RandAugment``, ``AutoAugment`` and ``AugMix``), with torchvision's operation
+sets, magnitude bins and signs.
+
+The bridge draws every choice: which operation (``torch.randint(len(ops), ())``: the uniform scaled
+and floored), which magnitude bin, the sign (negative when a uniform is <= 0.5, as
+``torch.rand(()) <= 0.5``), for auto_augment which sub-policy and whether each of its two
+operations applies (``torch.rand(()) <= probability``), for augmix each chain's depth and the
+mixing weights (Dirichlet samples: Gamma variates by the inverse CDF of one uniform each). The
+magnitudes are torchvision's own tables (``torch.linspace`` in float32, read once per table and
+cached), evaluated at the image size the step receives, so a concrete operation is exactly what
+torchvision's ``forward`` would apply.
+
+On DALI backends these ops run in torch right after the DALI graph (``torch_after_dali``), as
+torchvision's kernels: most of their operations have no DALI operator with torchvision's arithmetic
+— equalize, autocontrast, posterize and sharpness have none; brightness/color/contrast are uint8
+blends (contrast around the grey level's mean) truncated after each step; shear, translate and
+rotate are torchvision's ``affine``/``rotate`` (its inverse matrix and ``grid_sample`` grid, its fill
+rule), which ``fn.warp_affine`` is not shown to reproduce pixel for pixel — and the operation itself
+changes per sample, which one DALI graph could only follow by running every operation on every image.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable
+
+from .base import Op, Param, _type_name, bool_checker, choice_checker, is_int, is_number
+
+# (start, end) of each linspace table, or a table kind, per operation: torchvision's _AUGMENTATION_SPACE.
+# "width"/"height": end = factor x the image's width/height ("width/": width / divisor); "posterize":
+# 8 - arange / ((bins - 1) / span) ("posterize4": from 4).
+_ORIGINAL = {  # RandAugment and AutoAugment
+    "Identity": None, "ShearX": (0.0, 0.3), "ShearY": (0.0, 0.3),
+    "TranslateX": ("width", 150.0 / 331.0), "TranslateY": ("height", 150.0 / 331.0), "Rotate": (0.0, 30.0),
+    "Brightness": (0.0, 0.9), "Color": (0.0, 0.9), "Contrast": (0.0, 0.9), "Sharpness": (0.0, 0.9),
+    "Posterize": ("posterize", 4), "Solarize": (1.0, 0.0), "AutoContrast": None, "Equalize": None,
+}
+_WIDE = {  # TrivialAugmentWide
+    "Identity": None, "ShearX": (0.0, 0.99), "ShearY": (0.0, 0.99), "TranslateX": (0.0, 32.0),
+    "TranslateY": (0.0, 32.0), "Rotate": (0.0, 135.0), "Brightness": (0.0, 0.99), "Color": (0.0, 0.99),
+    "Contrast": (0.0, 0.99), "Sharpness": (0.0, 0.99), "Posterize": ("posterize", 6), "Solarize": (1.0, 0.0),
+    "AutoContrast": None, "Equalize": None,
+}
+_AUGMIX_PARTIAL = {  # AugMix's own tables (10 bins, read at the severity's bins)
+    "ShearX": (0.0, 0.3), "ShearY": (0.0, 0.3), "TranslateX": ("width/", 3.0),
+    "TranslateY": ("height/", 3.0), "Rotate": (0.0, 30.0), "Posterize": ("posterize4", 4),
+    "Solarize": (1.0, 0.0), "AutoContrast": None, "Equalize": None,
+}
+_AUGMIX = {**_AUGMIX_PARTIAL, "Brightness": (0.0, 0.9), "Color": (0.0, 0.9), "Contrast": (0.0, 0.9),
+           "Sharpness": (0.0, 0.9)}
+_SIGNED = frozenset({"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast",
+                     "Sharpness"})
+SPACES = {"original": _ORIGINAL, "wide": _WIDE, "auto": {**_ORIGINAL, "Invert": None}, "augmix": _AUGMIX,
+          "augmix_partial": _AUGMIX_PARTIAL}
+
+# torchvision's AutoAugmentPolicy.IMAGENET: 25 sub-policies of two (operation, probability, magnitude bin).
+IMAGENET_POLICY = (
+    (("Posterize", 0.4, 8), ("Rotate", 0.6, 9)), (("Solarize", 0.6, 5), ("AutoContrast", 0.6, None)),
+    (("Equalize", 0.8, None), ("Equalize", 0.6, None)), (("Posterize", 0.6, 7), ("Posterize", 0.6, 6)),
+    (("Equalize", 0.4, None), ("Solarize", 0.2, 4)), (("Equalize", 0.4, None), ("Rotate", 0.8, 8)),
+    (("Solarize", 0.6, 3), ("Equalize", 0.6, None)), (("Posterize", 0.8, 5), ("Equalize", 1.0, None)),
+    (("Rotate", 0.2, 3), ("Solarize", 0.6, 8)), (("Equalize", 0.6, None), ("Posterize", 0.4, 6)),
+    (("Rotate", 0.8, 8), ("Color", 0.4, 0)), (("Rotate", 0.4, 9), ("Equalize", 0.6, None)),
+    (("Equalize", 0.0, None), ("Equalize", 0.8, None)), (("Invert", 0.6, None), ("Equalize", 1.0, None)),
+    (("Color", 0.6, 4), ("Contrast", 1.0, 8)), (("Rotate", 0.8, 8), ("Color", 1.0, 2)),
+    (("Color", 0.8, 8), ("Solarize", 0.8, 7)), (("Sharpness", 0.4, 7), ("Invert", 0.6, None)),
+    (("ShearX", 0.6, 5), ("Equalize", 1.0, None)), (("Color", 0.4, 0), ("Equalize", 0.6, None)),
+    (("Equalize", 0.4, None), ("Solarize", 0.2, 4)), (("Solarize", 0.6, 5), ("AutoContrast", 0.6, None)),
+    (("Invert", 0.6, None), ("Equalize", 1.0, None)), (("Color", 0.6, 4), ("Contrast", 1.0, 8)),
+    (("Equalize", 0.8, None), ("Equalize", 0.6, None)),
+)
+POLICIES = {"imagenet": IMAGENET_POLICY}
+
+
+@dataclass(frozen=True)
+class PolicyOperation:
+    """One operation of a policy (torchvision's transform id) with its signed magnitude (0.0 when it has none)."""
+    name: str
+    magnitude: float
+
+
+@lru_cache(maxsize=4096)
+def magnitudes(space: str, name: str, bins: int, height: int, width: int) -> tuple[float, ...] | None:
+    """torchvision's magnitude table of operation ``name`` for an image of (height, width): its own
+    ``torch.linspace``/``arange`` in float32, as Python floats (what ``float(magnitudes[i])`` reads)."""
+    import torch
+
+    table = SPACES[space][name]
+    if table is None:
+        return None
+    start, end = table
+    if start in ("posterize", "posterize4"):  # AugMix's counts down from 4 bits, the others' from 8
+        values = ((4 if start == "posterize4" else 8) - (torch.arange(bins) / ((bins - 1) / end))).round().int()
+    else:
+        if start in ("width", "height"):  # torchvision's 150.0 / 331.0 * width
+            start, end = 0.0, end * (width if start == "width" else height)
+        elif start in ("width/", "height/"):  # AugMix's width / 3.0
+            start, end = 0.0, (width if start == "width/" else height) / end
+        values = torch.linspace(start, end, bins)
+    return tuple(float(v) for v in values)
+
+
+def pick(u: float, count: int) -> int:
+    """``int(torch.randint(count, ()))`` from one uniform."""
+    return min(int(u * count), count - 1)
+
+
+def signed_operation(space: str, name: str, bins: int, index: int, u_sign: float, height: int,
+                     width: int) -> PolicyOperation:
+    """Operation ``name`` at magnitude bin ``index``, negated when ``u_sign <= 0.5`` for signed operations."""
+    table = magnitudes(space, name, bins, height, width)
+    if table is None:
+        return PolicyOperation(name, 0.0)
+    magnitude = table[index]
+    if name in _SIGNED and u_sign <= 0.5:
+        magnitude *= -1
+    return PolicyOperation(name, magnitude)
+
+
+def apply_operation(image: Any, operation: PolicyOperation, interpolation: str, fill: Any) -> Any:
+    """torchvision's ``_AutoAugmentBase._apply_image_or_video_transform`` on a CHW uint8 tensor."""
+    from torchvision.transforms.v2 import InterpolationMode
+    from torchvision.transforms.v2 import functional as F
+
+    name, magnitude = operation.name, operation.magnitude
+    mode = InterpolationMode(interpolation)
+    affine = dict(angle=0.0, scale=1.0, interpolation=mode, fill=fill)
+    if name == "ShearX":  # shear angle arctan(magnitude), about the top-left corner
+        return F.affine(image, translate=[0, 0], shear=[math.degrees(math.atan(magnitude)), 0.0], center=[0, 0],
+                        **affine)
+    if name == "ShearY":
+        return F.affine(image, translate=[0, 0], shear=[0.0, math.degrees(math.atan(magnitude))], center=[0, 0],
+                        **affine)
+    if name == "TranslateX":
+        return F.affine(image, translate=[int(magnitude), 0], shear=[0.0, 0.0], **affine)
+    if name == "TranslateY":
+        return F.affine(image, translate=[0, int(magnitude)], shear=[0.0, 0.0], **affine)
+    kernels: dict[str, Callable[[], Any]] = {
+        "Identity": lambda: image,
+        "Rotate": lambda: F.rotate(image, angle=magnitude, interpolation=mode, fill=fill),
+        "Brightness": lambda: F.adjust_brightness(image, brightness_factor=1.0 + magnitude),
+        "Color": lambda: F.adjust_saturation(image, saturation_factor=1.0 + magnitude),
+        "Contrast": lambda: F.adjust_contrast(image, contrast_factor=1.0 + magnitude),
+        "Sharpness": lambda: F.adjust_sharpness(image, sharpness_factor=1.0 + magnitude),
+        "Posterize": lambda: F.posterize(image, bits=int(magnitude)),
+        "Solarize": lambda: F.solarize(image, threshold=255 * magnitude),  # the uint8 bound times the magnitude
+        "AutoContrast": lambda: F.autocontrast(image),
+        "Equalize": lambda: F.equalize(image),
+        "Invert": lambda: F.invert(image),
+    }
+    return kernels[name]()
+
+
+def fill_checker(value: Any) -> tuple[Any, str | None]:
+    """torchvision's ``fill``: null (zeros), one level or one per channel (R, G, B), in 0-255 levels."""
+    if value is None or is_number(value):
+        return value, None
+    if isinstance(value, list) and len(value) == 3 and all(is_number(v) for v in value):
+        return [float(v) for v in value], None
+    return value, f"expected null, a number or 3 numbers (R, G, B) in 0-255 levels, found {_type_name(value)} {value!r}"
+
+
+def int_checker(low: int, what: str) -> Any:
+    def check(value: Any) -> tuple[Any, str | None]:
+        if is_int(value) and value >= low:
+            return value, None
+        return value, f"expected {what} (an integer >= {low}), found {_type_name(value)} {value!r}"
+    return check
+
+
+@dataclass(frozen=True)
+class PolicyDraw:
+    """The drawn operations, applied in order (none: the image is kept), with the step's interpolation
+    and fill (a tuple when per channel): all the kernel needs."""
+    operations: tuple[PolicyOperation, ...]
+    interpolation: str
+    fill: Any
+
+
+class Policy(Op):
+    """A policy op; subclasses draw the operations."""
+    torch_after_dali = True  # see the module docstring
+
+    def draw_operations(self, params, u, height, width) -> tuple[PolicyOperation, ...]:
+        raise NotImplementedError
+
+    def sample(self, params, u, height, width) -> tuple:
+        fill = tuple(params["fill"]) if isinstance(params["fill"], list) else params["fill"]
+        return (PolicyDraw(self.draw_operations(params, u, height, width), params["interpolation"], fill),)
+
+    def torchvision_kernel(self, image, concrete):
+        draw = concrete[0]
+        fill = list(draw.fill) if isinstance(draw.fill, tuple) else draw.fill
+        for operation in draw.operations:
+            image = apply_operation(image, operation, draw.interpolation, fill)
+        return image
+
+    def torchvision_stage(self, params) -> str:
+        return (f"torchvision's operation kernels as {self.transform} draws them "
+                f"({params['interpolation']}, fill {params['fill']})")
+
+
+class TrivialAugmentWide(Policy):
+    draws = 3  # the operation, its magnitude bin, its sign
+    transform = "TrivialAugmentWide"
+
+    def draw_operations(self, params, u, height, width):
+        names = tuple(_WIDE)
+        bins = params["num_magnitude_bins"]
+        name = names[pick(u[0], len(names))]
+        return (signed_operation("wide", name, bins, pick(u[1], bins), u[2], height, width),)
+
+    def torchvision_transforms(self, params):
+        from torchvision.transforms import v2
+
+        return [v2.TrivialAugmentWide(num_magnitude_bins=params["num_magnitude_bins"],
+                                      interpolation=params["interpolation"], fill=params["fill"])]
+
+
+class RandAugment(Policy):
+    """torchvision's RandAugment, or with ``variant: timm`` timm's (:mod:`dali_bridge.ops.timm_rand_augment`)."""
+    draws = 2  # per operation: which one, its sign (the magnitude bin is the parameter); timm's: 5
+    transform = "RandAugment"
+
+    def draw_count(self, params) -> int:
+        return (5 if params["variant"] == "timm" else self.draws) * params["num_ops"]
+
+    def extra_check(self, params: dict) -> list[tuple[str, str]]:
+        if params.get("variant") == "timm":
+            return []
+        problems = [(name, f"only timm's variant has {name}: add 'variant: timm', or leave {name} out")
+                    for name, default in (("magnitude_std", 0.0), ("increasing", False))
+                    if params.get(name, default) != default]
+        if is_int(params.get("magnitude")) and is_int(params.get("num_magnitude_bins")) \
+                and params["magnitude"] >= params["num_magnitude_bins"]:
+            problems.append(("magnitude", f"expected a bin below num_magnitude_bins ({params['num_magnitude_bins']}), "
+                                          f"found {params['magnitude']}"))
+        return problems
+
+    def sample(self, params, u, height, width) -> tuple:
+        if params["variant"] == "timm":
+            from .timm_rand_augment import TimmDraw, draw_layers, fill_colour
+
+            return (TimmDraw(draw_layers(params, u), fill_colour(params["fill"])),)
+        return super().sample(params, u, height, width)
+
+    def torchvision_kernel(self, image, concrete):
+        from .timm_rand_augment import TimmDraw, apply_timm
+
+        if isinstance(concrete[0], TimmDraw):
+            return apply_timm(image, concrete[0])
+        return super().torchvision_kernel(image, concrete)
+
+    def draw_operations(self, params, u, height, width):
+        names = tuple(_ORIGINAL)
+        return tuple(signed_operation("original", names[pick(u[2 * n], len(names))], params["num_magnitude_bins"],
+                                      params["magnitude"], u[2 * n + 1], height, width)
+                     for n in range(params["num_ops"]))
+
+    def torchvision_transforms(self, params):
+        from torchvision.transforms import v2
+
+        if params["variant"] == "timm":
+            raise NotImplementedError("rand_augment with variant timm is timm's transform, not a transforms.v2 one")
+        return [v2.RandAugment(num_ops=params["num_ops"], magnitude=params["magnitude"],
+                               num_magnitude_bins=params["num_magnitude_bins"],
+                               interpolation=params["interpolation"], fill=params["fill"])]
+
+    def torchvision_stage(self, params) -> str:
+        if params["variant"] == "timm":
+            return (f"timm's RandAugment operations with PIL (magnitude {params['magnitude']} of 10, "
+                    f"std {params['magnitude_std']}{', increasing' if params['increasing'] else ''})")
+        return super().torchvision_stage(params)
+
+
+class AutoAugment(Policy):
+    draws = 5  # the sub-policy, then per operation of it: whether it applies, its sign
+    transform = "AutoAugment"
+
+    def draw_operations(self, params, u, height, width):
+        policy = POLICIES[params["policy"]]
+        chosen = policy[pick(u[0], len(policy))]
+        found = []
+        for n, (name, probability, index) in enumerate(chosen):
+            if u[1 + 2 * n] <= probability:  # torchvision skips when not torch.rand(()) <= probability
+                found.append(signed_operation("auto", name, 10, index or 0, u[2 + 2 * n], height, width))
+        return tuple(found)
+
+    def torchvision_transforms(self, params):
+        from torchvision.transforms import v2
+
+        return [v2.AutoAugment(policy=v2.AutoAugmentPolicy(params["policy"]), interpolation=params["interpolation"],
+                               fill=params["fill"])]
+
+
+def gamma_quantiles(alpha: float, u: Any) -> Any:
+    """Gamma(alpha, 1) samples from uniforms by the inverse CDF (normalised, a Dirichlet sample, as
+    ``torch._sample_dirichlet``): for alpha 1 (AugMix's default) the exponential's ``-log(1 - u)``;
+    else bisection on log x of torch's regularised incomplete gamma in float64 (64 halvings of
+    [-745, log(alpha + 60 sqrt(alpha) + 60)] reach float64's relative resolution)."""
+    import numpy as np
+    import torch
+
+    if alpha == 1.0:
+        return -np.log1p(-np.asarray(u, dtype=np.float64))
+    target = torch.as_tensor(np.asarray(u, dtype=np.float64))
+    shape = torch.full_like(target, float(alpha))
+    low = torch.full_like(target, -745.0)
+    high = torch.full_like(target, math.log(alpha + 60.0 * math.sqrt(alpha) + 60.0))
+    for _ in range(64):
+        middle = (low + high) / 2
+        below = torch.special.gammainc(shape, middle.exp()) < target
+        low, high = torch.where(below, middle, low), torch.where(below, high, middle)
+    return ((low + high) / 2).exp().numpy()
+
+
+@dataclass(frozen=True)
+class AugMixDraw:
+    """AugMix's mixture: the original's weight, each chain's weight (float32, as torchvision's Dirichlet
+    samples and their product are), the chains' operations, interpolation and fill."""
+    original_weight: float
+    chain_weights: tuple[float, ...]
+    chains: tuple[tuple[PolicyOperation, ...], ...]
+    interpolation: str
+    fill: Any
+
+
+class AugMix(Op):
+    """torchvision's AugMix: ``mixture_width`` chains of 1-3 operations mixed with the original by
+    Dirichlet weights, in float32, truncated to uint8."""
+    draws = 4  # per chain operation (which, bin, sign) plus one per chain; see draw_count
+    transform = "AugMix"
+    torch_after_dali = True  # see the module docstring
+
+    @staticmethod
+    def _depth(params) -> int:
+        return params["chain_depth"] if params["chain_depth"] > 0 else 3
+
+    def draw_count(self, params) -> int:
+        # 2 gammas for the original's Beta weight, one per chain for the chains' Dirichlet weights, then per
+        # chain its depth and (operation, bin, sign) for each operation it may apply.
+        width = params["mixture_width"]
+        return 2 + width + width * (1 + 3 * self._depth(params))
+
+    def sample(self, params, u, height, width) -> tuple:
+        import numpy as np
+
+        count, space = params["mixture_width"], "augmix" if params["all_ops"] else "augmix_partial"
+        names = tuple(SPACES[space])
+        gammas = gamma_quantiles(params["alpha"], u[:2 + count])
+        beta = np.float32(gammas[:2] / gammas[:2].sum())
+        weights = np.float32(gammas[2:] / gammas[2:].sum()) * beta[1]  # float32 product, as torchvision's
+        chains, stride = [], 1 + 3 * self._depth(params)
+        for chain in range(count):
+            v = u[2 + count + chain * stride:2 + count + (chain + 1) * stride]
+            depth = params["chain_depth"] if params["chain_depth"] > 0 else 1 + pick(v[0], 3)  # randint(1, 4)
+            chains.append(tuple(signed_operation(space, names[pick(v[1 + 3 * k], len(names))], 10,
+                                                 pick(v[2 + 3 * k], params["severity"]), v[3 + 3 * k], height, width)
+                                for k in range(depth)))
+        fill = tuple(params["fill"]) if isinstance(params["fill"], list) else params["fill"]
+        return (AugMixDraw(float(beta[0]), tuple(float(w) for w in weights), tuple(chains), params["interpolation"],
+                           fill),)
+
+    def torchvision_kernel(self, image, concrete):
+        import torch
+
+        draw = concrete[0]
+        fill = list(draw.fill) if isinstance(draw.fill, tuple) else draw.fill
+        weight_of = dict(dtype=torch.float32, device=image.device)  # a GPU tail's images are on the GPU
+        mix = torch.tensor(draw.original_weight, **weight_of).reshape(1, 1, 1) * image
+        for weight, chain in zip(draw.chain_weights, draw.chains):
+            augmented = image
+            for operation in chain:
+                augmented = apply_operation(augmented, operation, draw.interpolation, fill)
+            mix.add_(torch.tensor(weight, **weight_of).reshape(1, 1, 1) * augmented)
+        return mix.to(image.dtype)  # truncation, as torchvision's
+
+    def torchvision_transforms(self, params):
+        from torchvision.transforms import v2
+
+        return [v2.AugMix(severity=params["severity"], mixture_width=params["mixture_width"],
+                          chain_depth=params["chain_depth"], alpha=params["alpha"], all_ops=params["all_ops"],
+                          interpolation=params["interpolation"], fill=params["fill"])]
+
+    def torchvision_stage(self, params) -> str:
+        return (f"AugMix: {params['mixture_width']} chains of torchvision's operation kernels, mixed in float32 "
+                f"({params['interpolation']}, fill {params['fill']})")
+
+
+def positive_number_checker(value: Any) -> tuple[Any, str | None]:
+    if is_number(value) and value > 0:
+        return float(value), None
+    return value, f"expected a number > 0, found {_type_name(value)} {value!r}"
+
+
+def magnitude_std_checker(value: Any) -> tuple[Any, str | None]:
+    if is_number(value) and value >= 0:
+        return float(value), None
+    return value, f"expected a number >= 0 (.inf: uniform), found {_type_name(value)} {value!r}"
+
+
+def severity_checker(value: Any) -> tuple[Any, str | None]:
+    if is_int(value) and 1 <= value <= 10:
+        return value, None
+    return value, f"expected a severity from 1 to 10 (an integer), found {_type_name(value)} {value!r}"
+
+
+def chain_depth_checker(value: Any) -> tuple[Any, str | None]:
+    if is_int(value):
+        return value, None
+    return value, f"expected an integer (> 0: that depth; <= 0: 1 to 3 at random), found {_type_name(value)} {value!r}"
+
+
+_INTERPOLATION = Param("interpolation", "nearest", choice_checker(("nearest", "bilinear")),
+                       "resampling of shear, translate and rotate: nearest | bilinear (default nearest)")
+_FILL = Param("fill", None, fill_checker,
+              "value of pixels moved in from outside by shear, translate and rotate, in 0-255 levels: a number or "
+              "[R, G, B] (default null: zeros)")
+_BINS = Param("num_magnitude_bins", 31, int_checker(2, "a number of bins"),
+              "number of magnitude bins (default 31)")
+
+TRIVIAL_AUGMENT_WIDE = TrivialAugmentWide(
+    "trivial_augment_wide", "pixel", (_BINS, _INTERPOLATION, _FILL),
+    "Apply one of 14 operations at a random magnitude bin and sign (torchvision's TrivialAugmentWide). "
+    "On DALI backends it runs in torch right after the DALI graph.")
+
+RAND_AUGMENT = RandAugment(
+    "rand_augment", "pixel", (
+        Param("num_ops", 2, int_checker(0, "a number of operations"), "operations applied in turn (default 2)"),
+        Param("magnitude", 9, int_checker(0, "a magnitude bin"), "the magnitude bin of every operation, "
+              "below num_magnitude_bins (default 9); with variant timm, timm's magnitude from 0 to 10"),
+        _BINS, _INTERPOLATION, _FILL,
+        Param("variant", "torchvision", choice_checker(("torchvision", "timm")),
+              "torchvision's RandAugment, or timm's: its operations with PIL, each layer applied with chance 0.5, "
+              "magnitude 0 to 10, shear/translate/rotate bilinear or bicubic at random, fill null meaning "
+              "[128, 128, 128] (num_magnitude_bins and interpolation unused) (default torchvision)"),
+        Param("magnitude_std", 0.0, magnitude_std_checker,
+              "variant timm: standard deviation of the magnitude's normal noise; .inf draws it uniformly "
+              "from 0 to the magnitude (default 0)"),
+        Param("increasing", False, bool_checker,
+              "variant timm: the operations whose strength increases with the magnitude (default false)")),
+    "Apply num_ops operations drawn from 14, each at the given magnitude bin with a random sign "
+    "(torchvision's RandAugment), or timm's variant (timm's rand-m9-mstd0.5-inc1: variant timm, magnitude 9, "
+    "magnitude_std 0.5, increasing true). On DALI backends it runs in torch right after the DALI graph.",
+    primary="num_ops")
+
+AUTO_AUGMENT = AutoAugment(
+    "auto_augment", "pixel", (
+        Param("policy", "imagenet", choice_checker(tuple(POLICIES)), "the learned policy: imagenet (default)"),
+        _INTERPOLATION, _FILL),
+    "Apply one of the policy's 25 sub-policies of two operations, each with its probability and "
+    "magnitude (torchvision's AutoAugment). On DALI backends it runs in torch right after the DALI graph.",
+    primary="policy")
+
+AUGMIX = AugMix(
+    "augmix", "pixel", (
+        Param("severity", 3, severity_checker, "magnitude bins drawn from, 1 to 10 of 10 (default 3)"),
+        Param("mixture_width", 3, int_checker(1, "a number of chains"), "augmentation chains mixed (default 3)"),
+        Param("chain_depth", -1, chain_depth_checker,
+              "operations per chain; <= 0 draws 1 to 3 per chain (default -1)"),
+        Param("alpha", 1.0, positive_number_checker, "Dirichlet and Beta concentration of the weights (default 1.0)"),
+        Param("all_ops", True, bool_checker, "include brightness, color, contrast and sharpness (default true)"),
+        Param("interpolation", "bilinear", choice_checker(("nearest", "bilinear")),
+              "resampling of shear, translate and rotate: nearest | bilinear (default bilinear)"),
+        _FILL),
+    "Mix the image with chains of random operations by random weights (torchvision's AugMix). On DALI "
+    "backends it runs in torch right after the DALI graph.",
+    primary="severity")
+
+REGISTERED = (TRIVIAL_AUGMENT_WIDE, RAND_AUGMENT, AUTO_AUGMENT, AUGMIX)

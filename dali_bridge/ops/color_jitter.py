@@ -1,0 +1,138 @@
+"""color_jitter: brightness, contrast, saturation and hue in a random order (torchvision's ``ColorJitter``).
+
+Each sample draws the order of the four adjustments (a uniform permutation, torchvision's
+``torch.randperm(4)``) and one factor per adjustment, uniform in its range and rounded to float32
+as torchvision's ``torch.empty(1).uniform_(low, high)`` is; an adjustment whose range is the
+identity is skipped, as in torchvision.
+
+On DALI backends the op runs in torch right after the DALI graph (``torch_after_dali``), as
+torchvision's own kernels: no DALI operator reproduces their arithmetic. ``fn.hsv`` and
+``fn.color_twist`` approximate hue and saturation by one linear transform in RGB space (DALI's
+documentation says so) where torchvision converts to HSV, shifts the hue and converts back;
+torchvision's contrast blends with the mean of the image's *grey level* (its float32
+``rgb_to_grayscale``, then the mean), and each adjustment truncates to uint8 after its blend — and
+the per-sample order of the four would need every permutation built into the graph. The torch tail
+applies the exact kernels to the graph's uint8 output: given the same input, DALI backends equal
+torchvision by construction.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .base import Op, Param, _type_name, is_number
+
+# torchvision's order ids (ColorJitter.transform): 0 brightness, 1 contrast, 2 saturation, 3 hue.
+ADJUSTMENTS = ("brightness", "contrast", "saturation", "hue")
+
+
+def jitter_checker(name: str) -> Any:
+    """torchvision's ``ColorJitter._check_input``: a number ``v`` means [max(0, 1 - v), 1 + v] (hue:
+    [-v, v]); [low, high] is taken as given; within bounds, low <= high. The identity range
+    (every factor 1; hue 0) becomes null: that adjustment is skipped, as torchvision skips it."""
+    hue = name == "hue"
+    centre, bounds = (0.0, (-0.5, 0.5)) if hue else (1.0, (0.0, float("inf")))
+
+    def check(value: Any) -> tuple[Any, str | None]:
+        if value is None:
+            return None, None
+        if is_number(value):
+            if value < 0:
+                return value, f"expected a non-negative number (or [low, high]), found {value}"
+            low, high = centre - value, centre + value
+            low = low if hue else max(low, 0.0)
+        elif isinstance(value, list) and len(value) == 2 and all(is_number(v) for v in value):
+            low, high = float(value[0]), float(value[1])
+        else:
+            return value, f"expected a number or [low, high], found {_type_name(value)} {value!r}"
+        if not bounds[0] <= low <= high <= bounds[1]:
+            where = "[-0.5, 0.5]" if hue else "[0, inf)"
+            return value, f"expected {name} factors within {where} with low <= high, found [{low}, {high}]"
+        return (None if low == high == centre else [float(low), float(high)]), None
+    return check
+
+
+@dataclass(frozen=True)
+class Jitter:
+    """The four adjustments in ``order`` (torchvision's ids), each with its factor or None (skipped)."""
+    order: tuple[int, ...]
+    brightness: float | None
+    contrast: float | None
+    saturation: float | None
+    hue: float | None
+
+
+def _factor(bounds: list[float] | None, u: float) -> float | None:
+    """torchvision's ``torch.empty(1).uniform_(low, high).item()``: uniform, held in float32."""
+    if bounds is None:
+        return None
+    low, high = bounds
+    return float(np.float32(low + (high - low) * u))
+
+
+class ColorJitter(Op):
+    # 8 uniforms per sample: 4 ranked into the order (argsort of iid uniforms: a uniform permutation,
+    # as torch.randperm(4)), then one per factor, drawn whether or not the adjustment is set.
+    draws = 8
+    transform = "ColorJitter"
+    torch_after_dali = True  # see the module docstring: no DALI operator has torchvision's arithmetic
+
+    def sample(self, params, u, height, width) -> tuple:
+        order = tuple(int(i) for i in np.argsort(u[:4], kind="stable"))
+        factors = {name: _factor(params[name], u[4 + n]) for n, name in enumerate(ADJUSTMENTS)}
+        return (Jitter(order, **factors),)
+
+    def torchvision_kernel(self, image, concrete):
+        from torchvision.transforms.v2 import functional as F
+
+        jitter = concrete[0]
+        kernels = (F.adjust_brightness, F.adjust_contrast, F.adjust_saturation, F.adjust_hue)
+        for adjustment in jitter.order:  # as ColorJitter.transform
+            factor = getattr(jitter, ADJUSTMENTS[adjustment])
+            if factor is not None:
+                image = kernels[adjustment](image, factor)
+        return image
+
+    def torchvision_transforms(self, params):
+        from torchvision.transforms import v2
+
+        return [v2.ColorJitter(**{name: None if params[name] is None else tuple(params[name])
+                                  for name in ADJUSTMENTS})]
+
+    def torchvision_stage(self, params) -> str:
+        chosen = [name for name in ADJUSTMENTS if params[name] is not None]
+        if not chosen:
+            return "nothing (no factor range set: the image is kept)"
+        return f"F.adjust_{'/'.join(chosen)} (random order)"
+
+    def dali_baseline(self, step, images, ctx):
+        from nvidia.dali import fn
+
+        # What a DALI user writes: fn.color_twist with DALI's own draws, in DALI's fixed order
+        # (hue in degrees, rotated in YIQ space).
+        args = {}
+        for name in ADJUSTMENTS:
+            bounds = step.params[name]
+            if bounds is not None:
+                scale = 360.0 if name == "hue" else 1.0
+                args[name] = fn.random.uniform(range=[bounds[0] * scale, bounds[1] * scale])
+        return fn.color_twist(images, device=ctx.device, **args) if args else images
+
+
+_DOCS = {
+    "brightness": "brightness factor range: a number v means [max(0, 1 - v), 1 + v], or [low, high] (default none)",
+    "contrast": "contrast factor range: a number v means [max(0, 1 - v), 1 + v], or [low, high] (default none)",
+    "saturation": "saturation factor range: a number v means [max(0, 1 - v), 1 + v], or [low, high] (default none)",
+    "hue": "hue shift range in turns: a number v in [0, 0.5] means [-v, v], or [low, high] within [-0.5, 0.5] "
+           "(default none)",
+}
+
+COLOR_JITTER = ColorJitter(
+    "color_jitter", "pixel", tuple(Param(name, None, jitter_checker(name), _DOCS[name]) for name in ADJUSTMENTS),
+    "Change brightness, contrast, saturation and hue by random factors, in a random order per image "
+    "(torchvision's ColorJitter). On DALI backends it runs in torch right after the DALI graph.",
+    primary="brightness")
+
+REGISTERED = (COLOR_JITTER,)

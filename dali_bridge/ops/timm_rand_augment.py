@@ -1,0 +1,159 @@
+"""timm's RandAugment variant (``rand_augment`` with ``variant: timm``): timm's operation set, its
+magnitude scale (0 to 10), magnitude noise (``magnitude_std``), its "increasing" operations, the
+0.5 chance of applying each layer, and its PIL kernels — so timm's ``rand-m9-mstd0.5-inc1`` is
+``{rand_augment: {variant: timm, magnitude: 9, magnitude_std: 0.5, increasing: true}}``.
+
+Per layer the bridge draws 5 uniforms, as timm's ``RandAugment``/``AugmentOp`` use Python's and
+numpy's generators: the operation (``np.random.choice`` with replacement: uniform), whether it
+applies (skipped when the uniform is > 0.5, as ``random.random() > prob``), the magnitude noise
+(``random.gauss(magnitude, std)``: the normal's inverse CDF of one uniform; ``std`` infinite means
+``random.uniform(0, magnitude)``), clipped to [0, 10], the sign (negated when the uniform is > 0.5)
+and the resampling filter of shear, translate and rotate (``random.choice((BILINEAR, BICUBIC))``).
+
+timm applies its operations to PIL images with PIL's own arithmetic (``Image.transform``,
+``ImageEnhance``, ``ImageOps``); the kernel here makes the same PIL calls on the uint8 image, on the
+CPU (a GPU tail copies the image there and back). One exception: posterize keeping 0 bits (timm's
+``Posterize`` at magnitude below 2.5, ``PosterizeIncreasing`` at 10, which magnitude noise reaches)
+makes the image black, what Pillow's posterize formula gives for 0 bits (each level & ~255);
+Pillow 13 rejects 0 bits with a ValueError, so timm itself fails on those draws.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
+
+LEVEL_DENOMINATOR = 10.0  # timm's magnitude scale: 0 to 10
+TIMM_PROBABILITY = 0.5   # timm's default chance of applying each layer (its 'p' config section)
+TIMM_FILL = (128, 128, 128)  # timm's default fill colour when no image mean is given
+
+_COMMON = ("AutoContrast", "Equalize", "Invert", "Rotate")
+_MOVES = ("ShearX", "ShearY", "TranslateXRel", "TranslateYRel")
+OPERATIONS = {  # timm's _RAND_TRANSFORMS and _RAND_INCREASING_TRANSFORMS, in its order
+    False: _COMMON + ("Posterize", "Solarize", "SolarizeAdd", "Color", "Contrast", "Brightness", "Sharpness")
+    + _MOVES,
+    True: _COMMON + ("PosterizeIncreasing", "SolarizeIncreasing", "SolarizeAdd", "ColorIncreasing",
+                     "ContrastIncreasing", "BrightnessIncreasing", "SharpnessIncreasing") + _MOVES,
+}
+_RESAMPLED = frozenset({"Rotate", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel"})
+
+
+@dataclass(frozen=True)
+class TimmOperation:
+    """One applied timm operation: its name, its argument (timm's level argument; None for those
+    without) and the resampling filter (``bilinear``/``bicubic``; shear, translate, rotate only)."""
+    name: str
+    argument: float | int | None
+    resample: str | None
+
+
+@dataclass(frozen=True)
+class TimmDraw:
+    """The applied operations in order and the fill colour (R, G, B levels)."""
+    operations: tuple[TimmOperation, ...]
+    fill: tuple[int, int, int]
+
+
+def _signed(value: float, u_sign: float) -> float:
+    return -value if u_sign > 0.5 else value  # timm's _randomly_negate: random.random() > 0.5
+
+
+def level_argument(name: str, magnitude: float, u_sign: float) -> float | int | None:
+    """timm's LEVEL_TO_ARG for ``name`` at a (clipped) magnitude, negated by ``u_sign`` where timm negates."""
+    level = magnitude / LEVEL_DENOMINATOR
+    if name in ("AutoContrast", "Equalize", "Invert"):
+        return None
+    if name == "Rotate":
+        return _signed(level * 30.0, u_sign)
+    if name in ("ShearX", "ShearY"):
+        return _signed(level * 0.3, u_sign)
+    if name in ("TranslateXRel", "TranslateYRel"):
+        return _signed(level * 0.45, u_sign)  # timm's default translate_pct
+    if name.startswith("Posterize"):
+        bits = int(level * 4)
+        return 4 - bits if name.endswith("Increasing") else bits
+    if name.startswith("Solarize") and name != "SolarizeAdd":
+        threshold = min(256, int(level * 256))
+        return 256 - threshold if name.endswith("Increasing") else threshold
+    if name == "SolarizeAdd":
+        return min(128, int(level * 110))
+    if name.endswith("Increasing"):  # ColorIncreasing, ContrastIncreasing, ...
+        return max(0.1, 1.0 + _signed(level * 0.9, u_sign))
+    return level * 1.8 + 0.1  # Color, Contrast, Brightness, Sharpness
+
+
+def noisy_magnitude(magnitude: float, std: float, u: float) -> float:
+    """timm's magnitude for one application: ``random.gauss(magnitude, std)`` (``random.uniform(0,
+    magnitude)`` for an infinite std), clipped to [0, 10]; the magnitude itself for std 0."""
+    if std == float("inf"):
+        magnitude = magnitude * u
+    elif std > 0:
+        magnitude = NormalDist(magnitude, std).inv_cdf(min(max(u, 2.0 ** -53), 1.0 - 2.0 ** -53))
+    return max(0.0, min(magnitude, LEVEL_DENOMINATOR))
+
+
+def draw_layers(params: Any, u: Any) -> tuple[TimmOperation, ...]:
+    """The applied operations of ``num_ops`` layers from 5 uniforms each (see the module docstring)."""
+    names = OPERATIONS[bool(params["increasing"])]
+    found = []
+    for layer in range(params["num_ops"]):
+        pick, apply, noise, sign, filter_ = u[5 * layer:5 * layer + 5]
+        name = names[min(int(pick * len(names)), len(names) - 1)]
+        if apply > TIMM_PROBABILITY:
+            continue
+        magnitude = noisy_magnitude(params["magnitude"], params["magnitude_std"], noise)
+        resample = ("bilinear", "bicubic")[min(int(filter_ * 2), 1)] if name in _RESAMPLED else None
+        found.append(TimmOperation(name, level_argument(name, magnitude, sign), resample))
+    return tuple(found)
+
+
+def fill_colour(fill: Any) -> tuple[int, int, int]:
+    """PIL's fill colour for the ``fill`` parameter: timm's (128, 128, 128) when null."""
+    if fill is None:
+        return TIMM_FILL
+    values = fill if isinstance(fill, (list, tuple)) else [fill] * 3
+    return tuple(int(round(v)) for v in values)
+
+
+def apply_timm(image: Any, draw: TimmDraw) -> Any:
+    """timm's PIL operations on a CHW uint8 tensor (on the CPU; the result goes back to its device)."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    if not draw.operations:
+        return image
+    picture = Image.fromarray(np.ascontiguousarray(image.permute(1, 2, 0).cpu().numpy()))
+    for operation in draw.operations:
+        picture = _pil_operation(picture, operation, draw.fill)
+    return torch.from_numpy(np.array(picture)).permute(2, 0, 1).contiguous().to(image.device)
+
+
+def _pil_operation(picture: Any, operation: TimmOperation, fill: tuple[int, int, int]) -> Any:
+    from PIL import Image, ImageEnhance, ImageOps
+
+    name, argument = operation.name, operation.argument
+    moved = dict(resample={"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}.get(operation.resample),
+                 fillcolor=fill)
+    width, height = picture.size
+    affine = {"ShearX": (1, argument, 0, 0, 1, 0), "ShearY": (1, 0, 0, argument, 1, 0),
+              "TranslateXRel": (1, 0, (argument or 0) * width, 0, 1, 0),
+              "TranslateYRel": (1, 0, 0, 0, 1, (argument or 0) * height)}
+    if name in affine:
+        return picture.transform(picture.size, Image.AFFINE, affine[name], **moved)
+    if name == "Rotate":
+        return picture.rotate(argument, **moved)
+    if name in ("AutoContrast", "Equalize", "Invert"):
+        return {"AutoContrast": ImageOps.autocontrast, "Equalize": ImageOps.equalize,
+                "Invert": ImageOps.invert}[name](picture)
+    if name.startswith("Posterize"):
+        if argument == 0:  # keep 0 bits: black. Pillow 13 refuses 0 bits (see the module docstring)
+            return picture.point([0] * 256 * 3)
+        return picture if argument >= 8 else ImageOps.posterize(picture, argument)
+    if name == "SolarizeAdd":  # below 128, add (capped at 255); timm's lookup table
+        return picture.point([min(255, i + argument) if i < 128 else i for i in range(256)] * 3)
+    if name.startswith("Solarize"):
+        return ImageOps.solarize(picture, argument)
+    enhancer = {"Color": ImageEnhance.Color, "Contrast": ImageEnhance.Contrast,
+                "Brightness": ImageEnhance.Brightness, "Sharpness": ImageEnhance.Sharpness}
+    return enhancer[name.removesuffix("Increasing")](picture).enhance(argument)
