@@ -47,8 +47,17 @@ class Plan:
 
     @cached_property
     def dali_steps(self) -> tuple[Step, ...]:
-        """The steps a DALI graph runs: those before the first whose op runs in torch after DALI."""
+        """The steps a DALI graph runs: those before the first whose op runs in torch after DALI.
+
+        Under ``parity: exact`` a torch tail starts earlier, at the last resize before it: DALI's
+        resize rounds up to one level off torchvision's, and the tail's ops are not continuous in
+        their input (a posterize bit, a solarize threshold, an equalize mapping, a hue round trip
+        turn one level into up to 255), so the resize runs as torchvision's kernel too and the
+        tail's pixels equal torchvision's. ``parity: fast`` keeps the resize in DALI.
+        """
         tail = next((n for n, step in enumerate(self.steps) if step.op.torch_after_dali), len(self.steps))
+        if tail < len(self.steps) and self.parity == "exact":
+            tail = next((n for n in range(tail - 1, -1, -1) if self.steps[n].op.resamples), tail)
         return self.steps[:tail]
 
     @property

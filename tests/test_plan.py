@@ -248,7 +248,7 @@ PIPELINES = {
                         {"random_resized_crop": {"size": 200, "interpolation": "bicubic"}}, {"normalize": {}}],
     "gaussian-blur": [{"random_resized_crop": 224}, {"gaussian_blur": {"kernel_size": [23, 5]}},
                       {"horizontal_flip": 0.5}, {"normalize": {"mean": MEAN, "std": STD}}],
-    "torch-tail-after-a-border-patch": [{"random_resized_crop": 224}, {"horizontal_flip": 0.5},
+    "torch-tail-after-a-resize": [{"random_resized_crop": 224}, {"horizontal_flip": 0.5},
                                         {"color_jitter": {"brightness": 0.4, "hue": 0.1}}, {"vertical_flip": 0.5},
                                         {"normalize": {"mean": MEAN, "std": STD}}],
     "torch-tail-from-the-first-step": [{"trivial_augment_wide": {}}, {"resize": 256}, {"center_crop": 224},
