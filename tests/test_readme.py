@@ -21,6 +21,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from conftest import REPO
@@ -85,6 +86,19 @@ def test_python_loop_runs_as_printed(tmp_path, monkeypatch, capsys):
     backend, batches, shape = capsys.readouterr().out.split(maxsplit=2)
     assert backend in ("torchvision", "dali-cpu", "dali") and int(batches) == 1
     assert shape.strip() == "(24, 3, 224, 224)"
+
+
+def test_soft_target_loop_runs_as_printed(tmp_path, monkeypatch):
+    loop = next(b for b in blocks("python") if "CrossEntropyLoss" in b)
+    shutil.copytree(REPO / "pipelines", tmp_path / "pipelines")
+    ensure_sample_data(tmp_path / "data" / "sample", images=24, classes=3, seed=0)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the CPU path, whatever this host has
+    scope = {"__name__": "readme"}
+    exec(compile(loop, "README.md", "exec"), scope)
+    targets = scope["targets"]
+    assert targets.shape == (32, 3) and torch.allclose(targets.sum(dim=1), torch.ones(32))
+    assert scope["model"][2].weight.grad is not None
 
 
 def test_distributed_example_compiles_and_uses_only_the_public_api():
