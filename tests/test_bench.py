@@ -211,6 +211,24 @@ def test_torchvision_baseline_transform_mirrors_the_train_pipeline():
     assert transform.transforms[3].mean == [0.485, 0.456, 0.406]
 
 
+def test_torchvision_baseline_does_the_recipes_erasing_and_batch_mixing_too():
+    import torch
+    from torchvision.transforms import v2
+
+    from conftest import PIPELINES
+    from dali_bridge.bench.baselines import torchvision_batch_transform
+    from dali_bridge.plan import build_plan
+
+    plan = build_plan(load_spec(PIPELINES / "torchvision_recipe_train.yaml"))
+    kinds = [type(t) for t in bench.torchvision_baseline_transform(plan).transforms]
+    assert kinds == [v2.RandomResizedCrop, v2.RandomHorizontalFlip, v2.TrivialAugmentWide, v2.ToDtype,
+                     v2.Normalize, v2.RandomErasing]
+    mix = torchvision_batch_transform(plan, num_classes=10)
+    images, targets = mix(torch.rand(4, 3, 8, 8), torch.tensor([0, 1, 2, 3]))
+    assert targets.shape == (4, 10) and torch.allclose(targets.sum(dim=1), torch.ones(4))
+    assert torchvision_batch_transform(build_plan(load_spec(TRAIN)), num_classes=10) is None
+
+
 def test_plot_draws_a_chart_without_a_ceiling_row(tmp_path):
     report = bench.BenchReport(
         machine={"cpu_model": "test cpu", "cpu_cores_available": 2}, settings={"pipeline_name": "p"}, data={},

@@ -83,7 +83,16 @@ def torchvision_baseline_transform(plan, pil: bool = False):
     if pil:
         steps.append(v2.PILToTensor())
     steps += plan.finish_step.op.torchvision_transforms(plan.finish_step.params)
+    for _, step in plan.post_finish:  # per-sample ops on the normalised image (random_erasing)
+        if step.op.kind != "batch":
+            steps += step.op.torchvision_transforms(step.params)
     return v2.Compose(steps)
+
+
+def torchvision_batch_transform(plan, num_classes: int):
+    """The ``transforms.v2`` batch transform (MixUp, CutMix) a user applies to each batch, or None."""
+    batch = [step for _, step in plan.post_finish if step.op.kind == "batch"]
+    return batch[0].op.torchvision_batch_transform(batch[0].params, num_classes) if batch else None
 
 
 def torchvision_baseline(spec, listing, plan, threads: int, pil: bool, cuda: bool):
@@ -99,12 +108,16 @@ def torchvision_baseline(spec, listing, plan, threads: int, pil: bool, cuda: boo
                         spec.loader.shuffle), num_workers=threads, pin_memory=cuda,
                         drop_last=spec.loader.last_batch == "drop", **kwargs)
     device = torch.device("cuda") if cuda else None
+    mix = torchvision_batch_transform(plan, len(listing.classes))
+    labels = torch.as_tensor(listing.labels)
 
     def stream() -> Iterator[tuple[Any, np.ndarray]]:
         while True:
             for images, indices in loader:
                 if device is not None:
                     images = images.to(device, non_blocking=True)
+                if mix is not None:  # on the batch, where the bridge mixes too
+                    images, _ = mix(images, labels[indices].to(images.device))
                 yield images, indices.numpy()
 
     return stream(), lambda: None

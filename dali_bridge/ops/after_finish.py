@@ -60,3 +60,8 @@ class BatchOp(Op):
     def stage(self, params: Mapping[str, Any]) -> str:
         """What ``dali-bridge show`` lists for this op (the same on every backend)."""
         raise NotImplementedError(f"op {self.name!r} has no post-finish stage")
+
+    def torchvision_batch_transform(self, params: Mapping[str, Any], num_classes: int) -> Any:
+        """The ``transforms.v2`` batch transform a user writes for this op, called as
+        ``transform(images, labels)`` (the hand-written bench baseline)."""
+        raise NotImplementedError(f"op {self.name!r} has no transforms.v2 batch counterpart")

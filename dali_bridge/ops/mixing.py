@@ -110,6 +110,11 @@ class MixUp(_Mixing):
     def stage(self, params) -> str:
         return f"torch: MixUp (alpha {params['alpha']:g}) on the batch and its targets"
 
+    def torchvision_batch_transform(self, params, num_classes):
+        from torchvision.transforms import v2
+
+        return v2.MixUp(alpha=params["alpha"], num_classes=num_classes)
+
 
 class CutMix(_Mixing):
     transform = "CutMix"
@@ -119,6 +124,11 @@ class CutMix(_Mixing):
 
     def stage(self, params) -> str:
         return f"torch: CutMix (alpha {params['alpha']:g}) on the batch and its targets"
+
+    def torchvision_batch_transform(self, params, num_classes):
+        from torchvision.transforms import v2
+
+        return v2.CutMix(alpha=params["alpha"], num_classes=num_classes)
 
 
 class BatchMix(_Mixing):
@@ -136,6 +146,14 @@ class BatchMix(_Mixing):
         return (f"torch: per batch, CutMix (alpha {params['cutmix_alpha']:g}) with probability "
                 f"{params['cutmix_probability']:g}, else MixUp (alpha {params['mixup_alpha']:g}); "
                 f"mixed with probability {params['probability']:g}")
+
+    def torchvision_batch_transform(self, params, num_classes):
+        from torchvision.transforms import v2
+
+        choice = v2.RandomChoice([v2.MixUp(alpha=params["mixup_alpha"], num_classes=num_classes),
+                                  v2.CutMix(alpha=params["cutmix_alpha"], num_classes=num_classes)],
+                                 p=[1.0 - params["cutmix_probability"], params["cutmix_probability"]])
+        return v2.RandomApply([choice], p=params["probability"])
 
 
 _ALPHA_DOC = "α of the Beta(α, α) distribution λ is drawn from, > 0 (default {})"
