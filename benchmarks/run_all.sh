@@ -2,7 +2,8 @@
 # Re-measure the main benchmark figures from a clean clone and rewrite benchmarks/README.md:
 #   bash benchmarks/run_all.sh            (about 10 minutes on 2 cores; more cores, more candidates)
 # Writes benchmarks/results/bench_train.{json,png} and bench_val.{json,png}, records its run in
-# bench_train_fast.json and compare_train_epoch.json (next to the longer runs recorded there), then
+# bench_train_fast.json (next to the longer runs recorded there) and every shipped pipeline's
+# whole-epoch compare in compare_epochs.json, then
 # generates benchmarks/README.md from every file in results/. Measure on a quiet machine: every
 # JSON records the 1-minute load average before and after each candidate.
 #
@@ -46,12 +47,8 @@ echo "load average before: $(cat /proc/loadavg 2> /dev/null || echo n/a)"
   --set parity=fast --set name=imagenet-train-fast --json "$SCRATCH/fast.json" -q
 "$PY" -m dali_bridge.bench add-run "$OUT/bench_train_fast.json" "$SCRATCH/fast.json" --label run_all.sh
 
-# Equivalence over a whole epoch of the train pipeline (2,000 images): the test suite's small samples
-# cannot see a 1-in-640 pixel off by 2 levels; this can (it exits non-zero on FAIL, stopping the script).
-COMPARE="compare pipelines/imagenet_train.yaml --data data/sample --backends dali-cpu,torchvision --batches 0"
-"$PY" -m dali_bridge.cli $COMPARE --json "$SCRATCH/compare.json"
-"$PY" -m dali_bridge.bench add-run "$OUT/compare_train_epoch.json" "$SCRATCH/compare.json" --label "whole epoch" \
-  --command "dali-bridge $COMPARE"
+# Equivalence over whole epochs of every shipped pipeline (stops the script on a FAIL).
+bash benchmarks/compare_epochs.sh
 
 "$PY" -m dali_bridge.bench readme "$OUT"/*.json --out benchmarks/README.md
 echo "wrote benchmarks/README.md"
