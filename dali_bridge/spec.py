@@ -811,7 +811,8 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise SpecError([Problem(origin, "<top level>", f"expected a mapping of keys, found {_type_name(data)}")], origin)
+        problem = Problem(origin, "<top level>", f"expected a mapping of keys, found {_type_name(data)}")
+        raise SpecError([problem], origin)
     data, override_origin, override_problems = apply_overrides(data, overrides or {})
     chk = _Checker(origin, marks or {}, override_origin)
     chk.problems.extend(override_problems)

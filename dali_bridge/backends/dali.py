@@ -343,9 +343,10 @@ class DaliExecutor:
                 self._discard()
                 culprits = self._find_culprits(task)
                 if not culprits:
+                    last_line = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
                     raise RuntimeError(f"DALI failed on epoch {task.epoch} batch {task.number} (samples "
                                        f"{task.indices.tolist()}), yet each of them reads and decodes on its "
-                                       f"own: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc!r}") from exc
+                                       f"own: {last_line}") from exc
                 index, reason = culprits[0]
                 if self.spec.loader.on_error == "raise":
                     raise SampleError(index, self.listing.paths[index], reason) from exc
@@ -362,8 +363,8 @@ class DaliExecutor:
         task: BatchTask = meta["task"]
         rows = meta["rows"]
         if meta["placeholder"]:
-            tensor = torch.empty((0,) + tuple(self.plan.output_shape(0)[1:]), dtype=_torch_dtype(self.plan.finish.dtype),
-                                 device=self.device)
+            tensor = torch.empty((0,) + tuple(self.plan.output_shape(0)[1:]),
+                                 dtype=_torch_dtype(self.plan.finish.dtype), device=self.device)
         elif self.plan.torch_tail:
             tensor = self._run_torch_tail(images, meta["tail"], border)
         else:

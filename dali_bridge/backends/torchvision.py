@@ -66,7 +66,8 @@ class BatchDataset(Dataset):
             for _ in range(self.ring_size if in_worker else 1):
                 nbytes = self.batch_size * 3 * height * width
                 storage = torch.UntypedStorage._new_shared(nbytes) if in_worker else torch.UntypedStorage(nbytes)
-                self._ring.append(torch.empty(0, dtype=torch.uint8).set_(storage).view(self.batch_size, 3, height, width))
+                buffer = torch.empty(0, dtype=torch.uint8).set_(storage)
+                self._ring.append(buffer.view(self.batch_size, 3, height, width))
         buffer = self._ring[self._next % len(self._ring)]
         self._next += 1
         return buffer[:count]
@@ -178,7 +179,8 @@ class TorchvisionExecutor:
         if device is None:
             from .select import probe  # the host facts auto and `show` use (DALI_BRIDGE_DISABLE=cuda included)
             devices = probe().cuda_devices
-            device = torch.device("cuda", cuda_ordinal(topology.local_rank, devices)) if devices else torch.device("cpu")
+            device = (torch.device("cuda", cuda_ordinal(topology.local_rank, devices)) if devices
+                      else torch.device("cpu"))
         self.device = torch.device(device)
         self.workers = spec.loader.workers if spec.loader.workers is not None else default_workers()
         self.sampler = _TaskSampler()
