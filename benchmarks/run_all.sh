@@ -47,6 +47,9 @@ echo "load average before: $(cat /proc/loadavg 2> /dev/null || echo n/a)"
   --set parity=fast --set name=imagenet-train-fast --json "$SCRATCH/fast.json" -q
 "$PY" -m dali_bridge.bench add-run "$OUT/bench_train_fast.json" "$SCRATCH/fast.json" --label run_all.sh
 
+# The recipe pipelines (augmentation policies, random erasing, batch mixing).
+bash benchmarks/bench_recipes.sh
+
 # Equivalence over whole epochs of every shipped pipeline (stops the script on a FAIL).
 bash benchmarks/compare_epochs.sh
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from .after_finish import AFTER_FINISH, AfterFinishOp
 from .base import Param, _type_name, is_number, probability_checker, range_checker
+from .geometry import area_and_aspect
 
 ERASE_ATTEMPTS = 10  # torchvision's RandomErasing tries 10 boxes, then erases nothing
 
@@ -40,11 +41,8 @@ NO_ERASE = Erase(False)
 def erase_box(height: int, width: int, u: Any, scale: Any, ratio: Any) -> tuple[int, int, int, int] | None:
     """torchvision's ``RandomErasing.make_params`` box from ``2 * ERASE_ATTEMPTS + 2`` uniforms:
     (top, left, box height, box width), or None when no attempt fits."""
-    area = height * width
-    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
     for attempt in range(ERASE_ATTEMPTS):
-        erase_area = area * (scale[0] + (scale[1] - scale[0]) * u[2 * attempt])
-        aspect = math.exp(log_lo + (log_hi - log_lo) * u[2 * attempt + 1])
+        erase_area, aspect = area_and_aspect(height * width, u[2 * attempt], u[2 * attempt + 1], scale, ratio)
         h = int(round(math.sqrt(erase_area * aspect)))
         w = int(round(math.sqrt(erase_area / aspect)))
         if not (h < height and w < width):

@@ -45,6 +45,14 @@ class Flip:
     apply: bool
 
 
+def area_and_aspect(area: int, u_area: float, u_ratio: float, scale: Sequence[float],
+                    ratio: Sequence[float]) -> tuple[float, float]:
+    """One attempt of torchvision's random box: an area uniform in ``scale`` × ``area`` pixels and an
+    aspect ratio log-uniform in ``ratio`` (RandomResizedCrop's and RandomErasing's draw alike)."""
+    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
+    return area * (scale[0] + (scale[1] - scale[0]) * u_area), math.exp(log_lo + (log_hi - log_lo) * u_ratio)
+
+
 def rrc_window(height: int, width: int, u: Sequence[float], scale: Sequence[float],
                ratio: Sequence[float]) -> tuple[int, int, int, int]:
     """torchvision's ``RandomResizedCrop.get_params`` driven by 22 given uniforms.
@@ -52,11 +60,8 @@ def rrc_window(height: int, width: int, u: Sequence[float], scale: Sequence[floa
     Returns (top, left, crop height, crop width). Area uniform in ``scale``, aspect ratio
     log-uniform in ``ratio``, 10 attempts, then the centred fallback — the same algorithm.
     """
-    area = height * width
-    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
     for attempt in range(RRC_ATTEMPTS):
-        target_area = area * (scale[0] + (scale[1] - scale[0]) * u[2 * attempt])
-        aspect = math.exp(log_lo + (log_hi - log_lo) * u[2 * attempt + 1])
+        target_area, aspect = area_and_aspect(height * width, u[2 * attempt], u[2 * attempt + 1], scale, ratio)
         w = int(round(math.sqrt(target_area * aspect)))
         h = int(round(math.sqrt(target_area / aspect)))
         if 0 < w <= width and 0 < h <= height:

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The recipe pipelines (torchvision's ResNet-50 recipe with TrivialAugmentWide, random erasing and
+# MixUp/CutMix; timm's RandAugment defaults): each backend against the decode ceiling and, where
+# transforms.v2 has the same transforms, a hand-written DataLoader doing them. Recorded under each
+# pipeline's name in benchmarks/results/bench_recipes.json.
+#   bash benchmarks/bench_recipes.sh          (about 4 minutes on 2 cores)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PY="${PYTHON:-.venv/bin/python}"
+[ -x "$PY" ] || PY=python3
+OUT=benchmarks/results
+SCRATCH=$(mktemp -d)
+trap 'rm -rf "$SCRATCH"' EXIT
+CORES=$("$PY" -c 'import os; print(len(os.sched_getaffinity(0)))')
+"$PY" -m dali_bridge.cli sample-data data/sample --images 2000 --classes 10 --seed 0 --if-absent -q
+# timm's RandAugment variant has no transforms.v2 counterpart: its hand-written baseline is timm's own code.
+for spec in "torchvision_recipe_train:ceiling,torchvision" "timm_train:ceiling"; do
+  name=${spec%%:*}
+  "$PY" -m dali_bridge.cli bench "pipelines/$name.yaml" --backends available --baselines "${spec##*:}" \
+    --threads "$CORES" --warmup 2 --batches 8 --repeat 3 --rounds 2 --json "$SCRATCH/$name.json" -q
+  "$PY" -m dali_bridge.bench add-run "$OUT/bench_recipes.json" "$SCRATCH/$name.json" --label "$name" \
+    --title "The recipe pipelines"
+done
