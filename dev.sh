@@ -29,7 +29,7 @@ case "${1:-}" in
   run)
     setup
     "$VENV/bin/dali-bridge" sample-data data/sample --images 2000 --classes 10 --seed 0 --if-absent
-    "$VENV/bin/dali-bridge" run pipelines/imagenet_train.yaml pipelines/imagenet_val.yaml --backends available
+    "$VENV/bin/dali-bridge" run pipelines/*.yaml --backends available
     ;;
   test)
     setup

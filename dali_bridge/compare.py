@@ -263,8 +263,34 @@ def compare_batches(batches_a: Iterable[Sequence[torch.Tensor]], batches_b: Iter
     worst_to_save = keep_worst if worst_to_save is None else worst_to_save
     acc = _Accumulator(finish, paths, keep_worst=max(keep_worst, worst_to_save if save_dir else 0),
                        keep_pixels=save_dir is not None)
+    number, problems = _walk_batches(acc, iter(batches_a), iter(batches_b), outputs=outputs, backends=backends,
+                                     max_batches=max_batches)
+    result = CompareResult(pipeline, backends, number, acc.samples, bounds,
+                           _verdicts(acc, outputs=outputs, finish=finish, bounds=bounds),
+                           [item for item, _ in acc.worst()][:keep_worst], problems)
+    if save_dir is not None:
+        result.saved = save_pictures(Path(save_dir), acc, backends, worst_to_save)
+    return result
+
+
+def _batch_problem(number: int, named_a: dict, named_b: dict) -> tuple[str | None, bool]:
+    """Why two batches cannot be compared (and whether that stops the walk), or (None, False)."""
+    index_a, index_b = named_a["index"].cpu(), named_b["index"].cpu()
+    if index_a.shape != index_b.shape or not torch.equal(index_a, index_b):
+        return (f"batch {number}: the backends yielded different samples (indices {index_a.tolist()[:8]}"
+                f"... vs {index_b.tolist()[:8]}...); pixels of different samples are not compared"), True
+    if "image" in named_a and named_a["image"].shape != named_b["image"].shape:
+        return (f"batch {number}: image shapes differ: {tuple(named_a['image'].shape)} vs "
+                f"{tuple(named_b['image'].shape)}"), True
+    if "image" in named_a and named_a["image"].dtype != named_b["image"].dtype:
+        return f"batch {number}: image dtypes differ: {named_a['image'].dtype} vs {named_b['image'].dtype}", False
+    return None, False
+
+
+def _walk_batches(acc: "_Accumulator", iter_a: Iterator, iter_b: Iterator, *, outputs: Sequence[str],
+                  backends: tuple[str, str], max_batches: int | None) -> tuple[int, list[str]]:
+    """Feed both streams' batches to ``acc`` side by side: (batches compared, problems found)."""
     problems: list[str] = []
-    iter_a, iter_b = iter(batches_a), iter(batches_b)
     number = 0
     while max_batches is None or number < max_batches:
         batch_a, batch_b = next(iter_a, None), next(iter_b, None)
@@ -275,48 +301,41 @@ def compare_batches(batches_a: Iterable[Sequence[torch.Tensor]], batches_b: Iter
             problems.append(f"{ended} ended after {plural(number, 'batch')} while {other} yielded more")
             break
         named_a, named_b = dict(zip(outputs, batch_a)), dict(zip(outputs, batch_b))
-        index_a, index_b = named_a["index"].cpu(), named_b["index"].cpu()
-        if index_a.shape != index_b.shape or not torch.equal(index_a, index_b):
-            problems.append(f"batch {number}: the backends yielded different samples (indices {index_a.tolist()[:8]}"
-                            f"... vs {index_b.tolist()[:8]}...); pixels of different samples are not compared")
+        problem, stop = _batch_problem(number, named_a, named_b)
+        if problem:
+            problems.append(problem)
+        if stop:
             break
-        if "image" in named_a and named_a["image"].shape != named_b["image"].shape:
-            problems.append(f"batch {number}: image shapes differ: {tuple(named_a['image'].shape)} vs "
-                            f"{tuple(named_b['image'].shape)}")
-            break
-        if "image" in named_a and named_a["image"].dtype != named_b["image"].dtype:
-            problems.append(f"batch {number}: image dtypes differ: {named_a['image'].dtype} vs "
-                            f"{named_b['image'].dtype}")
         acc.add(number, named_a, named_b)
         number += 1
     if number == 0 and not problems:
         problems.append("no batch to compare")
+    return number, problems
 
+
+def _verdicts(acc: "_Accumulator", *, outputs: Sequence[str], finish: Finish, bounds: Bounds) -> list[OutputDiff]:
+    """Each output's difference and whether it is within ``bounds`` (every output but the image: identical)."""
     results: list[OutputDiff] = []
     for name in outputs:
-        if name == "image":
-            tolerance = float16_step(finish)
-            max_limit = bounds.max_abs + tolerance
-            mean = acc.image_sum / acc.image_count if acc.image_count else 0.0
-            normalized: tuple[float, ...] = ()
-            normalized_limit: tuple[float, ...] = ()
-            if finish.dtype != "uint8":
-                normalized = tuple(float(v) for v in acc.normalized_max)
-                normalized_limit = tuple((max_limit + FLOAT32_SLACK) / (255.0 * s) for s in finish.std)
-            limit = f"<= {max_limit:g} max, <= {bounds.mean_abs:g} mean"
-            if tolerance:
-                limit += f"; max includes one float16 step, {tolerance:.3f} level"
-            results.append(OutputDiff("image", False, acc.image_max, mean, 0,
-                                      acc.image_max <= max_limit + FLOAT32_SLACK and mean <= bounds.mean_abs,
-                                      limit, max_limit, normalized, normalized_limit))
-        else:
+        if name != "image":
             count = acc.mismatches.get(name, 0)
             results.append(OutputDiff(name, True, float(count > 0), 0.0, count, count == 0, "must be identical"))
-    result = CompareResult(pipeline, backends, number, acc.samples, bounds, results,
-                           [item for item, _ in acc.worst()][:keep_worst], problems)
-    if save_dir is not None:
-        result.saved = save_pictures(Path(save_dir), acc, backends, worst_to_save)
-    return result
+            continue
+        tolerance = float16_step(finish)
+        max_limit = bounds.max_abs + tolerance
+        mean = acc.image_sum / acc.image_count if acc.image_count else 0.0
+        normalized: tuple[float, ...] = ()
+        normalized_limit: tuple[float, ...] = ()
+        if finish.dtype != "uint8":
+            normalized = tuple(float(v) for v in acc.normalized_max)
+            normalized_limit = tuple((max_limit + FLOAT32_SLACK) / (255.0 * s) for s in finish.std)
+        limit = f"<= {max_limit:g} max, <= {bounds.mean_abs:g} mean"
+        if tolerance:
+            limit += f"; max includes one float16 step, {tolerance:.3f} level"
+        results.append(OutputDiff("image", False, acc.image_max, mean, 0,
+                                  acc.image_max <= max_limit + FLOAT32_SLACK and mean <= bounds.mean_abs,
+                                  limit, max_limit, normalized, normalized_limit))
+    return results
 
 
 def compare(pipeline: PipelineSpec | str | Path | Mapping, backends: Sequence[str] = ("dali-cpu", "torchvision"),

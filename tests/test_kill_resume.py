@@ -1,5 +1,6 @@
 """Kill and resume: a training-like loop in a subprocess, killed with SIGKILL twice at random points,
-restarted from its last saved state, yields exactly the batches of an uninterrupted run.
+restarted from its last saved state, yields exactly the batches of an uninterrupted run — with a
+plain pipeline, and with a recipe's policy, random erasing and MixUp/CutMix (images and soft targets).
 
 The loop (this file run as a script) saves ``{"loader": loader.state_dict(), "batches": [...],
 "skipped": [...]}`` after every batch, atomically (write a temporary file, fsync, rename): the
@@ -31,11 +32,16 @@ BROKEN = 6   # index of the broken file (skipped, recorded)
 DELAY_S = 0.1  # per batch in the child, so a kill lands mid-run
 
 
-def pipeline(root: str) -> dict:
+def pipeline(root: str, variant: str = "plain") -> dict:
+    """``plain``: crop and flip; ``mixing``: a recipe's policy, erasing and batch mixing with soft targets."""
+    ops: list = [{"random_resized_crop": {"size": 20}}, {"horizontal_flip": {}}, {"normalize": {"dtype": "uint8"}}]
+    outputs = ["image", "label", "index", "valid"]
+    if variant == "mixing":
+        ops = [{"random_resized_crop": {"size": 20}}, {"horizontal_flip": {}}, "trivial_augment_wide",
+               {"normalize": {}}, {"random_erasing": {"probability": 0.5, "value": "random"}}, "batch_mix"]
+        outputs = outputs + ["target"]
     return {"version": 1, "name": "resume", "source": {"type": "folder", "root": root}, "batch_size": BATCH,
-            "seed": 5, "ops": [{"random_resized_crop": {"size": 20}}, {"horizontal_flip": {}},
-                               {"normalize": {"dtype": "uint8"}}],
-            "outputs": ["image", "label", "index", "valid"], "loader": {"workers": 1, "on_error": "skip"}}
+            "seed": 5, "ops": ops, "outputs": outputs, "loader": {"workers": 1, "on_error": "skip"}}
 
 
 def save_atomically(path: Path, data: dict) -> None:
@@ -48,11 +54,11 @@ def save_atomically(path: Path, data: dict) -> None:
     os.replace(temporary, path)
 
 
-def train(backend: str, root: str, state_path: Path, delay: float) -> None:
+def train(backend: str, root: str, state_path: Path, delay: float, variant: str) -> None:
     """The training-like loop: resume from ``state_path`` if present, save after every batch."""
     from dali_bridge import build_loader
 
-    loader = build_loader(pipeline(root), backend)
+    loader = build_loader(pipeline(root, variant), backend)
     state = {"loader": None, "batches": [], "skipped": [], "starts": 0}
     if state_path.exists():
         state = json.loads(state_path.read_text())
@@ -60,9 +66,10 @@ def train(backend: str, root: str, state_path: Path, delay: float) -> None:
     state["starts"] += 1
     while loader.epoch < EPOCHS:
         epoch = loader.epoch
-        for image, label, index, valid in loader:
+        for image, label, index, valid, *target in loader:
             state["batches"].append({"epoch": epoch, "index": index.tolist(), "label": label.tolist(),
-                                     "pixels": hashlib.sha256(image.cpu().numpy().tobytes()).hexdigest()})
+                                     "pixels": hashlib.sha256(image.cpu().numpy().tobytes()).hexdigest(),
+                                     "target": [t.cpu().tolist() for t in target]})
             state["skipped"] += [[s.index, s.epoch, s.reason] for s in loader.skipped]
             loader.skipped.clear()
             state["loader"] = loader.state_dict()
@@ -71,10 +78,10 @@ def train(backend: str, root: str, state_path: Path, delay: float) -> None:
     loader.close()
 
 
-def child(backend: str, root: Path, state_path: Path) -> subprocess.Popen:
+def child(backend: str, root: Path, state_path: Path, variant: str) -> subprocess.Popen:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{REPO}{os.pathsep}{REPO / 'tests'}")
     return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), backend, str(root), str(state_path),
-                             str(DELAY_S)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                             str(DELAY_S), variant], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
 def saved_batches(state_path: Path) -> int:
@@ -95,10 +102,11 @@ def resume_root(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("backend", backend_params(["dali-cpu", "torchvision", "dali"]))
+@pytest.mark.parametrize("variant", ["plain", "mixing"])
 def test_sigkilled_training_resumes_from_its_saved_state_with_exactly_the_uninterrupted_batches(
-        resume_root, tmp_path, backend):
+        resume_root, tmp_path, backend, variant):
     reference_path = tmp_path / "reference.json"
-    process = child(backend, resume_root, reference_path)
+    process = child(backend, resume_root, reference_path, variant)
     output = process.communicate(timeout=300)[0].decode(errors="replace")
     assert process.returncode == 0, output[-4000:]
     reference = json.loads(reference_path.read_text())
@@ -113,7 +121,7 @@ def test_sigkilled_training_resumes_from_its_saved_state_with_exactly_the_uninte
     kill_after = [chooser.randrange(1, per_epoch - 1), chooser.randrange(per_epoch + 1, total - 1)]
     state_path = tmp_path / "state.json"
     for target in kill_after:
-        process = child(backend, resume_root, state_path)
+        process = child(backend, resume_root, state_path, variant)
         deadline = time.monotonic() + 120
         while saved_batches(state_path) < target:
             assert process.poll() is None, f"seed {seed}: child ended before batch {target}"
@@ -124,7 +132,7 @@ def test_sigkilled_training_resumes_from_its_saved_state_with_exactly_the_uninte
         process.communicate(timeout=60)
         assert process.returncode == -signal.SIGKILL, f"seed {seed}: the child was not killed mid-run"
         assert saved_batches(state_path) < total, f"seed {seed}: the child finished before the kill"
-    process = child(backend, resume_root, state_path)
+    process = child(backend, resume_root, state_path, variant)
     output = process.communicate(timeout=300)[0].decode(errors="replace")
     assert process.returncode == 0, output[-4000:]
     resumed = json.loads(state_path.read_text())
@@ -134,4 +142,4 @@ def test_sigkilled_training_resumes_from_its_saved_state_with_exactly_the_uninte
 
 
 if __name__ == "__main__":  # the training-like child: backend root state_path delay
-    train(sys.argv[1], sys.argv[2], Path(sys.argv[3]), float(sys.argv[4]))
+    train(sys.argv[1], sys.argv[2], Path(sys.argv[3]), float(sys.argv[4]), sys.argv[5])

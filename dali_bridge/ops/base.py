@@ -41,15 +41,32 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+# The largest size an op may set, per side: a 16384 x 16384 RGB image is 768 MiB as uint8, and a
+# batch of larger ones fits no host; a size beyond it is a typo, not a pipeline.
+MAX_SIZE = 16384
+
+
 def size_checker(value: Any) -> tuple[Any, str | None]:
     """A size: one positive int (square, or the shorter side for ``resize``) or [height, width]."""
     if is_int(value):
-        return (value, None) if value > 0 else (value, f"expected a positive size in pixels, found {value}")
+        if value <= 0:
+            return value, f"expected a positive size in pixels, found {value}"
+        if value > MAX_SIZE:
+            return value, f"expected a size of at most {MAX_SIZE} pixels, found {_shown(value)}"
+        return value, None
     if isinstance(value, list) and len(value) == 2 and all(is_int(v) for v in value):
         if min(value) <= 0:
             return value, f"expected positive sizes in pixels, found {value}"
+        if max(value) > MAX_SIZE:
+            return value, f"expected sizes of at most {MAX_SIZE} pixels, found [{', '.join(map(_shown, value))}]"
         return list(value), None
     return value, f"expected a size in pixels (an integer or [height, width]), found {_type_name(value)} {value!r}"
+
+
+def _shown(number: int) -> str:
+    """An integer as a message quotes it: at most 20 digits."""
+    text = str(number)
+    return text if len(text) <= 20 else f"{text[:8]}...({len(text)} digits)"
 
 
 def choice_checker(choices: tuple[str, ...]) -> Checker:
