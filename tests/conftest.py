@@ -21,6 +21,31 @@ HOST_BACKENDS = available_backends()
 CPU_BACKENDS = [b for b in ("dali-cpu", "torchvision") if b in HOST_BACKENDS]
 
 
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]  # ImageNet's, as the shipped pipelines
+needs_cpu_backends = pytest.mark.skipif(CPU_BACKENDS != ["dali-cpu", "torchvision"],
+                                        reason=f"needs dali-cpu and torchvision; this host has {CPU_BACKENDS}")
+
+
+def plan_of(ops: list, parity: str = "exact"):
+    """The plan of ``ops`` over a source that is never listed (plans need no files)."""
+    from dali_bridge.plan import build_plan
+    from dali_bridge.spec import spec_from_dict
+
+    return build_plan(spec_from_dict({"version": 1, "source": {"type": "folder", "root": "/nonexistent"},
+                                      "batch_size": 2, "ops": ops, "parity": parity}))
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    """The same answers on every host: CUDA switched off through DALI_BRIDGE_DISABLE."""
+    from dali_bridge.backends.select import probe
+
+    monkeypatch.setenv("DALI_BRIDGE_DISABLE", "cuda")
+    probe.cache_clear()
+    yield
+    probe.cache_clear()
+
+
 def backend_params(names: list[str] = ["dali-cpu", "torchvision", "dali"]) -> list:
     """pytest params over backends, each unavailable one skipped with the reason."""
     from dali_bridge.backends.select import unavailable_reason

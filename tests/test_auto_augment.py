@@ -9,22 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import CPU_BACKENDS
+from conftest import MEAN, STD, needs_cpu_backends, plan_of
 from test_color_jitter import write_mixed_images
 
 from dali_bridge.ops.auto_augment import SPACES, PolicyOperation, apply_operation, magnitudes
-from dali_bridge.plan import build_plan, placement
-from dali_bridge.spec import SpecError, spec_from_dict
+from dali_bridge.plan import placement
+from dali_bridge.spec import SpecError
 
 DRAWS = 10_000
-MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-needs_cpu_backends = pytest.mark.skipif(CPU_BACKENDS != ["dali-cpu", "torchvision"],
-                                        reason=f"needs dali-cpu and torchvision; this host has {CPU_BACKENDS}")
 
-
-def plan_of(ops: list):
-    return build_plan(spec_from_dict({"version": 1, "source": {"type": "folder", "root": "/nonexistent"},
-                                      "batch_size": 2, "ops": ops}))
 
 
 def torchvision_policy(space: str):

@@ -10,17 +10,9 @@ from pathlib import Path
 import pytest
 
 from conftest import TRAIN, VAL
-from dali_bridge.backends.select import available_backends, probe
+from dali_bridge.backends.select import available_backends
 from dali_bridge.cli import EXIT_INVALID, EXIT_UNAVAILABLE, main
 
-
-@pytest.fixture
-def no_cuda(monkeypatch):
-    """The same answers on every host: CUDA switched off through DALI_BRIDGE_DISABLE."""
-    monkeypatch.setenv("DALI_BRIDGE_DISABLE", "cuda")
-    probe.cache_clear()
-    yield
-    probe.cache_clear()
 
 
 def test_validate_accepts_the_shipped_pipelines(capsys):

@@ -13,7 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import CPU_BACKENDS, TRAIN, VAL
+from conftest import TRAIN, VAL, needs_cpu_backends
 from dali_bridge.cli import EXIT_FAILED, EXIT_UNAVAILABLE, main
 from dali_bridge.compare import (CPU_BOUNDS, NVJPEG_BOUNDS, Bounds, compare_batches, default_bounds, float16_step,
                                  to_levels)
@@ -22,8 +22,6 @@ from dali_bridge.spec import spec_from_dict
 
 OUTPUTS = ["image", "label", "index"]
 PATHS = [f"/data/img_{i}.jpg" for i in range(8)]
-needs_cpu_backends = pytest.mark.skipif(CPU_BACKENDS != ["dali-cpu", "torchvision"],
-                                        reason=f"needs dali-cpu and torchvision; this host has {CPU_BACKENDS}")
 
 
 def batches(images: list[torch.Tensor], start: int = 0) -> list[tuple[torch.Tensor, ...]]:

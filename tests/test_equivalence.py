@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CPU_BACKENDS, TRAIN, VAL
+from conftest import CPU_BACKENDS, MEAN, STD, TRAIN, VAL
 from dali_bridge.compare import CPU_BOUNDS, NVJPEG_BOUNDS, CompareResult, compare, compare_batches
 from dali_bridge.plan import build_plan, resize_methods
 from dali_bridge.spec import spec_from_dict
@@ -29,7 +29,6 @@ from dali_bridge.spec import spec_from_dict
 pytestmark = pytest.mark.skipif(CPU_BACKENDS != ["dali-cpu", "torchvision"],
                                 reason=f"needs dali-cpu and torchvision; this host has {CPU_BACKENDS}")
 
-MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 NORMALIZE = {"normalize": {"mean": MEAN, "std": STD, "dtype": "float32", "layout": "CHW"}}
 UINT8 = {"normalize": {"dtype": "uint8"}}
 

@@ -110,15 +110,6 @@ def test_run_refuses_a_zero_batch_epoch_with_exit_2(capsys, sample_root):
 
 # ---- a CUDA device on a host without one
 
-@pytest.fixture
-def no_cuda(monkeypatch):
-    from dali_bridge.backends.select import probe
-
-    monkeypatch.setenv("DALI_BRIDGE_DISABLE", "cuda")
-    probe.cache_clear()
-    yield
-    probe.cache_clear()
-
 
 @pytest.mark.parametrize("backend", backend_params(["torchvision", "dali-cpu"]))
 def test_device_cuda_without_cuda_says_what_is_wrong_when_the_loader_is_built(sample_root, no_cuda, backend):

@@ -9,16 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import CPU_BACKENDS
+from conftest import MEAN, STD, needs_cpu_backends
 
 from dali_bridge.images import ImageError
 from dali_bridge.plan import build_plan, placement
 from dali_bridge.spec import SpecError, spec_from_dict
 
-MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 DRAWS = 10_000
-needs_cpu_backends = pytest.mark.skipif(CPU_BACKENDS != ["dali-cpu", "torchvision"],
-                                        reason=f"needs dali-cpu and torchvision; this host has {CPU_BACKENDS}")
 
 
 def spec_data(ops: list) -> dict:

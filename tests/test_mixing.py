@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import CPU_BACKENDS
+from conftest import CPU_BACKENDS, needs_cpu_backends
 
 from dali_bridge.ops import OPS
 from dali_bridge.ops.mixing import Mix, mix_batch
@@ -17,8 +17,6 @@ from dali_bridge.post_finish import PostFinish, batch_uniforms
 from dali_bridge.spec import SpecError, spec_from_dict
 
 BATCHES = 10_000
-needs_cpu_backends = pytest.mark.skipif(CPU_BACKENDS != ["dali-cpu", "torchvision"],
-                                        reason=f"needs dali-cpu and torchvision; this host has {CPU_BACKENDS}")
 
 
 def spec_of(ops: list, outputs=("image", "target"), **keys):

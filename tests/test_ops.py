@@ -7,20 +7,16 @@ import itertools
 import numpy as np
 import pytest
 
+from conftest import plan_of
+
 from dali_bridge.ops import OPS, REQUIRED, Op, Step
-from dali_bridge.plan import build_plan
 from dali_bridge.sampling import draws, sample_steps
-from dali_bridge.spec import spec_from_dict
 
 EVERY_OP = [{"random_resized_crop": {"size": 48, "interpolation": "bicubic"}}, {"resize": 64},
             {"horizontal_flip": 0.5}, {"vertical_flip": 0.5}, {"random_grayscale": 0.5},
             {"resize": {"size": [40, 44], "interpolation": "nearest"}},
             {"crop_mirror_normalize": {"crop": 32, "mirror": 0.5}}]
 
-
-def plan_of(ops: list):
-    return build_plan(spec_from_dict({"version": 1, "source": {"type": "folder", "root": "/nonexistent"},
-                                      "batch_size": 2, "ops": ops}))
 
 
 @pytest.mark.parametrize("name", list(OPS))

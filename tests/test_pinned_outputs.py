@@ -12,13 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TRAIN, VAL, backend_params
+from conftest import MEAN, STD, TRAIN, VAL, backend_params
 
 from dali_bridge.loader import build_loader
 from dali_bridge.plan import build_plan
 from dali_bridge.spec import coerce_spec
 
-MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 UINT8 = {"normalize": {"dtype": "uint8"}}
 
 # name → (shipped pipeline, overrides): the shipped pipelines and variants covering every resize

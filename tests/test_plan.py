@@ -15,12 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import TRAIN, VAL
+from conftest import MEAN, STD, TRAIN, VAL
 from dali_bridge.ops.exact_resize import METHODS
 from dali_bridge.plan import Finish, Placed, Step, build_plan, fused_mirror, placement, roi_decode, unsupported_ops
 from dali_bridge.spec import coerce_spec, spec_from_dict
 
-MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
 def spec_of(ops: list, decode: str = "mixed", **extra: Any):

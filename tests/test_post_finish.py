@@ -14,16 +14,6 @@ from dali_bridge.post_finish import PostFinish
 from dali_bridge.sampling import draws, sample_steps
 from dali_bridge.spec import load_spec, spec_from_dict
 
-@pytest.fixture
-def no_cuda(monkeypatch):
-    """The same placement on every host: CUDA switched off through DALI_BRIDGE_DISABLE."""
-    from dali_bridge.backends.select import probe
-
-    monkeypatch.setenv("DALI_BRIDGE_DISABLE", "cuda")
-    probe.cache_clear()
-    yield
-    probe.cache_clear()
-
 
 TAIL = [{"random_erasing": {"probability": 0.25, "value": "random"}}, {"batch_mix": {"cutmix_probability": 0.4}}]
 

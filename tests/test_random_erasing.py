@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import CPU_BACKENDS
+from conftest import MEAN, STD, needs_cpu_backends
 
 from dali_bridge.ops import OPS
 from dali_bridge.ops.erasing import Erase
@@ -16,11 +16,8 @@ from dali_bridge.post_finish import PostFinish
 from dali_bridge.sampling import uniforms
 from dali_bridge.spec import SpecError, spec_from_dict
 
-MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 DRAWS = 10_000
 ERASING = OPS["random_erasing"]
-needs_cpu_backends = pytest.mark.skipif(CPU_BACKENDS != ["dali-cpu", "torchvision"],
-                                        reason=f"needs dali-cpu and torchvision; this host has {CPU_BACKENDS}")
 
 
 def spec_of(ops: list, **keys):

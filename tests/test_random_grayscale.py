@@ -7,20 +7,13 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import CPU_BACKENDS
+from conftest import MEAN, STD, needs_cpu_backends, plan_of
 
 from dali_bridge.plan import build_plan, placement
 from dali_bridge.spec import spec_from_dict
 
-MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 DRAWS = 10_000
-needs_cpu_backends = pytest.mark.skipif(CPU_BACKENDS != ["dali-cpu", "torchvision"],
-                                        reason=f"needs dali-cpu and torchvision; this host has {CPU_BACKENDS}")
 
-
-def plan_of(ops: list):
-    return build_plan(spec_from_dict({"version": 1, "source": {"type": "folder", "root": "/nonexistent"},
-                                      "batch_size": 2, "ops": ops}))
 
 
 def test_random_grayscale_defaults_to_probability_one_tenth_and_keeps_the_size():

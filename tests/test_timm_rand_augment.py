@@ -10,23 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import CPU_BACKENDS
+from conftest import needs_cpu_backends, plan_of
 from test_color_jitter import write_mixed_images
 
 from dali_bridge.ops.timm_rand_augment import OPERATIONS, TimmDraw, TimmOperation, apply_timm, level_argument
-from dali_bridge.plan import build_plan
-from dali_bridge.spec import SpecError, spec_from_dict
+from dali_bridge.spec import SpecError
 
 DRAWS = 10_000
 TIMM_M9_MSTD05_INC1 = {"variant": "timm", "magnitude": 9, "magnitude_std": 0.5, "increasing": True}
 NAMES = sorted(set(OPERATIONS[False]) | set(OPERATIONS[True]))
-needs_cpu_backends = pytest.mark.skipif(CPU_BACKENDS != ["dali-cpu", "torchvision"],
-                                        reason=f"needs dali-cpu and torchvision; this host has {CPU_BACKENDS}")
 
-
-def plan_of(ops: list):
-    return build_plan(spec_from_dict({"version": 1, "source": {"type": "folder", "root": "/nonexistent"},
-                                      "batch_size": 2, "ops": ops}))
 
 
 def timm_augment():
