@@ -68,6 +68,23 @@ def sample_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def corpus_root(tmp_path_factory: pytest.TempPathFactory, sample_root: Path) -> Path:
+    """Every unusual-image corpus kind (grayscale-origin, CMYK, PNG kinds, 1x1 to 4000x3000; one
+    class each) plus 10 generated photo-like JPEGs (class 'natural')."""
+    import shutil
+
+    from corpus import write_unusual_images
+
+    root = tmp_path_factory.mktemp("corpus")
+    write_unusual_images(root)
+    natural = root / "natural"
+    natural.mkdir()
+    for path in sorted(sample_root.rglob("*.jpg"))[:10]:
+        shutil.copy(path, natural / path.name)
+    return root
+
+
 @pytest.fixture
 def write_pipeline(tmp_path: Path) -> Callable[..., Path]:
     """Write a pipeline file: a shipped one (by path) with dotted overrides, or raw data."""

@@ -13,7 +13,6 @@ RandomHorizontalFlip. GPU comparisons (nvJPEG) are written here and skip without
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +32,6 @@ NORMALIZE = {"normalize": {"mean": MEAN, "std": STD, "dtype": "float32", "layout
 UINT8 = {"normalize": {"dtype": "uint8"}}
 
 
-@pytest.fixture(scope="module")
-def mixed_root(tmp_path_factory: pytest.TempPathFactory, sample_root: Path) -> Path:
-    """Every corpus kind (one class each) plus 10 generated photo-like JPEGs (class 'natural')."""
-    from corpus import write_unusual_images
-
-    root = tmp_path_factory.mktemp("mixed")
-    write_unusual_images(root)
-    natural = root / "natural"
-    natural.mkdir()
-    for path in sorted(sample_root.rglob("*.jpg"))[:10]:
-        shutil.copy(path, natural / path.name)
-    return root
 
 
 def pipeline(root: Path, ops: list, *, batch_size: int = 13, shuffle: bool = True, seed: int = 3) -> dict[str, Any]:
@@ -174,30 +161,30 @@ CASES: dict[str, list] = {
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_every_op_and_option_matches_torchvision_on_unusual_and_natural_images(mixed_root, name):
+def test_every_op_and_option_matches_torchvision_on_unusual_and_natural_images(corpus_root, name):
     from corpus import KINDS
 
-    result = run_compare(pipeline(mixed_root, CASES[name]))
+    result = run_compare(pipeline(corpus_root, CASES[name]))
     assert_within_bounds(result, samples=len(KINDS) + 10, float16="float16" in name)
 
 
-def test_nearest_is_pixel_exact(mixed_root):
+def test_nearest_is_pixel_exact(corpus_root):
     """Nearest picks source pixels, so matching torchvision's float32 index exactly means no difference at all."""
-    result = run_compare(pipeline(mixed_root, CASES["random resized crop, nearest"]))
+    result = run_compare(pipeline(corpus_root, CASES["random resized crop, nearest"]))
     assert result.output("image").max_abs == 0.0
 
 
-def test_center_crop_padding_is_zero_and_identical(mixed_root):
+def test_center_crop_padding_is_zero_and_identical(corpus_root):
     """Images smaller than the crop (1x1, 7x5, 100x80, 150x230) come out padded with zeros on both backends."""
-    result = run_compare(pipeline(mixed_root, CASES["center crop only: images smaller than the crop padded"]))
+    result = run_compare(pipeline(corpus_root, CASES["center crop only: images smaller than the crop padded"]))
     assert result.output("image").max_abs == 0.0
 
 
-def test_bicubic_without_antialias_is_refused_on_dali_naming_op_option_and_backends(mixed_root):
+def test_bicubic_without_antialias_is_refused_on_dali_naming_op_option_and_backends(corpus_root):
     from dali_bridge.backends.select import BackendUnavailable
     from dali_bridge.loader import build_loader
 
-    spec = pipeline(mixed_root, [{"resize": {"size": [100, 120], "interpolation": "bicubic", "antialias": False}},
+    spec = pipeline(corpus_root, [{"resize": {"size": [100, 120], "interpolation": "bicubic", "antialias": False}},
                                  UINT8])
     with pytest.raises(BackendUnavailable) as caught:
         build_loader(spec, "dali-cpu")
@@ -207,18 +194,18 @@ def test_bicubic_without_antialias_is_refused_on_dali_naming_op_option_and_backe
     build_loader(spec, "torchvision").close()  # the reference backend runs it
 
 
-def test_a_1x1_bilinear_resize_is_refused_on_torchvision_naming_the_reason(mixed_root):
+def test_a_1x1_bilinear_resize_is_refused_on_torchvision_naming_the_reason(corpus_root):
     from dali_bridge.backends.select import BackendUnavailable
     from dali_bridge.loader import build_loader
 
     for op in ({"resize": {"size": [1, 1]}}, {"random_resized_crop": 1}, {"resize": 1}):
-        spec = pipeline(mixed_root, [op, UINT8] if "random" in str(op) else [op, {"center_crop": 1}, UINT8])
+        spec = pipeline(corpus_root, [op, UINT8] if "random" in str(op) else [op, {"center_crop": 1}, UINT8])
         with pytest.raises(BackendUnavailable) as caught:
             build_loader(spec, "torchvision")
         assert "cannot make a 1x1 image" in str(caught.value)
         with build_loader(spec, "dali-cpu") as loader:  # DALI makes 1x1 images (resize 1: after the crop)
             assert tuple(next(iter(loader))[0].shape[-2:]) == (1, 1)
-    build_loader(pipeline(mixed_root, [{"random_resized_crop": {"size": 1, "interpolation": "nearest"}}, UINT8]),
+    build_loader(pipeline(corpus_root, [{"random_resized_crop": {"size": 1, "interpolation": "nearest"}}, UINT8]),
                  "torchvision").close()
 
 
@@ -242,7 +229,7 @@ def _random_cases(images: list[torch.Tensor], seed: int) -> list[tuple[np.ndarra
 @pytest.mark.parametrize("interpolation, antialias, method, max_delta", [
     ("bilinear", True, "filter_1pass", 1), ("bilinear", True, "border_patch", 1), ("bicubic", True, "filter_2pass", 1),
     ("bilinear", False, "linear", 1), ("nearest", False, "nearest", 0), ("nearest", True, "nearest", 0)])
-def test_dali_resize_reproduces_torchvision_resize_at_any_scale(mixed_root, interpolation, antialias, method,
+def test_dali_resize_reproduces_torchvision_resize_at_any_scale(corpus_root, interpolation, antialias, method,
                                                                  max_delta):
     from nvidia.dali import fn, pipeline_def
     from torchvision.transforms import InterpolationMode
@@ -254,7 +241,7 @@ def test_dali_resize_reproduces_torchvision_resize_at_any_scale(mixed_root, inte
     from dali_bridge.plan import resize_method
 
     assert resize_method(interpolation, antialias) == ("filter_1pass" if method == "border_patch" else method)
-    files = sorted(p for p in mixed_root.rglob("*") if p.is_file() and "large" not in p.name)
+    files = sorted(p for p in corpus_root.rglob("*") if p.is_file() and "large" not in p.name)
     cases = _random_cases([decode_rgb(read_bytes(str(p))) for p in files], seed=len(method) + int(antialias))
     if method == "border_patch":  # chosen only for a fixed output size of at least 3 x 3 (resize_methods)
         cases = [(crop, (max(3, out[0]), max(3, out[1]))) for crop, out in cases]
@@ -347,12 +334,12 @@ def test_border_renormalisation_is_skipped_only_where_a_crop_hides_the_border():
 # ---------------------------------------------------------------------------------------------
 # Decoding: every corpus kind decodes to the same pixels (whole image and region of interest)
 
-def test_every_unusual_image_decodes_identically_on_dali_cpu_and_torchvision(mixed_root):
+def test_every_unusual_image_decodes_identically_on_dali_cpu_and_torchvision(corpus_root):
     from nvidia.dali import fn, pipeline_def, types
 
     from dali_bridge.images import decode_rgb, probe, read_bytes
 
-    files = sorted(p for p in mixed_root.rglob("*") if p.is_file() and p.parent.name != "natural")
+    files = sorted(p for p in corpus_root.rglob("*") if p.is_file() and p.parent.name != "natural")
     encoded = [np.frombuffer(read_bytes(str(p)), dtype=np.uint8) for p in files]
     sizes = [probe(read_bytes(str(p))) for p in files]
     rng = np.random.default_rng(0)
@@ -381,13 +368,13 @@ def test_every_unusual_image_decodes_identically_on_dali_cpu_and_torchvision(mix
         assert np.array_equal(np.array(regions[k]), reference[top:top + h, left:left + w]), path.name
 
 
-def test_exif_orientations_5_to_8_swap_height_and_width(mixed_root):
+def test_exif_orientations_5_to_8_swap_height_and_width(corpus_root):
     from corpus import stored_size
 
     from dali_bridge.images import decode_rgb, read_bytes
 
     for orientation in range(1, 9):
-        path = next((mixed_root / f"exif_{orientation}").iterdir())
+        path = next((corpus_root / f"exif_{orientation}").iterdir())
         height, width = stored_size(f"exif_{orientation}")
         expected = (width, height) if orientation >= 5 else (height, width)
         assert tuple(decode_rgb(read_bytes(str(path))).shape[-2:]) == expected
@@ -494,13 +481,13 @@ def test_gpu_dali_matches_the_cpu_backends_within_the_nvjpeg_bound(sample_root, 
 
 @needs_gpu_dali
 @pytest.mark.gpu
-def test_gpu_dali_with_cpu_decode_matches_dali_cpu_within_one_level(mixed_root):
+def test_gpu_dali_with_cpu_decode_matches_dali_cpu_within_one_level(corpus_root):
     """decode.device cpu: the same libjpeg-turbo decode, so only GPU resampling rounding remains."""
     from dali_bridge.spec import coerce_spec
 
     for name in ("train: random resized crop + flip, float32 CHW", "random resized crop, nearest",
                  "random resized crop, bicubic with antialias"):
-        spec = coerce_spec(pipeline(mixed_root, CASES[name]), {"decode.device": "cpu"})
+        spec = coerce_spec(pipeline(corpus_root, CASES[name]), {"decode.device": "cpu"})
         result = compare(spec, ("dali", "dali-cpu"), batches=None)
         assert result.bounds == CPU_BOUNDS
         assert result.passed, result.format()

@@ -3,8 +3,6 @@ F.gaussian_blur given the same sigma, the same pixels on every backend, and the 
 distributed as torchvision's make_params draws it."""
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -150,18 +148,6 @@ def test_dali_blur_is_within_one_level_of_torchvision_at_extreme_sigmas(kernel_s
         assert any(np.abs(image.astype(int) - ours).max() > 10 for image, ours in zip(images, got))  # it blurred
 
 
-@pytest.fixture(scope="module")
-def mixed_root(tmp_path_factory: pytest.TempPathFactory, sample_root: Path) -> Path:
-    """The unusual-image corpus (grayscale-origin, CMYK, PNG kinds, 1x1 to 4000x3000) and 10 photos."""
-    from corpus import write_unusual_images
-
-    root = tmp_path_factory.mktemp("blur-mixed")
-    write_unusual_images(root)
-    natural = root / "natural"
-    natural.mkdir()
-    for path in sorted(sample_root.rglob("*.jpg"))[:10]:
-        shutil.copy(path, natural / path.name)
-    return root
 
 
 @needs_cpu_backends
@@ -171,11 +157,11 @@ def mixed_root(tmp_path_factory: pytest.TempPathFactory, sample_root: Path) -> P
     [{"random_resized_crop": [96, 120]}, {"gaussian_blur": {"kernel_size": [23, 5], "sigma": [0.1, 8.0]}},
      {"horizontal_flip": 0.5}, {"normalize": {"mean": MEAN, "std": STD}}],
 ], ids=["center-crop-pads-small-images-uint8", "after-a-random-resized-crop-normalized"])
-def test_gaussian_blur_matches_torchvision_on_dali_cpu_over_unusual_images(mixed_root, ops):
+def test_gaussian_blur_matches_torchvision_on_dali_cpu_over_unusual_images(corpus_root, ops):
     from corpus import KINDS
     from test_equivalence import assert_within_bounds, pipeline, run_compare
 
-    result = run_compare(pipeline(mixed_root, ops))
+    result = run_compare(pipeline(corpus_root, ops))
     assert_within_bounds(result, samples=len(KINDS) + 10)
 
 
