@@ -74,7 +74,21 @@ def ops_data(*ops) -> dict:
 # Shipped pipelines and round trip
 
 def test_shipped_pipelines_exist():
-    assert {p.name for p in SHIPPED} == {"imagenet_train.yaml", "imagenet_val.yaml"}
+    assert {p.name for p in SHIPPED} == {"imagenet_train.yaml", "imagenet_val.yaml", "timm_train.yaml",
+                                         "torchvision_recipe_train.yaml", "torchvision_recipe_val.yaml"}
+
+
+def test_the_torchvision_recipe_pipeline_is_the_whole_recipe():
+    spec = load_spec(REPO / "pipelines" / "torchvision_recipe_train.yaml")
+    ops = {op.name: op.params for op in spec.ops}
+    assert list(ops) == ["random_resized_crop", "horizontal_flip", "trivial_augment_wide", "normalize",
+                         "random_erasing", "batch_mix"]
+    assert ops["random_resized_crop"]["size"] == 176 and ops["random_erasing"]["probability"] == 0.1
+    assert (ops["batch_mix"]["mixup_alpha"], ops["batch_mix"]["cutmix_alpha"]) == (0.2, 1.0)
+    assert spec.label_smoothing == 0.1 and spec.loader.repeated_augmentations == 4
+    assert spec.outputs == ("image", "target")
+    val = load_spec(REPO / "pipelines" / "torchvision_recipe_val.yaml")
+    assert [(op.name, op.params["size"]) for op in val.ops[:2]] == [("resize", 232), ("center_crop", 224)]
 
 
 def test_shipped_train_pipeline_loads_with_values_from_the_file():
