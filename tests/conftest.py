@@ -109,6 +109,19 @@ def write_pipeline(tmp_path: Path) -> Callable[..., Path]:
     return write
 
 
+def torchrun(script: Path, *args: str, nproc: int = 2, timeout: float = 300) -> None:
+    """Run ``script`` under ``torchrun --standalone`` with ``nproc`` ranks (the repository and tests/
+    importable); fails the test with both streams' tails when it exits non-zero."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{REPO}{os.pathsep}{REPO / 'tests'}")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+               f"--nproc_per_node={nproc}", str(script), *args]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"torchrun failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+
+
 # ---- lifecycle helpers: what a loader leaves behind (Linux /proc)
 
 def os_threads() -> int:

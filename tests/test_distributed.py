@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, backend_params
+from conftest import backend_params, torchrun
 
 SAMPLES = 13      # odd, and not a multiple of world x batch: partial, pad and drop all differ
 BATCH = 3
@@ -60,11 +59,7 @@ def rank_main(backend: str, root: str, out: str, workers: int) -> None:
 
 
 def launch(backend: str, root: Path, out: Path, workers: int) -> None:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{REPO}{os.pathsep}{REPO / 'tests'}")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-               f"--nproc_per_node={WORLD}", str(Path(__file__).resolve()), backend, str(root), str(out), str(workers)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"torchrun failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    torchrun(Path(__file__).resolve(), backend, str(root), str(out), str(workers), nproc=WORLD)
 
 
 @pytest.fixture(scope="module")
