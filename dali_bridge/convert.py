@@ -35,8 +35,9 @@ from typing import Any, BinaryIO, Iterator
 from .shards import index_path, manifest_path
 from .images import ImageError
 from .ops import is_int
-from .sources import MAX_MANIFEST_BYTES, Listing, SourceError, list_file, list_folder, manifest_problem
-from .spec import DEFAULT_EXTENSIONS, NotUtf8Error, decode_utf8
+from .sources import (Listing, SourceError, list_file, list_folder, manifest_problem,
+                      read_manifest_json)
+from .spec import DEFAULT_EXTENSIONS, NotUtf8Error
 
 MANIFEST_FORMAT = "dali-bridge/webdataset"
 MANIFEST_VERSION = 1
@@ -359,10 +360,8 @@ def read_manifest(manifest: str | Path) -> dict[str, Any]:
     """A converter's manifest, parsed and checked (:func:`~dali_bridge.sources.manifest_problem`);
     :class:`~dali_bridge.sources.SourceError` naming the file if it is not one."""
     manifest = Path(manifest)
-    with open(manifest, "rb") as handle:
-        raw = handle.read(MAX_MANIFEST_BYTES + 1)
     try:
-        data = json.loads(decode_utf8(raw, str(manifest)))
+        data = read_manifest_json(manifest)
     except NotUtf8Error as exc:
         raise SourceError(f"{exc.where}: not a dali-bridge shard manifest: {exc.detail}") from None
     except (ValueError, RecursionError) as exc:

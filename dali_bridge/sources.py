@@ -240,8 +240,7 @@ def _manifest_for(pattern: str, manifest: str | None) -> tuple[str | None, dict 
             return None, None
         manifest = candidate
     try:
-        with open(manifest, "rb") as handle:
-            data = json.loads(decode_utf8(handle.read(MAX_MANIFEST_BYTES + 1), manifest))
+        data = read_manifest_json(manifest)
     except OSError as exc:
         raise SourceError(f"source.manifest: cannot read {manifest}: {exc.strerror or exc}") from None
     except NotUtf8Error as exc:
@@ -256,6 +255,14 @@ def _manifest_for(pattern: str, manifest: str | None) -> tuple[str | None, dict 
 
 # A converter's manifest is a few hundred bytes per shard and per class.
 MAX_MANIFEST_BYTES = 256 << 20
+
+
+def read_manifest_json(manifest: str | Path) -> Any:
+    """A converter's manifest file as JSON, read within :data:`MAX_MANIFEST_BYTES`. Raises
+    ``OSError``, :class:`~dali_bridge.spec.NotUtf8Error`, or ``ValueError``/``RecursionError``
+    (not JSON); each caller names the file its own way."""
+    with open(manifest, "rb") as handle:
+        return json.loads(decode_utf8(handle.read(MAX_MANIFEST_BYTES + 1), str(manifest)))
 
 
 def manifest_problem(data: Any) -> str | None:
