@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .formats import DEFAULT_MAX_PIXELS, inspect_image, without_webp_exif
-from .images import check_encoded, read_file
+from .images import check_encoded, decode_rgb, read_file
 from .shards import ShardSamples, expand_braces, manifest_path, scan_shard
 from .ops import is_int
 from .quoting import quoted
@@ -61,6 +61,11 @@ class Listing:
         data = self._raw(index)
         check_encoded(data, max_pixels=self.max_pixels)
         return data
+
+    def decode(self, index: int):
+        """Sample ``index`` as a uint8 CHW RGB tensor (:func:`~dali_bridge.images.decode_rgb`), its bytes
+        checked once, with this source's pixel cap — as :meth:`read` would, without checking twice."""
+        return decode_rgb(self._raw(index), max_pixels=self.max_pixels)
 
     def read_sized(self, index: int) -> tuple[bytes, tuple[int, int]]:
         """:meth:`read` and the decoded (height, width), from one walk of the header — the bytes as

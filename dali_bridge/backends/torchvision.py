@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..images import ImageError, SampleError, decode_rgb
+from ..images import ImageError, SampleError
 from .base import RawBatch, SkippedSample, Topology, default_workers
 from .device import cuda_ordinal
 from ..plan import Finish, Plan
@@ -80,7 +80,7 @@ class BatchDataset(Dataset):
         for row, index in enumerate(task.indices.tolist()):
             path = self.paths[index]
             try:
-                image = decode_rgb(self.listing.read(index))
+                image = self.listing.decode(index)
                 per_step = sample_steps(self.plan, image.shape[-2], image.shape[-1],
                                         {k: v[row] for k, v in sample_draws.items()})
             except ImageError as exc:  # unreadable, or no geometry fits it (too thin for a max_size resize)
