@@ -40,6 +40,7 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
+from . import portable_math
 from .sources import SourceError
 
 __all__ = [
@@ -54,7 +55,7 @@ __all__ = [
 #: Manifest file written into the dataset root.
 MANIFEST_NAME = ".dali-bridge-samples.json"
 #: Bump whenever rendering or encoding changes, so stale sets are regenerated.
-_GENERATOR_VERSION = 1
+_GENERATOR_VERSION = 2
 _FORMAT = "dali-bridge-samples"
 
 _TAG_SIZE = 0x5123
@@ -154,7 +155,7 @@ def _pink_filter(h: int, w: int) -> np.ndarray:
     fy = np.fft.fftfreq(h).astype(_F32)[:, None]
     fx = np.fft.fftfreq(w).astype(_F32)[None, :]
     f2 = np.maximum(fx * fx + fy * fy, _F32(1.0 / max(h, w) ** 2))
-    filt = f2 ** _F32(-_BETA / 2)
+    filt = portable_math.power(f2, -_BETA / 2).astype(_F32)
     filt[0, 0] = 0.0
     # Re(ifft2(X * filt)) for complex white X (variance v per component) has
     # variance v * sum(filt^2) / N^2: normalise that to one.
@@ -235,7 +236,7 @@ def _polygon_sdf(
     k = int(rng.integers(3, 9))
     # jittered, evenly spread angles: convex (on an ellipse) and not a sliver
     ang = np.sort((np.linspace(0.0, 2.0 * np.pi, k, endpoint=False) + rng.uniform(-0.4, 0.4, k) * np.pi / k))
-    pu, pv = a * np.cos(ang), b * np.sin(ang)
+    pu, pv = a * portable_math.cos(ang), b * portable_math.sin(ang)
     px, py = pu * ca - pv * sa, pu * sa + pv * ca
     edges = []
     for i in range(k):
@@ -295,7 +296,7 @@ def _render(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
 
     # Overlapping shapes, larger ones first (further back).
     n_shapes = int(rng.integers(3, 10))
-    radii = np.sort(np.exp(rng.uniform(math.log(0.05), math.log(0.5), n_shapes)))[::-1] * s
+    radii = np.sort(portable_math.exp(rng.uniform(math.log(0.05), math.log(0.5), n_shapes)))[::-1] * s
     for r in radii:
         _paint_shape(rng, img, xs, ys, tex, tex2, pal, float(r), s, lx, ly)
 
@@ -387,7 +388,7 @@ def _paint_shape(
     if stripes:
         k = 2.0 * np.pi / period
         phase = X * _F32(k * math.cos(s_ang)) + Y * _F32(k * math.sin(s_ang)) + s_warp * tex2[y0:y1, x0:x1]
-        shade *= _F32(1.0) - s_amp * (_F32(0.5) + _F32(0.5) * np.sin(phase))
+        shade *= _F32(1.0) - s_amp * (_F32(0.5) + _F32(0.5) * portable_math.sin(phase).astype(_F32))
     fill = color * shade
     fill -= region
     fill *= alpha

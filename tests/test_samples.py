@@ -250,3 +250,36 @@ def test_invalid_arguments(tmp_path: Path, kwargs: dict) -> None:
     with pytest.raises(ValueError):
         generate_sample_data(tmp_path / "x", **kwargs)
     assert not (tmp_path / "x").exists()
+
+
+_GENERATE_AND_HASH = """
+import hashlib, sys
+from pathlib import Path
+from dali_bridge.samples import generate_sample_data
+root = Path(sys.argv[1])
+generate_sample_data(root, images=40, classes=3, seed=1, workers=1)
+for path in sorted(root.rglob('*.jpg')):
+    print(path.relative_to(root).as_posix(), hashlib.sha256(path.read_bytes()).hexdigest())
+"""
+
+
+@pytest.mark.skipif(__import__("platform").machine() not in ("x86_64", "AMD64"),
+                    reason="the optional CPU features named here are x86-64's")
+def test_the_generated_set_is_the_same_bytes_whatever_simd_kernels_numpy_dispatches_to(tmp_path):
+    """numpy picks its exp/sin/power kernels by the CPU's features at run time; disabling the
+    optional ones (AVX-512, AVX2: what another CPU may lack) must not change one byte of the set."""
+    import subprocess
+    import sys
+
+    def generate(folder: str, disabled: str | None) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "NPY_DISABLE_CPU_FEATURES"}
+        if disabled:
+            env["NPY_DISABLE_CPU_FEATURES"] = disabled
+        done = subprocess.run([sys.executable, "-c", _GENERATE_AND_HASH, str(tmp_path / folder)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    normal = generate("normal", None)
+    assert normal.count("\n") == 40
+    assert generate("without-x86-v4-v3", "X86_V4 X86_V3") == normal
