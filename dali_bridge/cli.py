@@ -192,17 +192,17 @@ def _run_one(spec: PipelineSpec, backend: str, args: argparse.Namespace) -> dict
 
 
 def cmd_sample_data(args: argparse.Namespace) -> int:
+    from .progress import progress as progress_bar
     from .samples import ensure_sample_data, generate_sample_data
 
-    def progress(done: int, total: int) -> None:
-        if not args.quiet and sys.stderr.isatty():
-            print(f"\r{done}/{total} images", end="" if done < total else "\n", file=sys.stderr, flush=True)
+    with progress_bar(total=args.images, unit="image", description=f"sample-data {args.dir}",
+                      enabled=not args.quiet) as bar:
+        def progress(done: int, total: int) -> None:
+            bar.update(done - bar.n)
 
-    if args.if_absent:
-        info = ensure_sample_data(args.dir, images=args.images, classes=args.classes, seed=args.seed)
-    else:
-        info = generate_sample_data(args.dir, images=args.images, classes=args.classes, seed=args.seed,
-                                    overwrite=args.overwrite, progress=progress)
+        generate = ensure_sample_data if args.if_absent else generate_sample_data
+        extra = {} if args.if_absent else {"overwrite": args.overwrite}
+        info = generate(args.dir, images=args.images, classes=args.classes, seed=args.seed, progress=progress, **extra)
     print(f"{info.root}: {plural(info.images, 'image')} in {plural(info.classes, 'class')} (seed {info.seed}, "
           f"{info.bytes_total / 2**20:.1f} MiB)")
     return 0

@@ -493,7 +493,18 @@ class SampleDataNotAFolder(SampleDataError, NotADirectoryError):
     """The destination exists and is not a folder."""
 
 
+#: The most images one set may hold: ImageNet-1k's 1.28 M training images several times over. The
+#: generator renders about 13 ms a core per image, so this is already days of work; a larger count is
+#: a typo (and its list of names alone would not fit in memory).
+MAX_IMAGES = 10_000_000
+#: Mean bytes per generated JPEG (ImageNet-like sizes at quality 90), for the disk-space check.
+MEAN_IMAGE_BYTES = 42_000
+
+
 def _validate(images: int, classes: int, seed: int, quality: int) -> None:
+    if images > MAX_IMAGES:
+        raise SampleDataError(f"images ({images:,}, --images) must be at most {MAX_IMAGES:,} (about "
+                              f"{MAX_IMAGES * MEAN_IMAGE_BYTES / 1e9:,.0f} GB of JPEGs)")
     if classes < 1:
         raise SampleDataError(f"classes (--classes) must be >= 1, got {classes}")
     if images < classes:
@@ -503,6 +514,17 @@ def _validate(images: int, classes: int, seed: int, quality: int) -> None:
         raise SampleDataError(f"seed (--seed) must be non-negative, got {seed}")
     if not 1 <= quality <= 100:
         raise SampleDataError(f"quality must be in 1..100, got {quality}")
+
+
+def _check_disk_space(root: Path, images: int) -> None:
+    """Refuse a set that cannot fit on the disk before writing the first of its files."""
+    import shutil
+
+    needed = images * MEAN_IMAGE_BYTES
+    free = shutil.disk_usage(root).free
+    if needed > free:
+        raise SampleDataError(f"{images:,} images need about {needed / 2**20:,.0f} MiB; {str(root)!r} has "
+                              f"{free / 2**20:,.0f} MiB free: use fewer --images or another folder")
 
 
 def _remove_stale(root: Path, keep: set[str]) -> None:
@@ -555,6 +577,7 @@ def _generate(
     if root.exists() and not root.is_dir():
         raise SampleDataNotAFolder(f"sample data root {str(root)!r} exists and is not a directory")
     root.mkdir(parents=True, exist_ok=True)
+    _check_disk_space(root, images)
     ours = (root / MANIFEST_NAME).is_file()
     if not ours and not overwrite and any(root.iterdir()):
         raise SampleDataExists(

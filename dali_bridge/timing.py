@@ -42,15 +42,10 @@ def measure_epoch(loader: Loader, *, max_batches: int | None = None, progress: b
     start-up (workers, pipeline build) shows in ``first_batch_seconds`` instead.
     """
     total = len(loader) if max_batches is None else min(len(loader), max_batches)
-    bar = None
-    if progress:
-        try:
-            from tqdm import tqdm
-        except ImportError:  # the bar is a nicety: hosts without tqdm (e.g. a bare GPU box) still run
-            tqdm = None
-        if tqdm is not None:
-            bar = tqdm(total=total, unit="batch", desc=description or f"{loader.spec.name} [{loader.backend}]",
-                       leave=False, dynamic_ncols=True, disable=None)
+    from .progress import progress as progress_bar
+
+    bar = progress_bar(total=total, unit="batch", description=description or f"{loader.spec.name} [{loader.backend}]",
+                       enabled=progress)
     skipped_before = len(loader.skipped)
     image_position = loader.spec.outputs.index("image") if "image" in loader.spec.outputs else None
     start = time.perf_counter()
@@ -72,16 +67,14 @@ def measure_epoch(loader: Loader, *, max_batches: int | None = None, progress: b
                 first = time.perf_counter()
             else:
                 images_after_first += count
-            if bar is not None:
-                bar.update(1)
+            bar.update(1)
             if max_batches is not None and batches >= max_batches:
                 break
     finally:
         close = getattr(iterator, "close", None)
         if close:
             close()
-        if bar is not None:
-            bar.close()
+        bar.close()
     _sync(loader.device)
     end = time.perf_counter()
     first = first or end

@@ -6,8 +6,13 @@ _IRREGULAR = {"class": "classes", "process": "processes", "batch": "batches", "e
               "index": "indexes"}
 
 
+def plural_noun(noun: str) -> str:
+    """``"batch"`` → ``"batches"``, ``"image"`` → ``"images"``."""
+    return _IRREGULAR.get(noun, noun + "s")
+
+
 def plural(count: int, noun: str) -> str:
     """``plural(1, "class")`` → ``"1 class"``; ``plural(3, "class")`` → ``"3 classes"``."""
     if count == 1:
         return f"{count} {noun}"
-    return f"{count} {_IRREGULAR.get(noun, noun + 's')}"
+    return f"{count} {plural_noun(noun)}"

@@ -142,5 +142,5 @@ def test_dev_sh_offers_the_two_commands():
     script = dev.read_text()
     assert re.search(r"^\s+run\)", script, re.M) and re.search(r"^\s+test\)", script, re.M)
     usage = subprocess.run([str(dev), "no-such-command"], capture_output=True, text=True)
-    assert usage.returncode == 2 and "./dev.sh run | ./dev.sh test" in usage.stderr
+    assert usage.returncode == 2 and "./dev.sh run [--full] | ./dev.sh test" in usage.stderr
 
