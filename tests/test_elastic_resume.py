@@ -34,13 +34,17 @@ def pipeline(root: Path, last_batch: str = "partial", workers: int = 0, repeats:
             "loader": {"workers": workers, "last_batch": last_batch, "repeated_augmentations": repeats}}
 
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory) -> Path:
+def image_folder(folder: Path) -> Path:
+    """The tiny dataset of these tests: SAMPLES JPEGs of one class."""
     from hostile import write_image_folder
 
-    folder = tmp_path_factory.mktemp("elastic")
     write_image_folder(folder, classes=1, per_class=SAMPLES)
     return folder
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    return image_folder(tmp_path_factory.mktemp("elastic"))
 
 
 def rows(batch) -> list[tuple[int, bool, str]]:
