@@ -184,6 +184,22 @@ def test_changing_the_worker_count_between_save_and_resume_changes_nothing_of_th
             assert take(resumed) == uninterrupted[3:], f"workers {workers}"
 
 
+def test_a_rank_past_its_last_batch_under_partial_saves_the_jobs_place_until_its_epoch_ends(root):
+    data = {**pipeline(root, repeats=1), "batch_size": 5}   # 11 samples over 2 ranks: 6 and 5, 2 batches and 1
+    short = build_loader(data, "torchvision", rank=1, world_size=2)
+    long = build_loader(data, "torchvision", rank=0, world_size=2)
+    short_iterator, long_iterator = iter(short), iter(long)
+    next(short_iterator)
+    next(long_iterator)
+    assert short.state_dict() == long.state_dict()   # rank 1 has no batch left, rank 0 has one: still epoch 0
+    assert (short.state_dict()["epoch"], short.batches_remaining, long.batches_remaining) == (0, 0, 1)
+    assert next(short_iterator, None) is None and short.state_dict()["epoch"] == 1   # its epoch ended
+    next(long_iterator)
+    assert long.state_dict() == short.state_dict()
+    short.close()
+    long.close()
+
+
 def test_a_state_at_the_end_of_the_epoch_for_the_new_world_size_resumes_at_the_next_epoch(root):
     # drop, one rank, 6 of 7 batches: 22 - 18 = 4 entries left, one batch for 1 rank, none for 2
     states, _ = stopped_ranks(root, 1, "drop", count=6)
