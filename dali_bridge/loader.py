@@ -82,7 +82,7 @@ class Loader:
 
     @property
     def epoch(self) -> int:
-        """The epoch the next iteration runs (or the running one, while iterating)."""
+        """The epoch the next iteration runs (while one runs: the epoch after it)."""
         return self._next_epoch
 
     @property
