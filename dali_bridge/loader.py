@@ -21,14 +21,13 @@ from .backends.base import Executor, RawBatch, SkippedSample, Topology, resolve_
 from .limits import check_loader_limits
 from .plan import Plan, build_plan, unsupported_ops
 from .post_finish import PostFinish
-from .sampling import BatchTask, batch_count, rank_batches
+from .resume import STATE_FORMAT, Identity, check_identity, listing_fingerprint, merge_states, read_state
+from .sampling import BatchTask, batch_count, check_epoch, entries_consumed, rank_batches
 from .sources import Listing, list_source
 from .spec import PipelineSpec, Problem, SpecError, coerce_spec
 from .wording import plural
 
 log = logging.getLogger("dali_bridge")
-
-STATE_FORMAT = 1
 
 
 class Loader:
@@ -41,7 +40,8 @@ class Loader:
     the finish run on each batch here (:mod:`dali_bridge.post_finish`), the same for every backend.
 
     Each ``iter()`` runs the next epoch unless :meth:`set_epoch` chose one; :meth:`state_dict`
-    after k batches and :meth:`load_state_dict` on a fresh loader continue with batch k+1.
+    after k batches and :meth:`load_state_dict` on a fresh loader continue with batch k+1 — on
+    any world size (:mod:`dali_bridge.resume`).
     """
 
     def __init__(self, spec: PipelineSpec, listing: Listing, plan: Plan, executor: Executor, backend: str,
@@ -55,10 +55,14 @@ class Loader:
         self.world_size = topology.world_size
         self._executor = executor
         self._next_epoch = 0
-        self._resume_batch = 0
+        self._resume = (0, 0)              # (batch, position) the next iteration starts at
         self._epoch: int | None = None     # epoch of the iteration in progress / last one
-        self._batches_done = 0
-        self._epoch_batches = 0
+        self._start = (0, 0)               # its (batch, position) at iter()
+        self._batches_done = 0             # its batches behind it, counted from the epoch's start
+        self._epoch_batches = 0            # ... this rank has in it
+        self._job_batches = 0              # ... the job has in it (rank 0's, the most)
+        self._exhausted = False            # it ran to its end
+        self._fingerprint: str | None = None
         self.skipped: list[SkippedSample] = []
         # One iteration at a time, in the process that built the loader (see _claim_iteration).
         self._pid = os.getpid()
@@ -78,7 +82,7 @@ class Loader:
 
     @property
     def epoch(self) -> int:
-        """The epoch the next iteration runs (or the running one, while iterating)."""
+        """The epoch the next iteration runs (while one runs: the epoch after it)."""
         return self._next_epoch
 
     @property
@@ -86,38 +90,62 @@ class Loader:
         return len(self.listing)
 
     def __len__(self) -> int:
-        """Batches the next iteration yields on this rank (the rest of an epoch after a resume)."""
-        total = batch_count(len(self.listing), self.spec.batch_size, self.world_size, self.rank,
-                            self.spec.loader.last_batch, repeats=self.spec.loader.repeated_augmentations)
-        return total - self._resume_batch
+        """Batches this rank has in the epoch being iterated (else the one the next iteration runs),
+        those before a resume point included, as a DataLoader counts them."""
+        if self._iterating():
+            return self._epoch_batches
+        batch, position = self._resume
+        return batch + self._count(self.rank, position)
+
+    @property
+    def batches_done(self) -> int:
+        """Batches of that epoch behind this rank: those yielded so far while iterating, else where
+        the next iteration starts (a resume point, or 0)."""
+        return self._batches_done if self._iterating() else self._resume[0]
+
+    @property
+    def batches_remaining(self) -> int:
+        """``len(loader) - loader.batches_done``: what is left of the epoch on this rank (the same on
+        every rank under ``pad`` and ``drop``, after an elastic resume too)."""
+        return len(self) - self.batches_done
+
+    def _iterating(self) -> bool:
+        return self._epoch is not None and not self._exhausted and self._next_epoch == self._epoch + 1
+
+    def _count(self, rank: int, position: int) -> int:
+        """Batches ``rank`` takes of an epoch dealt from ``position`` over this world size."""
+        loader = self.spec.loader
+        return batch_count(len(self.listing), self.spec.batch_size, self.world_size, rank, loader.last_batch,
+                           repeats=loader.repeated_augmentations, start=position)
 
     def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch of the next iteration (its order and random parameters).
+        """Choose the epoch of the next iteration (its order and random parameters): 0 <= epoch < 2^32.
 
         Setting the epoch a :meth:`load_state_dict` resumes keeps the resume point, so the usual
         ``loader.set_epoch(epoch)`` at the top of a resumed training loop does not replay the epoch.
         """
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, found {epoch}")
-        if int(epoch) != self._next_epoch:
-            self._resume_batch = 0
-        self._next_epoch = int(epoch)
+        epoch = check_epoch(epoch)
+        if epoch != self._next_epoch:
+            self._resume = (0, 0)
+        self._next_epoch = epoch
 
-    def tasks(self, epoch: int) -> list[BatchTask]:
-        """The batches this rank yields in ``epoch`` (what the loader will ask the backend for)."""
+    def tasks(self, epoch: int, *, batch: int = 0, position: int = 0) -> list[BatchTask]:
+        """The batches this rank yields in ``epoch`` (what the loader will ask the backend for); from a
+        resume point: ``batch`` batches taken, the first ``position`` entries of the epoch behind the job."""
         loader = self.spec.loader
-        return rank_batches(len(self.listing), self.spec.batch_size, self.spec.seed, epoch, self.rank,
+        return rank_batches(len(self.listing), self.spec.batch_size, self.spec.seed, check_epoch(epoch), self.rank,
                             self.world_size, loader.last_batch, loader.shuffle,
-                            repeats=loader.repeated_augmentations)
+                            repeats=loader.repeated_augmentations, start=position, first_number=batch)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         with self._iteration_lock:
             self._claim_iteration()
-            epoch, start = self._next_epoch, self._resume_batch
-            self._next_epoch, self._resume_batch = epoch + 1, 0
-            tasks = self.tasks(epoch)
-            self._epoch, self._batches_done, self._epoch_batches = epoch, start, len(tasks)
-            batches = self._generate(tasks[start:])
+            epoch, (batch, position) = self._next_epoch, self._resume
+            tasks = self.tasks(epoch, batch=batch, position=position)
+            self._next_epoch, self._resume = epoch + 1, (0, 0)
+            self._epoch, self._start, self._batches_done, self._exhausted = epoch, (batch, position), batch, False
+            self._epoch_batches, self._job_batches = batch + len(tasks), batch + self._count(0, position)
+            batches = self._generate(tasks)
             self._iteration = (threading.get_ident(), weakref.ref(batches))
             return batches
 
@@ -160,12 +188,15 @@ class Loader:
                     continue
                 # tasks run in order, one raw batch each: this is the batch's position in the rank's epoch
                 yield self._outputs(raw, epoch=epoch, number=self._batches_done - 1)
+            self._exhausted = self._epoch == epoch
         except GeneratorExit:
             if self._epoch == epoch and self._batches_done < self._epoch_batches:
                 # Abandoned mid-epoch by the consumer (break, close): the next iteration runs the next
                 # epoch, and a state saved from now on must say so, or a resumed run would replay the
                 # rest of this one. (A failing sample instead keeps the state at the failed batch.)
                 self._epoch = None
+            elif self._epoch == epoch:
+                self._exhausted = True   # closed after its last batch: as good as run to the end
             raise
         finally:
             close = getattr(batches, "close", None)
@@ -200,37 +231,51 @@ class Loader:
 
     # ---- resumption
     def state_dict(self) -> dict[str, Any]:
-        """Where the loader stands: load it into a fresh loader to continue with the next batch."""
-        if self._epoch is not None and self._batches_done < self._epoch_batches and self._next_epoch == self._epoch + 1:
-            epoch, batch = self._epoch, self._batches_done
+        """Where the job stands: load it into a fresh loader, of this or another world size, to continue
+        with the next batch. Ranks that step together hold the same dict, so rank 0's is enough."""
+        if self._iterating() and self._batches_done < self._job_batches:
+            (first, start), epoch, batch = self._start, self._epoch, self._batches_done
+            position = start + entries_consumed(batch - first, remaining=self._entries(start),
+                                                batch_size=self.spec.batch_size, world_size=self.world_size)
         else:
-            epoch, batch = self._next_epoch, self._resume_batch
-        return {"format": STATE_FORMAT, "epoch": epoch, "batch": batch, "seed": self.spec.seed,
-                "num_samples": len(self.listing), "batch_size": self.spec.batch_size,
-                "world_size": self.world_size, "rank": self.rank, "last_batch": self.spec.loader.last_batch,
-                "shuffle": self.spec.loader.shuffle, "skipped": len(self.skipped),
-                "repeated_augmentations": self.spec.loader.repeated_augmentations}
+            epoch, (batch, position) = self._next_epoch, self._resume
+        return {"format": STATE_FORMAT, "epoch": epoch, "batch": batch, "position": position,
+                "world_size": self.world_size, **vars(self._identity())}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from ``state``; refuses a state from a different dataset, seed or topology."""
-        if state.get("format") != STATE_FORMAT:
-            raise ValueError(f"unknown loader state format {state.get('format')!r} (expected {STATE_FORMAT})")
-        mine = self.state_dict()
-        # A state saved before repeated augmentation existed had none: one pass per sample.
-        state = {"repeated_augmentations": 1, **state}
-        for key in ("seed", "num_samples", "batch_size", "world_size", "rank", "last_batch", "shuffle",
-                    "repeated_augmentations"):
-            if state.get(key) != mine[key]:
-                raise ValueError(f"loader state does not match this loader: {key} is {state.get(key)!r} in the "
-                                 f"state and {mine[key]!r} here")
-        total = batch_count(len(self.listing), self.spec.batch_size, self.world_size, self.rank,
-                            self.spec.loader.last_batch, repeats=self.spec.loader.repeated_augmentations)
-        if not 0 <= state["batch"] <= total:
-            raise ValueError(f"loader state batch {state['batch']} is outside this epoch's {total} batches")
-        self._next_epoch, self._resume_batch = int(state["epoch"]), int(state["batch"])
-        if self._resume_batch == total:
-            self._next_epoch, self._resume_batch = self._next_epoch + 1, 0
+    def load_state_dict(self, state: Mapping[str, Any] | list[Mapping[str, Any]]) -> None:
+        """Continue from ``state`` (or from the states every rank saved, which must agree), on this
+        loader's world size and rank whatever the state's were; refuses a state from another dataset,
+        seed, order, batch size, last-batch policy or repeat count. A state saved before elastic resume
+        (format 1) loads at the world size and rank it was saved with."""
+        saved = merge_states(state) if isinstance(state, (list, tuple)) else read_state(state)
+        check_identity(saved, self._identity())
+        if saved.rank is not None and (saved.world_size, saved.rank) != (self.world_size, self.rank):
+            raise ValueError(f"this loader state holds one rank's place (rank {saved.rank} of world size "
+                             f"{saved.world_size}; format 1, saved before elastic resume) and loads only there, "
+                             f"not at rank {self.rank} of world size {self.world_size}: resume on the world size it "
+                             f"was saved at, or pass the states of all {saved.world_size} ranks as a list")
+        if saved.rank is not None and saved.batch > self._count(self.rank, 0):
+            raise ValueError(f"loader state batch {saved.batch} is outside this epoch's {self._count(self.rank, 0)} "
+                             f"batches")
+        if saved.position > self._entries(0):
+            raise ValueError(f"loader state position {saved.position} is outside this epoch's {self._entries(0)} "
+                             f"entries")
+        self._next_epoch, self._resume = saved.epoch, (saved.batch, saved.position)
+        if self._count(0, saved.position) == 0:  # nothing left of the epoch for the job at this world size
+            self._next_epoch, self._resume = self._next_epoch + 1, (0, 0)
         self._epoch = None
+
+    def _entries(self, position: int) -> int:
+        """Entries of the epoch's sequence (samples × repeats) from ``position`` on."""
+        return len(self.listing) * self.spec.loader.repeated_augmentations - position
+
+    def _identity(self) -> Identity:
+        if self._fingerprint is None:  # computed once: a pass over the listing's names
+            self._fingerprint = listing_fingerprint(self.listing)
+        loader = self.spec.loader
+        return Identity(seed=self.spec.seed, num_samples=len(self.listing), dataset=self._fingerprint,
+                        batch_size=self.spec.batch_size, last_batch=loader.last_batch, shuffle=loader.shuffle,
+                        repeated_augmentations=loader.repeated_augmentations)
 
     # ---- lifecycle
     def close(self) -> None:

@@ -45,7 +45,8 @@ class BatchTask:
 
 
 def rank_batches(num_samples: int, batch_size: int, seed: int, epoch: int, rank: int = 0, world_size: int = 1,
-                 last_batch: str = "partial", shuffle: bool = True, repeats: int = 1) -> list[BatchTask]:
+                 last_batch: str = "partial", shuffle: bool = True, repeats: int = 1, *, start: int = 0,
+                 first_number: int = 0) -> list[BatchTask]:
     """The batches rank ``rank`` of ``world_size`` yields in ``epoch``.
 
     With ``repeats`` r > 1 (repeated augmentation) each sample of the epoch order comes r times in
@@ -61,45 +62,75 @@ def rank_batches(num_samples: int, batch_size: int, seed: int, epoch: int, rank:
     * ``pad``: full batches; every rank yields ``ceil(ceil(num_samples * r / world_size) / batch_size)``
       batches, the shortfall filled by repeating entries from the start of the sequence, marked
       ``valid=False``.
+
+    ``start`` (elastic resume): the first ``start`` entries of the sequence were consumed already,
+    by ranks of any world size; the rest are dealt from there (entry ``start + m`` to rank
+    ``m % world_size``) and the policy applies to them as to a whole epoch; batch numbers count
+    from ``first_number``. Resuming at the world size that consumed the prefix gives exactly the
+    batches an uninterrupted epoch has after it.
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside world size {world_size}")
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, found {repeats}")
+    entries = num_samples * repeats
+    if not 0 <= start <= entries:
+        raise ValueError(f"start {start} is outside the epoch's {entries} entries")
     order = np.repeat(epoch_order(num_samples, seed, epoch, shuffle), repeats)
     repeat_of = np.tile(np.arange(repeats, dtype=np.int64), num_samples)
-    entries = num_samples * repeats
-    share, share_repeats = order[rank::world_size], repeat_of[rank::world_size]
+    remaining = entries - start
+    share, share_repeats = order[start + rank::world_size], repeat_of[start + rank::world_size]
     valid = np.ones(len(share), dtype=bool)
     if last_batch == "drop":
-        count = (entries // world_size) // batch_size * batch_size
+        count = (remaining // world_size) // batch_size * batch_size
         share, share_repeats, valid = share[:count], share_repeats[:count], valid[:count]
     elif last_batch == "pad":
-        per_rank = math.ceil(entries / world_size) if entries else 0
+        per_rank = math.ceil(remaining / world_size) if remaining else 0
         count = math.ceil(per_rank / batch_size) * batch_size
         missing = count - len(share)
-        if missing > 0 and entries:
+        if missing > 0:
             # repeats the sequence from its start as often as needed
             share = np.concatenate([share, np.resize(order, missing)])
             share_repeats = np.concatenate([share_repeats, np.resize(repeat_of, missing)])
             valid = np.concatenate([valid, np.zeros(missing, dtype=bool)])
     elif last_batch != "partial":
         raise ValueError(f"unknown last_batch policy {last_batch!r}")
-    return [BatchTask(epoch, n, share[start:start + batch_size], valid[start:start + batch_size],
-                      share_repeats[start:start + batch_size])
-            for n, start in enumerate(range(0, len(share), batch_size))]
+    return [BatchTask(epoch, first_number + n, share[begin:begin + batch_size], valid[begin:begin + batch_size],
+                      share_repeats[begin:begin + batch_size])
+            for n, begin in enumerate(range(0, len(share), batch_size))]
 
 
 def batch_count(num_samples: int, batch_size: int, world_size: int, rank: int, last_batch: str,
-                repeats: int = 1) -> int:
+                repeats: int = 1, *, start: int = 0) -> int:
     """``len(rank_batches(...))`` without building the order."""
-    entries = num_samples * repeats
+    entries = num_samples * repeats - start
     if last_batch == "drop":
         return (entries // world_size) // batch_size
     if last_batch == "pad":
         return math.ceil((math.ceil(entries / world_size) if entries else 0) / batch_size)
     share = len(range(rank, entries, world_size))
     return math.ceil(share / batch_size)
+
+
+def entries_consumed(batches: int, *, remaining: int, batch_size: int, world_size: int) -> int:
+    """Entries of the sequence behind a job whose ranks each took ``batches`` batches of a deal over
+    ``remaining`` entries: round-robin dealing makes them a prefix, ``world_size`` × ``batch_size``
+    per step (fewer at the end, where only ``remaining`` are left). Padding counts for nothing."""
+    return min(remaining, batches * batch_size * world_size)
+
+
+# Draws key on the low 32 bits of the epoch (:func:`uniforms`): a larger epoch would repeat an earlier one's.
+EPOCH_LIMIT = 1 << 32
+
+
+def check_epoch(epoch: object, *, what: str = "epoch") -> int:
+    """``epoch`` as an int in [0, 2^32), or a ValueError/TypeError naming ``what`` (bool is not an int)."""
+    if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
+        raise TypeError(f"{what} must be an integer, found {type(epoch).__name__} {epoch!r}")
+    if not 0 <= epoch < EPOCH_LIMIT:
+        raise ValueError(f"{what} must be in [0, 2^32) (random draws key on its low 32 bits, so a larger one "
+                         f"would repeat an earlier epoch's augmentations), found {epoch}")
+    return int(epoch)
 
 
 # --------------------------------------------------------------------------------------------

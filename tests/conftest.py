@@ -109,9 +109,10 @@ def write_pipeline(tmp_path: Path) -> Callable[..., Path]:
     return write
 
 
-def torchrun(script: Path, *args: str, nproc: int = 2, timeout: float = 300) -> None:
+def torchrun(script: Path, *args: str, nproc: int = 2, timeout: float = 300, killed: bool = False) -> None:
     """Run ``script`` under ``torchrun --standalone`` with ``nproc`` ranks (the repository and tests/
-    importable); fails the test with both streams' tails when it exits non-zero."""
+    importable); fails the test with both streams' tails when it exits non-zero — or, with ``killed``,
+    unless its ranks ended by SIGKILL."""
     import subprocess
     import sys
 
@@ -119,7 +120,11 @@ def torchrun(script: Path, *args: str, nproc: int = 2, timeout: float = 300) -> 
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
                f"--nproc_per_node={nproc}", str(script), *args]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"torchrun failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    tails = f"{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    if killed:
+        assert done.returncode != 0 and "SIGKILL" in done.stderr, f"torchrun's ranks were not killed:\n{tails}"
+    else:
+        assert done.returncode == 0, f"torchrun failed ({done.returncode}):\n{tails}"
 
 
 # ---- lifecycle helpers: what a loader leaves behind (Linux /proc)

@@ -303,8 +303,8 @@ RESUME_SCRIPT = textwrap.dedent("""
     args = json.loads(sys.argv[1])
     loader = build_loader(args["pipeline"], args["backend"], overrides=args["overrides"])
     loader.load_state_dict(args["state"])
-    remaining = len(loader)
-    out = {"len": remaining, "batches": [], "next_epoch": []}
+    out = {"len": len(loader), "done": loader.batches_done, "remaining": loader.batches_remaining,
+           "batches": [], "next_epoch": []}
     for image, label, index, valid in loader:
         out["batches"].append([index.cpu().tolist(),
                                hashlib.sha256(image.cpu().contiguous().numpy().tobytes()).hexdigest()])
@@ -341,7 +341,8 @@ def test_resume_in_a_new_process_continues_with_the_next_batch(sample_root, back
     done = subprocess.run([sys.executable, str(script), payload], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     resumed = json.loads(done.stdout.strip().splitlines()[-1])
-    assert resumed["len"] == len(uninterrupted) - k
+    # len() is the epoch's length, as a DataLoader's; the resume point is batches_done
+    assert (resumed["len"], resumed["done"], resumed["remaining"]) == (len(uninterrupted), k, len(uninterrupted) - k)
     assert [tuple(b) for b in resumed["batches"]] == uninterrupted[k:]
     assert resumed["next_epoch"][0] == following
 
@@ -381,14 +382,12 @@ def test_state_at_the_end_of_an_epoch_resumes_at_the_next_epoch(sample_root, bac
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_load_state_dict_refuses_a_state_from_another_seed_or_world_size(sample_root, backend):
+def test_load_state_dict_refuses_a_state_from_another_seed_or_format(sample_root, backend):
     source = make(sample_root, backend, rank=0, world_size=2)
     iterator = iter(source)
     next(iterator)
     state = source.state_dict()
     del iterator
-    with pytest.raises(ValueError, match=r"world_size is 2 in the state and 1 here"):
-        make(sample_root, backend, rank=0, world_size=1).load_state_dict(state)
     with pytest.raises(ValueError, match=r"seed is 0 in the state and 9 here"):
         make(sample_root, backend, rank=0, world_size=2, seed=9).load_state_dict(state)
     with pytest.raises(ValueError, match=r"unknown loader state format"):
@@ -518,6 +517,31 @@ def test_rank_and_world_default_to_a_single_process(monkeypatch):
 def test_rank_outside_the_world_is_refused(monkeypatch):
     with pytest.raises(ValueError, match="rank 2 is not within world size 2"):
         resolve_topology(2, 2)
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("RANK", "abc", r"environment variable RANK='abc' is not a non-negative integer \(torchrun sets it"),
+    ("RANK", "-1", r"environment variable RANK='-1' is not a non-negative integer"),
+    ("WORLD_SIZE", "0", r"WORLD_SIZE=0: the world size must be at least 1"),
+    ("WORLD_SIZE", "two", r"environment variable WORLD_SIZE='two'"),
+    ("LOCAL_RANK", "x", r"environment variable LOCAL_RANK='x'"),
+])
+def test_an_unusable_torchrun_variable_is_named_with_its_value(monkeypatch, name, value, message):
+    for other in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(other, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=message):
+        resolve_topology()
+
+
+def test_a_rank_outside_the_environment_world_names_both_variables(monkeypatch):
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match=r"rank 2 is not within world size 2 \(RANK=2, WORLD_SIZE=2\)"):
+        resolve_topology()
+    with pytest.raises(TypeError, match=r"rank=True is not an integer"):
+        resolve_topology(True, 2)
 
 
 def _host() -> list[str]:

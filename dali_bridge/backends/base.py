@@ -56,20 +56,48 @@ def resolve_topology(rank: int | None = None, world_size: int | None = None) -> 
     """Rank/world from the arguments, else an initialised torch.distributed, else torchrun's
     RANK/WORLD_SIZE/LOCAL_RANK environment, else 0/1."""
     env = os.environ
+    rank_from, world_from = "rank=", "world_size="
     if rank is None or world_size is None:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
-            rank = torch.distributed.get_rank() if rank is None else rank
-            world_size = torch.distributed.get_world_size() if world_size is None else world_size
+            if rank is None:
+                rank, rank_from = torch.distributed.get_rank(), "torch.distributed's rank "
+            if world_size is None:
+                world_size, world_from = torch.distributed.get_world_size(), "torch.distributed's world size "
         else:
-            rank = int(env.get("RANK", 0)) if rank is None else rank
-            world_size = int(env.get("WORLD_SIZE", 1)) if world_size is None else world_size
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is not within world size {world_size}")
+            if rank is None:
+                rank, rank_from = _environment_integer("RANK", 0), "RANK="
+            if world_size is None:
+                world_size, world_from = _environment_integer("WORLD_SIZE", 1), "WORLD_SIZE="
+    for value, source in ((rank, rank_from), (world_size, world_from)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{source}{value!r} is not an integer")
+    rank, world_size = int(rank), int(world_size)
+    if world_size < 1:
+        raise ValueError(f"{world_from}{world_size}: the world size must be at least 1")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not within world size {world_size} ({rank_from}{rank}, "
+                         f"{world_from}{world_size}): a rank runs from 0 to world size - 1")
     if "LOCAL_RANK" in env:
-        local_rank = int(env["LOCAL_RANK"])
+        local_rank = _environment_integer("LOCAL_RANK", 0)
     else:  # one process per GPU on a single node
         local_rank = rank % torch.cuda.device_count() if torch.cuda.is_available() else 0
     return Topology(rank, world_size, local_rank)
+
+
+def _environment_integer(name: str, default: int) -> int:
+    """The environment variable ``name`` (set by torchrun) as a non-negative int, ``default`` if unset."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"environment variable {name}={raw!r} is not a non-negative integer (torchrun sets it "
+                         f"for each process it starts): unset it, set it to an integer, or pass rank= and "
+                         f"world_size= to build_loader")
+    return value
 
 
 def available_cores() -> int:
