@@ -80,7 +80,8 @@ def _unknown(found: Sequence[str], parser: argparse.ArgumentParser) -> RecipeErr
     known = sorted(o for o in _option_names(parser) if o.startswith("--"))
     problems = []
     for name in found:
-        hint = difflib.get_close_matches(name, known, n=1, cutoff=0.7)
+        bare = {option.lstrip("-"): option for option in known}  # the dashes every option shares say nothing
+        hint = [bare[h] for h in difflib.get_close_matches(name.lstrip("-"), list(bare), n=1, cutoff=0.75)]
         problems.append(f"{name}: not one of timm's data arguments from_timm reads"
                         + (f"; did you mean {hint[0]}?" if hint else ""))
     problems.append(f"from_timm reads: {', '.join(known)} (leave out the others, e.g. --model, --lr)")
