@@ -8,6 +8,7 @@ each of their ``backend`` ("tensor", "pil") and ``use_v2`` forms.
 from __future__ import annotations
 
 import enum
+import math
 import warnings
 
 import numpy as np
@@ -326,3 +327,49 @@ def test_the_cli_writes_the_pipeline_file_of_a_compose_or_a_function_returning_o
     assert "'needs' takes arguments (size)" in capsys.readouterr().err
     assert cli.main(["from-torchvision", "my_transforms:nothing", "--source", "images"]) == 2
     assert "has no attribute 'nothing' (it has: make_train, needs, torch, train, v2)" in capsys.readouterr().err
+
+
+def test_a_converted_presets_draws_happen_at_the_users_rates(tmp_path):
+    from dali_bridge.plan import build_plan
+    from dali_bridge.sampling import draws, sample_steps
+
+    compose = preset_train(crop_size=32, hflip_prob=0.3, auto_augment_policy="ta_wide", random_erase_prob=0.1)
+    plan = build_plan(from_torchvision(compose, source=tmp_path))
+    count = 4000
+    sample_draws = draws(plan, seed=0, epoch=0, indices=np.arange(count))
+    flips = [sample_steps(plan, 40, 52, {pos: row[n] for pos, row in sample_draws.items()})[1][0][0].apply
+             for n in range(count)]
+    erase_position = next(pos for pos, step in plan.post_finish)
+    erases = [plan.ops[erase_position].op.sample(plan.ops[erase_position].params, sample_draws[erase_position][n],
+                                                 32, 32)[0].apply for n in range(count)]
+    torch.manual_seed(0)
+    image = torch.zeros(1, 1, 2, dtype=torch.uint8)
+    image[..., 1] = 1
+    theirs = np.mean([bool(compose.transforms[2](image)[..., 0].item()) for _ in range(count)])
+    for rate, p in ((np.mean(flips), 0.3), (theirs, 0.3), (np.mean(erases), 0.1)):
+        assert abs(rate - p) < 3 * math.sqrt(p * (1 - p) / count)
+
+
+def test_the_from_your_code_examples_run_as_printed(tmp_path, monkeypatch, capsys):
+    import re
+    import shlex
+
+    from conftest import REPO
+
+    page = (REPO / "docs" / "from-your-code.md").read_text()
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```", page, re.S | re.M)
+    python = [body for lang, body in blocks if lang == "python" and ("from_torchvision" in body or "from_timm" in body)]
+    commands = [line for lang, body in blocks if lang == "bash" for line in body.splitlines()
+                if line.startswith(("dali-bridge from-torchvision", "dali-bridge from-timm"))]
+    assert len(python) == 2 and len(commands) == 2
+    monkeypatch.chdir(tmp_path)
+    scopes = []
+    for body in python:
+        scopes.append({"__name__": "docs"})
+        exec(compile(body, "from-your-code.md", "exec"), scopes[-1])
+        (tmp_path / "printed.yaml").write_text(capsys.readouterr().out)
+        assert load_spec(tmp_path / "printed.yaml").ops == scopes[-1]["spec"].ops
+    assert [type(t).__name__ for t in scopes[0]["compose"].transforms] == [
+        "RandomResizedCrop", "RandomHorizontalFlip", "TrivialAugmentWide", "ToDtype", "Normalize", "RandomErasing"]
+    for command in commands:
+        cli.build_parser().parse_args(shlex.split(command.split(" > ")[0])[1:])
