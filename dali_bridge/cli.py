@@ -257,19 +257,14 @@ def _print_recipe(make: Callable[[], PipelineSpec], origin: str) -> int:
 
 
 def cmd_from_torchvision(args: argparse.Namespace) -> int:
-    from .recipes import RecipeError, from_torchvision
+    from .recipes import from_torchvision
     from .recipes.importing import import_transform
 
     def make() -> PipelineSpec:
-        transform = import_transform(args.reference)
-        return from_torchvision(transform, source=args.source, batch_size=args.batch_size, name=args.name,
-                                overrides=parse_overrides(args.set or []))
+        return from_torchvision(import_transform(args.reference), source=args.source, batch_size=args.batch_size,
+                                name=args.name, overrides=parse_overrides(args.set or []))
 
-    try:
-        return _print_recipe(make, f"dali-bridge from-torchvision {args.reference}")
-    except RecipeError as exc:
-        print(exc, file=sys.stderr)
-        return EXIT_INVALID
+    return _print_recipe(make, f"dali-bridge from-torchvision {args.reference}")
 
 
 def cmd_from_timm(args: argparse.Namespace) -> int:

@@ -189,3 +189,13 @@ def test_the_cli_writes_the_pipeline_file_of_timms_arguments(tmp_path, capsys):
     assert cli.main(["from-timm", "--source", str(tmp_path), "--", "--aa", "v0"]) == 2
     err = capsys.readouterr().err
     assert "--train-interpolation random" in err and "--aa v0" in err
+
+
+def test_a_mappings_values_are_typed_as_train_py_types_them():
+    assert dict(ops_of(convert({"hflip": "0.25", "scale": [0.3, 1]})))["horizontal_flip"] == {"probability": 0.25}
+    with pytest.raises(RecipeError) as error:
+        convert({"hflip": "often", "input-size": [3, "x", 2]})
+    assert error.value.problems == ["hflip: expected float, found 'often'",
+                                    "input-size: expected int values, found [3, 'x', 2]"]
+    with pytest.raises(RecipeError, match="argument --input-size: expected 3 arguments"):
+        convert("--input-size 3 224")

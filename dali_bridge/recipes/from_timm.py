@@ -88,23 +88,42 @@ def _unknown(found: Sequence[str], parser: argparse.ArgumentParser) -> RecipeErr
     return RecipeError(problems, "from_timm")
 
 
+def _typed(action: argparse.Action, value: Any) -> Any:
+    """A mapping's value as the option's argparse type makes it (lists for options taking several)."""
+    if value is None or action.type is None:
+        return value
+    if action.nargs not in (None, "?"):
+        return [action.type(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+    return action.type(value)
+
+
+def _namespace_of(args: Mapping[str, Any], parser: argparse.ArgumentParser) -> argparse.Namespace:
+    actions = {action.dest: action for action in parser._actions if action.option_strings}
+    namespace = parser.parse_args([])
+    unknown, problems = [], []
+    for key, value in args.items():
+        dest = str(key).lstrip("-").replace("-", "_")
+        if dest not in actions:
+            unknown.append("--" + dest.replace("_", "-"))
+            continue
+        try:
+            setattr(namespace, dest, _typed(actions[dest], value))
+        except (TypeError, ValueError):
+            problems.append(f"{key}: expected {getattr(actions[dest].type, '__name__', 'a value')}"
+                            f"{' values' if actions[dest].nargs not in (None, '?') else ''}, found {value!r}")
+    if unknown:
+        raise _unknown(unknown, parser)
+    if problems:
+        raise RecipeError(problems, "from_timm")
+    return namespace
+
+
 def parse_timm_args(args: str | Sequence[str] | Mapping[str, Any]) -> argparse.Namespace:
     """timm's arguments as train.py parses them (its defaults filled in): a command-line string, a list
     of strings, or a mapping of the same names (``"color-jitter"``, ``"color_jitter"`` or ``"--color-jitter"``)."""
     parser = _parser()
     if isinstance(args, Mapping):
-        dests = {name.lstrip("-").replace("-", "_") for name in _option_names(parser)}
-        namespace = parser.parse_args([])
-        unknown = []
-        for key, value in args.items():
-            dest = str(key).lstrip("-").replace("-", "_")
-            if dest in dests:
-                setattr(namespace, dest, value)
-            else:
-                unknown.append("--" + str(key).lstrip("-").replace("_", "-"))
-        if unknown:
-            raise _unknown(unknown, parser)
-        return namespace
+        return _namespace_of(args, parser)
     words = shlex.split(args) if isinstance(args, str) else [str(word) for word in args]
     try:
         namespace, rest = parser.parse_known_args(words)
