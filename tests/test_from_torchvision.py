@@ -206,6 +206,28 @@ def test_random_erasing_is_the_users_transform_at_the_bridges_box():
     assert torch.equal(ours, theirs)
 
 
+@pytest.mark.parametrize("transform", [
+    v2.TrivialAugmentWide(interpolation=InterpolationMode.BILINEAR, fill=[10, 20, 30]),
+    v2.RandAugment(num_ops=3, magnitude=7, interpolation=InterpolationMode.NEAREST, fill=5),
+    v2.AutoAugment(interpolation=InterpolationMode.BILINEAR),
+], ids=lambda t: type(t).__name__)
+def test_a_policy_is_the_users_transform_at_the_bridges_operations(transform):
+    op_name = {"TrivialAugmentWide": "trivial_augment_wide", "RandAugment": "rand_augment",
+               "AutoAugment": "auto_augment"}[type(transform).__name__]
+    moved = 0
+    for seed in range(12):
+        step, (draw,) = _concrete(op_name, transform, seed=seed)
+        image = _image(seed)
+        theirs = image
+        for operation in draw.operations:  # the user's own transform applies each drawn operation
+            theirs = transform._apply_image_or_video_transform(theirs, operation.name, operation.magnitude,
+                                                               interpolation=transform.interpolation,
+                                                               fill=transform._fill)
+            moved += operation.name in ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY")
+        assert torch.equal(step.op.torchvision_kernel(image, (draw,)), theirs)
+    assert moved  # the interpolation and fill were exercised
+
+
 # ---- batch mixing, label smoothing, the other direction
 
 def test_the_reference_mixup_cutmix_choice_becomes_batch_mix_with_soft_targets(tmp_path):
