@@ -17,10 +17,13 @@ import difflib
 import re
 import shlex
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .errors import RecipeError
 from .spec_data import build_spec
+
+if TYPE_CHECKING:
+    from ..spec import PipelineSpec
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # timm.data.constants.IMAGENET_DEFAULT_MEAN / _STD
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -189,6 +192,9 @@ def _channels(values: Any, default: tuple, option: str) -> tuple[list[float], li
 
 def _filters(ns: argparse.Namespace, crop_interpolation: str | None) -> tuple[str | None, list[str]]:
     """The crop's filter (timm's train interpolation; for ``random``, ``crop_interpolation``) and problems."""
+    if crop_interpolation not in (None, "bilinear", "bicubic"):
+        return None, [f"crop_interpolation {crop_interpolation!r}: expected one of timm's random choices, "
+                      f"bilinear or bicubic"]
     mode = ns.train_interpolation or ns.interpolation  # train.py: empty means the data config's
     if not mode:
         return None, ["--train-interpolation '': timm then uses the model's default interpolation, which from_timm "
@@ -322,7 +328,7 @@ def _ops(ns: argparse.Namespace, crop_interpolation: str | None) -> tuple[list[t
 
 def from_timm(args: str | Sequence[str] | Mapping[str, Any], *, source: str | Path | Mapping[str, Any],
               batch_size: int | None = None, crop_interpolation: str | None = None, name: str = "from-timm",
-              overrides: Mapping[str, Any] | None = None) -> Any:
+              overrides: Mapping[str, Any] | None = None) -> "PipelineSpec":
     """The :class:`~dali_bridge.spec.PipelineSpec` of timm's training arguments (see the module docstring).
 
     ``args``: a command-line string, a list, or a mapping of the same names. ``batch_size``: default

@@ -15,10 +15,13 @@ import difflib
 import enum
 import warnings
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .errors import RecipeError
 from .spec_data import build_spec
+
+if TYPE_CHECKING:
+    from ..spec import PipelineSpec
 
 _CONTAINERS = frozenset({"PILToTensor", "ToImage", "ToPureTensor", "RGB"})
 _CONVERSIONS = frozenset({"ToDtype", "ConvertImageDtype", "ToTensor"})
@@ -288,7 +291,7 @@ def _parameter_problems(ops: list, labels: list) -> list[str]:
 
 def from_torchvision(transform: Any, *, source: str | Path | Mapping[str, Any], batch_size: int = 32,
                      name: str = "from-torchvision", batch_transform: Any = None, label_smoothing: float = 0.0,
-                     overrides: Mapping[str, Any] | None = None) -> Any:
+                     overrides: Mapping[str, Any] | None = None) -> "PipelineSpec":
     """The :class:`~dali_bridge.spec.PipelineSpec` of a ``transforms.v2.Compose`` (v1 classes of the same
     names too; an object holding its Compose in ``.transforms``, as torchvision's reference presets).
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .errors import RecipeError
+
+if TYPE_CHECKING:
+    from ..spec import PipelineSpec
 
 _OP_PATH = re.compile(r"^ops\[(\d+)\]\.?(.*)$")
 
@@ -23,7 +26,7 @@ def source_data(source: Any) -> dict[str, Any]:
 
 def build_spec(ops: Sequence[dict], labels: Sequence[str], *, source: Any, batch_size: int, name: str,
                origin: str, label_smoothing: float = 0.0, loader: Mapping[str, Any] | None = None,
-               overrides: Mapping[str, Any] | None = None) -> Any:
+               overrides: Mapping[str, Any] | None = None) -> "PipelineSpec":
     """A validated :class:`~dali_bridge.spec.PipelineSpec` of ``ops`` (``{op: params}`` each, ``labels[i]``
     saying where op i came from). A batch-mixing op or label smoothing outputs ``target`` (soft targets)."""
     from ..ops import OPS

@@ -9,12 +9,16 @@ The bench's hand-written torchvision baseline is built from these two functions.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import RecipeError
 
+if TYPE_CHECKING:
+    from ..plan import Plan
+    from ..spec import PipelineSpec
 
-def _plan(spec_or_plan: Any) -> Any:
+
+def _plan(spec_or_plan: "PipelineSpec | Plan") -> "Plan":
     from ..plan import Plan, build_plan
 
     return spec_or_plan if isinstance(spec_or_plan, Plan) else build_plan(spec_or_plan)
@@ -27,7 +31,7 @@ def _counterpart(step: Any) -> list:
         raise RecipeError([f"op {step.kind!r} has no transforms.v2 counterpart: {exc}"]) from exc
 
 
-def to_torchvision(spec_or_plan: Any, *, pil: bool = False, skip_batch_ops: bool = False) -> Any:
+def to_torchvision(spec_or_plan: "PipelineSpec | Plan", *, pil: bool = False, skip_batch_ops: bool = False) -> Any:
     """The ``transforms.v2.Compose`` equivalent to a spec's (or plan's) per-sample ops: each step's
     counterpart, the finish's (``ToDtype`` + ``Normalize``), then ops on the normalised image
     (``RandomErasing``). A batch-level op (mixup, cutmix, batch_mix) is refused unless
@@ -53,7 +57,7 @@ def to_torchvision(spec_or_plan: Any, *, pil: bool = False, skip_batch_ops: bool
     return v2.Compose(transforms)
 
 
-def batch_transform(spec_or_plan: Any, *, num_classes: int) -> Any:
+def batch_transform(spec_or_plan: "PipelineSpec | Plan", *, num_classes: int) -> Any:
     """The ``transforms.v2`` batch transform (MixUp, CutMix, or a RandomChoice of both) of a spec's
     batch-level op, called as ``transform(images, labels)``; None when the spec has none."""
     plan = _plan(spec_or_plan)
