@@ -110,6 +110,8 @@ def test_timms_random_train_interpolation_needs_a_crop_filter_and_a_fixed_one_re
     assert crop["interpolation"] == "bicubic"
     with pytest.raises(RecipeError, match="resamples shear, translate and rotate with bicubic only"):
         from_timm("--train-interpolation bicubic --aa rand-m9", source="data")
+    with pytest.raises(RecipeError, match="crop_interpolation 'nearest': expected one of timm's random choices"):
+        from_timm("", source="data", crop_interpolation="nearest")
     with pytest.raises(RecipeError, match="contradicts --train-interpolation bilinear"):
         from_timm("--train-interpolation bilinear", source="data", crop_interpolation="bicubic")
     with pytest.raises(RecipeError, match="the model's default interpolation"):

@@ -345,6 +345,13 @@ def test_the_cli_writes_the_pipeline_file_of_a_compose_or_a_function_returning_o
         spec = load_spec(tmp_path / "pipeline.yaml")
         assert [op.name for op in spec.ops] == ["random_resized_crop", "horizontal_flip", "normalize"]
         assert spec.batch_size == 16 and spec.source.root == str(tmp_path / "images")
+    (tmp_path / "pil_transforms.py").write_text(
+        "import torchvision.transforms as T\n"
+        "train = T.Compose([T.RandomResizedCrop(64), T.ToTensor(), T.Normalize([0.5] * 3, [0.25] * 3)])\n")
+    assert cli.main(["from-torchvision", "pil_transforms:train", "--source", "images"]) == 0
+    printed = capsys.readouterr()
+    assert printed.out.startswith("# dali-bridge from-torchvision pil_transforms:train\nversion: 1\n")
+    assert printed.err.startswith("note: the first 1 op(s) run on PIL images in this Compose")
     assert cli.main(["from-torchvision", "my_transforms:needs", "--source", "images"]) == 2
     assert "'needs' takes arguments (size)" in capsys.readouterr().err
     assert cli.main(["from-torchvision", "my_transforms:nothing", "--source", "images"]) == 2
