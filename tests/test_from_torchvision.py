@@ -114,6 +114,20 @@ def test_each_reference_train_preset_maps_to_its_ops(policy, use_v2, tmp_path):
     assert spec.outputs == ("image", "label")
 
 
+def test_a_preset_without_flip_or_erasing_has_neither(tmp_path):
+    spec = from_torchvision(preset_train(crop_size=160, hflip_prob=0.0, interpolation=InterpolationMode.BICUBIC),
+                            source=tmp_path)
+    assert [name for name, _ in ops_of(spec)] == ["random_resized_crop", "normalize"]
+    assert ops_of(spec)[0][1]["interpolation"] == "bicubic"
+
+
+def test_a_bicubic_preset_with_a_policy_is_refused_as_torchvisions_tensor_kernels_refuse_it(tmp_path):
+    with pytest.raises(RecipeError, match=r"transform 3 \(TrivialAugmentWide\): interpolation: expected one of "
+                                          r"nearest, bilinear, found 'bicubic'"):
+        from_torchvision(preset_train(crop_size=160, auto_augment_policy="ta_wide",
+                                      interpolation=InterpolationMode.BICUBIC), source=tmp_path)
+
+
 @pytest.mark.parametrize("policy", list(POLICY_OPS))
 def test_a_train_preset_comes_back_from_to_torchvision_equal(policy, tmp_path):
     compose = preset_train(crop_size=224, auto_augment_policy=policy, random_erase_prob=0.25,
