@@ -164,6 +164,42 @@ def test_the_eval_preset_gives_the_users_pixels_on_the_torchvision_backend(sampl
         torch.testing.assert_close(image, theirs, atol=1e-6, rtol=0)
 
 
+def test_the_train_preset_is_the_users_compose_at_the_bridges_draws_on_the_torchvision_backend(sample_root):
+    """Every sample of a batch equals the user's own transforms, step by step, given the bridge's draws."""
+    from torchvision.io import ImageReadMode, decode_image
+
+    from dali_bridge import build_loader
+    from dali_bridge.plan import build_plan
+    from dali_bridge.sampling import draws, sample_steps
+
+    compose = preset_train(crop_size=40, auto_augment_policy="ta_wide", random_erase_prob=0.5)
+    spec = from_torchvision(compose, source=sample_root, batch_size=6,
+                            overrides={"loader.workers": 0, "outputs": ["image", "index"]})
+    loader = build_loader(spec, "torchvision")
+    images, indices = next(iter(loader))
+    plan = build_plan(spec)
+    crop, flip, policy, to_float, normalize, erasing = (compose.transforms[n] for n in range(1, 7))
+    erase_position, erase_step = plan.post_finish[0]
+    assert erase_step.kind == "random_erasing"
+    rows = draws(plan, spec.seed, 0, indices.numpy())
+    for n, (image, index) in enumerate(zip(images, indices.tolist())):
+        theirs = decode_image(loader.listing.paths[index], mode=ImageReadMode.RGB)
+        steps = sample_steps(plan, *theirs.shape[-2:], {pos: row[n] for pos, row in rows.items()})
+        (window, _), (flipped,), (drawn,) = (concrete for concrete, _ in steps)
+        theirs = crop.transform(theirs, dict(top=window.top, left=window.left, height=window.height,
+                                             width=window.width))
+        theirs = flip.transform(theirs, {}) if flipped.apply else theirs
+        for operation in drawn.operations:
+            theirs = policy._apply_image_or_video_transform(theirs, operation.name, operation.magnitude,
+                                                            interpolation=policy.interpolation, fill=policy._fill)
+        theirs = normalize(to_float(theirs))
+        (box,) = erase_step.op.sample(erase_step.params, rows[erase_position][n], 40, 40)
+        if box.apply:
+            theirs = erasing.transform(theirs, dict(i=box.top, j=box.left, h=box.height, w=box.width,
+                                                    v=torch.zeros(1, 1, 1)))
+        torch.testing.assert_close(image, theirs, atol=1e-6, rtol=0)
+
+
 def test_the_pil_preset_maps_alike_and_says_its_kernels_were_pils(tmp_path):
     with pytest.warns(RecipeWarning, match="first 3 op.s. run on PIL images"):
         spec = from_torchvision(preset_train(crop_size=176, auto_augment_policy="ta_wide", backend="pil"),
