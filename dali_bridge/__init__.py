@@ -3,7 +3,8 @@ from .spec import PipelineSpec, SpecError, load_spec
 
 __version__ = "0.1.0"
 
-__all__ = ["PipelineSpec", "SpecError", "load_spec", "build_loader", "Loader", "__version__"]
+__all__ = ["PipelineSpec", "SpecError", "load_spec", "build_loader", "Loader", "from_timm", "from_torchvision",
+           "__version__"]
 
 
 def __getattr__(name: str):
@@ -11,4 +12,7 @@ def __getattr__(name: str):
     if name in ("build_loader", "Loader"):
         from . import loader
         return getattr(loader, name)
+    if name in ("from_torchvision", "from_timm"):  # the recipes import torchvision only when converting
+        from . import recipes
+        return getattr(recipes, name)
     raise AttributeError(name)

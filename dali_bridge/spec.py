@@ -179,6 +179,14 @@ class PipelineSpec:
         """A new spec with dotted-path overrides applied and validated (see :func:`apply_overrides`)."""
         return spec_from_dict(self.to_dict(), origin=self.origin, overrides=overrides)
 
+    def to_torchvision(self, *, pil: bool = False, skip_batch_ops: bool = False) -> Any:
+        """The equivalent ``transforms.v2.Compose``, for uint8 CHW tensors (``pil``: ``PILToTensor`` after the
+        uint8 ops): each op's counterpart; a batch-level op is refused unless ``skip_batch_ops``
+        (:func:`dali_bridge.recipes.to_torchvision`, :func:`dali_bridge.recipes.batch_transform`)."""
+        from .recipes.to_torchvision import to_torchvision
+
+        return to_torchvision(self, pil=pil, skip_batch_ops=skip_batch_ops)
+
 
 # --------------------------------------------------------------------------------------------
 # Reading YAML within bounds: nesting depth and alias expansion are capped while composing, so

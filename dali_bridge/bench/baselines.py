@@ -71,28 +71,20 @@ def _pil_rgb(path: str):
 
 def torchvision_baseline_transform(plan, pil: bool = False):
     """The ``transforms.v2`` pipeline a user writes for ``plan`` (on PIL images when ``pil``): each
-    step's own ``transforms.v2`` counterpart, then the finish's."""
-    from torchvision.transforms import v2
+    step's own ``transforms.v2`` counterpart, then the finish's (:func:`dali_bridge.recipes.to_torchvision`)."""
+    from ..recipes import RecipeError, to_torchvision
 
-    steps: list = []
-    for step in plan.steps:
-        try:
-            steps += step.op.torchvision_transforms(step.params)
-        except NotImplementedError as exc:
-            raise BenchError(f"no hand-written torchvision equivalent for step {step.kind!r}") from exc
-    if pil:
-        steps.append(v2.PILToTensor())
-    steps += plan.finish_step.op.torchvision_transforms(plan.finish_step.params)
-    for _, step in plan.post_finish:  # per-sample ops on the normalised image (random_erasing)
-        if step.op.kind != "batch":
-            steps += step.op.torchvision_transforms(step.params)
-    return v2.Compose(steps)
+    try:
+        return to_torchvision(plan, pil=pil, skip_batch_ops=True)
+    except RecipeError as exc:
+        raise BenchError(f"no hand-written torchvision equivalent: {exc.problems[0]}") from exc
 
 
 def torchvision_batch_transform(plan, num_classes: int):
     """The ``transforms.v2`` batch transform (MixUp, CutMix) a user applies to each batch, or None."""
-    batch = [step for _, step in plan.post_finish if step.op.kind == "batch"]
-    return batch[0].op.torchvision_batch_transform(batch[0].params, num_classes) if batch else None
+    from ..recipes import batch_transform
+
+    return batch_transform(plan, num_classes=num_classes)
 
 
 def torchvision_baseline(spec, listing, plan, threads: int, pil: bool, cuda: bool):

@@ -247,7 +247,7 @@ class Op:
     size_rule: str | None = None
 
     draws: ClassVar[int] = 0                  # uniforms drawn per sample (see sampling.draws)
-    transform: ClassVar[str] = ""             # the torchvision.transforms.v2 transform it matches
+    transform: ClassVar[str] = ""             # the transforms.v2 transform it matches (from_torchvision maps it here)
     folds_into_finish: ClassVar[bool] = False  # DALI: a last step given to crop_mirror_normalize
     decodes_window: ClassVar[bool] = False     # DALI: as the first step, its crop is the decoder's ROI
     resamples: ClassVar[bool] = False          # runs a resize (plan.resize_methods chooses how)
@@ -300,7 +300,10 @@ class Op:
         raise NotImplementedError(f"op {self.name!r} has no torchvision kernel")
 
     def torchvision_transforms(self, params: Mapping[str, Any]) -> list:
-        """The ``transforms.v2`` transforms a user writes for this step (parity tests, bench baseline)."""
+        """The ``transforms.v2`` transforms a user writes for this step (parity tests, the bench baseline,
+        ``spec.to_torchvision``). :func:`dali_bridge.recipes.from_torchvision` reads a transform back into
+        this op by its attributes of the parameters' names (``p`` for ``probability``) and checks that
+        this method rebuilds it equal."""
         raise NotImplementedError(f"op {self.name!r} has no transforms.v2 counterpart")
 
     def torchvision_stage(self, params: Mapping[str, Any]) -> str:

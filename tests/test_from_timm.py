@@ -1,0 +1,203 @@
+"""from_timm: timm's training arguments (train.py's data and augmentation options, its defaults)
+become the ops timm's transforms_imagenet_train and train.py's Mixup would apply; what has no op
+yet is refused by name with what to do. timm itself is not needed."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dali_bridge import cli, from_timm, load_spec
+from dali_bridge.recipes import RecipeError, parse_timm_args
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+TIMM_FILL = [124.0, 116.0, 104.0]  # timm's img_mean: round(255 * mean), the fill of its RandAugment
+
+
+def ops_of(spec) -> list:
+    return [(op.name, dict(op.params)) for op in spec.ops]
+
+
+def convert(args, **kwargs):
+    kwargs.setdefault("crop_interpolation", "bilinear")
+    return from_timm(args, source="data", **kwargs)
+
+
+def test_train_pys_defaults_are_crop_flip_colour_jitter_normalize_and_label_smoothing():
+    spec = convert("")
+    names = [name for name, _ in ops_of(spec)]
+    assert names == ["random_resized_crop", "horizontal_flip", "color_jitter", "normalize"]
+    crop, flip, jitter, finish = (params for _, params in ops_of(spec))
+    assert (crop["size"], crop["scale"], crop["ratio"]) == (224, [0.08, 1.0], [0.75, 4 / 3])
+    assert crop["interpolation"] == "bilinear" and crop["antialias"] is True
+    assert flip == {"probability": 0.5}
+    assert jitter == {"brightness": [0.6, 1.4], "contrast": [0.6, 1.4], "saturation": [0.6, 1.4], "hue": None}
+    assert (finish["mean"], finish["std"]) == (MEAN, STD)
+    assert spec.outputs == ("image", "target") and spec.label_smoothing == 0.1 and spec.batch_size == 128
+
+
+def test_the_rand_augment_recipe_maps_to_timms_variant_with_timms_fill_and_erasing():
+    spec = convert("--aa rand-m9-mstd0.5-inc1 --reprob 0.25 --remode pixel --hflip 0.4 --vflip 0.1")
+    names = [name for name, _ in ops_of(spec)]
+    assert names == ["random_resized_crop", "horizontal_flip", "vertical_flip", "rand_augment", "normalize",
+                     "random_erasing"]  # timm drops colour jitter when --aa is set
+    rand = dict(ops_of(spec))["rand_augment"]
+    assert {k: rand[k] for k in ("variant", "num_ops", "magnitude", "magnitude_std", "increasing", "fill")} == {
+        "variant": "timm", "num_ops": 2, "magnitude": 9, "magnitude_std": 0.5, "increasing": True, "fill": TIMM_FILL}
+    assert dict(ops_of(spec))["random_erasing"] == {"probability": 0.25, "scale": [0.02, 1 / 3],
+                                                    "ratio": [0.3, 1 / 0.3], "value": "random"}
+    assert dict(ops_of(spec))["vertical_flip"] == {"probability": 0.1}
+
+
+@pytest.mark.parametrize("config, expected", [
+    ("rand-m9-mstd0.5-inc1", {"magnitude": 9, "num_ops": 2, "magnitude_std": 0.5, "increasing": True}),
+    ("rand-m7-n3", {"magnitude": 7, "num_ops": 3, "magnitude_std": 0.0, "increasing": False}),
+    ("rand-n1", {"magnitude": 10, "num_ops": 1, "magnitude_std": 0.0, "increasing": False}),  # timm's m default: 10
+    ("rand-m9-mstd101", {"magnitude": 9, "num_ops": 2, "magnitude_std": math.inf, "increasing": False}),
+    ("rand-m9-inc0", {"magnitude": 9, "num_ops": 2, "magnitude_std": 0.0, "increasing": True}),  # timm: bool("0")
+    ("rand-m9-p0.5-mmax10", {"magnitude": 9, "num_ops": 2, "magnitude_std": 0.0, "increasing": False}),
+])
+def test_rand_augment_configs_read_as_timm_reads_them(config, expected):
+    rand = dict(ops_of(convert(["--aa", config])))["rand_augment"]
+    assert {key: rand[key] for key in expected} == expected
+
+
+@pytest.mark.parametrize("config, message", [
+    ("rand-m9-p0.3", "'p0.3' has no op"),
+    ("rand-m9-mmax5", "'mmax5' has no op"),
+    ("rand-m9-tweights", "section 'tweights'"),
+    ("rand-m9-x3", "unknown RandAugment section 'x3'"),
+])
+def test_rand_augment_sections_without_an_op_are_refused(config, message):
+    with pytest.raises(RecipeError, match=message):
+        convert(["--aa", config])
+
+
+@pytest.mark.parametrize("args, message", [
+    ("--aa v0", "timm's AutoAugment policy 'v0' runs timm's PIL operations"),
+    ("--aa original-mstd0.5", "timm's AutoAugment policy 'original'"),
+    ("--aa augmix-m5-w4-d2", "timm's AugMix .its own PIL operations"),
+    ("--aa trivialaugment", "not a timm policy .*trivial_augment_wide op"),
+    ("--mixup 0.8 --mixup-mode pair", "--mixup-mode pair: mixing draws one λ per batch"),
+    ("--cutmix 1.0 --mixup-mode elem", "--mixup-mode elem"),
+    ("--reprob 0.25 --remode rand", "--remode rand: .*per-channel 'rand' has no op"),
+    ("--reprob 0.25 --recount 3", "--recount 3: random_erasing erases one box"),
+    ("--cutmix-minmax 0.2 0.8", "--cutmix-minmax"),
+    ("--mixup 0.2 --mixup-off-epoch 100", "--mixup-off-epoch 100"),
+    ("--aug-repeats 1.5", "--aug-repeats 1.5: .*an integer"),
+    ("--aug-splits 3 --jsd-loss", "--aug-splits"),
+    ("--no-aug", "--no-aug"),
+    ("--train-crop-mode rkrr", "--train-crop-mode rkrr"),
+    ("--color-jitter-prob 0.8", "--color-jitter-prob 0.8: timm applies it with RandomApply"),
+    ("--input-size 1 224 224", "the bridge decodes RGB"),
+    ("--mean 0.5 0.5", "--mean: expected 1 or 3 values"),
+])
+def test_arguments_without_an_op_are_refused_by_name(args, message):
+    with pytest.raises(RecipeError, match=message):
+        convert(args)
+
+
+def test_every_refusal_is_reported_at_once():
+    with pytest.raises(RecipeError) as error:
+        convert("--aa v0 --mixup 0.8 --mixup-mode pair --reprob 0.3 --remode rand")
+    assert len(error.value.problems) == 3
+
+
+def test_timms_random_train_interpolation_needs_a_crop_filter_and_a_fixed_one_refuses_rand_augment():
+    with pytest.raises(RecipeError, match="--train-interpolation random .timm's default. picks bilinear or bicubic"):
+        from_timm("", source="data")
+    crop = dict(ops_of(from_timm("--train-interpolation bicubic", source="data")))["random_resized_crop"]
+    assert crop["interpolation"] == "bicubic"
+    with pytest.raises(RecipeError, match="resamples shear, translate and rotate with bicubic only"):
+        from_timm("--train-interpolation bicubic --aa rand-m9", source="data")
+    with pytest.raises(RecipeError, match="crop_interpolation 'nearest': expected one of timm's random choices"):
+        from_timm("", source="data", crop_interpolation="nearest")
+    with pytest.raises(RecipeError, match="contradicts --train-interpolation bilinear"):
+        from_timm("--train-interpolation bilinear", source="data", crop_interpolation="bicubic")
+    with pytest.raises(RecipeError, match="the model's default interpolation"):
+        from_timm(["--train-interpolation", ""], source="data")
+    crop = dict(ops_of(from_timm(["--train-interpolation", "", "--interpolation", "bicubic"], source="data")))
+    assert crop["random_resized_crop"]["interpolation"] == "bicubic"
+
+
+@pytest.mark.parametrize("args, expected", [
+    ("--mixup 0.8 --cutmix 1.0", ("batch_mix", {"mixup_alpha": 0.8, "cutmix_alpha": 1.0, "cutmix_probability": 0.5,
+                                                "probability": 1.0})),
+    ("--mixup 0.8 --cutmix 1.0 --mixup-prob 0.6 --mixup-switch-prob 0.3",
+     ("batch_mix", {"mixup_alpha": 0.8, "cutmix_alpha": 1.0, "cutmix_probability": 0.3, "probability": 0.6})),
+    ("--mixup 0.2", ("mixup", {"alpha": 0.2})),
+    ("--cutmix 1.0", ("cutmix", {"alpha": 1.0})),
+    ("--cutmix 0.5 --mixup-prob 0.5",
+     ("batch_mix", {"mixup_alpha": 0.2, "cutmix_alpha": 0.5, "cutmix_probability": 1.0, "probability": 0.5})),
+])
+def test_timms_mixup_arguments_become_the_batch_mixing_op(args, expected):
+    spec = convert(args + " --smoothing 0.2")
+    assert ops_of(spec)[-1] == expected
+    assert spec.outputs == ("image", "target") and spec.label_smoothing == 0.2
+
+
+def test_no_smoothing_and_no_mixing_outputs_hard_labels():
+    spec = convert("--smoothing 0")
+    assert spec.outputs == ("image", "label") and spec.label_smoothing == 0.0
+
+
+def test_sizes_erasing_modes_repeats_and_batch_size():
+    spec = convert("--input-size 3 160 192 --mean 0.5 --std 0.25 --reprob 0.5 --remode const --aug-repeats 3 -b 64")
+    ops = dict(ops_of(spec))
+    assert ops["random_resized_crop"]["size"] == [160, 192]
+    assert (ops["normalize"]["mean"], ops["normalize"]["std"]) == ([0.5] * 3, [0.25] * 3)
+    assert ops["random_erasing"]["value"] == 0.0  # timm's 'const' fills zeros
+    assert spec.loader.repeated_augmentations == 3 and spec.batch_size == 64
+    assert convert("--img-size 176 -b 64", batch_size=32).batch_size == 32  # the keyword wins
+    assert dict(ops_of(convert("--img-size 176")))["random_resized_crop"]["size"] == 176
+    assert dict(ops_of(convert("--color-jitter 0 --grayscale-prob 0.2"))).keys() == {
+        "random_resized_crop", "horizontal_flip", "random_grayscale", "normalize"}
+
+
+def test_a_string_a_list_and_a_mapping_of_the_same_arguments_give_the_same_pipeline():
+    text = convert("--aa rand-m9-mstd0.5-inc1 --scale 0.35 1 --reprob 0.25 --mixup 0.8 --cutmix 1.0")
+    listed = convert(["--aa", "rand-m9-mstd0.5-inc1", "--scale", "0.35", "1", "--reprob", "0.25", "--mixup", "0.8",
+                      "--cutmix", "1.0"])
+    mapped = convert({"aa": "rand-m9-mstd0.5-inc1", "scale": [0.35, 1.0], "reprob": 0.25, "--mixup": 0.8,
+                      "cutmix": 1.0})
+    assert text == listed == mapped
+
+
+def test_options_from_timm_does_not_read_are_refused_with_a_did_you_mean():
+    with pytest.raises(RecipeError) as error:
+        convert("--model resnet50 --colour-jitter 0.3 --lr 0.1")
+    assert error.value.problems[:3] == [
+        "--model: not one of timm's data arguments from_timm reads",
+        "--colour-jitter: not one of timm's data arguments from_timm reads; did you mean --color-jitter?",
+        "--lr: not one of timm's data arguments from_timm reads"]
+    with pytest.raises(RecipeError, match="--learning-rate: not one of timm's data arguments"):
+        convert({"learning_rate": 0.1})
+
+
+def test_parse_timm_args_keeps_train_pys_defaults():
+    ns = parse_timm_args([])
+    assert (ns.color_jitter, ns.reprob, ns.remode, ns.smoothing, ns.train_interpolation) == (
+        0.4, 0.0, "pixel", 0.1, "random")
+    assert (ns.mixup_prob, ns.mixup_switch_prob, ns.mixup_mode, ns.batch_size) == (1.0, 0.5, "batch", 128)
+
+
+def test_the_cli_writes_the_pipeline_file_of_timms_arguments(tmp_path, capsys):
+    assert cli.main(["from-timm", "--source", str(tmp_path), "--crop-interpolation", "bilinear", "--",
+                     "--aa", "rand-m9-mstd0.5-inc1", "--reprob", "0.25", "--mixup", "0.8", "--cutmix", "1.0"]) == 0
+    (tmp_path / "timm.yaml").write_text(capsys.readouterr().out)
+    spec = load_spec(tmp_path / "timm.yaml")
+    assert [op.name for op in spec.ops] == ["random_resized_crop", "horizontal_flip", "rand_augment", "normalize",
+                                            "random_erasing", "batch_mix"]
+    assert cli.main(["from-timm", "--source", str(tmp_path), "--", "--aa", "v0"]) == 2
+    err = capsys.readouterr().err
+    assert "--train-interpolation random" in err and "--aa v0" in err
+
+
+def test_a_mappings_values_are_typed_as_train_py_types_them():
+    assert dict(ops_of(convert({"hflip": "0.25", "scale": [0.3, 1]})))["horizontal_flip"] == {"probability": 0.25}
+    with pytest.raises(RecipeError) as error:
+        convert({"hflip": "often", "input-size": [3, "x", 2]})
+    assert error.value.problems == ["hflip: expected float, found 'often'",
+                                    "input-size: expected int values, found [3, 'x', 2]"]
+    with pytest.raises(RecipeError, match="argument --input-size: expected 3 arguments"):
+        convert("--input-size 3 224")
