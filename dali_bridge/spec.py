@@ -509,7 +509,7 @@ def _check_ops(raw_ops: Any, chk: _Checker) -> list[OpSpec]:
                     continue
                 resolved[param.name] = copy.deepcopy(param.default)
                 continue
-            value, message = param.check(params[param.name])
+            value, message = param.validate(params[param.name])
             if message:
                 chk.add(op_path + (param.name,), message)
             resolved[param.name] = value

@@ -438,7 +438,7 @@ RAND_AUGMENT = RandAugment(
               "[128, 128, 128] (num_magnitude_bins and interpolation unused) (default torchvision)"),
         Param("magnitude_std", 0.0, magnitude_std_checker,
               "variant timm: standard deviation of the magnitude's normal noise; .inf draws it uniformly "
-              "from 0 to the magnitude (default 0)"),
+              "from 0 to the magnitude (default 0)", infinity=True),
         Param("increasing", False, bool_checker,
               "variant timm: the operations whose strength increases with the magnitude (default false)")),
     "Apply num_ops operations drawn from 14, each at the given magnitude bin with a random sign "

@@ -12,6 +12,7 @@ need them, so the spec layer can validate anywhere.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
@@ -130,6 +131,35 @@ def optional(checker: Checker) -> Checker:
     return check
 
 
+def _yaml_number(value: float) -> str:
+    """A non-finite float as a pipeline file writes it (``.nan``, ``.inf``, ``-.inf``)."""
+    return ".nan" if math.isnan(value) else ".inf" if value > 0 else "-.inf"
+
+
+def non_finite_problem(value: Any, *, infinity: bool = False) -> str | None:
+    """Why a parameter value holds a number no pipeline can compute with, or None.
+
+    NaN compares false with every bound, so an op's own range check lets it through; ±inf passes
+    every one-sided bound; an integer beyond float range makes a checker's ``float()`` raise. All
+    three are refused here, once for every parameter of every op (``infinity``: the parameter gives
+    +inf a meaning its doc states). Lists are walked, so a range or an (R, G, B) triple is checked
+    item by item.
+    """
+    items = value if isinstance(value, list) else [value]
+    for position, item in enumerate(items):
+        where = f" at item {position + 1}" if isinstance(value, list) else ""
+        if isinstance(item, list):
+            problem = non_finite_problem(item, infinity=infinity)
+            if problem:
+                return problem + where
+        elif is_int(item) and abs(item) > 2 ** 1023:
+            return f"expected numbers within float range, found an integer of {len(str(abs(item)))} digits{where}"
+        elif isinstance(item, float) and not math.isfinite(item) and not (infinity and item > 0):
+            allowed = " (.inf is allowed)" if infinity else ""
+            return f"expected a finite number{allowed}, found {_yaml_number(item)}{where}"
+    return None
+
+
 def fixed_output_size(size: Any) -> tuple[int, int]:
     """(height, width) for a crop-like size parameter."""
     return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
@@ -137,11 +167,24 @@ def fixed_output_size(size: Any) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Param:
-    """One op parameter: name, default (``REQUIRED`` when none), checker, docs with units."""
+    """One op parameter: name, default (``REQUIRED`` when none), checker, docs with units.
+
+    ``infinity``: +inf is a value of this parameter with a meaning (its doc says which); every
+    other parameter's numbers must be finite (:meth:`validate`).
+    """
     name: str
     default: Any
     check: Checker
     doc: str
+    infinity: bool = False
+
+    def validate(self, value: Any) -> tuple[Any, str | None]:
+        """(normalised value, problem or None): the rule every parameter shares — its numbers are
+        finite (:func:`non_finite_problem`) — then the parameter's own checker."""
+        problem = non_finite_problem(value, infinity=self.infinity)
+        if problem:
+            return value, problem
+        return self.check(value)
 
 
 REQUIRED = object()

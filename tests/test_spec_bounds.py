@@ -1,0 +1,153 @@
+"""Every number a pipeline file gives an op is finite and every count is bounded.
+
+The fields are found by walking the op registry's parameter declarations, never listed by hand:
+a *float field* is one whose checker takes a fraction (0.5, [0.5, 0.5] or [0.5, 0.5, 0.5]); a
+*count field* one whose checker takes an integer but not the same shape with a fraction. Each is
+set, in an otherwise valid pipeline file, to a hostile value, and must be refused with a problem
+that names the file, line and column and the field.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from dali_bridge.ops import OPS, REQUIRED
+from dali_bridge.ops.base import Param
+from dali_bridge.spec import SpecError, load_spec, spec_from_dict
+
+FRACTION_SHAPES = (0.5, [0.5, 0.5], [0.5, 0.5, 0.5])
+INTEGER_SHAPES = (3, [3, 3], 1)
+
+
+def _accepted(param: Param, shapes: tuple) -> list:
+    return [shape for shape in shapes if param.check(shape)[1] is None]
+
+
+def _with_fraction(shape: Any) -> Any:
+    return [v + 0.5 for v in shape] if isinstance(shape, list) else shape + 0.5
+
+
+def _example(param: Param) -> Any:
+    """A valid value for a required parameter (the first integer or fraction shape its checker takes)."""
+    return (_accepted(param, INTEGER_SHAPES) + _accepted(param, FRACTION_SHAPES))[0]
+
+
+# Parameters that only count together with another's value (the op's extra_check says so); a
+# field missing here whose example fails shows up in test_the_example_values_make_a_valid_pipeline.
+COMPANIONS = {("rand_augment", "magnitude_std"): {"variant": "timm"},
+              ("rand_augment", "num_magnitude_bins"): {"magnitude": 0}}
+
+
+def pipeline_with(op_name: str, params: dict) -> dict:
+    """A valid pipeline around op ``op_name`` (placed where its kind must run) with ``params`` set."""
+    op = OPS[op_name]
+    companions = {key: value for name in params for key, value in COMPANIONS.get((op_name, name), {}).items()}
+    params = {p.name: _example(p) for p in op.params if p.default is REQUIRED} | companions | params
+    entry = {op_name: params}
+    if op.kind in ("geometry", "pixel"):
+        ops = [{"resize": [64, 64]}, entry, {"resize": [32, 32]}]
+    elif op.kind in ("finish", "compound"):
+        ops = [{"resize": [32, 32]}, entry]
+    else:
+        ops = [{"resize": [32, 32]}, "normalize", entry]
+    return {"version": 1, "source": {"type": "folder", "root": "/nonexistent"}, "batch_size": 2, "ops": ops,
+            "outputs": ["image", "target"] if op.kind == "batch" else ["image", "label"]}
+
+
+def _op_position(data: dict, op_name: str) -> int:
+    """Where the op under test sits (the ops around it are given in the short form, never a mapping)."""
+    return next(n for n, entry in enumerate(data["ops"])
+                if isinstance(entry, dict) and isinstance(entry.get(op_name), dict))
+
+
+def _fields(shapes_of) -> Iterator[tuple[str, str, Any]]:
+    for op_name, op in sorted(OPS.items()):
+        for param in op.params:
+            for shape in shapes_of(param):
+                yield op_name, param.name, shape
+
+
+def _float_shapes(param: Param) -> list:
+    return _accepted(param, FRACTION_SHAPES)
+
+
+def _count_shapes(param: Param) -> list:
+    return [shape for shape in _accepted(param, INTEGER_SHAPES)
+            if not _float_shapes(param) and param.check(_with_fraction(shape))[1] is not None][:1]
+
+
+FLOAT_FIELDS = list(_fields(_float_shapes))
+COUNT_FIELDS = list(_fields(_count_shapes))
+
+
+def _hostile(shape: Any, bad: Any) -> Iterator[Any]:
+    """``shape`` with each of its numbers in turn replaced by ``bad``."""
+    if not isinstance(shape, list):
+        yield bad
+        return
+    for position in range(len(shape)):
+        yield [bad if n == position else v for n, v in enumerate(shape)]
+
+
+def _problems_of(tmp_path: Path, data: dict) -> list[str]:
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    return [str(problem) for problem in info.value.problems]
+
+
+def _assert_refused_naming(tmp_path: Path, op_name: str, field: str, value: Any, expected: str) -> None:
+    data = pipeline_with(op_name, {field: value})
+    key = f"ops[{_op_position(data, op_name)}].{op_name}.{field}: "
+    problems = _problems_of(tmp_path, data)
+    named = [p for p in problems if key in p]
+    assert named, (value, problems)
+    assert all(p.startswith(f"{tmp_path / 'p.yaml'}:") and expected in p for p in named), named
+
+
+def test_the_registry_has_the_fields_these_tests_walk():
+    # The walk finds what the pipeline reference documents as numbers and counts (a shape the
+    # probes miss would leave a field untested, so its absence fails here).
+    floats = {(op, field) for op, field, _ in FLOAT_FIELDS}
+    counts = {(op, field) for op, field, _ in COUNT_FIELDS}
+    assert {("gaussian_blur", "sigma"), ("random_erasing", "scale"), ("random_erasing", "ratio"),
+            ("random_erasing", "value"), ("random_resized_crop", "ratio"), ("normalize", "mean"),
+            ("normalize", "std"), ("mixup", "alpha"), ("augmix", "alpha"), ("color_jitter", "brightness"),
+            ("rand_augment", "fill")} <= floats
+    assert {("rand_augment", "num_ops"), ("rand_augment", "num_magnitude_bins"), ("augmix", "mixture_width"),
+            ("augmix", "chain_depth"), ("gaussian_blur", "kernel_size"), ("resize", "size")} <= counts
+    assert not floats & counts
+
+
+@pytest.mark.parametrize("op_name, field, shape", FLOAT_FIELDS + COUNT_FIELDS,
+                         ids=[f"{o}.{f}-{s}" for o, f, s in FLOAT_FIELDS + COUNT_FIELDS])
+def test_the_example_values_make_a_valid_pipeline(op_name, field, shape):
+    spec_from_dict(pipeline_with(op_name, {field: shape}))  # so each refusal below is the hostile value's
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, 10 ** 400], ids=["nan", "inf", "-inf", "10^400"])
+@pytest.mark.parametrize("op_name, field, shape", FLOAT_FIELDS, ids=[f"{o}.{f}-{s}" for o, f, s in FLOAT_FIELDS])
+def test_every_float_field_refuses_non_finite_numbers_naming_the_field(tmp_path, op_name, field, shape, bad):
+    param = OPS[op_name].param(field)
+    for value in _hostile(shape, bad):
+        if param.infinity and bad == math.inf:
+            continue  # this parameter gives .inf a meaning (tested below)
+        expected = "within float range" if isinstance(bad, int) else "expected a finite number"
+        if param.infinity and not isinstance(bad, int):
+            expected = "" if bad < 0 else expected  # -.inf: the parameter's own lower bound refuses it
+        _assert_refused_naming(tmp_path, op_name, field, value, expected)
+
+
+def test_infinity_is_kept_only_where_a_parameter_gives_it_a_meaning():
+    infinite = [(name, p.name) for name, op in OPS.items() for p in op.params if p.infinity]
+    assert infinite == [("rand_augment", "magnitude_std")]
+    spec = spec_from_dict(pipeline_with("rand_augment", {"variant": "timm", "magnitude_std": math.inf}))
+    assert spec.ops[1]["magnitude_std"] == math.inf
+    assert ".inf" in OPS["rand_augment"].param("magnitude_std").doc  # the reference says so
+    with pytest.raises(SpecError, match=r"magnitude_std: expected a finite number \(\.inf is allowed\), found \.nan"):
+        spec_from_dict(pipeline_with("rand_augment", {"variant": "timm", "magnitude_std": math.nan}))
