@@ -21,6 +21,7 @@ import yaml
 from .formats import DEFAULT_MAX_PIXELS
 from .ops import (OPS, REQUIRED, bool_checker, choice_checker, fixed_output_size, is_int, is_number, op_names,
                   size_checker, _type_name)
+from .ops.base import _shown
 from .quoting import quoted, shortened
 
 FORMAT_VERSION = 1
@@ -34,6 +35,12 @@ DECODE_DEVICES = ("mixed", "cpu")
 PARITY = ("exact", "fast")
 DEFAULT_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
 DEFAULT_IMAGE_KEYS = ("jpg", "jpeg", "png", "webp")  # webdataset members `dali-bridge convert` writes
+
+# Upper bounds of counts the spec reads (docs/errors.md lists them with the ops' own), far above
+# what a recipe uses and low enough that none can exhaust memory or time by itself.
+MAX_OPS = 64                      # a recipe chains about 10; DALI's graph builder recurses per op
+MAX_REPEATED_AUGMENTATIONS = 32   # DeiT and torchvision's RASampler use 3; each repeat is one more epoch pass
+MAX_SEED = 2 ** 32 - 1            # the draws key on the seed's low 32 bits (sampling.py)
 
 def format_path(path: Sequence[Any]) -> str:
     """``("ops", 1, "resize", "size")`` → ``ops[1].resize.size``."""
@@ -473,6 +480,10 @@ def _check_ops(raw_ops: Any, chk: _Checker) -> list[OpSpec]:
     if not isinstance(raw_ops, list):
         chk.add(path, f"expected a list of ops, found {_type_name(raw_ops)} {quoted(raw_ops)}")
         return []
+    if len(raw_ops) > MAX_OPS:
+        chk.add(path, f"expected at most {MAX_OPS} ops (a recipe uses about 10; DALI builds its graph by "
+                      f"recursion), found {len(raw_ops)}")
+        return []
     ops: list[OpSpec] = []
     for i, entry in enumerate(raw_ops):
         item_path = path + (i,)
@@ -618,7 +629,8 @@ def _check_choice(chk: _Checker, mapping: dict, key: str, path: tuple, choices: 
 
 
 def _check_int(chk: _Checker, mapping: dict, key: str, path: tuple, default: Any, minimum: int,
-               allow_none: bool = False) -> Any:
+               allow_none: bool = False, maximum: tuple[int, str] | None = None) -> Any:
+    """An integer key >= ``minimum``; ``maximum``: (the largest allowed, why) for a bounded count."""
     if key not in mapping:
         if default is REQUIRED:
             chk.add(path or (key,), f"missing required key '{format_path(path + (key,))}' "
@@ -632,7 +644,10 @@ def _check_int(chk: _Checker, mapping: dict, key: str, path: tuple, default: Any
         chk.add(path + (key,), f"expected an integer >= {minimum}{' or null' if allow_none else ''}, "
                                f"found {_type_name(value)} {quoted(value)}")
     elif value < minimum:
-        chk.add(path + (key,), f"expected an integer >= {minimum}, found {value}")
+        chk.add(path + (key,), f"expected an integer >= {minimum}, found {_shown(value)}")
+    elif maximum is not None and value > maximum[0]:
+        chk.add(path + (key,), f"expected an integer >= {minimum}, at most {maximum[0]} ({maximum[1]}), "
+                               f"found {_shown(value)}")
     return value
 
 
@@ -795,7 +810,9 @@ def _check_loader(chk: _Checker, data: dict) -> LoaderSpec:
         last_batch=_check_choice(chk, raw_loader, "last_batch", lp, LAST_BATCH, "partial"),
         on_error=_check_choice(chk, raw_loader, "on_error", lp, ON_ERROR, "raise"),
         shuffle=shuffle,
-        repeated_augmentations=_check_int(chk, raw_loader, "repeated_augmentations", lp, 1, 1),
+        repeated_augmentations=_check_int(chk, raw_loader, "repeated_augmentations", lp, 1, 1,
+                                          maximum=(MAX_REPEATED_AUGMENTATIONS, "recipes repeat each sample 3 "
+                                                   "times; each repeat is another pass over the data")),
     )
 
 
@@ -826,7 +843,8 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
     version, name, backend, parity = _check_identity(chk, data, origin)
     source = _check_source(chk, data, base_for)
     batch_size = _check_int(chk, data, "batch_size", (), REQUIRED, 1)
-    seed = _check_int(chk, data, "seed", (), 0, 0)
+    seed = _check_int(chk, data, "seed", (), 0, 0, maximum=(MAX_SEED, "the draws use the seed's low 32 bits, so "
+                                                               "seed + 2^32 would draw the same augmentations"))
     decode = chk.mapping(data.get("decode"), ("decode",), "the decode step") or {}
     chk.unknown_keys(decode, ("device",), ("decode",), "decode")
     decode_device = _check_choice(chk, decode, "device", ("decode",), DECODE_DEVICES, "mixed")

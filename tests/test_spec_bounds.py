@@ -17,7 +17,8 @@ import yaml
 
 from dali_bridge.ops import OPS, REQUIRED
 from dali_bridge.ops.base import Param
-from dali_bridge.spec import SpecError, load_spec, spec_from_dict
+from dali_bridge.spec import (MAX_OPS, MAX_REPEATED_AUGMENTATIONS, MAX_SEED, SetFlags, SpecError, load_spec,
+                              spec_from_dict)
 
 FRACTION_SHAPES = (0.5, [0.5, 0.5], [0.5, 0.5, 0.5])
 INTEGER_SHAPES = (3, [3, 3], 1)
@@ -107,7 +108,7 @@ def _assert_refused_naming(tmp_path: Path, op_name: str, field: str, value: Any,
     problems = _problems_of(tmp_path, data)
     named = [p for p in problems if key in p]
     assert named, (value, problems)
-    assert all(p.startswith(f"{tmp_path / 'p.yaml'}:") and expected in p for p in named), named
+    assert all(p.startswith(f"{tmp_path / 'p.yaml'}:") for p in named) and any(expected in p for p in named), named
 
 
 def test_the_registry_has_the_fields_these_tests_walk():
@@ -151,3 +152,62 @@ def test_infinity_is_kept_only_where_a_parameter_gives_it_a_meaning():
     assert ".inf" in OPS["rand_augment"].param("magnitude_std").doc  # the reference says so
     with pytest.raises(SpecError, match=r"magnitude_std: expected a finite number \(\.inf is allowed\), found \.nan"):
         spec_from_dict(pipeline_with("rand_augment", {"variant": "timm", "magnitude_std": math.nan}))
+
+
+@pytest.mark.parametrize("op_name, field, shape", COUNT_FIELDS, ids=[f"{o}.{f}-{s}" for o, f, s in COUNT_FIELDS])
+def test_every_count_field_has_an_upper_bound_naming_the_field(tmp_path, op_name, field, shape):
+    for value in _hostile(shape, 10 ** 9 + 1):  # odd: a kernel size must be
+        _assert_refused_naming(tmp_path, op_name, field, value, "at most")
+
+
+# ---- counts the spec itself reads
+
+BASE = {"version": 1, "source": {"type": "folder", "root": "/nonexistent"}, "batch_size": 2,
+        "ops": [{"center_crop": 8}]}
+
+
+def _only_problem(data: dict, overrides: dict | None = None) -> str:
+    with pytest.raises(SpecError) as info:
+        spec_from_dict(data, overrides=overrides)
+    assert len(info.value.problems) == 1, info.value.problems
+    return str(info.value.problems[0])
+
+
+@pytest.mark.parametrize("count", [MAX_OPS + 1, 1000, 100_000])
+def test_more_ops_than_the_bound_are_refused_once_without_checking_each(count):
+    problem = _only_problem(BASE | {"ops": [{"center_crop": 8}] * count})
+    assert f"ops: expected at most {MAX_OPS} ops" in problem and f"found {count}" in problem
+
+
+def test_the_most_ops_allowed_validate():
+    assert len(spec_from_dict(BASE | {"ops": [{"center_crop": 8}] * MAX_OPS}).ops) == MAX_OPS
+
+
+@pytest.mark.parametrize("value", [MAX_REPEATED_AUGMENTATIONS + 1, 10 ** 9])
+def test_repeated_augmentations_beyond_the_bound_are_refused(value):
+    problem = _only_problem(BASE | {"loader": {"repeated_augmentations": value}})
+    assert f"loader.repeated_augmentations: expected an integer >= 1, at most {MAX_REPEATED_AUGMENTATIONS}" in problem
+
+
+def test_repeated_augmentations_up_to_the_bound_validate():
+    spec = spec_from_dict(BASE | {"loader": {"repeated_augmentations": MAX_REPEATED_AUGMENTATIONS}})
+    assert spec.loader.repeated_augmentations == MAX_REPEATED_AUGMENTATIONS
+
+
+@pytest.mark.parametrize("seed", [2 ** 32, 2 ** 32 + 7, 2 ** 64, 10 ** 30])
+def test_a_seed_of_2_to_the_32_or_more_is_refused_naming_why(seed):
+    # The draws key on the seed's low 32 bits while the order uses all of it: seed s and s + 2^32
+    # would give the same augmentations in a different order.
+    problem = _only_problem(BASE | {"seed": seed})
+    assert "seed: expected an integer >= 0, at most 4294967295" in problem and "low 32 bits" in problem
+    assert "seed=" in _only_problem(BASE, overrides=SetFlags({"seed": seed}))  # --set names the flag
+
+
+@pytest.mark.parametrize("seed", [-1, -(2 ** 32)])
+def test_a_negative_seed_is_refused(seed):
+    assert "seed: expected an integer >= 0" in _only_problem(BASE | {"seed": seed})
+
+
+def test_the_largest_seed_validates_and_round_trips():
+    spec = spec_from_dict(BASE | {"seed": MAX_SEED})
+    assert spec.seed == 2 ** 32 - 1 and spec_from_dict(spec.to_dict()).seed == MAX_SEED

@@ -70,6 +70,17 @@ def _shown(number: int) -> str:
     return text if len(text) <= 20 else f"{text[:8]}...({len(text)} digits)"
 
 
+def int_checker(low: int, high: int, what: str, why: str) -> Checker:
+    """An integer from ``low`` to ``high``; ``why`` says what the upper bound comes from (the message
+    quotes it, and docs/errors.md lists every bound)."""
+    def check(value: Any) -> tuple[Any, str | None]:
+        if is_int(value) and low <= value <= high:
+            return value, None
+        found = _shown(value) if is_int(value) else f"{_type_name(value)} {value!r}"
+        return value, f"expected {what} (an integer >= {low}, at most {high}: {why}), found {found}"
+    return check
+
+
 def choice_checker(choices: tuple[str, ...]) -> Checker:
     def check(value: Any) -> tuple[Any, str | None]:
         if isinstance(value, str) and value in choices:
