@@ -71,6 +71,9 @@ def _key_rows() -> list[tuple[str, str, str]]:
         ("source.max_pixels", "integer >= 1", f"`{source.max_pixels}`",
          "images whose header claims more pixels (height × width) are refused before decoding, as a sample error "
          "that follows `loader.on_error` (PIL's limit; raise it for larger images)"),
+        ("source.max_bytes", "integer >= 1", f"`{source.max_bytes}` (256 MiB)",
+         "image files (or shard members) larger than this many bytes are refused before they are read, as a "
+         "sample error that follows `loader.on_error` (the cap `dali-bridge convert` packs files under)"),
         ("batch_size", "integer >= 1", "required", "samples per batch"),
         ("seed", f"integer from 0 to {s.MAX_SEED}", "`0`",
          "with the epoch, decides the order and every random parameter (the draws use 32 bits, so larger seeds "

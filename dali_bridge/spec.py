@@ -41,6 +41,9 @@ DEFAULT_IMAGE_KEYS = ("jpg", "jpeg", "png", "webp")  # webdataset members `dali-
 MAX_OPS = 64                      # a recipe chains about 10; DALI's graph builder recurses per op
 MAX_REPEATED_AUGMENTATIONS = 32   # DeiT and torchvision's RASampler use 3; each repeat is one more epoch pass
 MAX_SEED = 2 ** 32 - 1            # the draws key on the seed's low 32 bits (sampling.py)
+# The largest encoded image read per sample (source.max_bytes), as `dali-bridge convert` caps the
+# files it packs: no JPEG, PNG or WebP within source.max_pixels needs more in practice.
+DEFAULT_MAX_BYTES = 256 << 20
 
 def format_path(path: Sequence[Any]) -> str:
     """``("ops", 1, "resize", "size")`` → ``ops[1].resize.size``."""
@@ -90,6 +93,11 @@ class SourceSpec:
     decides: raise or skip), on every backend. Default 89,478,485, PIL's ``Image.MAX_IMAGE_PIXELS``
     (a 9459×9459 image, ~268 MB decoded as RGB): a file of a few hundred bytes can claim 30000×30000
     pixels and have a decoder allocate gigabytes.
+
+    ``max_bytes`` (any source type): the largest encoded image file (or shard member) read, checked
+    from its size before reading; a larger one is a sample error naming its size. Default 256 MiB,
+    the cap ``dali-bridge convert`` packs files under: a file swapped for a 3 GB one would
+    otherwise be read whole into every worker that meets it.
     """
     type: str
     root: str | None = None
@@ -100,6 +108,7 @@ class SourceSpec:
     label_key: str = "cls"
     manifest: str | None = None
     max_pixels: int = DEFAULT_MAX_PIXELS
+    max_bytes: int = DEFAULT_MAX_BYTES
 
 
 @dataclass(frozen=True)
@@ -156,6 +165,8 @@ class PipelineSpec:
             source["extensions"] = list(self.source.extensions)
         if self.source.max_pixels != DEFAULT_MAX_PIXELS:
             source["max_pixels"] = self.source.max_pixels
+        if self.source.max_bytes != DEFAULT_MAX_BYTES:
+            source["max_bytes"] = self.source.max_bytes
         return {
             "version": self.version,
             "name": self.name,
@@ -715,9 +726,9 @@ def _check_source_type(chk: _Checker, src: dict) -> tuple[Any, tuple[str, ...]]:
         hint = difflib.get_close_matches(str(stype), SOURCE_TYPES, n=1)
         chk.add(("source", "type"), f"expected one of {', '.join(SOURCE_TYPES)}, found {quoted(stype)}"
                                     + (f"; did you mean '{hint[0]}'?" if hint else ""))
-    allowed = {"folder": ("type", "root", "extensions", "max_pixels"),
-               "file_list": ("type", "file_list", "root", "extensions", "max_pixels"),
-               "webdataset": ("type", "shards", "image_key", "label_key", "manifest", "max_pixels"),
+    allowed = {"folder": ("type", "root", "extensions", "max_pixels", "max_bytes"),
+               "file_list": ("type", "file_list", "root", "extensions", "max_pixels", "max_bytes"),
+               "webdataset": ("type", "shards", "image_key", "label_key", "manifest", "max_pixels", "max_bytes"),
                }.get(stype, ("type",))
     if stype in SOURCE_TYPES:
         chk.unknown_keys(src, allowed, ("source",), f"a '{stype}' source")
@@ -756,9 +767,10 @@ def _check_source(chk: _Checker, data: dict, base_for: Callable[[tuple], Path]) 
         extensions = list(DEFAULT_EXTENSIONS)
     extensions = tuple(("." + e.lstrip(".")).lower() for e in extensions)
     max_pixels = _check_int(chk, src, "max_pixels", ("source",), DEFAULT_MAX_PIXELS, 1)
+    max_bytes = _check_int(chk, src, "max_bytes", ("source",), DEFAULT_MAX_BYTES, 1)
     if stype in SOURCE_TYPES:
         source = SourceSpec(type=stype, root=resolved.get("root"), file_list=resolved.get("file_list"),
-                            extensions=extensions, max_pixels=max_pixels, **webdataset)
+                            extensions=extensions, max_pixels=max_pixels, max_bytes=max_bytes, **webdataset)
     return source
 
 
