@@ -211,3 +211,10 @@ def test_a_negative_seed_is_refused(seed):
 def test_the_largest_seed_validates_and_round_trips():
     spec = spec_from_dict(BASE | {"seed": MAX_SEED})
     assert spec.seed == 2 ** 32 - 1 and spec_from_dict(spec.to_dict()).seed == MAX_SEED
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_label_smoothing_the_one_float_outside_the_ops_is_finite(value):
+    data = BASE | {"ops": [{"center_crop": 8}, "normalize", {"mixup": {}}], "outputs": ["image", "target"],
+                   "target": {"label_smoothing": value}}
+    assert "target.label_smoothing: expected a number in [0, 1)" in _only_problem(data)

@@ -54,7 +54,7 @@ def kernel_size_checker(value: Any) -> tuple[Any, str | None]:
         return value, f"expected odd positive kernel sizes (1, 3, 5, ...), found {value}"
     if max(sizes) > MAX_KERNEL_SIZE:
         return value, (f"expected kernel sizes of at most {MAX_KERNEL_SIZE} pixels (blur recipes use a tenth of "
-                       f"the image side), found [{', '.join(map(_shown, sizes))}]")
+                       f"the image side), found {_shown(value) if is_int(value) else [_shown(v) for v in sizes]}")
     return list(sizes), None
 
 
