@@ -40,7 +40,7 @@ class Blur:
 
 
 # The largest kernel side: SimCLR's recipe (a tenth of the image side) gives 23 at 224 px and 103 at
-# 1024 px; the work per pixel grows with the side (501 took 150 s per batch on torchvision).
+# 1024 px; the work per pixel grows with the side (a kernel of 501 stalls every batch).
 MAX_KERNEL_SIZE = 255
 
 
