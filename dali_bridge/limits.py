@@ -12,6 +12,7 @@ import math
 import resource
 from dataclasses import dataclass
 
+from .ops.base import _shown
 from .plan import Plan
 from .spec import PipelineSpec, Problem, SpecError
 
@@ -113,6 +114,8 @@ def host_limits() -> HostLimits:
 
 
 def _size(count: float) -> str:
+    if count >= 1024 ** 6:  # a count too large for a float (prefetch: 10^400) is still a message
+        return "more than 1024 PiB"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if count < 1024 or unit == "PiB":
             return f"{count:.1f} {unit}" if unit != "B" else f"{int(count)} B"
@@ -149,15 +152,15 @@ def loader_limit_problems(spec: PipelineSpec, plan: Plan, *, backend: str, host:
     if workers > worker_bound:
         what = "threads" if backend.startswith("dali") else "worker processes"
         problems.append(Problem(spec.origin, "loader.workers",
-                                f"{workers} {what} on {host.cores} core(s): at most {worker_bound} "
+                                f"{_shown(workers)} {what} on {host.cores} core(s): at most {worker_bound} "
                                 f"(max({MIN_WORKER_BOUND}, {WORKERS_PER_CORE} per core)); more only queue for "
                                 f"the same cores — use 'auto' ({host.cores} here)"))
     processes = workers if backend == "torchvision" else 0
     descriptors = processes * (FDS_PER_WORKER + prefetch) + FDS_RESERVED
     if processes and descriptors > host.open_files:
-        problems.append(Problem(spec.origin, "loader", f"workers {workers} x (prefetch {prefetch} + "
-                                f"{FDS_PER_WORKER}) + {FDS_RESERVED} = {descriptors} open files needed, over this "
-                                f"process's limit of {host.open_files} (ulimit -n): lower workers or prefetch, "
+        problems.append(Problem(spec.origin, "loader", f"workers {_shown(workers)} x (prefetch {_shown(prefetch)} "
+                                f"+ {FDS_PER_WORKER}) + {FDS_RESERVED} = {_shown(descriptors)} open files needed, over "
+                                f"this process's limit of {host.open_files} (ulimit -n): lower workers or prefetch, "
                                 f"or raise the limit"))
     memory = _memory_problem(spec, plan, backend=backend, host=host, workers=workers)
     return problems + ([memory] if memory else [])
@@ -187,19 +190,22 @@ def _memory_problem(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostL
     available = f"over half of the {_size(host.memory_available)} of {host.memory_bound}"
     if in_steps > slots * batch_bytes and position is not None:
         op = spec.ops[position].name  # a step before the finish: an op of the spec
-        holders, lower = ((f"{max(1, workers)} worker(s) holding one each, with their batch buffers,", "workers")
-                          if backend == "torchvision" else
-                          (f"{slots} batches of {batch} in flight (prefetch {prefetch} + 1)", "batch_size or prefetch"))
+        if backend == "torchvision":
+            holders = f"{_shown(max(1, workers))} worker(s) holding one each, with their batch buffers,"
+            lower = "workers"
+        else:
+            holders = f"{_shown(slots)} batches of {_shown(batch)} in flight (prefetch {_shown(prefetch)} + 1)"
+            lower = "batch_size or prefetch"
         return Problem(spec.origin, f"ops[{position}].{op}",
                        f"makes images of {_size(step_bytes)} each (uint8 RGB) on the way to the output, and "
                        f"{holders} need {_size(needed)}, {available}: make the images smaller earlier (crop "
                        f"before a large resize), or lower {lower}")
     per_slot = batch_bytes * (max(1, workers) if backend == "torchvision" else 1)
-    fit = int(MEMORY_SHARE * host.memory_available // per_slot) - (2 if backend == "torchvision" else 1)
+    fit = int(MEMORY_SHARE * host.memory_available) // per_slot - (2 if backend == "torchvision" else 1)
     advice = f"lower prefetch (up to {fit} fits)," if fit >= 1 else "even prefetch 1 does not fit: lower"
     return Problem(spec.origin, "loader.prefetch",
-                   f"{slots} batch buffers of {_size(batch_bytes)} "
-                   f"({'x'.join(map(str, plan.output_shape(batch)))} "
+                   f"{_shown(slots)} batch buffers of {_size(batch_bytes)} "
+                   f"({'x'.join(map(_shown, plan.output_shape(batch)))} "
                    f"{'uint8' if item == 1 else plan.finish.dtype}) need {_size(needed)}, {available}: {advice} "
                    f"batch_size or workers")
 

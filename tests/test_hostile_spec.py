@@ -219,6 +219,18 @@ def test_a_shorter_side_resize_is_sized_by_its_max_size():
     assert [p.path for p in problems] == ["ops[0].resize"]
 
 
+@pytest.mark.parametrize("batch_size, loader", [(10 ** 600, {}), (4, {"prefetch": 10 ** 600}),
+                                               (10 ** 5000, {"prefetch": 10 ** 5000, "workers": 10 ** 5000})],
+                         ids=["batch_size", "prefetch", "all-past-str"])
+@pytest.mark.parametrize("backend", ["dali-cpu", "torchvision"])
+def test_integers_too_large_for_a_float_or_a_string_are_problems_not_tracebacks(batch_size, loader, backend):
+    spec = spec_from_dict({"version": 1, "batch_size": batch_size, "ops": [{"center_crop": 224}],
+                           "source": {"type": "folder", "root": "/x"}, "loader": loader}, origin="p.yaml")
+    problems = loader_limit_problems(spec, build_plan(spec), backend=backend, host=SMALL_HOST)
+    memory = [p for p in problems if p.path == "loader.prefetch"]
+    assert len(memory) == 1 and "more than 1024 PiB" in memory[0].message and len(memory[0].message) < 600
+
+
 _RLIMIT_CHILD = """
 import resource, sys
 import dali_bridge.backends.base  # torch: imported before the limit, as a training script would have

@@ -437,7 +437,7 @@ RAND_AUGMENT = RandAugment(
         Param("num_ops", 2, int_checker(0, MAX_NUM_OPS, "a number of operations", "recipes apply 2 or 3"),
               f"operations applied in turn, at most {MAX_NUM_OPS} (default 2)"),
         Param("magnitude", 9, int_checker(0, MAX_MAGNITUDE_BINS - 1, "a magnitude bin",
-                                          "below the most num_magnitude_bins allows"),
+                                          f"num_magnitude_bins is at most {MAX_MAGNITUDE_BINS}"),
               "the magnitude bin of every operation, below num_magnitude_bins (default 9); with variant timm, "
               "timm's magnitude from 0 to 10"),
         _BINS, _INTERPOLATION, _FILL,

@@ -66,6 +66,8 @@ def size_checker(value: Any) -> tuple[Any, str | None]:
 
 def _shown(number: int) -> str:
     """An integer as a message quotes it: at most 20 digits."""
+    if abs(number).bit_length() > 10_000:  # str() refuses integers past 4,300 digits
+        return f"an integer of about {int(abs(number).bit_length() * math.log10(2)) + 1:,} digits"
     text = str(number)
     return text if len(text) <= 20 else f"{text[:8]}...({len(text)} digits)"
 
@@ -164,7 +166,7 @@ def non_finite_problem(value: Any, *, infinity: bool = False) -> str | None:
             if problem:
                 return problem + where
         elif is_int(item) and abs(item) > 2 ** 1023:
-            return f"expected numbers within float range, found an integer of {len(str(abs(item)))} digits{where}"
+            return f"expected numbers within float range, found {_shown(item)}{where}"
         elif isinstance(item, float) and not math.isfinite(item) and not (infinity and item > 0):
             allowed = " (.inf is allowed)" if infinity else ""
             return f"expected a finite number{allowed}, found {_yaml_number(item)}{where}"
