@@ -125,6 +125,16 @@ def test_the_registry_has_the_fields_these_tests_walk():
     assert not floats & counts
 
 
+def test_every_other_parameter_takes_no_number_at_all():
+    # So no number-taking parameter escapes the walk: each one neither a float nor a count field
+    # (choices, flags) refuses every probe shape.
+    walked = {(op, field) for op, field, _ in FLOAT_FIELDS + COUNT_FIELDS}
+    others = [(name, param) for name, op in OPS.items() for param in op.params if (name, param.name) not in walked]
+    assert others
+    for name, param in others:
+        assert not _accepted(param, FRACTION_SHAPES + INTEGER_SHAPES + (0, 1.0, 10 ** 9)), (name, param.name)
+
+
 @pytest.mark.parametrize("op_name, field, shape", FLOAT_FIELDS + COUNT_FIELDS,
                          ids=[f"{o}.{f}-{s}" for o, f, s in FLOAT_FIELDS + COUNT_FIELDS])
 def test_the_example_values_make_a_valid_pipeline(op_name, field, shape):
