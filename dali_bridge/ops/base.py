@@ -42,6 +42,9 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+# The largest magnitude of a number a parameter may hold: the ops compute in float32.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 # The largest size an op may set, per side: a 16384 x 16384 RGB image is 768 MiB as uint8, and a
 # batch of larger ones fits no host; a size beyond it is a typo, not a pipeline.
 MAX_SIZE = 16384
@@ -153,10 +156,11 @@ def non_finite_problem(value: Any, *, infinity: bool = False) -> str | None:
     """Why a parameter value holds a number no pipeline can compute with, or None.
 
     NaN compares false with every bound, so an op's own range check lets it through; ±inf passes
-    every one-sided bound; an integer beyond float range makes a checker's ``float()`` raise. All
-    three are refused here, once for every parameter of every op (``infinity``: the parameter gives
-    +inf a meaning its doc states). Lists are walked, so a range or an (R, G, B) triple is checked
-    item by item.
+    every one-sided bound; a number beyond float32 range becomes inf in the float32 arithmetic of
+    DALI and torch (and an integer beyond float range makes a checker's ``float()`` raise). All are
+    refused here, once for every parameter of every op (``infinity``: the parameter gives +inf a
+    meaning its doc states). Lists are walked, so a range or an (R, G, B) triple is checked item
+    by item.
     """
     items = value if isinstance(value, list) else [value]
     for position, item in enumerate(items):
@@ -165,11 +169,14 @@ def non_finite_problem(value: Any, *, infinity: bool = False) -> str | None:
             problem = non_finite_problem(item, infinity=infinity)
             if problem:
                 return problem + where
-        elif is_int(item) and abs(item) > 2 ** 1023:
-            return f"expected numbers within float range, found {_shown(item)}{where}"
-        elif isinstance(item, float) and not math.isfinite(item) and not (infinity and item > 0):
-            allowed = " (.inf is allowed)" if infinity else ""
-            return f"expected a finite number{allowed}, found {_yaml_number(item)}{where}"
+        elif isinstance(item, float) and not math.isfinite(item):
+            if not (infinity and item > 0):
+                allowed = " (.inf is allowed)" if infinity else ""
+                return f"expected a finite number{allowed}, found {_yaml_number(item)}{where}"
+        elif is_number(item) and abs(item) > FLOAT32_MAX:  # exact for an int of any size
+            found = _shown(item) if is_int(item) else repr(item)
+            return (f"expected numbers within float32 range (magnitude at most {FLOAT32_MAX:.3g}, as DALI and "
+                    f"torch compute), found {found}{where}")
     return None
 
 
