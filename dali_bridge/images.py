@@ -14,7 +14,7 @@ import stat
 from .formats import ImageError, inspect_image
 
 __all__ = ["ImageError", "SampleError", "check_encoded", "decode_rgb", "inspect_encoded", "probe", "read_bytes",
-           "read_file"]
+           "read_file", "too_many_bytes"]
 
 
 class SampleError(RuntimeError):
@@ -32,12 +32,20 @@ def read_bytes(path: str) -> bytes:
     return data
 
 
-def read_file(path: str) -> bytes:
+def too_many_bytes(size: int, max_bytes: int) -> str:
+    """The reason a sample's encoded image is refused for its size (``source.max_bytes``)."""
+    return (f"file too large: {size:,} bytes, over source.max_bytes = {max_bytes:,} (raise it if such files "
+            f"are expected)")
+
+
+def read_file(path: str, *, max_bytes: int | None = None) -> bytes:
     """The file's bytes, unchecked; OSError reasons (missing, permission, dangling link) become
     :class:`ImageError` messages.
 
     Opens without blocking and refuses anything but a regular file: a FIFO or device named
-    ``*.jpg`` would otherwise hang the reader or never end.
+    ``*.jpg`` would otherwise hang the reader or never end. A file over ``max_bytes`` (None: no
+    cap) is refused from its size before a byte is read, and one that grows past it while read
+    is refused as soon as it does.
     """
     try:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -49,10 +57,15 @@ def read_file(path: str) -> bytes:
             mode = status.st_mode
             kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a device or socket"
             raise ImageError(f"cannot read file: not a regular file ({kind})")
+        if max_bytes is not None and status.st_size > max_bytes:
+            raise ImageError(too_many_bytes(status.st_size, max_bytes))
         # os.read into bytes sized from fstat, not a buffered reader: this runs once per sample.
-        chunks, request = [], status.st_size + 1
+        chunks, request, total = [], status.st_size + 1, 0
         while chunk := os.read(descriptor, request):  # until end of file, should the file have grown
             chunks.append(chunk)
+            total += len(chunk)
+            if max_bytes is not None and total > max_bytes:
+                raise ImageError(too_many_bytes(total, max_bytes))
             request = 1 << 20
     except OSError as exc:
         raise ImageError(f"cannot read file: {exc.strerror or exc}") from None

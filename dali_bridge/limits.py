@@ -12,6 +12,7 @@ import math
 import resource
 from dataclasses import dataclass
 
+from .ops.base import _shown
 from .plan import Plan
 from .spec import PipelineSpec, Problem, SpecError
 
@@ -32,32 +33,74 @@ _ITEM_BYTES = {"float32": 4, "float16": 2, "uint8": 1}
 @dataclass(frozen=True)
 class HostLimits:
     """The host facts the checks use: usable cores, the soft open-file limit, memory available (bytes;
-    None when unknown)."""
+    None when unknown) and where that figure comes from (``memory_bound``, quoted in messages)."""
     cores: int
     open_files: int
     memory_available: int | None
+    memory_bound: str = "memory available"
 
 
-def _memory_available() -> int | None:
-    """MemAvailable from /proc/meminfo, lowered to a cgroup v2 memory limit when one is set."""
-    found: list[int] = []
+def _meminfo_available() -> int | None:
     try:
         with open("/proc/meminfo", encoding="ascii") as handle:
             for line in handle:
                 if line.startswith("MemAvailable:"):
-                    found.append(int(line.split()[1]) * 1024)
+                    return int(line.split()[1]) * 1024
     except (OSError, ValueError):
         pass
+    return None
+
+
+def _cgroup_headroom() -> int | None:
     try:
         with open("/sys/fs/cgroup/memory.max", encoding="ascii") as handle:
             limit = handle.read().strip()
         with open("/sys/fs/cgroup/memory.current", encoding="ascii") as handle:
             used = int(handle.read().strip())
-        if limit.isdigit():
-            found.append(max(0, int(limit) - used))
     except (OSError, ValueError):
+        return None
+    return max(0, int(limit) - used) if limit.isdigit() else None
+
+
+def _process_status() -> dict[str, int]:
+    """This process's ``/proc/self/status`` sizes in bytes (VmSize, VmData, ...); empty when unreadable."""
+    sizes: dict[str, int] = {}
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                key, _, rest = line.partition(":")
+                fields = rest.split()
+                if len(fields) == 2 and fields[1] == "kB" and fields[0].isdigit():
+                    sizes[key] = int(fields[0]) * 1024
+    except OSError:
         pass
-    return min(found) if found else None
+    return sizes
+
+
+# A process limit and the /proc/self/status size it caps: ``ulimit -v`` (RLIMIT_AS) caps the address
+# space, RLIMIT_DATA the data segments; an allocation past either fails however much memory is free.
+_RLIMITS = (("RLIMIT_AS", "ulimit -v", "VmSize"), ("RLIMIT_DATA", "ulimit -d", "VmData"))
+
+
+def _rlimit_headroom() -> list[tuple[int, str]]:
+    """(bytes this process may still allocate, which limit) for each soft RLIMIT_AS / RLIMIT_DATA set."""
+    found, status = [], None
+    for name, shell, used_key in _RLIMITS:
+        soft, _ = resource.getrlimit(getattr(resource, name))
+        if soft == resource.RLIM_INFINITY:
+            continue
+        status = _process_status() if status is None else status
+        found.append((max(0, soft - status.get(used_key, 0)), f"{name} ({shell}) headroom"))
+    return found
+
+
+def _memory_available() -> tuple[int | None, str]:
+    """The least of MemAvailable, the cgroup v2 limit's headroom and the process limits' headroom,
+    and which it is."""
+    found = [(value, what) for value, what in ((_meminfo_available(), "memory available"),
+                                               (_cgroup_headroom(), "cgroup memory.max headroom")) if value is not None]
+    found += _rlimit_headroom()
+    return min(found) if found else (None, "memory available")
 
 
 def host_limits() -> HostLimits:
@@ -66,15 +109,38 @@ def host_limits() -> HostLimits:
 
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     open_files = soft if soft != resource.RLIM_INFINITY else 1 << 20
-    return HostLimits(cores=default_workers(), open_files=open_files, memory_available=_memory_available())
+    memory, bound = _memory_available()
+    return HostLimits(cores=default_workers(), open_files=open_files, memory_available=memory, memory_bound=bound)
 
 
 def _size(count: float) -> str:
+    if count >= 1024 ** 6:  # a count too large for a float (prefetch: 10^400) is still a message
+        return "more than 1024 PiB"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if count < 1024 or unit == "PiB":
             return f"{count:.1f} {unit}" if unit != "B" else f"{int(count)} B"
         count /= 1024
     return f"{count:.1f} PiB"
+
+
+def largest_sample_image(plan: Plan) -> tuple[int, int | None]:
+    """(bytes, op position) of the largest per-sample image the plan's steps make before the finish,
+    as uint8 RGB: each fixed size a step sets, a shorter-side resize as side x ``max_size`` (or side x
+    side, the least it makes, without one). The decoded input is not counted: its size is the
+    image's own, bounded by ``source.max_pixels``. (0, None) when no step sets a size."""
+    largest, where = 0, None
+    for step in plan.steps:
+        key = step.op.size_param
+        size = step.params.get(key) if key else None
+        if size is None:
+            continue
+        if len(size) == 1:  # a shorter side
+            pixels = size[0] * (step.params.get("max_size") or size[0])
+        else:
+            pixels = size[0] * size[1]
+        if 3 * pixels > largest:
+            largest, where = 3 * pixels, step.op_index
+    return largest, where
 
 
 def loader_limit_problems(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostLimits) -> list[Problem]:
@@ -86,33 +152,62 @@ def loader_limit_problems(spec: PipelineSpec, plan: Plan, *, backend: str, host:
     if workers > worker_bound:
         what = "threads" if backend.startswith("dali") else "worker processes"
         problems.append(Problem(spec.origin, "loader.workers",
-                                f"{workers} {what} on {host.cores} core(s): at most {worker_bound} "
+                                f"{_shown(workers)} {what} on {host.cores} core(s): at most {worker_bound} "
                                 f"(max({MIN_WORKER_BOUND}, {WORKERS_PER_CORE} per core)); more only queue for "
                                 f"the same cores — use 'auto' ({host.cores} here)"))
     processes = workers if backend == "torchvision" else 0
     descriptors = processes * (FDS_PER_WORKER + prefetch) + FDS_RESERVED
     if processes and descriptors > host.open_files:
-        problems.append(Problem(spec.origin, "loader", f"workers {workers} x (prefetch {prefetch} + "
-                                f"{FDS_PER_WORKER}) + {FDS_RESERVED} = {descriptors} open files needed, over this "
-                                f"process's limit of {host.open_files} (ulimit -n): lower workers or prefetch, "
+        problems.append(Problem(spec.origin, "loader", f"workers {_shown(workers)} x (prefetch {_shown(prefetch)} "
+                                f"+ {FDS_PER_WORKER}) + {FDS_RESERVED} = {_shown(descriptors)} open files needed, over "
+                                f"this process's limit of {host.open_files} (ulimit -n): lower workers or prefetch, "
                                 f"or raise the limit"))
+    memory = _memory_problem(spec, plan, backend=backend, host=host, workers=workers)
+    return problems + ([memory] if memory else [])
+
+
+def _memory_problem(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostLimits, workers: int) -> Problem | None:
+    """Whether the batches in flight and the images the plan makes on the way fit half the memory.
+
+    DALI runs each step on the whole batch and keeps ``prefetch`` + 1 batches in flight, so each
+    holds a batch of its largest image; torchvision workers transform one sample at a time and
+    hand over uint8 batches, ``prefetch`` + 2 per worker.
+    """
+    prefetch, batch = spec.loader.prefetch, spec.batch_size
     item = _ITEM_BYTES[plan.finish.dtype] if backend != "torchvision" else 1  # workers hold uint8 batches
-    batch_bytes = math.prod(plan.output_shape(spec.batch_size)) * item
-    # torchvision: each worker cycles through prefetch + 2 buffers; DALI: its prefetch queue plus
-    # the batch being handed over.
-    slots = max(1, workers) * (prefetch + 2) if backend == "torchvision" else prefetch + 1
-    needed = slots * batch_bytes
-    if host.memory_available is not None and needed > MEMORY_SHARE * host.memory_available:
-        per_slot = batch_bytes * (max(1, workers) if backend == "torchvision" else 1)
-        fit = int(MEMORY_SHARE * host.memory_available // per_slot) - (2 if backend == "torchvision" else 1)
-        advice = f"lower prefetch (up to {fit} fits)," if fit >= 1 else "even prefetch 1 does not fit: lower"
-        problems.append(Problem(spec.origin, "loader.prefetch",
-                                f"{slots} batch buffers of {_size(batch_bytes)} "
-                                f"({'x'.join(map(str, plan.output_shape(spec.batch_size)))} "
-                                f"{'uint8' if item == 1 else plan.finish.dtype}) need {_size(needed)}, over half of "
-                                f"the {_size(host.memory_available)} of memory available: {advice} "
-                                f"batch_size or workers"))
-    return problems
+    batch_bytes = math.prod(plan.output_shape(batch)) * item
+    step_bytes, position = largest_sample_image(plan)
+    if backend == "torchvision":
+        slots = max(1, workers) * (prefetch + 2)
+        in_steps = max(1, workers) * step_bytes
+        needed = slots * batch_bytes + in_steps
+    else:
+        slots = prefetch + 1
+        in_steps = slots * batch * step_bytes
+        needed = max(slots * batch_bytes, in_steps)
+    if host.memory_available is None or needed <= MEMORY_SHARE * host.memory_available:
+        return None
+    available = f"over half of the {_size(host.memory_available)} of {host.memory_bound}"
+    if in_steps > slots * batch_bytes and position is not None:
+        op = spec.ops[position].name  # a step before the finish: an op of the spec
+        if backend == "torchvision":
+            holders = f"{_shown(max(1, workers))} worker(s) holding one each, with their batch buffers,"
+            lower = "workers"
+        else:
+            holders = f"{_shown(slots)} batches of {_shown(batch)} in flight (prefetch {_shown(prefetch)} + 1)"
+            lower = "batch_size or prefetch"
+        return Problem(spec.origin, f"ops[{position}].{op}",
+                       f"makes images of {_size(step_bytes)} each (uint8 RGB) on the way to the output, and "
+                       f"{holders} need {_size(needed)}, {available}: make the images smaller earlier (crop "
+                       f"before a large resize), or lower {lower}")
+    per_slot = batch_bytes * (max(1, workers) if backend == "torchvision" else 1)
+    fit = int(MEMORY_SHARE * host.memory_available) // per_slot - (2 if backend == "torchvision" else 1)
+    advice = f"lower prefetch (up to {fit} fits)," if fit >= 1 else "even prefetch 1 does not fit: lower"
+    return Problem(spec.origin, "loader.prefetch",
+                   f"{_shown(slots)} batch buffers of {_size(batch_bytes)} "
+                   f"({'x'.join(map(_shown, plan.output_shape(batch)))} "
+                   f"{'uint8' if item == 1 else plan.finish.dtype}) need {_size(needed)}, {available}: {advice} "
+                   f"batch_size or workers")
 
 
 def check_loader_limits(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostLimits | None = None) -> None:

@@ -71,14 +71,20 @@ def _key_rows() -> list[tuple[str, str, str]]:
         ("source.max_pixels", "integer >= 1", f"`{source.max_pixels}`",
          "images whose header claims more pixels (height × width) are refused before decoding, as a sample error "
          "that follows `loader.on_error` (PIL's limit; raise it for larger images)"),
+        ("source.max_bytes", "integer >= 1", f"`{source.max_bytes}` (256 MiB)",
+         "image files (or shard members) larger than this many bytes are refused before they are read, as a "
+         "sample error that follows `loader.on_error` (the cap `dali-bridge convert` packs files under)"),
         ("batch_size", "integer >= 1", "required", "samples per batch"),
-        ("seed", "integer >= 0", "`0`", "with the epoch, decides the order and every random parameter"),
+        ("seed", f"integer from 0 to {s.MAX_SEED}", "`0`",
+         "with the epoch, decides the order and every random parameter (the draws use 32 bits, so larger seeds "
+         "are refused rather than repeat a smaller one's augmentations)"),
         ("decode.device", _choices(s.DECODE_DEVICES), "`mixed`",
          "`dali` backend only: `mixed` decodes with nvJPEG on the GPU, `cpu` on the CPU (ops still on the GPU)"),
         ("parity", _choices(s.PARITY), "`exact`",
          "how the DALI backends resample: `exact` reproduces torchvision's `F.resize`, `fast` uses DALI's plain "
          "resize ([Equivalence](equivalence.md#parity-exact-or-fast))"),
-        ("ops", "list of ops", "required", "the ops below, in order; the output size must be fixed"),
+        ("ops", f"list of at most {s.MAX_OPS} ops", "required",
+         "the ops below, in order; the output size must be fixed"),
         ("outputs", f"list of {_choices(s.OUTPUTS)}", "`[image, label]`",
          "what each batch tuple holds, in this order: `image`, `label` (int64), `index` (int64, position in the "
          "source listing), `valid` (bool, false for `pad` repeats), `target` (float32 [N, number of classes]: "
@@ -100,7 +106,8 @@ def _key_rows() -> list[tuple[str, str, str]]:
          "([Errors](errors.md))"),
         ("loader.shuffle", "`true` \\| `false`", f"`{_value(loader.shuffle)}`",
          "`false` keeps the listing order (validation)"),
-        ("loader.repeated_augmentations", "integer >= 1", f"`{loader.repeated_augmentations}`",
+        ("loader.repeated_augmentations", f"integer from 1 to {s.MAX_REPEATED_AUGMENTATIONS}",
+         f"`{loader.repeated_augmentations}`",
          "each sample comes this many times per epoch, each time with its own random parameters; the repeats "
          "follow one another in the epoch's order before it is dealt to ranks (torchvision's `RASampler`), so "
          "they land on different ranks; `len()` and every `last_batch` policy count `samples × r`"),

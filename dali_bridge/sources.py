@@ -22,11 +22,11 @@ from typing import Any, Callable
 import numpy as np
 
 from .formats import DEFAULT_MAX_PIXELS, inspect_image, without_webp_exif
-from .images import check_encoded, decode_rgb, read_file
+from .images import ImageError, check_encoded, decode_rgb, read_file, too_many_bytes
 from .shards import ShardSamples, expand_braces, manifest_path, scan_shard
 from .ops import is_int
 from .quoting import quoted
-from .spec import NotUtf8Error, SourceSpec, decode_utf8
+from .spec import DEFAULT_MAX_BYTES, NotUtf8Error, SourceSpec, decode_utf8
 from .wording import plural
 
 log = logging.getLogger("dali_bridge")
@@ -52,6 +52,7 @@ class Listing:
     ignored: Counter = field(default_factory=Counter, compare=False)  # extension → files skipped
     shards: ShardSamples | None = field(default=None, compare=False)  # where shard samples' bytes are
     max_pixels: int = field(default=DEFAULT_MAX_PIXELS, compare=False)  # source.max_pixels: larger images are refused
+    max_bytes: int = field(default=DEFAULT_MAX_BYTES, compare=False)  # source.max_bytes: larger files are refused
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -87,7 +88,14 @@ class Listing:
         return status.st_mtime_ns, status.st_size
 
     def _raw(self, index: int) -> bytes:
-        return read_file(self.paths[index]) if self.shards is None else self.shards.read(index)
+        """Sample ``index``'s bytes, at most ``max_bytes`` of them: every read of a sample (both CPU
+        backends, ``convert``) comes through here, so an over-size file is the same sample error on each."""
+        if self.shards is None:
+            return read_file(self.paths[index], max_bytes=self.max_bytes)
+        size = int(self.shards.size[index])
+        if size > self.max_bytes:  # from the shard's index, before reading
+            raise ImageError(too_many_bytes(size, self.max_bytes))
+        return self.shards.read(index)
 
     def describe(self) -> str:
         text = f"{plural(len(self), 'sample')} in {plural(len(self.classes), 'class')} under {self.root}"
@@ -347,7 +355,7 @@ def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = 
 
 
 def list_source(source: SourceSpec) -> Listing:
-    """The listing of a validated source (its samples read with the source's pixel cap)."""
+    """The listing of a validated source (its samples read with the source's pixel and byte caps)."""
     if source.type == "folder":
         listing = list_folder(source.root, source.extensions)
     elif source.type == "file_list":
@@ -356,4 +364,4 @@ def list_source(source: SourceSpec) -> Listing:
         listing = list_webdataset(source.shards, source.image_keys, source.label_key, source.manifest)
     else:
         raise SourceError(f"source.type: unsupported source type {source.type!r}")
-    return replace(listing, max_pixels=source.max_pixels)
+    return replace(listing, max_pixels=source.max_pixels, max_bytes=source.max_bytes)

@@ -21,6 +21,7 @@ import yaml
 from .formats import DEFAULT_MAX_PIXELS
 from .ops import (OPS, REQUIRED, bool_checker, choice_checker, fixed_output_size, is_int, is_number, op_names,
                   size_checker, _type_name)
+from .ops.base import _shown
 from .quoting import quoted, shortened
 
 FORMAT_VERSION = 1
@@ -34,6 +35,15 @@ DECODE_DEVICES = ("mixed", "cpu")
 PARITY = ("exact", "fast")
 DEFAULT_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
 DEFAULT_IMAGE_KEYS = ("jpg", "jpeg", "png", "webp")  # webdataset members `dali-bridge convert` writes
+
+# Upper bounds of counts the spec reads (docs/errors.md lists them with the ops' own), far above
+# what a recipe uses and low enough that none can exhaust memory or time by itself.
+MAX_OPS = 64                      # a recipe chains about 10; DALI's graph builder recurses per op
+MAX_REPEATED_AUGMENTATIONS = 32   # DeiT and torchvision's RASampler use 3; each repeat is one more epoch pass
+MAX_SEED = 2 ** 32 - 1            # the draws key on the seed's low 32 bits (sampling.py)
+# The largest encoded image read per sample (source.max_bytes), as `dali-bridge convert` caps the
+# files it packs: no JPEG, PNG or WebP within source.max_pixels needs more in practice.
+DEFAULT_MAX_BYTES = 256 << 20
 
 def format_path(path: Sequence[Any]) -> str:
     """``("ops", 1, "resize", "size")`` → ``ops[1].resize.size``."""
@@ -83,6 +93,11 @@ class SourceSpec:
     decides: raise or skip), on every backend. Default 89,478,485, PIL's ``Image.MAX_IMAGE_PIXELS``
     (a 9459×9459 image, ~268 MB decoded as RGB): a file of a few hundred bytes can claim 30000×30000
     pixels and have a decoder allocate gigabytes.
+
+    ``max_bytes`` (any source type): the largest encoded image file (or shard member) read, checked
+    from its size before reading; a larger one is a sample error naming its size. Default 256 MiB,
+    the cap ``dali-bridge convert`` packs files under: a file swapped for a 3 GB one would
+    otherwise be read whole into every worker that meets it.
     """
     type: str
     root: str | None = None
@@ -93,6 +108,7 @@ class SourceSpec:
     label_key: str = "cls"
     manifest: str | None = None
     max_pixels: int = DEFAULT_MAX_PIXELS
+    max_bytes: int = DEFAULT_MAX_BYTES
 
 
 @dataclass(frozen=True)
@@ -149,6 +165,8 @@ class PipelineSpec:
             source["extensions"] = list(self.source.extensions)
         if self.source.max_pixels != DEFAULT_MAX_PIXELS:
             source["max_pixels"] = self.source.max_pixels
+        if self.source.max_bytes != DEFAULT_MAX_BYTES:
+            source["max_bytes"] = self.source.max_bytes
         return {
             "version": self.version,
             "name": self.name,
@@ -481,6 +499,10 @@ def _check_ops(raw_ops: Any, chk: _Checker) -> list[OpSpec]:
     if not isinstance(raw_ops, list):
         chk.add(path, f"expected a list of ops, found {_type_name(raw_ops)} {quoted(raw_ops)}")
         return []
+    if len(raw_ops) > MAX_OPS:
+        chk.add(path, f"expected at most {MAX_OPS} ops (a recipe uses about 10; DALI builds its graph by "
+                      f"recursion), found {len(raw_ops)}")
+        return []
     ops: list[OpSpec] = []
     for i, entry in enumerate(raw_ops):
         item_path = path + (i,)
@@ -517,7 +539,7 @@ def _check_ops(raw_ops: Any, chk: _Checker) -> list[OpSpec]:
                     continue
                 resolved[param.name] = copy.deepcopy(param.default)
                 continue
-            value, message = param.check(params[param.name])
+            value, message = param.validate(params[param.name])
             if message:
                 chk.add(op_path + (param.name,), message)
             resolved[param.name] = value
@@ -626,7 +648,8 @@ def _check_choice(chk: _Checker, mapping: dict, key: str, path: tuple, choices: 
 
 
 def _check_int(chk: _Checker, mapping: dict, key: str, path: tuple, default: Any, minimum: int,
-               allow_none: bool = False) -> Any:
+               allow_none: bool = False, maximum: tuple[int, str] | None = None) -> Any:
+    """An integer key >= ``minimum``; ``maximum``: (the largest allowed, why) for a bounded count."""
     if key not in mapping:
         if default is REQUIRED:
             chk.add(path or (key,), f"missing required key '{format_path(path + (key,))}' "
@@ -640,7 +663,10 @@ def _check_int(chk: _Checker, mapping: dict, key: str, path: tuple, default: Any
         chk.add(path + (key,), f"expected an integer >= {minimum}{' or null' if allow_none else ''}, "
                                f"found {_type_name(value)} {quoted(value)}")
     elif value < minimum:
-        chk.add(path + (key,), f"expected an integer >= {minimum}, found {value}")
+        chk.add(path + (key,), f"expected an integer >= {minimum}, found {_shown(value)}")
+    elif maximum is not None and value > maximum[0]:
+        chk.add(path + (key,), f"expected an integer >= {minimum}, at most {maximum[0]} ({maximum[1]}), "
+                               f"found {_shown(value)}")
     return value
 
 
@@ -708,9 +734,9 @@ def _check_source_type(chk: _Checker, src: dict) -> tuple[Any, tuple[str, ...]]:
         hint = difflib.get_close_matches(str(stype), SOURCE_TYPES, n=1)
         chk.add(("source", "type"), f"expected one of {', '.join(SOURCE_TYPES)}, found {quoted(stype)}"
                                     + (f"; did you mean '{hint[0]}'?" if hint else ""))
-    allowed = {"folder": ("type", "root", "extensions", "max_pixels"),
-               "file_list": ("type", "file_list", "root", "extensions", "max_pixels"),
-               "webdataset": ("type", "shards", "image_key", "label_key", "manifest", "max_pixels"),
+    allowed = {"folder": ("type", "root", "extensions", "max_pixels", "max_bytes"),
+               "file_list": ("type", "file_list", "root", "extensions", "max_pixels", "max_bytes"),
+               "webdataset": ("type", "shards", "image_key", "label_key", "manifest", "max_pixels", "max_bytes"),
                }.get(stype, ("type",))
     if stype in SOURCE_TYPES:
         chk.unknown_keys(src, allowed, ("source",), f"a '{stype}' source")
@@ -749,9 +775,10 @@ def _check_source(chk: _Checker, data: dict, base_for: Callable[[tuple], Path]) 
         extensions = list(DEFAULT_EXTENSIONS)
     extensions = tuple(("." + e.lstrip(".")).lower() for e in extensions)
     max_pixels = _check_int(chk, src, "max_pixels", ("source",), DEFAULT_MAX_PIXELS, 1)
+    max_bytes = _check_int(chk, src, "max_bytes", ("source",), DEFAULT_MAX_BYTES, 1)
     if stype in SOURCE_TYPES:
         source = SourceSpec(type=stype, root=resolved.get("root"), file_list=resolved.get("file_list"),
-                            extensions=extensions, max_pixels=max_pixels, **webdataset)
+                            extensions=extensions, max_pixels=max_pixels, max_bytes=max_bytes, **webdataset)
     return source
 
 
@@ -803,7 +830,9 @@ def _check_loader(chk: _Checker, data: dict) -> LoaderSpec:
         last_batch=_check_choice(chk, raw_loader, "last_batch", lp, LAST_BATCH, "partial"),
         on_error=_check_choice(chk, raw_loader, "on_error", lp, ON_ERROR, "raise"),
         shuffle=shuffle,
-        repeated_augmentations=_check_int(chk, raw_loader, "repeated_augmentations", lp, 1, 1),
+        repeated_augmentations=_check_int(chk, raw_loader, "repeated_augmentations", lp, 1, 1,
+                                          maximum=(MAX_REPEATED_AUGMENTATIONS, "recipes repeat each sample 3 "
+                                                   "times; each repeat is another pass over the data")),
     )
 
 
@@ -834,7 +863,8 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
     version, name, backend, parity = _check_identity(chk, data, origin)
     source = _check_source(chk, data, base_for)
     batch_size = _check_int(chk, data, "batch_size", (), REQUIRED, 1)
-    seed = _check_int(chk, data, "seed", (), 0, 0)
+    seed = _check_int(chk, data, "seed", (), 0, 0, maximum=(MAX_SEED, "the draws use the seed's low 32 bits, so "
+                                                               "seed + 2^32 would draw the same augmentations"))
     decode = chk.mapping(data.get("decode"), ("decode",), "the decode step") or {}
     chk.unknown_keys(decode, ("device",), ("decode",), "decode")
     decode_device = _check_choice(chk, decode, "device", ("decode",), DECODE_DEVICES, "mixed")

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +25,10 @@ from test_fuzz_decode import crashed, run_worker
 from dali_bridge import build_loader
 from dali_bridge.formats import DEFAULT_MAX_PIXELS, inspect_image
 from dali_bridge.images import ImageError, SampleError
-from dali_bridge.spec import SpecError, spec_from_dict
+from dali_bridge.spec import DEFAULT_MAX_BYTES, SpecError, spec_from_dict
+
+# Child processes import this checkout's package.
+_ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
 
 
 def jpeg_claiming(width: int, height: int, **save) -> bytes:
@@ -151,3 +158,89 @@ def test_source_max_pixels_defaults_to_the_cap_and_survives_a_round_trip(tmp_pat
     spec = spec_from_dict(_pipeline(tmp_path, max_pixels=250_000_000))
     assert spec.source.max_pixels == 250_000_000
     assert spec_from_dict(spec.to_dict()).source.max_pixels == 250_000_000
+
+
+# ---- bytes per sample: source.max_bytes
+
+def _skips_and_yield(pipeline: dict, backend: str) -> tuple[list, list[int]]:
+    loader = build_loader(pipeline, backend)
+    try:
+        yielded = [i for _, index in loader for i in index.tolist()]
+        return [(item.index, item.reason) for item in loader.skipped], yielded
+    finally:
+        loader.close()
+
+
+@pytest.mark.parametrize("backend", backend_params(["dali-cpu", "torchvision"]))
+def test_source_max_bytes_refuses_larger_files_as_sample_errors_naming_their_size(tmp_path, backend):
+    files = write_image_folder(tmp_path / "data", classes=2, per_class=5)
+    sizes = [path.stat().st_size for path in files]
+    cap = sorted(sizes)[len(sizes) // 2]
+    over = [n for n, size in enumerate(sizes) if size > cap]
+    skipped, yielded = _skips_and_yield(_pipeline(tmp_path / "data", max_bytes=cap), backend)
+    assert [index for index, _ in skipped] == over and len(yielded) == len(files) - len(over)
+    assert [reason for _, reason in skipped] == [
+        f"file too large: {sizes[n]:,} bytes, over source.max_bytes = {cap:,} (raise it if such files are expected)"
+        for n in over]
+    raising = build_loader(_pipeline(tmp_path / "data", max_bytes=cap) | {"loader": {"workers": 0, "shuffle": False}},
+                           backend)
+    with pytest.raises(SampleError, match=f"sample {over[0]} .*file too large: {sizes[over[0]]:,} bytes"):
+        list(raising)
+    raising.close()
+
+
+@pytest.mark.parametrize("backend", backend_params(["dali-cpu", "torchvision"]))
+def test_source_max_bytes_caps_shard_members_from_the_index(tmp_path, backend):
+    from dali_bridge.convert import convert
+
+    files = write_image_folder(tmp_path / "data", classes=2, per_class=4)
+    convert(tmp_path / "data", str(tmp_path / "shards" / "s-%06d.tar"), shard_size=4)
+    sizes = [path.stat().st_size for path in files]
+    cap = sorted(sizes)[len(sizes) // 2]
+    pipeline = _pipeline(tmp_path / "data", max_bytes=cap)
+    pipeline["source"] = {"type": "webdataset", "shards": str(tmp_path / "shards" / "s-{000000..000001}.tar"),
+                          "max_bytes": cap}
+    skipped, yielded = _skips_and_yield(pipeline, backend)
+    assert sorted(index for index, _ in skipped) == [n for n, size in enumerate(sizes) if size > cap]
+    assert all(reason.startswith("file too large: ") for _, reason in skipped)
+
+
+def test_an_over_size_file_is_refused_from_its_size_without_being_read(tmp_path):
+    """A sparse 1 TiB file under a 1 GiB address-space cap: reading it would die of MemoryError."""
+    files = write_image_folder(tmp_path / "data", classes=1, per_class=2)
+    with open(files[0], "r+b") as handle:
+        handle.truncate(1 << 40)
+    code = ("import resource, sys; from dali_bridge.sources import list_folder;"
+            "listing = list_folder(sys.argv[1], ('.jpg',));"
+            "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+            "try:\n    listing.read(0)\nexcept Exception as exc:\n    print(type(exc).__name__, exc)")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "data")], capture_output=True, text=True,
+                          timeout=120, env=_ENV)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == (f"ImageError file too large: {1 << 40:,} bytes, over source.max_bytes = "
+                                   f"{DEFAULT_MAX_BYTES:,} (raise it if such files are expected)")
+
+
+def test_a_file_that_grows_past_the_cap_while_read_is_refused(tmp_path, monkeypatch):
+    from dali_bridge import images
+
+    path = tmp_path / "grows.jpg"
+    path.write_bytes(b"\xff\xd8" + b"\x00" * 100)
+    real_read = os.read
+    monkeypatch.setattr(images.os, "read", lambda fd, n: real_read(fd, n) or b"\x00" * 4096)  # never ends
+    with pytest.raises(images.ImageError, match="file too large: .* over source.max_bytes = 10,000"):
+        images.read_file(str(path), max_bytes=10_000)
+
+
+@pytest.mark.parametrize("value", [0, -5, "many", 1.5, True])
+def test_source_max_bytes_must_be_a_positive_integer(tmp_path, value):
+    with pytest.raises(SpecError, match=r"source\.max_bytes: expected an integer >= 1"):
+        spec_from_dict(_pipeline(tmp_path, max_bytes=value))
+
+
+def test_source_max_bytes_defaults_to_converts_cap_and_survives_a_round_trip(tmp_path):
+    from dali_bridge.convert import MAX_IMAGE_BYTES
+
+    assert spec_from_dict(_pipeline(tmp_path)).source.max_bytes == DEFAULT_MAX_BYTES == MAX_IMAGE_BYTES
+    spec = spec_from_dict(_pipeline(tmp_path, max_bytes=1 << 30))
+    assert spec.source.max_bytes == 1 << 30 and spec_from_dict(spec.to_dict()).source.max_bytes == 1 << 30

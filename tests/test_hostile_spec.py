@@ -10,7 +10,7 @@ import pytest
 
 from conftest import HOST_BACKENDS, VAL
 from dali_bridge.cli import EXIT_INVALID, main
-from dali_bridge.limits import HostLimits, loader_limit_problems
+from dali_bridge.limits import HostLimits, largest_sample_image, loader_limit_problems
 from dali_bridge.plan import build_plan
 from dali_bridge.spec import (ALIAS_NODE_BUDGET, MAX_NESTING, PipelineSpec, SpecError, load_spec, parse_override,
                               spec_from_dict)
@@ -184,6 +184,84 @@ def test_ordinary_loader_settings_fit_a_small_host(loader):
     spec = _spec(**loader)
     for backend in ("dali-cpu", "torchvision"):
         assert loader_limit_problems(spec, build_plan(spec), backend=backend, host=SMALL_HOST) == []
+
+
+def _large_on_the_way(batch_size: int = 256, **loader) -> PipelineSpec:
+    """A 64x64 output made from 16384x16384 images: 768 MiB per sample before the crop."""
+    return spec_from_dict({"version": 1, "batch_size": batch_size, "ops": [{"resize": [16384, 16384]},
+                                                                            {"center_crop": 64}],
+                           "source": {"type": "folder", "root": "/x"}, "loader": loader}, origin="p.yaml")
+
+
+@pytest.mark.parametrize("backend, loader, held", [
+    ("dali-cpu", {"workers": 2}, "3 batches of 256 in flight (prefetch 2 + 1) need 576.0 GiB"),
+    ("torchvision", {"workers": 16}, "16 worker(s) holding one each, with their batch buffers, need 12.2 GiB"),
+])
+def test_the_memory_check_sizes_the_images_on_the_way_not_only_the_output(backend, loader, held):
+    spec = _large_on_the_way(**loader)
+    problems = loader_limit_problems(spec, build_plan(spec), backend=backend, host=SMALL_HOST)
+    assert [p.path for p in problems] == ["ops[0].resize"], problems
+    assert "makes images of 768.0 MiB each" in problems[0].message and held in problems[0].message
+    assert "crop before a large resize" in problems[0].message
+
+
+def test_torchvision_workers_hold_one_large_image_each_not_a_batch():
+    spec = _large_on_the_way(workers=2)  # 2 x 768 MiB fits half of 8 GiB: each worker resizes one sample at a time
+    assert loader_limit_problems(spec, build_plan(spec), backend="torchvision", host=SMALL_HOST) == []
+
+
+def test_a_shorter_side_resize_is_sized_by_its_max_size():
+    spec = spec_from_dict({"version": 1, "batch_size": 64, "ops": [{"resize": {"size": 8192, "max_size": 16384}},
+                                                                   {"center_crop": 64}],
+                           "source": {"type": "folder", "root": "/x"}}, origin="p.yaml")
+    assert largest_sample_image(build_plan(spec)) == (3 * 8192 * 16384, 0)
+    problems = loader_limit_problems(spec, build_plan(spec), backend="dali-cpu", host=SMALL_HOST)
+    assert [p.path for p in problems] == ["ops[0].resize"]
+
+
+@pytest.mark.parametrize("batch_size, loader", [(10 ** 600, {}), (4, {"prefetch": 10 ** 600}),
+                                               (10 ** 5000, {"prefetch": 10 ** 5000, "workers": 10 ** 5000})],
+                         ids=["batch_size", "prefetch", "all-past-str"])
+@pytest.mark.parametrize("backend", ["dali-cpu", "torchvision"])
+def test_integers_too_large_for_a_float_or_a_string_are_problems_not_tracebacks(batch_size, loader, backend):
+    spec = spec_from_dict({"version": 1, "batch_size": batch_size, "ops": [{"center_crop": 224}],
+                           "source": {"type": "folder", "root": "/x"}, "loader": loader}, origin="p.yaml")
+    problems = loader_limit_problems(spec, build_plan(spec), backend=backend, host=SMALL_HOST)
+    memory = [p for p in problems if p.path == "loader.prefetch"]
+    assert len(memory) == 1 and "more than 1024 PiB" in memory[0].message and len(memory[0].message) < 600
+
+
+_RLIMIT_CHILD = """
+import resource, sys
+import dali_bridge.backends.base  # torch: imported before the limit, as a training script would have
+from dali_bridge.limits import host_limits, loader_limit_problems
+from dali_bridge.plan import build_plan
+from dali_bridge.spec import spec_from_dict
+
+name, used_key = sys.argv[1], sys.argv[2]
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+used = int(status[used_key].split()[0]) * 1024
+limit = getattr(resource, name)
+resource.setrlimit(limit, (used + (512 << 20), resource.getrlimit(limit)[1]))
+host = host_limits()
+print(host.memory_bound, host.memory_available <= 512 << 20)
+spec = spec_from_dict({"version": 1, "batch_size": 256, "ops": [{"center_crop": 224}, "normalize"],
+                       "source": {"type": "folder", "root": "/x"}, "loader": {"prefetch": 2}}, origin="p.yaml")
+for problem in loader_limit_problems(spec, build_plan(spec), backend="dali-cpu", host=host):
+    print(problem.path, problem.message)
+"""
+
+
+@pytest.mark.parametrize("limit, used_key, shell", [("RLIMIT_AS", "VmSize", "ulimit -v"),
+                                                    ("RLIMIT_DATA", "VmData", "ulimit -d")])
+def test_the_memory_check_honours_the_process_memory_limits(limit, used_key, shell):
+    # 3 batches of 256 x 3 x 224 x 224 float32 (462 MiB) fit this host, not 512 MiB of headroom.
+    done = subprocess.run([sys.executable, "-c", _RLIMIT_CHILD, limit, used_key], capture_output=True, text=True,
+                          timeout=120, env=_ENV)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"{limit} ({shell}) headroom True", lines
+    assert len(lines) == 2 and lines[1].startswith("loader.prefetch ") and f"of {limit} ({shell}) headroom" in lines[1]
 
 
 @pytest.mark.parametrize("setting", ["loader.workers=40000", "loader.prefetch=20000", "loader.prefetch=1e11",

@@ -61,10 +61,10 @@ from __future__ import annotations
 
 from .base import (ALL_BACKENDS, DTYPES, INTERPOLATIONS, LAYOUTS, REQUIRED, Checker, Column, GraphContext, Op,
                    Param, Step, _type_name, bool_checker, channels_checker, choice_checker, fixed_output_size,
-                   is_int, is_number, optional, probability_checker, range_checker, size_checker)
+                   int_checker, is_int, is_number, optional, probability_checker, range_checker, size_checker)
 from .registry import OPS, op_names, unsupported_options
 
 __all__ = ["ALL_BACKENDS", "DTYPES", "INTERPOLATIONS", "LAYOUTS", "OPS", "REQUIRED", "Checker", "Column",
            "GraphContext", "Op", "Param", "Step", "_type_name", "bool_checker", "channels_checker", "choice_checker",
-           "fixed_output_size", "is_int", "is_number", "op_names", "optional", "probability_checker", "range_checker",
-           "size_checker", "unsupported_options"]
+           "fixed_output_size", "int_checker", "is_int", "is_number", "op_names", "optional", "probability_checker",
+           "range_checker", "size_checker", "unsupported_options"]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
-from .base import Op, Param, _type_name, bool_checker, choice_checker, is_int, is_number
+from .base import Op, Param, _type_name, bool_checker, choice_checker, int_checker, is_int, is_number
 
 # (start, end) of each linspace table, or a table kind, per operation: torchvision's _AUGMENTATION_SPACE.
 # "width"/"height": end = factor x the image's width/height ("width/": width / divisor); "posterize":
@@ -160,14 +160,6 @@ def fill_checker(value: Any) -> tuple[Any, str | None]:
     if isinstance(value, list) and len(value) == 3 and all(is_number(v) for v in value):
         return [float(v) for v in value], None
     return value, f"expected null, a number or 3 numbers (R, G, B) in 0-255 levels, found {_type_name(value)} {value!r}"
-
-
-def int_checker(low: int, what: str) -> Any:
-    def check(value: Any) -> tuple[Any, str | None]:
-        if is_int(value) and value >= low:
-            return value, None
-        return value, f"expected {what} (an integer >= {low}), found {_type_name(value)} {value!r}"
-    return check
 
 
 @dataclass(frozen=True)
@@ -401,15 +393,28 @@ def magnitude_std_checker(value: Any) -> tuple[Any, str | None]:
     return value, f"expected a number >= 0 (.inf: uniform), found {_type_name(value)} {value!r}"
 
 
-def severity_checker(value: Any) -> tuple[Any, str | None]:
-    if is_int(value) and 1 <= value <= 10:
-        return value, None
-    return value, f"expected a severity from 1 to 10 (an integer), found {_type_name(value)} {value!r}"
+# Upper bounds of the counts (docs/errors.md lists them): far above any recipe, low enough that
+# no value costs more than a few times the largest recipe's work per image.
+# torchvision's and timm's RandAugment recipes apply 2 or 3 operations; each is one kernel per image.
+MAX_NUM_OPS = 16
+# torchvision's default is 31; a table of magnitudes is built per bin, and beyond a few hundred
+# bins neighbouring magnitudes give the same uint8 pixels.
+MAX_MAGNITUDE_BINS = 1024
+# AugMix holds one float32 copy of the image per chain and draws uniforms per chain and depth;
+# torchvision's default is 3 chains of 1-3 operations.
+MAX_CHAINS = 16
+MAX_CHAIN_DEPTH = 16
+SEVERITY_SCALE = 10  # torchvision's AugMix: severity counts magnitude bins out of 10
+
+severity_checker = int_checker(1, SEVERITY_SCALE, "a severity", "AugMix draws from 10 magnitude bins")
+_chain_depth = int_checker(1, MAX_CHAIN_DEPTH, "a chain depth", "AugMix recipes use 1 to 3")
 
 
 def chain_depth_checker(value: Any) -> tuple[Any, str | None]:
+    if is_int(value) and value <= 0:
+        return value, None  # 1 to 3 at random, as torchvision's -1
     if is_int(value):
-        return value, None
+        return _chain_depth(value)
     return value, f"expected an integer (> 0: that depth; <= 0: 1 to 3 at random), found {_type_name(value)} {value!r}"
 
 
@@ -418,8 +423,9 @@ _INTERPOLATION = Param("interpolation", "nearest", choice_checker(("nearest", "b
 _FILL = Param("fill", None, fill_checker,
               "value of pixels moved in from outside by shear, translate and rotate, in 0-255 levels: a number or "
               "[R, G, B] (default null: zeros)")
-_BINS = Param("num_magnitude_bins", 31, int_checker(2, "a number of bins"),
-              "number of magnitude bins (default 31)")
+_BINS = Param("num_magnitude_bins", 31, int_checker(2, MAX_MAGNITUDE_BINS, "a number of bins",
+                                                    "neighbouring bins give the same pixels long before"),
+              f"number of magnitude bins, at most {MAX_MAGNITUDE_BINS} (default 31)")
 
 TRIVIAL_AUGMENT_WIDE = TrivialAugmentWide(
     "trivial_augment_wide", "pixel", (_BINS, _INTERPOLATION, _FILL),
@@ -428,9 +434,12 @@ TRIVIAL_AUGMENT_WIDE = TrivialAugmentWide(
 
 RAND_AUGMENT = RandAugment(
     "rand_augment", "pixel", (
-        Param("num_ops", 2, int_checker(0, "a number of operations"), "operations applied in turn (default 2)"),
-        Param("magnitude", 9, int_checker(0, "a magnitude bin"), "the magnitude bin of every operation, "
-              "below num_magnitude_bins (default 9); with variant timm, timm's magnitude from 0 to 10"),
+        Param("num_ops", 2, int_checker(0, MAX_NUM_OPS, "a number of operations", "recipes apply 2 or 3"),
+              f"operations applied in turn, at most {MAX_NUM_OPS} (default 2)"),
+        Param("magnitude", 9, int_checker(0, MAX_MAGNITUDE_BINS - 1, "a magnitude bin",
+                                          f"num_magnitude_bins is at most {MAX_MAGNITUDE_BINS}"),
+              "the magnitude bin of every operation, below num_magnitude_bins (default 9); with variant timm, "
+              "timm's magnitude from 0 to 10"),
         _BINS, _INTERPOLATION, _FILL,
         Param("variant", "torchvision", choice_checker(("torchvision", "timm")),
               "torchvision's RandAugment, or timm's: its operations with PIL, each layer applied with chance 0.5, "
@@ -438,7 +447,7 @@ RAND_AUGMENT = RandAugment(
               "[128, 128, 128] (num_magnitude_bins and interpolation unused) (default torchvision)"),
         Param("magnitude_std", 0.0, magnitude_std_checker,
               "variant timm: standard deviation of the magnitude's normal noise; .inf draws it uniformly "
-              "from 0 to the magnitude (default 0)"),
+              "from 0 to the magnitude (default 0)", infinity=True),
         Param("increasing", False, bool_checker,
               "variant timm: the operations whose strength increases with the magnitude (default false)")),
     "Apply num_ops operations drawn from 14, each at the given magnitude bin with a random sign "
@@ -457,9 +466,11 @@ AUTO_AUGMENT = AutoAugment(
 AUGMIX = AugMix(
     "augmix", "pixel", (
         Param("severity", 3, severity_checker, "magnitude bins drawn from, 1 to 10 of 10 (default 3)"),
-        Param("mixture_width", 3, int_checker(1, "a number of chains"), "augmentation chains mixed (default 3)"),
+        Param("mixture_width", 3, int_checker(1, MAX_CHAINS, "a number of chains",
+                                              "each chain holds a float32 copy of the image"),
+              f"augmentation chains mixed, at most {MAX_CHAINS} (default 3)"),
         Param("chain_depth", -1, chain_depth_checker,
-              "operations per chain; <= 0 draws 1 to 3 per chain (default -1)"),
+              f"operations per chain, at most {MAX_CHAIN_DEPTH}; <= 0 draws 1 to 3 per chain (default -1)"),
         Param("alpha", 1.0, positive_number_checker, "Dirichlet and Beta concentration of the weights (default 1.0)"),
         Param("all_ops", True, bool_checker, "include brightness, color, contrast and sharpness (default true)"),
         Param("interpolation", "bilinear", choice_checker(("nearest", "bilinear")),

@@ -12,6 +12,7 @@ need them, so the spec layer can validate anywhere.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
@@ -41,6 +42,9 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+# The largest magnitude of a number a parameter may hold: the ops compute in float32.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 # The largest size an op may set, per side: a 16384 x 16384 RGB image is 768 MiB as uint8, and a
 # batch of larger ones fits no host; a size beyond it is a typo, not a pipeline.
 MAX_SIZE = 16384
@@ -65,8 +69,21 @@ def size_checker(value: Any) -> tuple[Any, str | None]:
 
 def _shown(number: int) -> str:
     """An integer as a message quotes it: at most 20 digits."""
+    if abs(number).bit_length() > 10_000:  # str() refuses integers past 4,300 digits
+        return f"an integer of about {int(abs(number).bit_length() * math.log10(2)) + 1:,} digits"
     text = str(number)
     return text if len(text) <= 20 else f"{text[:8]}...({len(text)} digits)"
+
+
+def int_checker(low: int, high: int, what: str, why: str) -> Checker:
+    """An integer from ``low`` to ``high``; ``why`` says what the upper bound comes from (the message
+    quotes it, and docs/errors.md lists every bound)."""
+    def check(value: Any) -> tuple[Any, str | None]:
+        if is_int(value) and low <= value <= high:
+            return value, None
+        found = _shown(value) if is_int(value) else f"{_type_name(value)} {value!r}"
+        return value, f"expected {what} (an integer >= {low}, at most {high}: {why}), found {found}"
+    return check
 
 
 def choice_checker(choices: tuple[str, ...]) -> Checker:
@@ -130,6 +147,39 @@ def optional(checker: Checker) -> Checker:
     return check
 
 
+def _yaml_number(value: float) -> str:
+    """A non-finite float as a pipeline file writes it (``.nan``, ``.inf``, ``-.inf``)."""
+    return ".nan" if math.isnan(value) else ".inf" if value > 0 else "-.inf"
+
+
+def non_finite_problem(value: Any, *, infinity: bool = False) -> str | None:
+    """Why a parameter value holds a number no pipeline can compute with, or None.
+
+    NaN compares false with every bound, so an op's own range check lets it through; ±inf passes
+    every one-sided bound; a number beyond float32 range becomes inf in the float32 arithmetic of
+    DALI and torch (and an integer beyond float range makes a checker's ``float()`` raise). All are
+    refused here, once for every parameter of every op (``infinity``: the parameter gives +inf a
+    meaning its doc states). Lists are walked, so a range or an (R, G, B) triple is checked item
+    by item.
+    """
+    items = value if isinstance(value, list) else [value]
+    for position, item in enumerate(items):
+        where = f" at item {position + 1}" if isinstance(value, list) else ""
+        if isinstance(item, list):
+            problem = non_finite_problem(item, infinity=infinity)
+            if problem:
+                return problem + where
+        elif isinstance(item, float) and not math.isfinite(item):
+            if not (infinity and item > 0):
+                allowed = " (.inf is allowed)" if infinity else ""
+                return f"expected a finite number{allowed}, found {_yaml_number(item)}{where}"
+        elif is_number(item) and abs(item) > FLOAT32_MAX:  # exact for an int of any size
+            found = _shown(item) if is_int(item) else repr(item)
+            return (f"expected numbers within float32 range (magnitude at most {FLOAT32_MAX:.3g}, as DALI and "
+                    f"torch compute), found {found}{where}")
+    return None
+
+
 def fixed_output_size(size: Any) -> tuple[int, int]:
     """(height, width) for a crop-like size parameter."""
     return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
@@ -137,11 +187,24 @@ def fixed_output_size(size: Any) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Param:
-    """One op parameter: name, default (``REQUIRED`` when none), checker, docs with units."""
+    """One op parameter: name, default (``REQUIRED`` when none), checker, docs with units.
+
+    ``infinity``: +inf is a value of this parameter with a meaning (its doc says which); every
+    other parameter's numbers must be finite (:meth:`validate`).
+    """
     name: str
     default: Any
     check: Checker
     doc: str
+    infinity: bool = False
+
+    def validate(self, value: Any) -> tuple[Any, str | None]:
+        """(normalised value, problem or None): the rule every parameter shares — its numbers are
+        finite (:func:`non_finite_problem`) — then the parameter's own checker."""
+        problem = non_finite_problem(value, infinity=self.infinity)
+        if problem:
+            return value, problem
+        return self.check(value)
 
 
 REQUIRED = object()

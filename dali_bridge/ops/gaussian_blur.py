@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..images import ImageError
-from .base import REQUIRED, Column, Op, Param, _type_name, is_int, is_number, range_checker
+from .base import REQUIRED, Column, Op, Param, _shown, _type_name, is_int, is_number, range_checker
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,11 @@ class Blur:
     kernel_y: int
 
 
+# The largest kernel side: SimCLR's recipe (a tenth of the image side) gives 23 at 224 px and 103 at
+# 1024 px; the work per pixel grows with the side (a kernel of 501 stalls every batch).
+MAX_KERNEL_SIZE = 255
+
+
 def kernel_size_checker(value: Any) -> tuple[Any, str | None]:
     """One odd positive int (square kernel) or ``[kx, ky]``: width first, as torchvision's ``kernel_size``."""
     sizes = [value, value] if is_int(value) else value
@@ -47,6 +52,9 @@ def kernel_size_checker(value: Any) -> tuple[Any, str | None]:
                        f"(kx, ky)), found {_type_name(value)} {value!r}")
     if any(v <= 0 or v % 2 == 0 for v in sizes):
         return value, f"expected odd positive kernel sizes (1, 3, 5, ...), found {value}"
+    if max(sizes) > MAX_KERNEL_SIZE:
+        return value, (f"expected kernel sizes of at most {MAX_KERNEL_SIZE} pixels (blur recipes use a tenth of "
+                       f"the image side), found {_shown(value) if is_int(value) else [_shown(v) for v in sizes]}")
     return list(sizes), None
 
 
@@ -120,7 +128,8 @@ class GaussianBlur(Op):
 GAUSSIAN_BLUR = GaussianBlur(
     "gaussian_blur", "pixel", (
         Param("kernel_size", REQUIRED, kernel_size_checker,
-              "kernel size in pixels: one odd integer, or [width, height] (torchvision's (kx, ky) order)"),
+              f"kernel size in pixels: one odd integer, or [width, height] (torchvision's (kx, ky) order); at most "
+              f"{MAX_KERNEL_SIZE}"),
         Param("sigma", [0.1, 2.0], sigma_checker,
               "standard deviation of the Gaussian in pixels: [low, high], drawn uniformly per image, or one "
               "number for a fixed sigma (default [0.1, 2.0])"),),
