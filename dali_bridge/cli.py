@@ -58,21 +58,28 @@ def _add_spec_options(parser: argparse.ArgumentParser, data: bool = True) -> Non
 
 # ---- commands
 
+MISSING_SOURCE_PATHS = ("source.root", "source.file_list", "source.shards", "source.manifest")
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.files:
         try:
-            spec = _load(path, args)
+            spec = load_spec(path, _overrides(args), check_sources=not args.no_source_check)
         except SpecError as exc:
             print(exc, file=sys.stderr)
+            if any(problem.path in MISSING_SOURCE_PATHS and "exist" in problem.message for problem in exc.problems):
+                print("  (validating away from the data? --no-source-check makes a missing source a warning)",
+                      file=sys.stderr)
             failed += 1
         except OSError as exc:
             print(f"{path}: cannot read: {exc.strerror or exc}", file=sys.stderr)
             failed += 1
         else:
             print(f"{path}: ok ({spec.name}: {plural(len(spec.ops), 'op')}, batch {spec.batch_size})")
-            for warning in missing_source_warnings(spec, path, _overrides(args)):
-                print(f"warning: {warning}", file=sys.stderr)
+            if args.no_source_check:
+                for warning in missing_source_warnings(spec, path, _overrides(args)):
+                    print(f"warning: {warning}", file=sys.stderr)
     return EXIT_INVALID if failed else 0
 
 
@@ -403,8 +410,12 @@ AddCommand = Callable[..., argparse.ArgumentParser]
 def _add_validate_command(add: AddCommand) -> None:
     p = add("validate", cmd_validate, "Check pipeline files; print every problem with file:line:column.",
             "examples:\n  dali-bridge validate pipelines/*.yaml\n  dali-bridge validate my.yaml --set batch_size=32\n"
-            "exit status: 0 all valid, 2 any invalid")
+            "  dali-bridge validate my.yaml --no-source-check   # away from the data: missing sources only warn\n"
+            "exit status: 0 all valid, 2 any invalid (a source path that does not exist included)")
     p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--no-source-check", action="store_true",
+                   help="a source folder, file list or shard that does not exist is a warning, not a problem "
+                        "(for files validated away from their data)")
     _add_spec_options(p, data=False)
 
 
