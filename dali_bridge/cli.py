@@ -93,6 +93,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(_resolved_yaml(spec))
     plan = build_plan(spec)
     print(f"# output per batch: {plan.output_shape(spec.batch_size)} {plan.finish.dtype} ({plan.finish.layout})")
+    from .ops.registry import op_origin
+    for index, op in enumerate(spec.ops):
+        if op_origin(op.name) is not None:
+            print(f"# ops[{index}] {op.name}: from {op_origin(op.name)}")
     try:
         choice = choose_backend(spec.backend)
         print(f"# backend {spec.backend!r} picks {choice.backend} here: {choice.reason}")
