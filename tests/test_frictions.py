@@ -262,14 +262,55 @@ def test_validate_no_source_check_keeps_a_missing_source_root_a_warning_with_a_d
 
 # ---- doctor: do torch's and DALI's CUDA builds pair?
 
-def test_doctor_says_a_cuda_13_torch_and_a_cuda_12_dali_do_not_pair_and_how_to_fix_it():
+# The default install: torch 2.14.1+cu130 with nvidia-dali-cuda120.
+DEFAULT_PAIR = {"torch_cuda": "13.0", "dali_builds": ["nvidia-dali-cuda120"]}
+
+
+def test_doctor_says_a_cuda_13_torch_with_a_cuda_12_dali_changes_nothing_without_a_gpu_and_what_a_gpu_needs():
     from dali_bridge.doctor import cuda_builds_pairing
 
-    text = cuda_builds_pairing(torch_cuda="13.0", dali_builds=["nvidia-dali-cuda120"])
-    assert text.startswith("no: torch is built for CUDA 13.0 and DALI for CUDA 12 (nvidia-dali-cuda120)")
-    assert text.endswith("pair them: pip uninstall -y nvidia-dali-cuda120 && pip install nvidia-dali-cuda130")
+    text = cuda_builds_pairing(**DEFAULT_PAIR)
+    assert text.startswith("fine on this host: torch is built for CUDA 13.0 and DALI for CUDA 12 "
+                           "(nvidia-dali-cuda120), and without an NVIDIA driver here dali-cpu and torchvision use "
+                           "neither; on a GPU host each process loads both CUDA runtimes side by side and each needs "
+                           "the driver: CUDA 13 (torch) a driver >= 580, CUDA 12 (DALI) >= 525, so a driver >= 580 "
+                           "runs both")
+    assert text.endswith("to load one runtime: pip uninstall -y nvidia-dali-cuda120 && pip install nvidia-dali-cuda130")
+    assert "mismatch" not in text and not text.startswith("no")
     assert cuda_builds_pairing(torch_cuda="12.8", dali_builds=["nvidia-dali-cuda120"]) == \
         "yes: torch and DALI (nvidia-dali-cuda120) are both CUDA 12 builds"
+
+
+@pytest.mark.parametrize("driver, verdict", [
+    ({"driver_cuda": "13000", "driver_release": "580.65.06"},
+     "works here: torch is built for CUDA 13.0 and DALI for CUDA 12 (nvidia-dali-cuda120); this driver (580.65.06, "
+     "CUDA 13.0) runs both (>= 580), each process loading both CUDA runtimes side by side; to load one: "
+     "pip uninstall -y nvidia-dali-cuda120 && pip install nvidia-dali-cuda130"),
+    ({"driver_cuda": "12040"},
+     "breaks here: torch is built for CUDA 13.0 and DALI for CUDA 12 (nvidia-dali-cuda120); this driver (CUDA 12.4) "
+     "is older than CUDA 13 needs (>= 580): DALI runs but torch cannot use the GPU, so the dali backend cannot run; "
+     "update the driver to >= 580 and pip uninstall -y nvidia-dali-cuda120 && pip install nvidia-dali-cuda130, or "
+     "keep this driver and install torch built for CUDA 12 (its cu12x wheels: https://pytorch.org/get-started/locally/)"),
+    ({"driver_release": "550.54.15"}, "breaks here: torch is built for CUDA 13.0 and DALI for CUDA 12 "
+                                      "(nvidia-dali-cuda120); this driver (550.54.15) is older than CUDA 13 needs"),
+    ({"driver_release": "470.82.01"}, "breaks here: torch is built for CUDA 13.0 and DALI for CUDA 12 "
+                                      "(nvidia-dali-cuda120); this driver (470.82.01) runs neither (CUDA 13 needs "
+                                      ">= 580, CUDA 12 >= 525): update the driver to >= 580"),
+])
+def test_doctor_says_whether_this_hosts_driver_runs_the_cuda_13_torch_and_cuda_12_dali_pair(driver, verdict):
+    from dali_bridge.doctor import cuda_builds_pairing
+
+    assert cuda_builds_pairing(**DEFAULT_PAIR, **driver).startswith(verdict)
+
+
+def test_doctor_reads_the_driver_release_apart_from_torch(tmp_path):
+    from dali_bridge.doctor import _driver_release
+
+    version = tmp_path / "version"
+    version.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
+                       "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+    assert _driver_release(version) == "550.54.15"
+    assert _driver_release(tmp_path / "absent") is None
 
 
 def test_doctor_pairing_covers_a_cpu_torch_no_dali_two_dalis_and_an_old_driver():
@@ -283,8 +324,8 @@ def test_doctor_pairing_covers_a_cpu_torch_no_dali_two_dalis_and_an_old_driver()
     assert both.endswith("pip uninstall -y nvidia-dali-cuda120 nvidia-dali-cuda130 && pip install nvidia-dali-cuda130")
     old_driver = cuda_builds_pairing(torch_cuda="13.0", dali_builds=["nvidia-dali-cuda130"], driver_cuda="12040")
     assert old_driver.startswith("yes: torch and DALI (nvidia-dali-cuda130) are both CUDA 13 builds")
-    assert old_driver.endswith("this driver supports CUDA 12.4, too old for a CUDA 13 build: update the driver or "
-                               "use builds for CUDA 12")
+    assert old_driver.endswith("this driver (CUDA 12.4) is too old for a CUDA 13 build: update the driver (>= 580) "
+                               "or use builds for CUDA 12")
 
 
 def test_doctor_report_carries_the_pairing_of_the_installed_builds(capsys):
@@ -295,4 +336,5 @@ def test_doctor_report_carries_the_pairing_of_the_installed_builds(capsys):
     assert main(["doctor", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["cuda_builds"] == cuda_builds_pairing(torch_cuda=torch.version.cuda, dali_builds=_dali_builds(),
-                                                      driver_cuda=info.get("cuda_driver"))
+                                                      driver_cuda=info.get("cuda_driver"),
+                                                      driver_release=info.get("nvidia_driver"))
