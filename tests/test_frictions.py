@@ -6,6 +6,7 @@ import shlex
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import yaml
 
@@ -338,3 +339,55 @@ def test_doctor_report_carries_the_pairing_of_the_installed_builds(capsys):
     assert info["cuda_builds"] == cuda_builds_pairing(torch_cuda=torch.version.cuda, dali_builds=_dali_builds(),
                                                       driver_cuda=info.get("cuda_driver"),
                                                       driver_release=info.get("nvidia_driver"))
+
+
+# ---- compare: a header that says the mode, a mean map scaled to the bound
+
+def test_compare_under_fast_parity_says_the_exact_bounds_are_exceeded_at_the_border_not_only_by_rounding(
+        capsys, sample_root):
+    from dali_bridge.compare import CPU_BOUNDS, default_bounds
+
+    fast = load_spec(TRAIN, {"parity": "fast"})
+    assert default_bounds(load_spec(TRAIN), ["dali-cpu", "torchvision"]) is CPU_BOUNDS
+    reason = default_bounds(fast, ["dali-cpu", "torchvision"]).reason
+    assert reason.startswith("parity: fast: the DALI backends resize with DALI's own border handling")
+    assert "only in rounding" not in reason
+    nearest = load_spec(TRAIN, {"parity": "fast", "ops.0.random_resized_crop.interpolation": "nearest"})
+    assert default_bounds(nearest, ["dali-cpu", "torchvision"]) is CPU_BOUNDS  # fast changes nothing there
+    main(["compare", str(TRAIN), "--data", str(sample_root), "--backends", "dali-cpu,torchvision", "--batches", "1",
+          "--set", "batch_size=6", "--set", "loader.workers=1", "--set", "parity=fast"])
+    header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("bounds:"))
+    assert "parity: fast" in header and "only in rounding" not in header
+
+
+def _mean_delta_panel(tmp_path, delta: np.ndarray) -> np.ndarray:
+    """The map (H W RGB, shown at twice the size) of the mean_delta.png compare saves for four samples
+    differing by ``delta`` (C H W levels)."""
+    import torch
+    from PIL import Image
+
+    from dali_bridge.compare import compare_batches
+    from dali_bridge.plan import Finish
+
+    a = torch.full((4, 3, *delta.shape[1:]), 100, dtype=torch.uint8)
+    b = a + torch.from_numpy(delta.astype(np.uint8))
+    indices = torch.arange(4)
+    compare_batches([(a, indices % 2, indices)], [(b, indices % 2, indices)], ["image", "label", "index"],
+                    Finish(), [f"/d/{i}.jpg" for i in range(4)], save_dir=tmp_path, worst_to_save=0)
+    with Image.open(tmp_path / "mean_delta.png") as picture:
+        header = 34  # the title and caption lines above the map
+        return np.asarray(picture.convert("RGB"))[header: header + 2 * delta.shape[1], : 2 * delta.shape[2]].astype(int)
+
+
+def test_compare_mean_delta_map_shows_rounding_within_the_bound_as_grey_and_beyond_it_in_colour(tmp_path):
+    rounding = (np.random.default_rng(0).random((3, 40, 40)) < 0.3).astype(np.int64)  # 0 or 1 level
+    panel = _mean_delta_panel(tmp_path / "rounding", rounding)
+    grey = (panel[..., 0] == panel[..., 1]) & (panel[..., 1] == panel[..., 2]) & (panel[..., 0] <= 96)
+    assert grey.all(), "differences within the bound (ordinary rounding) are shades of grey, not a red field"
+    assert panel.max() > 0
+    border = rounding.copy()
+    border[:, 0, :] = 6  # a top row 6 levels off, as a plain resize's border
+    panel = _mean_delta_panel(tmp_path / "border", border)
+    top, rest = panel[:2], panel[2:]
+    assert ((top[..., 0] > 200) & (top[..., 2] < top[..., 0] - 50)).all(), "beyond the bound: warm colours"
+    assert ((rest[..., 0] == rest[..., 2]) & (rest[..., 0] <= 96)).all()
