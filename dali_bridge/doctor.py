@@ -190,6 +190,8 @@ def report() -> dict[str, Any]:
         info["nvidia_driver"] = release
     info["cuda_builds"] = cuda_builds_pairing(torch_cuda=_torch_cuda_build(), dali_builds=_dali_builds(),
                                               driver_cuda=info.get("cuda_driver"), driver_release=release)
+    from .ops.registry import ORIGINS
+    info["ops_from_packages"] = [f"{name}: {origin}" for name, origin in sorted(ORIGINS.items())] or ["none"]
     info["nvjpeg_hardware_decoder"] = _nvjpeg_hardware(host.dali_version is not None, host.cuda_devices)
     info["backends"] = {name: unavailable_reason(name, host) or "available" for name in BACKEND_NAMES}
     try:

@@ -1,5 +1,5 @@
 """Ops from other packages: an installed distribution's ``dali_bridge.ops`` entry points register ops,
-checked like the built-in ones, validated, shown, documented and run like them.
+checked like the built-in ones, validated, shown (``show``, ``doctor``), documented and run like them.
 
 Each test writes a real distribution (a module and its ``.dist-info`` with ``entry_points.txt``)
 into a temporary folder on the path, where ``importlib.metadata`` finds it as it finds a
@@ -158,6 +158,8 @@ from dali_bridge.spec import spec_from_dict
 root, good, bad = sys.argv[1:4]
 out = {"validate_good": main(["validate", good]), "validate_bad": main(["validate", bad])}
 main(["show", good])
+from dali_bridge.doctor import report
+out["doctor"] = report()["ops_from_packages"]
 out["reference"] = render_reference().split("### `random_invert`", 1)[1].split("###", 1)[0]
 data = {"version": 1, "source": {"type": "folder", "root": root}, "batch_size": 4, "loader": {"workers": 0},
         "ops": [{"center_crop": 32}]}
@@ -195,6 +197,8 @@ def test_an_installed_op_is_validated_shown_documented_and_run_like_a_built_in(t
     assert ("# ops[1] random_invert: from package invert-ops 1.0 (entry point dali_bridge.ops: "
             "random_invert = invert_ops:RANDOM_INVERT)") in done.stdout
     assert "F.invert" in done.stdout.split("## torchvision", 1)[1]
+    assert result["doctor"] == ["random_invert: package invert-ops 1.0 (entry point dali_bridge.ops: "
+                                "random_invert = invert_ops:RANDOM_INVERT)"]
     assert "Invert the colours with the given probability" in result["reference"]
     assert "From the package invert-ops 1.0" in result["reference"]
     assert result["inverted_is_255_minus_plain"].get("torchvision") is True
