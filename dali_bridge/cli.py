@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from . import __version__
-from .spec import PipelineSpec, SpecError, load_spec, missing_source_warnings, parse_override, parse_overrides
+from .spec import (MISSING_SOURCE, PipelineSpec, SpecError, load_spec, missing_source_warnings, parse_override,
+                   parse_overrides)
 from .wording import plural
 
 EXIT_FAILED = 1      # the job ran and failed (a bad sample, a comparison outside its bounds)
@@ -58,9 +59,6 @@ def _add_spec_options(parser: argparse.ArgumentParser, data: bool = True) -> Non
 
 # ---- commands
 
-MISSING_SOURCE_PATHS = ("source.root", "source.file_list", "source.shards", "source.manifest")
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.files:
@@ -68,7 +66,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             spec = load_spec(path, _overrides(args), check_sources=not args.no_source_check)
         except SpecError as exc:
             print(exc, file=sys.stderr)
-            if any(problem.path in MISSING_SOURCE_PATHS and "exist" in problem.message for problem in exc.problems):
+            if any(problem.kind == MISSING_SOURCE for problem in exc.problems):
                 print("  (validating away from the data? --no-source-check makes a missing source a warning)",
                       file=sys.stderr)
             failed += 1
@@ -418,7 +416,7 @@ def _add_validate_command(add: AddCommand) -> None:
             "exit status: 0 all valid, 2 any invalid (a source path that does not exist included)")
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--no-source-check", action="store_true",
-                   help="a source folder, file list or shard that does not exist is a warning, not a problem "
+                   help="a source folder, file list, shard or manifest that does not exist is a warning, not a problem "
                         "(for files validated away from their data)")
     _add_spec_options(p, data=False)
 

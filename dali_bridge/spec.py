@@ -47,12 +47,17 @@ def format_path(path: Sequence[Any]) -> str:
     return out or "<top level>"
 
 
+MISSING_SOURCE = "missing source"  # Problem.kind of a source path that does not exist (load_spec check_sources)
+
+
 @dataclass(frozen=True)
 class Problem:
-    """One validation problem: where (``file:line:col`` or the override), the key path, the message."""
+    """One validation problem: where (``file:line:col`` or the override), the key path, the message;
+    ``kind`` tells apart the problems a caller may treat otherwise (:data:`MISSING_SOURCE`)."""
     where: str
     path: str
     message: str
+    kind: str = field(default="", compare=False)
 
     def __str__(self) -> str:
         return f"{self.where}: {self.path}: {self.message}"
@@ -348,8 +353,8 @@ class _Checker:
                 return self.marks[path[:n]]
         return self.filename
 
-    def add(self, path: tuple, message: str) -> None:
-        self.problems.append(Problem(self.where(path), format_path(path), shortened(message)))
+    def add(self, path: tuple, message: str, kind: str = "") -> None:
+        self.problems.append(Problem(self.where(path), format_path(path), shortened(message), kind))
 
     def unknown_keys(self, mapping: Mapping, allowed: Iterable[str], path: tuple, what: str) -> None:
         allowed = list(allowed)
@@ -894,7 +899,7 @@ def _check_source_paths(chk: _Checker, paths: Mapping[str, Any]) -> None:
     for key, noun in (("root", "folder"), ("file_list", "file"), ("manifest", "file")):
         value = paths.get(key)
         if value is not None and not Path(value).exists():
-            chk.add(("source", key), _missing_path_hint(Path(value), noun))
+            chk.add(("source", key), _missing_path_hint(Path(value), noun), MISSING_SOURCE)
     if paths.get("shards") is None:
         return
     try:
@@ -904,7 +909,7 @@ def _check_source_paths(chk: _Checker, paths: Mapping[str, Any]) -> None:
     missing = [shard for shard in shards if not os.path.isfile(shard)]
     if missing:
         chk.add(("source", "shards"), f"{len(missing)} of {len(shards)} shard(s) do not exist; the first: "
-                                      f"{_missing_path_hint(Path(missing[0]), 'file')}")
+                                      f"{_missing_path_hint(Path(missing[0]), 'file')}", MISSING_SOURCE)
 
 
 def missing_source_warnings(spec: PipelineSpec, path: str | Path,

@@ -5,7 +5,7 @@ import pytest
 
 from conftest import VAL
 from dali_bridge.cli import EXIT_INVALID, main
-from dali_bridge.spec import SpecError, load_spec
+from dali_bridge.spec import MISSING_SOURCE, SpecError, load_spec
 
 
 def _line_of(path, text: str) -> int:
@@ -87,6 +87,7 @@ def test_load_spec_checks_sources_when_asked_by_keyword(tmp_path, misspelt_root)
         load_spec(misspelt_root, check_sources=True)
     (problem,) = raised.value.problems
     assert problem.path == "source.root" and problem.where.startswith(f"{misspelt_root}:")
+    assert problem.kind == MISSING_SOURCE
     assert problem.message.endswith(f"did you mean {tmp_path / 'images'}?")
     fixed = load_spec(misspelt_root, {"source.root": str(tmp_path / "images" / "train")}, check_sources=True)
     assert fixed.source.root == str(tmp_path / "images" / "train")
