@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from . import __version__
-from .spec import PipelineSpec, SpecError, load_spec, missing_source_warnings, parse_override, parse_overrides
+from .spec import (MISSING_SOURCE, PipelineSpec, SpecError, load_spec, missing_source_warnings, parse_override,
+                   parse_overrides)
 from .wording import plural
 
 EXIT_FAILED = 1      # the job ran and failed (a bad sample, a comparison outside its bounds)
@@ -62,17 +63,21 @@ def cmd_validate(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.files:
         try:
-            spec = _load(path, args)
+            spec = load_spec(path, _overrides(args), check_sources=not args.no_source_check)
         except SpecError as exc:
             print(exc, file=sys.stderr)
+            if any(problem.kind == MISSING_SOURCE for problem in exc.problems):
+                print("  (validating away from the data? --no-source-check makes a missing source a warning)",
+                      file=sys.stderr)
             failed += 1
         except OSError as exc:
             print(f"{path}: cannot read: {exc.strerror or exc}", file=sys.stderr)
             failed += 1
         else:
             print(f"{path}: ok ({spec.name}: {plural(len(spec.ops), 'op')}, batch {spec.batch_size})")
-            for warning in missing_source_warnings(spec, path, _overrides(args)):
-                print(f"warning: {warning}", file=sys.stderr)
+            if args.no_source_check:
+                for warning in missing_source_warnings(spec, path, _overrides(args)):
+                    print(f"warning: {warning}", file=sys.stderr)
     return EXIT_INVALID if failed else 0
 
 
@@ -86,6 +91,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(_resolved_yaml(spec))
     plan = build_plan(spec)
     print(f"# output per batch: {plan.output_shape(spec.batch_size)} {plan.finish.dtype} ({plan.finish.layout})")
+    from .ops.registry import op_origin
+    for index, op in enumerate(spec.ops):
+        if op_origin(op.name) is not None:
+            print(f"# ops[{index}] {op.name}: from {op_origin(op.name)}")
     try:
         choice = choose_backend(spec.backend)
         print(f"# backend {spec.backend!r} picks {choice.backend} here: {choice.reason}")
@@ -445,8 +454,12 @@ AddCommand = Callable[..., argparse.ArgumentParser]
 def _add_validate_command(add: AddCommand) -> None:
     p = add("validate", cmd_validate, "Check pipeline files; print every problem with file:line:column.",
             "examples:\n  dali-bridge validate pipelines/*.yaml\n  dali-bridge validate my.yaml --set batch_size=32\n"
-            "exit status: 0 all valid, 2 any invalid")
+            "  dali-bridge validate my.yaml --no-source-check   # away from the data: missing sources only warn\n"
+            "exit status: 0 all valid, 2 any invalid (a source path that does not exist included)")
     p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--no-source-check", action="store_true",
+                   help="a source folder, file list, shard or manifest that does not exist is a warning, not a problem "
+                        "(for files validated away from their data)")
     _add_spec_options(p, data=False)
 
 

@@ -43,12 +43,51 @@ def _dali_builds() -> list[str]:
                    if (d.metadata["Name"] or "").lower().startswith("nvidia-dali-cuda")})
 
 
-def cuda_builds_pairing(*, torch_cuda: str | None, dali_builds: list[str], driver_cuda: str | None = None) -> str:
-    """Whether torch's CUDA build and DALI's pair (the same CUDA major), and what to do when not.
+# The oldest driver branch each CUDA major runs on (NVIDIA's CUDA compatibility guide, "minor version
+# compatibility": CUDA 12.x >= 525, CUDA 13.x >= 580; DALI's install guide names the same floors for
+# its cuda120 and cuda130 builds). A newer driver runs every older major (backward compatibility).
+MIN_DRIVER = {11: 450, 12: 525, 13: 580}
+TORCH_CUDA_12_WHEELS = "https://pytorch.org/get-started/locally/"  # where PyTorch lists its cu12x wheel indexes
+
+
+def _driver_release(path: str | os.PathLike = "/proc/driver/nvidia/version") -> str | None:
+    """The NVIDIA kernel driver's release (``580.65.06``) from ``path``; None without one. Read apart
+    from torch: a torch whose CUDA is newer than the driver cannot ask it."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read(4096)
+    except OSError:
+        return None
+    words = [w for w in text.split() if w[:1].isdigit() and w.count(".") >= 1]
+    return words[0] if words else None
+
+
+def _driver_major(driver_cuda: str | None, driver_release: str | None) -> int | None:
+    """The newest CUDA major this host's driver runs; None when there is no driver to ask."""
+    if driver_cuda and str(driver_cuda).isdigit():
+        return int(driver_cuda) // 1000
+    branch = driver_release.split(".")[0] if driver_release else ""
+    if branch.isdigit():
+        return max((major for major, floor in MIN_DRIVER.items() if int(branch) >= floor), default=0)
+    return None
+
+
+def _driver_text(driver_cuda: str | None, driver_release: str | None) -> str:
+    """``this driver (550.54.15, CUDA 12.4)``, with what is known of it."""
+    parts = [driver_release] if driver_release else []
+    if driver_cuda and str(driver_cuda).isdigit():
+        parts.append(f"CUDA {int(driver_cuda) // 1000}.{int(driver_cuda) % 1000 // 10}")
+    return f"this driver ({', '.join(parts)})"
+
+
+def cuda_builds_pairing(*, torch_cuda: str | None, dali_builds: list[str], driver_cuda: str | None = None,
+                        driver_release: str | None = None) -> str:
+    """Whether torch's CUDA build and DALI's pair (the same CUDA major), when it matters, and what to run.
 
     ``torch_cuda``: ``torch.version.cuda`` ("13.0", None for a CPU build); ``dali_builds``: the
     installed ``nvidia-dali-cudaXY0`` distributions; ``driver_cuda``: the driver's CUDA version as
-    CUDA encodes it (12040 = 12.4), when a device was found.
+    CUDA encodes it (12040 = 12.4), when a device was found; ``driver_release``: the kernel
+    driver's release (``580.65.06``), when one is loaded. Neither: a host without an NVIDIA driver.
     """
     torch_major = int(torch_cuda.split(".")[0]) if torch_cuda else None
     wanted = f"nvidia-dali-cuda{torch_major}0" if torch_major else "nvidia-dali-cuda130"
@@ -61,19 +100,47 @@ def cuda_builds_pairing(*, torch_cuda: str | None, dali_builds: list[str], drive
     if torch_major is None:
         return (f"torch is a CPU build: dali-cpu and torchvision run, the GPU backend cannot hand its batches "
                 f"to torch; for it, install torch built for CUDA {dali_major} (the cu{dali_major}x wheels)")
+    if torch_major != dali_major:
+        return _mixed_pair(torch_cuda, torch_major, dali_builds[0], dali_major, driver_cuda, driver_release)
     driver = ""
-    if driver_cuda and str(driver_cuda).isdigit():
-        supported = int(driver_cuda) // 1000
-        if supported < max(torch_major, dali_major):
-            driver = (f"; this driver supports CUDA {int(driver_cuda) // 1000}.{int(driver_cuda) % 1000 // 10}, "
-                      f"too old for a CUDA {max(torch_major, dali_major)} build: update the driver or use builds for "
-                      f"CUDA {supported}")
-    if torch_major == dali_major:
-        return f"yes: torch and DALI ({dali_builds[0]}) are both CUDA {torch_major} builds{driver}"
+    supported = _driver_major(driver_cuda, driver_release)
+    if supported is not None and supported < torch_major:
+        driver = (f"; {_driver_text(driver_cuda, driver_release)} is too old for a CUDA {torch_major} build: update "
+                  f"the driver (>= {MIN_DRIVER.get(torch_major, '?')}) or use builds for CUDA {supported}")
+    return f"yes: torch and DALI ({dali_builds[0]}) are both CUDA {torch_major} builds{driver}"
+
+
+def _mixed_pair(torch_cuda: str, torch_major: int, dali_build: str, dali_major: int, driver_cuda: str | None,
+                driver_release: str | None) -> str:
+    """torch and DALI built for different CUDA majors: harmless without a GPU; on one, both runtimes need the driver."""
     newest = max(torch_major, dali_major)
-    return (f"no: torch is built for CUDA {torch_cuda} and DALI for CUDA {dali_major} ({dali_builds[0]}), so a "
-            f"process loads two CUDA runtimes and libraries and needs a driver for CUDA {newest}; "
-            f"pair them: pip uninstall -y {dali_builds[0]} && pip install {wanted}{driver}")
+    pair = f"torch is built for CUDA {torch_cuda} and DALI for CUDA {dali_major} ({dali_build})"
+    floors = (f"on a GPU host each process loads both CUDA runtimes side by side and each needs the driver: "
+              f"CUDA {torch_major} (torch) a driver >= {MIN_DRIVER.get(torch_major, '?')}, CUDA {dali_major} (DALI) "
+              f">= {MIN_DRIVER.get(dali_major, '?')}")
+    pair_them = f"pip uninstall -y {dali_build} && pip install nvidia-dali-cuda{torch_major}0"
+    supported = _driver_major(driver_cuda, driver_release)
+    if supported is None:
+        return (f"fine on this host: {pair}, and without an NVIDIA driver here dali-cpu and torchvision use "
+                f"neither; {floors}, so a driver >= {MIN_DRIVER.get(newest, '?')} runs both; to load one runtime: "
+                f"{pair_them}")
+    driver = _driver_text(driver_cuda, driver_release)
+    torch_runs, dali_runs = supported >= torch_major, supported >= dali_major
+    if torch_runs and dali_runs:
+        return (f"works here: {pair}; {driver} runs both (>= {MIN_DRIVER.get(newest, '?')}), each process loading "
+                f"both CUDA runtimes side by side; to load one: {pair_them}")
+    if dali_runs:
+        return (f"breaks here: {pair}; {driver} is older than CUDA {torch_major} needs "
+                f"(>= {MIN_DRIVER.get(torch_major, '?')}): DALI runs but torch cannot use the GPU, so the dali backend "
+                f"cannot run; update the driver to >= {MIN_DRIVER.get(torch_major, '?')} and {pair_them}, or keep "
+                f"this driver and install torch built for CUDA {dali_major} (its cu{dali_major}x wheels: "
+                f"{TORCH_CUDA_12_WHEELS})")
+    if torch_runs:
+        return (f"breaks here: {pair}; {driver} is older than CUDA {dali_major} needs "
+                f"(>= {MIN_DRIVER.get(dali_major, '?')}): torch runs but DALI cannot use the GPU; {pair_them}")
+    return (f"breaks here: {pair}; {driver} runs neither (CUDA {torch_major} needs >= "
+            f"{MIN_DRIVER.get(torch_major, '?')}, CUDA {dali_major} >= {MIN_DRIVER.get(dali_major, '?')}): update "
+            f"the driver to >= {MIN_DRIVER.get(newest, '?')}")
 
 
 def report() -> dict[str, Any]:
@@ -118,8 +185,13 @@ def report() -> dict[str, Any]:
         except Exception:
             pass
     info["cuda_devices"] = devices or [host.cuda_reason or "none"]
+    release = _driver_release()
+    if release:
+        info["nvidia_driver"] = release
     info["cuda_builds"] = cuda_builds_pairing(torch_cuda=_torch_cuda_build(), dali_builds=_dali_builds(),
-                                              driver_cuda=info.get("cuda_driver"))
+                                              driver_cuda=info.get("cuda_driver"), driver_release=release)
+    from .ops.registry import ORIGINS
+    info["ops_from_packages"] = [f"{name}: {origin}" for name, origin in sorted(ORIGINS.items())] or ["none"]
     info["nvjpeg_hardware_decoder"] = _nvjpeg_hardware(host.dali_version is not None, host.cuda_devices)
     info["backends"] = {name: unavailable_reason(name, host) or "available" for name in BACKEND_NAMES}
     try:

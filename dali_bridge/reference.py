@@ -16,9 +16,11 @@ from typing import Any, Sequence
 from . import ops as ops_module
 from . import spec as spec_module
 from .ops import OPS
+from .ops.registry import op_origin
 
 # Only ``OPS`` and each op's ``name``, ``doc``, ``params`` (``name``, ``default``, ``doc``),
-# ``backends`` and ``primary`` are read, so the registry's inner layout may change freely.
+# ``backends`` and ``primary`` are read (and where an op from another package came from), so the
+# registry's inner layout may change freely.
 _REQUIRED = getattr(ops_module, "REQUIRED", object())
 
 DEFAULT_PATH = Path("docs/pipeline-reference.md")
@@ -123,6 +125,9 @@ def _op_section(op: Any) -> list[str]:
     every_backend = set(spec_module.BACKENDS) - {"auto"}
     backends = "all backends" if set(op.backends) == every_backend else ", ".join(f"`{b}`" for b in op.backends)
     lines = [f"### `{op.name}`", "", op.doc, "", f"Runs on {backends}."]
+    origin = op_origin(op.name)
+    if origin is not None:
+        lines.append(f"From the {origin}, not dali-bridge itself.")
     if getattr(op, "primary", None):
         lines.append(f"Shorthand: `- {op.name}: VALUE` sets `{op.primary}`.")
     lines += ["", "| parameter | default | meaning |", "|---|---|---|"]

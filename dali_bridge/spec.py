@@ -57,12 +57,17 @@ def format_path(path: Sequence[Any]) -> str:
     return out or "<top level>"
 
 
+MISSING_SOURCE = "missing source"  # Problem.kind of a source path that does not exist (load_spec check_sources)
+
+
 @dataclass(frozen=True)
 class Problem:
-    """One validation problem: where (``file:line:col`` or the override), the key path, the message."""
+    """One validation problem: where (``file:line:col`` or the override), the key path, the message;
+    ``kind`` tells apart the problems a caller may treat otherwise (:data:`MISSING_SOURCE`)."""
     where: str
     path: str
     message: str
+    kind: str = field(default="", compare=False)
 
     def __str__(self) -> str:
         return f"{self.where}: {self.path}: {self.message}"
@@ -374,8 +379,8 @@ class _Checker:
                 return self.marks[path[:n]]
         return self.filename
 
-    def add(self, path: tuple, message: str) -> None:
-        self.problems.append(Problem(self.where(path), format_path(path), shortened(message)))
+    def add(self, path: tuple, message: str, kind: str = "") -> None:
+        self.problems.append(Problem(self.where(path), format_path(path), shortened(message), kind))
 
     def unknown_keys(self, mapping: Mapping, allowed: Iterable[str], path: tuple, what: str) -> None:
         allowed = list(allowed)
@@ -743,8 +748,10 @@ def _check_source_type(chk: _Checker, src: dict) -> tuple[Any, tuple[str, ...]]:
     return stype, allowed
 
 
-def _check_source(chk: _Checker, data: dict, base_for: Callable[[tuple], Path]) -> SourceSpec:
-    """The ``source`` mapping; paths resolved (``base_for`` says against which folder)."""
+def _check_source(chk: _Checker, data: dict, base_for: Callable[[tuple], Path], *,
+                  check_paths: bool = False) -> SourceSpec:
+    """The ``source`` mapping; paths resolved (``base_for`` says against which folder); with
+    ``check_paths``, each path that does not exist is a problem at its key."""
     source = SourceSpec(type="folder")
     if "source" not in data:
         chk.add((), "missing required key 'source' (expected e.g. {type: folder, root: path/to/images})")
@@ -768,6 +775,8 @@ def _check_source(chk: _Checker, data: dict, base_for: Callable[[tuple], Path]) 
     if stype == "file_list" and "file_list" not in src:
         chk.add(("source",), "missing required key 'source.file_list' (a text file of 'path label' lines)")
     webdataset = _check_webdataset(chk, src, resolved) if stype == "webdataset" else {}
+    if check_paths:
+        _check_source_paths(chk, resolved)
     extensions = src.get("extensions", list(DEFAULT_EXTENSIONS))
     if not (isinstance(extensions, list) and extensions and all(isinstance(e, str) and e for e in extensions)):
         chk.add(("source", "extensions"), f"expected a non-empty list of file extensions like ['.jpg'], "
@@ -837,11 +846,15 @@ def _check_loader(chk: _Checker, data: dict) -> LoaderSpec:
 
 
 def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | None = None,
-                   overrides: Mapping[str, Any] | None = None, marks: dict[tuple, str] | None = None) -> PipelineSpec:
+                   overrides: Mapping[str, Any] | None = None, marks: dict[tuple, str] | None = None,
+                   check_sources: bool = False) -> PipelineSpec:
     """Validate raw pipeline data (as ``yaml.safe_load`` returns it) into a :class:`PipelineSpec`.
 
     Relative paths in the data resolve against ``base_dir`` (the YAML file's folder; default the
     current directory); relative paths given in ``overrides`` resolve against the current directory.
+    ``check_sources``: a source folder, file list, shard or manifest that does not exist is a
+    problem too (what ``dali-bridge validate`` checks unless ``--no-source-check``); off by default,
+    so a spec can be built for data mounted later (the loader's listing reports it then).
     Raises :class:`SpecError` listing every problem.
     """
     base = Path(base_dir) if base_dir is not None else Path.cwd()
@@ -861,7 +874,7 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
         return Path.cwd() if any(path[: n] in override_origin for n in range(1, len(path) + 1)) else base
 
     version, name, backend, parity = _check_identity(chk, data, origin)
-    source = _check_source(chk, data, base_for)
+    source = _check_source(chk, data, base_for, check_paths=check_sources)
     batch_size = _check_int(chk, data, "batch_size", (), REQUIRED, 1)
     seed = _check_int(chk, data, "seed", (), 0, 0, maximum=(MAX_SEED, "the draws use the seed's low 32 bits, so "
                                                                "seed + 2^32 would draw the same augmentations"))
@@ -879,12 +892,15 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
                         loader=loader, parity=parity, label_smoothing=label_smoothing, origin=origin)
 
 
-def load_spec(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] | None = None) -> PipelineSpec:
+def load_spec(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] | None = None, *,
+              check_sources: bool = False) -> PipelineSpec:
     """Read and validate a pipeline file.
 
     ``overrides`` is a mapping of dotted key paths to values (``{"batch_size": 32}``) or a list of
-    ``KEY=VALUE`` strings as given to ``--set``. Raises :class:`SpecError` listing every problem
-    (file, line, column, key path, expected and found), or ``FileNotFoundError``.
+    ``KEY=VALUE`` strings as given to ``--set``. ``check_sources=True`` makes a source folder, file
+    list, shard or manifest that does not exist a problem too, positioned and with a did-you-mean
+    (``dali-bridge validate`` does so unless ``--no-source-check``). Raises :class:`SpecError`
+    listing every problem (file, line, column, key path, expected and found), or ``FileNotFoundError``.
     """
     path = Path(path)
     try:
@@ -895,7 +911,7 @@ def load_spec(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] | N
     if overrides is not None and not isinstance(overrides, Mapping):
         overrides = parse_overrides(overrides)
     return spec_from_dict(data, origin=str(path), base_dir=path.resolve().parent, overrides=overrides,
-                          marks=_positions(text, str(path)))
+                          marks=_positions(text, str(path)), check_sources=check_sources)
 
 
 def coerce_spec(spec_or_path: "PipelineSpec | str | Path | Mapping",
@@ -914,21 +930,36 @@ def coerce_spec(spec_or_path: "PipelineSpec | str | Path | Mapping",
     return load_spec(spec_or_path, overrides)
 
 
+def _check_source_paths(chk: _Checker, paths: Mapping[str, Any]) -> None:
+    """A problem at ``source.KEY`` for each resolved source path that does not exist, with a did-you-mean."""
+    from .shards import expand_braces
+
+    for key, noun in (("root", "folder"), ("file_list", "file"), ("manifest", "file")):
+        value = paths.get(key)
+        if value is not None and not Path(value).exists():
+            chk.add(("source", key), _missing_path_hint(Path(value), noun), MISSING_SOURCE)
+    if paths.get("shards") is None:
+        return
+    try:
+        shards = expand_braces(paths["shards"])
+    except ValueError:
+        return  # the pattern itself is reported by _check_webdataset
+    missing = [shard for shard in shards if not os.path.isfile(shard)]
+    if missing:
+        chk.add(("source", "shards"), f"{len(missing)} of {len(shards)} shard(s) do not exist; the first: "
+                                      f"{_missing_path_hint(Path(missing[0]), 'file')}", MISSING_SOURCE)
+
+
 def missing_source_warnings(spec: PipelineSpec, path: str | Path,
                             overrides: Mapping[str, Any] | None = None) -> list[str]:
-    """Warnings (not errors: the data may be mounted later) for source paths that do not exist,
-    each with ``file:line:column`` (or the override that set it) and a did-you-mean among siblings."""
+    """The source-path problems of :func:`load_spec` ``check_sources=True`` as warnings, for a file
+    validated away from its data (``validate --no-source-check``): the data may be mounted later."""
     marks = _positions(Path(path).read_text(encoding="utf-8"), str(path))
-    warnings = []
-    for key in ("root", "file_list"):
-        value = getattr(spec.source, key)
-        if value is None or Path(value).exists():
-            continue
-        overridden = [k for k in (overrides or {}) if str(k) in ("source", f"source.{key}")]
-        where = f"--set {overridden[0]}" if overridden else marks.get(("source", key), str(path))
-        noun = "folder" if key == "root" else "file"
-        warnings.append(f"{where}: source.{key}: {_missing_path_hint(Path(value), noun)}")
-    return warnings
+    override_origin = apply_overrides({}, overrides or {})[1]
+    chk = _Checker(str(path), marks, override_origin)
+    _check_source_paths(chk, {"root": spec.source.root, "file_list": spec.source.file_list,
+                              "manifest": spec.source.manifest, "shards": spec.source.shards})
+    return [str(problem) for problem in chk.problems]
 
 
 def _missing_path_hint(missing: Path, noun: str) -> str:

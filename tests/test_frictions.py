@@ -6,6 +6,7 @@ import shlex
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import yaml
 
@@ -220,7 +221,7 @@ def test_version_flag_and_python_dash_m():
 
     done = _cli("--version")
     assert done.returncode == 0 and done.stdout.strip() == f"dali-bridge {__version__}"
-    done = _cli("validate", str(VAL))
+    done = _cli("validate", str(VAL), "--no-source-check")
     assert done.returncode == 0 and done.stdout.startswith(f"{VAL}: ok (imagenet-val: 3 ops")
 
 
@@ -244,31 +245,73 @@ def test_counts_of_one_are_singular(capsys, tmp_path):
     assert listing.describe().startswith("1 sample in 1 class under ")
 
 
-def test_validate_warns_about_a_source_root_that_does_not_exist_with_a_did_you_mean(capsys, tmp_path,
-                                                                                   write_pipeline):
+def test_validate_no_source_check_keeps_a_missing_source_root_a_warning_with_a_did_you_mean(capsys, tmp_path,
+                                                                                           write_pipeline):
     (tmp_path / "images" / "train").mkdir(parents=True)
     path = write_pipeline(VAL, source={"type": "folder", "root": str(tmp_path / "imagse" / "train")})
-    assert main(["validate", str(path)]) == 0
+    assert main(["validate", str(path), "--no-source-check"]) == 0
     captured = capsys.readouterr()
     assert captured.out.startswith(f"{path}: ok")
     line = next(n for n, text in enumerate(path.read_text().splitlines(), start=1) if "root:" in text)
     assert f"warning: {path}:{line}:" in captured.err
     assert (f"source.root: folder {tmp_path / 'imagse'} does not exist (so neither does "
             f"{tmp_path / 'imagse' / 'train'}); did you mean {tmp_path / 'images'}?") in captured.err
-    assert main(["validate", str(path), "--set", f"source.root={tmp_path / 'images' / 'train'}"]) == 0
+    assert main(["validate", str(path), "--no-source-check",
+                 "--set", f"source.root={tmp_path / 'images' / 'train'}"]) == 0
     assert "warning" not in capsys.readouterr().err
 
 
 # ---- doctor: do torch's and DALI's CUDA builds pair?
 
-def test_doctor_says_a_cuda_13_torch_and_a_cuda_12_dali_do_not_pair_and_how_to_fix_it():
+# The default install: torch 2.14.1+cu130 with nvidia-dali-cuda120.
+DEFAULT_PAIR = {"torch_cuda": "13.0", "dali_builds": ["nvidia-dali-cuda120"]}
+
+
+def test_doctor_says_a_cuda_13_torch_with_a_cuda_12_dali_changes_nothing_without_a_gpu_and_what_a_gpu_needs():
     from dali_bridge.doctor import cuda_builds_pairing
 
-    text = cuda_builds_pairing(torch_cuda="13.0", dali_builds=["nvidia-dali-cuda120"])
-    assert text.startswith("no: torch is built for CUDA 13.0 and DALI for CUDA 12 (nvidia-dali-cuda120)")
-    assert text.endswith("pair them: pip uninstall -y nvidia-dali-cuda120 && pip install nvidia-dali-cuda130")
+    text = cuda_builds_pairing(**DEFAULT_PAIR)
+    assert text.startswith("fine on this host: torch is built for CUDA 13.0 and DALI for CUDA 12 "
+                           "(nvidia-dali-cuda120), and without an NVIDIA driver here dali-cpu and torchvision use "
+                           "neither; on a GPU host each process loads both CUDA runtimes side by side and each needs "
+                           "the driver: CUDA 13 (torch) a driver >= 580, CUDA 12 (DALI) >= 525, so a driver >= 580 "
+                           "runs both")
+    assert text.endswith("to load one runtime: pip uninstall -y nvidia-dali-cuda120 && pip install nvidia-dali-cuda130")
+    assert "mismatch" not in text and not text.startswith("no")
     assert cuda_builds_pairing(torch_cuda="12.8", dali_builds=["nvidia-dali-cuda120"]) == \
         "yes: torch and DALI (nvidia-dali-cuda120) are both CUDA 12 builds"
+
+
+@pytest.mark.parametrize("driver, verdict", [
+    ({"driver_cuda": "13000", "driver_release": "580.65.06"},
+     "works here: torch is built for CUDA 13.0 and DALI for CUDA 12 (nvidia-dali-cuda120); this driver (580.65.06, "
+     "CUDA 13.0) runs both (>= 580), each process loading both CUDA runtimes side by side; to load one: "
+     "pip uninstall -y nvidia-dali-cuda120 && pip install nvidia-dali-cuda130"),
+    ({"driver_cuda": "12040"},
+     "breaks here: torch is built for CUDA 13.0 and DALI for CUDA 12 (nvidia-dali-cuda120); this driver (CUDA 12.4) "
+     "is older than CUDA 13 needs (>= 580): DALI runs but torch cannot use the GPU, so the dali backend cannot run; "
+     "update the driver to >= 580 and pip uninstall -y nvidia-dali-cuda120 && pip install nvidia-dali-cuda130, or "
+     "keep this driver and install torch built for CUDA 12 (its cu12x wheels: https://pytorch.org/get-started/locally/)"),
+    ({"driver_release": "550.54.15"}, "breaks here: torch is built for CUDA 13.0 and DALI for CUDA 12 "
+                                      "(nvidia-dali-cuda120); this driver (550.54.15) is older than CUDA 13 needs"),
+    ({"driver_release": "470.82.01"}, "breaks here: torch is built for CUDA 13.0 and DALI for CUDA 12 "
+                                      "(nvidia-dali-cuda120); this driver (470.82.01) runs neither (CUDA 13 needs "
+                                      ">= 580, CUDA 12 >= 525): update the driver to >= 580"),
+])
+def test_doctor_says_whether_this_hosts_driver_runs_the_cuda_13_torch_and_cuda_12_dali_pair(driver, verdict):
+    from dali_bridge.doctor import cuda_builds_pairing
+
+    assert cuda_builds_pairing(**DEFAULT_PAIR, **driver).startswith(verdict)
+
+
+def test_doctor_reads_the_driver_release_apart_from_torch(tmp_path):
+    from dali_bridge.doctor import _driver_release
+
+    version = tmp_path / "version"
+    version.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
+                       "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+    assert _driver_release(version) == "550.54.15"
+    assert _driver_release(tmp_path / "absent") is None
 
 
 def test_doctor_pairing_covers_a_cpu_torch_no_dali_two_dalis_and_an_old_driver():
@@ -282,8 +325,8 @@ def test_doctor_pairing_covers_a_cpu_torch_no_dali_two_dalis_and_an_old_driver()
     assert both.endswith("pip uninstall -y nvidia-dali-cuda120 nvidia-dali-cuda130 && pip install nvidia-dali-cuda130")
     old_driver = cuda_builds_pairing(torch_cuda="13.0", dali_builds=["nvidia-dali-cuda130"], driver_cuda="12040")
     assert old_driver.startswith("yes: torch and DALI (nvidia-dali-cuda130) are both CUDA 13 builds")
-    assert old_driver.endswith("this driver supports CUDA 12.4, too old for a CUDA 13 build: update the driver or "
-                               "use builds for CUDA 12")
+    assert old_driver.endswith("this driver (CUDA 12.4) is too old for a CUDA 13 build: update the driver (>= 580) "
+                               "or use builds for CUDA 12")
 
 
 def test_doctor_report_carries_the_pairing_of_the_installed_builds(capsys):
@@ -294,4 +337,57 @@ def test_doctor_report_carries_the_pairing_of_the_installed_builds(capsys):
     assert main(["doctor", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["cuda_builds"] == cuda_builds_pairing(torch_cuda=torch.version.cuda, dali_builds=_dali_builds(),
-                                                      driver_cuda=info.get("cuda_driver"))
+                                                      driver_cuda=info.get("cuda_driver"),
+                                                      driver_release=info.get("nvidia_driver"))
+
+
+# ---- compare: a header that says the mode, a mean map scaled to the bound
+
+def test_compare_under_fast_parity_says_the_exact_bounds_are_exceeded_at_the_border_not_only_by_rounding(
+        capsys, sample_root):
+    from dali_bridge.compare import CPU_BOUNDS, default_bounds
+
+    fast = load_spec(TRAIN, {"parity": "fast"})
+    assert default_bounds(load_spec(TRAIN), ["dali-cpu", "torchvision"]) is CPU_BOUNDS
+    reason = default_bounds(fast, ["dali-cpu", "torchvision"]).reason
+    assert reason.startswith("parity: fast: the DALI backends resize with DALI's own border handling")
+    assert "only in rounding" not in reason
+    nearest = load_spec(TRAIN, {"parity": "fast", "ops.0.random_resized_crop.interpolation": "nearest"})
+    assert default_bounds(nearest, ["dali-cpu", "torchvision"]) is CPU_BOUNDS  # fast changes nothing there
+    main(["compare", str(TRAIN), "--data", str(sample_root), "--backends", "dali-cpu,torchvision", "--batches", "1",
+          "--set", "batch_size=6", "--set", "loader.workers=1", "--set", "parity=fast"])
+    header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("bounds:"))
+    assert "parity: fast" in header and "only in rounding" not in header
+
+
+def _mean_delta_panel(tmp_path, delta: np.ndarray) -> np.ndarray:
+    """The map (H W RGB, shown at twice the size) of the mean_delta.png compare saves for four samples
+    differing by ``delta`` (C H W levels)."""
+    import torch
+    from PIL import Image
+
+    from dali_bridge.compare import compare_batches
+    from dali_bridge.plan import Finish
+
+    a = torch.full((4, 3, *delta.shape[1:]), 100, dtype=torch.uint8)
+    b = a + torch.from_numpy(delta.astype(np.uint8))
+    indices = torch.arange(4)
+    compare_batches([(a, indices % 2, indices)], [(b, indices % 2, indices)], ["image", "label", "index"],
+                    Finish(), [f"/d/{i}.jpg" for i in range(4)], save_dir=tmp_path, worst_to_save=0)
+    with Image.open(tmp_path / "mean_delta.png") as picture:
+        header = 34  # the title and caption lines above the map
+        return np.asarray(picture.convert("RGB"))[header: header + 2 * delta.shape[1], : 2 * delta.shape[2]].astype(int)
+
+
+def test_compare_mean_delta_map_shows_rounding_within_the_bound_as_grey_and_beyond_it_in_colour(tmp_path):
+    rounding = (np.random.default_rng(0).random((3, 40, 40)) < 0.3).astype(np.int64)  # 0 or 1 level
+    panel = _mean_delta_panel(tmp_path / "rounding", rounding)
+    grey = (panel[..., 0] == panel[..., 1]) & (panel[..., 1] == panel[..., 2]) & (panel[..., 0] <= 96)
+    assert grey.all(), "differences within the bound (ordinary rounding) are shades of grey, not a red field"
+    assert panel.max() > 0
+    border = rounding.copy()
+    border[:, 0, :] = 6  # a top row 6 levels off, as a plain resize's border
+    panel = _mean_delta_panel(tmp_path / "border", border)
+    top, rest = panel[:2], panel[2:]
+    assert ((top[..., 0] > 200) & (top[..., 2] < top[..., 0] - 50)).all(), "beyond the bound: warm colours"
+    assert ((rest[..., 0] == rest[..., 2]) & (rest[..., 0] <= 96)).all()

@@ -53,7 +53,9 @@ Adding an op
 
 ``vertical_flip`` (torchvision's ``RandomVerticalFlip``) and ``random_grayscale``
 (``RandomGrayscale``) are the worked examples; ``docs/adding-an-op.md`` walks through them.
-Nothing in the loader, the executors or the spec validator changes.
+Nothing in the loader, the executors or the spec validator changes. Another package registers
+its ops without step 2: an entry point of the group ``dali_bridge.ops`` per op, named after it
+and pointing at its instance (:mod:`dali_bridge.ops.registry`).
 
 Pure Python at import time: no DALI or torch import, so the spec layer can validate anywhere.
 """
