@@ -23,6 +23,7 @@ from .plan import Plan, build_plan, unsupported_ops
 from .post_finish import PostFinish
 from .sampling import BatchTask, batch_count, rank_batches
 from .sources import Listing, list_source
+from .stats import StepClock
 from .spec import PipelineSpec, Problem, SpecError, coerce_spec
 from .wording import plural
 
@@ -66,6 +67,7 @@ class Loader:
         self._iteration: tuple[int, weakref.ref] | None = None   # (thread id, its generator)
         self._post_finish = PostFinish(plan, spec.seed, topology.rank, num_classes=len(listing.classes),
                                        label_smoothing=spec.label_smoothing, wants_target="target" in spec.outputs)
+        self._clock = StepClock(backend=backend, workers=spec.loader.workers, report=spec.loader.report_starvation)
 
     # ---- properties users read
     @property
@@ -90,6 +92,11 @@ class Loader:
         total = batch_count(len(self.listing), self.spec.batch_size, self.world_size, self.rank,
                             self.spec.loader.last_batch, repeats=self.spec.loader.repeated_augmentations)
         return total - self._resume_batch
+
+    def stats(self) -> dict[str, Any]:
+        """How long the consumer waited for batches and held them, since the loader was built, and
+        the verdict (data-bound or compute-bound): see :mod:`dali_bridge.stats`."""
+        return self._clock.figures()
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch of the next iteration (its order and random parameters).
@@ -149,6 +156,7 @@ class Loader:
     def _generate(self, tasks: list[BatchTask]) -> Iterator[tuple[torch.Tensor, ...]]:
         epoch = self._epoch
         batches = self._executor.run(tasks)
+        self._clock.asked()
         try:
             for raw in batches:
                 self._batches_done += 1
@@ -159,7 +167,11 @@ class Loader:
                                 self._epoch, self._batches_done - 1)
                     continue
                 # tasks run in order, one raw batch each: this is the batch's position in the rank's epoch
-                yield self._outputs(raw, epoch=epoch, number=self._batches_done - 1)
+                out = self._outputs(raw, epoch=epoch, number=self._batches_done - 1)
+                self._clock.handed(len(raw.indices))
+                yield out
+                self._clock.returned()
+            self._clock.epoch_ended(self.spec.name, epoch)
         except GeneratorExit:
             if self._epoch == epoch and self._batches_done < self._epoch_batches:
                 # Abandoned mid-epoch by the consumer (break, close): the next iteration runs the next

@@ -104,6 +104,9 @@ def _key_rows() -> list[tuple[str, str, str]]:
          "each sample comes this many times per epoch, each time with its own random parameters; the repeats "
          "follow one another in the epoch's order before it is dealt to ranks (torchvision's `RASampler`), so "
          "they land on different ranks; `len()` and every `last_batch` policy count `samples × r`"),
+        ("loader.report_starvation", "`true` \\| `false`", f"`{_value(loader.report_starvation)}`",
+         "log at each epoch's end whether training waited for data (data-bound, a warning, with what to try) or "
+         "not (compute-bound); the figures: `loader.stats()` ([The loader](loader.md#is-the-gpu-starving))"),
     ]
 
 

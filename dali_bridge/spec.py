@@ -114,6 +114,7 @@ class LoaderSpec:
     on_error: str = "raise"
     shuffle: bool = True
     repeated_augmentations: int = 1   # each sample r times per epoch, each repeat with its own draws
+    report_starvation: bool = False   # log the data-bound / compute-bound verdict at each epoch's end
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,7 @@ class PipelineSpec:
                 "on_error": self.loader.on_error,
                 "shuffle": self.loader.shuffle,
                 "repeated_augmentations": self.loader.repeated_augmentations,
+                **({"report_starvation": True} if self.loader.report_starvation else {}),
             },
         }
 
@@ -779,8 +781,8 @@ def _check_loader(chk: _Checker, data: dict) -> LoaderSpec:
     """The ``loader`` mapping."""
     raw_loader = chk.mapping(data.get("loader"), ("loader",), "the loader settings") or {}
     lp = ("loader",)
-    chk.unknown_keys(raw_loader, ("workers", "prefetch", "last_batch", "on_error", "shuffle", "repeated_augmentations"),
-                     lp, "loader")
+    chk.unknown_keys(raw_loader, ("workers", "prefetch", "last_batch", "on_error", "shuffle", "repeated_augmentations",
+                                  "report_starvation"), lp, "loader")
     workers = raw_loader.get("workers")
     if workers == "auto":
         workers = None
@@ -789,6 +791,9 @@ def _check_loader(chk: _Checker, data: dict) -> LoaderSpec:
     shuffle = raw_loader.get("shuffle", True)
     if bool_checker(shuffle)[1]:
         chk.add(lp + ("shuffle",), bool_checker(shuffle)[1])
+    report = raw_loader.get("report_starvation", False)
+    if bool_checker(report)[1]:
+        chk.add(lp + ("report_starvation",), bool_checker(report)[1])
     return LoaderSpec(
         workers=workers,
         prefetch=_check_int(chk, raw_loader, "prefetch", lp, 2, 1),
@@ -796,6 +801,7 @@ def _check_loader(chk: _Checker, data: dict) -> LoaderSpec:
         on_error=_check_choice(chk, raw_loader, "on_error", lp, ON_ERROR, "raise"),
         shuffle=shuffle,
         repeated_augmentations=_check_int(chk, raw_loader, "repeated_augmentations", lp, 1, 1),
+        report_starvation=report,
     )
 
 
