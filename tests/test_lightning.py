@@ -1,0 +1,124 @@
+"""dali_bridge.lightning.DataModule with a real lightning.Trainer on the CPU.
+
+A fit records the sample indices of every training step; a second fit resumed from a mid-epoch
+checkpoint of the first must see exactly the indices the first saw after that step.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import TRAIN
+
+lightning = pytest.importorskip("lightning", reason="needs the [lightning] extra (pip install dali-bridge[lightning])")
+
+from dali_bridge.lightning import DataModule, EpochLoader  # noqa: E402
+
+BATCH = 5          # 37 samples, drop: 7 batches an epoch
+STEPS_PER_EPOCH = 7
+VAL = Path(__file__).resolve().parents[1] / "pipelines" / "imagenet_val.yaml"
+
+
+def overrides(root: Path) -> dict:
+    return {"source": {"type": "folder", "root": str(root)}, "batch_size": BATCH, "loader.workers": 0,
+            "loader.last_batch": "drop", "outputs": ["image", "label", "index"]}
+
+
+def small(root: Path) -> dict:
+    return {**overrides(root), "ops.0.random_resized_crop.size": 16}
+
+
+class Recorder(lightning.LightningModule):
+    """A model just big enough to train: records the indices and the epoch of every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 3)
+        self.seen: list[tuple[int, list[int]]] = []
+        self.val_batches = 0
+
+    def training_step(self, batch, batch_idx):
+        image, label, index = batch
+        self.seen.append((self.current_epoch, index.tolist()))
+        return torch.nn.functional.cross_entropy(self.layer(image.float().mean(dim=(2, 3))), label)
+
+    def validation_step(self, batch, batch_idx):
+        self.val_batches += 1
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def trainer(tmp_path: Path, **extra) -> "lightning.Trainer":
+    settings = {"accelerator": "cpu", "devices": 1, "max_epochs": 2, "logger": False, "enable_progress_bar": False,
+                "enable_model_summary": False, "default_root_dir": str(tmp_path), **extra}
+    return lightning.Trainer(**settings)
+
+
+def test_fit_iterates_each_epoch_in_the_bridges_order_without_sampler_replacement(sample_root, tmp_path):
+    from dali_bridge import build_loader
+
+    module = DataModule(train=TRAIN, overrides=small(sample_root))
+    model = Recorder()
+    fit = trainer(tmp_path, enable_checkpointing=False, use_distributed_sampler=True)
+    fit.fit(model, datamodule=module)
+    assert isinstance(fit.train_dataloader, EpochLoader)   # not wrapped in a DataLoader with a sampler
+    reference = build_loader(TRAIN, "torchvision", overrides=small(sample_root))
+    expected = [(epoch, task.indices.tolist()) for epoch in range(2) for task in reference.tasks(epoch)]
+    reference.close()
+    assert model.seen == expected
+    assert model.seen[0][1] != model.seen[STEPS_PER_EPOCH][1]   # set_epoch: epoch 1 has its own order
+
+
+def test_resume_from_a_mid_epoch_checkpoint_sees_the_remaining_indices(sample_root, tmp_path):
+    saver = lightning.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=9,
+                                                        save_top_k=-1, filename="{step}")
+    first = Recorder()
+    trainer(tmp_path, callbacks=[saver]).fit(first, datamodule=DataModule(train=TRAIN, overrides=small(sample_root)))
+    assert len(first.seen) == 2 * STEPS_PER_EPOCH
+    checkpoint = tmp_path / "ckpt" / "step=9.ckpt"
+    state = torch.load(checkpoint, weights_only=False)["DataModule"]["train"]
+    assert (state["epoch"], state["batch"]) == (1, 2)   # step 9 = epoch 1, after its second batch
+
+    resumed = Recorder()
+    trainer(tmp_path, enable_checkpointing=False).fit(
+        resumed, datamodule=DataModule(train=TRAIN, overrides=small(sample_root)), ckpt_path=str(checkpoint))
+    assert resumed.seen == first.seen[9:]
+
+
+def test_the_val_pipeline_runs_at_each_epochs_end_on_the_trainers_device(sample_root, tmp_path):
+    from dali_bridge.spec import load_spec
+
+    train = load_spec(TRAIN, {"ops.0.random_resized_crop.size": 16})
+    val = load_spec(VAL, {"ops.0.resize.size": 20, "ops.1.center_crop.size": 16})
+    module = DataModule(train=train, val=val, overrides=overrides(sample_root))
+    model = Recorder()
+    fit = trainer(tmp_path, enable_checkpointing=False, num_sanity_val_steps=0, max_epochs=1)
+    fit.fit(model, datamodule=module)
+    assert model.val_batches == STEPS_PER_EPOCH
+    assert str(fit.strategy.root_device) == "cpu"
+
+
+def test_without_lightning_the_import_names_the_extra():
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["lightning"] = None
+        sys.modules["lightning.pytorch"] = None
+        sys.modules["pytorch_lightning"] = None
+        try:
+            import dali_bridge.lightning
+        except ImportError as exc:
+            print(exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "pip install dali-bridge[lightning]" in out
+
+
+def test_a_datamodule_without_pipelines_is_refused():
+    with pytest.raises(ValueError, match="train=PATH, val=PATH"):
+        DataModule()
