@@ -25,7 +25,7 @@ from .quoting import quoted, shortened
 
 FORMAT_VERSION = 1
 BACKENDS = ("auto", "dali", "dali-cpu", "torchvision")
-SOURCE_TYPES = ("folder", "file_list", "webdataset")
+SOURCE_TYPES = ("folder", "file_list", "webdataset", "parquet")
 PLANNED_SOURCE_TYPES: tuple[str, ...] = ()
 OUTPUTS = ("image", "label", "index", "valid", "target")
 LAST_BATCH = ("partial", "drop", "pad")
@@ -93,6 +93,9 @@ class SourceSpec:
     label_key: str = "cls"
     manifest: str | None = None
     max_pixels: int = DEFAULT_MAX_PIXELS
+    files: tuple[str, ...] | None = None   # parquet: paths, globs or brace patterns (see dali_bridge.parquet)
+    image_column: str = "image"
+    label_column: str = "label"
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,9 @@ class PipelineSpec:
                           label_key=self.source.label_key)
             if self.source.manifest is not None:
                 source["manifest"] = self.source.manifest
+        elif self.source.type == "parquet":
+            source.update(files=list(self.source.files or ()), image_column=self.source.image_column,
+                          label_column=self.source.label_column)
         else:
             source["extensions"] = list(self.source.extensions)
         if self.source.max_pixels != DEFAULT_MAX_PIXELS:
@@ -672,6 +678,40 @@ def _check_webdataset(chk: _Checker, src: dict, resolved: dict[str, Any]) -> dic
     return out
 
 
+def _check_parquet(chk: _Checker, src: dict, base_dir: Path) -> dict[str, Any]:
+    """The parquet keys: ``files`` required (a path, glob or brace pattern, or a list of them, each
+    resolved against ``base_dir``), ``image_column`` and ``label_column`` (column names)."""
+    from .shards import expand_braces
+
+    out: dict[str, Any] = {}
+    files = src.get("files")
+    entries = [files] if isinstance(files, str) else files
+    if "files" not in src:
+        chk.add(("source",), "missing required key 'source.files' (a Parquet file, a glob such as "
+                             "data/train-*.parquet, a brace pattern, or a list of them)")
+    elif not (isinstance(entries, list) and entries and all(isinstance(e, str) and e for e in entries)):
+        chk.add(("source", "files"), f"expected a path, glob or brace pattern, or a non-empty list of them, found "
+                                     f"{_type_name(files)} {quoted(files)}")
+    elif any(text_problem(e) for e in entries):
+        chk.add(("source", "files"), f"expected paths, the value {next(filter(None, map(text_problem, entries)))}")
+    else:
+        for entry in entries:
+            try:
+                expand_braces(entry)
+            except ValueError as exc:
+                chk.add(("source", "files"), str(exc))
+        out["files"] = tuple(_resolve_path(entry, base_dir) for entry in entries)
+    for key in ("image_column", "label_column"):
+        value = src.get(key, key.split("_")[0])
+        if not isinstance(value, str) or not value:
+            chk.add(("source", key), f"expected a column name, found {_type_name(value)} {quoted(value)}")
+        else:
+            out[key] = value
+    if out.get("image_column") is not None and out.get("image_column") == out.get("label_column"):
+        chk.add(("source", "label_column"), f"label_column '{out['label_column']}' is also the image column")
+    return out
+
+
 def _check_identity(chk: _Checker, data: dict, origin: str) -> tuple[Any, Any, Any, Any]:
     """``version``, ``name``, ``backend`` and ``parity``."""
     version = data.get("version")
@@ -705,6 +745,7 @@ def _check_source_type(chk: _Checker, src: dict) -> tuple[Any, tuple[str, ...]]:
     allowed = {"folder": ("type", "root", "extensions", "max_pixels"),
                "file_list": ("type", "file_list", "root", "extensions", "max_pixels"),
                "webdataset": ("type", "shards", "image_key", "label_key", "manifest", "max_pixels"),
+               "parquet": ("type", "files", "image_column", "label_column", "max_pixels"),
                }.get(stype, ("type",))
     if stype in SOURCE_TYPES:
         chk.unknown_keys(src, allowed, ("source",), f"a '{stype}' source")
@@ -735,7 +776,9 @@ def _check_source(chk: _Checker, data: dict, base_for: Callable[[tuple], Path]) 
         chk.add(("source",), "missing required key 'source.root' (the folder whose sub-folders are the classes)")
     if stype == "file_list" and "file_list" not in src:
         chk.add(("source",), "missing required key 'source.file_list' (a text file of 'path label' lines)")
-    webdataset = _check_webdataset(chk, src, resolved) if stype == "webdataset" else {}
+    typed = _check_webdataset(chk, src, resolved) if stype == "webdataset" else {}  # the type's own keys
+    if stype == "parquet":
+        typed = _check_parquet(chk, src, base_for(("source", "files")))
     extensions = src.get("extensions", list(DEFAULT_EXTENSIONS))
     if not (isinstance(extensions, list) and extensions and all(isinstance(e, str) and e for e in extensions)):
         chk.add(("source", "extensions"), f"expected a non-empty list of file extensions like ['.jpg'], "
@@ -745,7 +788,7 @@ def _check_source(chk: _Checker, data: dict, base_for: Callable[[tuple], Path]) 
     max_pixels = _check_int(chk, src, "max_pixels", ("source",), DEFAULT_MAX_PIXELS, 1)
     if stype in SOURCE_TYPES:
         source = SourceSpec(type=stype, root=resolved.get("root"), file_list=resolved.get("file_list"),
-                            extensions=extensions, max_pixels=max_pixels, **webdataset)
+                            extensions=extensions, max_pixels=max_pixels, **typed)
     return source
 
 
