@@ -5,6 +5,7 @@ checkpoint of the first must see exactly the indices the first saw after that st
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TRAIN
+from conftest import TRAIN, torchrun
 
 lightning = pytest.importorskip("lightning", reason="needs the [lightning] extra (pip install dali-bridge[lightning])")
 
@@ -104,6 +105,41 @@ def test_the_val_pipeline_runs_at_each_epochs_end_on_the_trainers_device(sample_
     assert str(fit.strategy.root_device) == "cpu"
 
 
+def ddp_rank_main(root: str, out: str, phase: str) -> None:
+    """What each torchrun rank runs: a 2-epoch fit with a checkpoint at step 4 (epoch 1, batch 1),
+    or the fit resumed from it; the rank's steps go to ``<phase>-rank<N>.json``."""
+    import torch.distributed as dist
+
+    saver = lightning.pytorch.callbacks.ModelCheckpoint(dirpath=Path(out) / "ckpt", every_n_train_steps=4,
+                                                        save_top_k=-1, filename="{step}")
+    model = Recorder()
+    fit = lightning.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, logger=False,
+                            enable_progress_bar=False, enable_model_summary=False, default_root_dir=out,
+                            callbacks=[saver] if phase == "fit" else [], enable_checkpointing=phase == "fit")
+    checkpoint = str(Path(out) / "ckpt" / "step=4.ckpt") if phase == "resume" else None
+    fit.fit(model, datamodule=DataModule(train=TRAIN, overrides=small(Path(root))), ckpt_path=checkpoint)
+    assert dist.get_world_size() == 2
+    Path(out, f"{phase}-rank{fit.global_rank}.json").write_text(json.dumps(model.seen))
+
+
+@pytest.mark.slow
+def test_two_ddp_ranks_share_each_epoch_and_resume_mid_epoch(sample_root, tmp_path):
+    from dali_bridge.sampling import rank_batches
+
+    for phase in ("fit", "resume"):
+        torchrun(Path(__file__).resolve(), str(sample_root), str(tmp_path), phase, nproc=2, timeout=600)
+    seen = {(phase, rank): [tuple(step[:1]) + (step[1],) for step in
+                            json.loads((tmp_path / f"{phase}-rank{rank}.json").read_text())]
+            for phase in ("fit", "resume") for rank in range(2)}
+    for rank in range(2):
+        expected = [(epoch, task.indices.tolist()) for epoch in range(2)
+                    for task in rank_batches(37, BATCH, 0, epoch, rank, 2, "drop")]
+        assert seen["fit", rank] == expected   # 18 samples a rank, 3 full batches an epoch
+        assert seen["resume", rank] == expected[4:]
+    first_epoch = [i for rank in range(2) for _, indices in seen["fit", rank][:3] for i in indices]
+    assert len(set(first_epoch)) == len(first_epoch) == 30   # no sample on both ranks
+
+
 def test_without_lightning_the_import_names_the_extra():
     code = textwrap.dedent("""
         import sys
@@ -122,3 +158,7 @@ def test_without_lightning_the_import_names_the_extra():
 def test_a_datamodule_without_pipelines_is_refused():
     with pytest.raises(ValueError, match="train=PATH, val=PATH"):
         DataModule()
+
+
+if __name__ == "__main__":
+    ddp_rank_main(*sys.argv[1:4])
