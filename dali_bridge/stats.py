@@ -4,9 +4,10 @@ The loader's iteration is a generator, so the time between the consumer's ``next
 batch handed back is time the consumer *waited* for data, and the time between a batch handed
 over and the next ``next()`` is time the consumer *held* it (its step: forward, backward,
 optimiser). Two clock reads per batch, no thread, no synchronisation: the cost is a few
-microseconds a batch. (A CUDA step that returns before its kernels finish is held until the
-next step synchronises — usually at the next batch's copy or the loss's ``.item()`` — so over
-an epoch the held time is still the step time.)
+microseconds a batch. The times are the host's: a step that queues CUDA work and returns
+without reading anything back leaves the GPU busy while the loop waits for the next batch, and
+that wait counts as data wait (nothing here synchronises the device, which would change the
+training's own overlap); a step that synchronises (``loss.item()``) is timed whole.
 
 The first batch of each iteration waits for workers to start and the pipeline to fill; that
 wait is reported on its own (``startup_s``) and left out of the fraction, which is about the
