@@ -155,8 +155,8 @@ class Loader:
 
     def _generate(self, tasks: list[BatchTask]) -> Iterator[tuple[torch.Tensor, ...]]:
         epoch = self._epoch
+        self._clock.asked(name=self.spec.name, epoch=epoch)
         batches = self._executor.run(tasks)
-        self._clock.asked()
         try:
             for raw in batches:
                 self._batches_done += 1
@@ -168,10 +168,10 @@ class Loader:
                     continue
                 # tasks run in order, one raw batch each: this is the batch's position in the rank's epoch
                 out = self._outputs(raw, epoch=epoch, number=self._batches_done - 1)
-                self._clock.handed(len(raw.indices))
+                self._clock.handed(len(raw.indices), last=self._batches_done == self._epoch_batches)
                 yield out
                 self._clock.returned()
-            self._clock.epoch_ended(self.spec.name, epoch)
+            self._clock.ended()
         except GeneratorExit:
             if self._epoch == epoch and self._batches_done < self._epoch_batches:
                 # Abandoned mid-epoch by the consumer (break, close): the next iteration runs the next

@@ -72,8 +72,10 @@ class StepClock:
     """Times each batch from the loader's side: :meth:`asked` when the consumer asks for one,
     :meth:`handed` when it is handed over, :meth:`returned` when the consumer asks again.
 
-    Keeps the totals since the loader was built and those of the iteration in progress (for the
-    end-of-epoch line, :meth:`epoch_ended`).
+    Keeps the totals since the loader was built and those of the iteration in progress, whose
+    verdict is logged (when ``report``) as its last batch is handed over — a consumer that knows
+    the epoch's length, as Lightning does, never asks past it — or when it ends without one (its
+    last batches all skipped).
     """
 
     def __init__(self, *, backend: str, workers: int | None, report: bool, clock=time.perf_counter):
@@ -85,12 +87,14 @@ class StepClock:
         self._epoch = _Tally()
         self._mark = 0.0
         self._first = True
+        self._name, self._epoch_number, self._reported = "", 0, False
 
-    def asked(self) -> None:
-        """An iteration starts: the consumer asked for its first batch."""
+    def asked(self, *, name: str, epoch: int) -> None:
+        """Iteration ``epoch`` of pipeline ``name`` starts: the consumer asked for its first batch."""
         self._epoch, self._first, self._mark = _Tally(), True, self._clock()
+        self._name, self._epoch_number, self._reported = name, epoch, False
 
-    def handed(self, images: int) -> None:
+    def handed(self, images: int, *, last: bool = False) -> None:
         now = self._clock()
         waited = now - self._mark
         for tally in (self._total, self._epoch):
@@ -102,6 +106,8 @@ class StepClock:
             else:
                 tally.steady_images += images
         self._first, self._mark = False, now
+        if last:
+            self.ended()
 
     def returned(self) -> None:
         """The consumer is back for the next batch: it held the last one until now."""
@@ -118,14 +124,15 @@ class StepClock:
         """The figures of the iteration in progress, or of the last one."""
         return self._epoch.figures(backend=self.backend, workers=self.workers)
 
-    def epoch_ended(self, name: str, epoch: int) -> None:
-        """The iteration ran to its end: log its verdict when the pipeline asked for it."""
-        if not self.report:
+    def ended(self) -> None:
+        """The iteration's data ran out: log its verdict (once) when the pipeline asked for it."""
+        if not self.report or self._reported:
             return
+        self._reported = True
         figures = self.epoch_figures()
         bound = figures["data_wait_fraction"] is not None and figures["data_wait_fraction"] >= DATA_BOUND_FRACTION
         # data-bound is worth a warning (seen without any logging set up); compute-bound is news
         log.log(logging.WARNING if bound else logging.INFO,
                 "dali-bridge %s: epoch %d: %s (%d batches; waited %.1f s, steps %.1f s, startup %.1f s)",
-                name, epoch, figures["verdict"], figures["batches"], figures["wait_s"] - figures["startup_s"],
-                figures["busy_s"], figures["startup_s"])
+                self._name, self._epoch_number, figures["verdict"], figures["batches"],
+                figures["wait_s"] - figures["startup_s"], figures["busy_s"], figures["startup_s"])

@@ -6,6 +6,7 @@ checkpoint of the first must see exactly the indices the first saw after that st
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -61,13 +62,16 @@ def trainer(tmp_path: Path, **extra) -> "lightning.Trainer":
     return lightning.Trainer(**settings)
 
 
-def test_fit_iterates_each_epoch_in_the_bridges_order_without_sampler_replacement(sample_root, tmp_path):
+def test_fit_iterates_each_epoch_in_the_bridges_order_without_sampler_replacement(sample_root, tmp_path, caplog):
     from dali_bridge import build_loader
 
-    module = DataModule(train=TRAIN, overrides=small(sample_root))
+    module = DataModule(train=TRAIN, overrides={**small(sample_root), "loader.report_starvation": True})
     model = Recorder()
     fit = trainer(tmp_path, enable_checkpointing=False, use_distributed_sampler=True)
-    fit.fit(model, datamodule=module)
+    with caplog.at_level(logging.INFO, logger="dali_bridge"):
+        fit.fit(model, datamodule=module)
+    verdicts = [r.getMessage() for r in caplog.records if "-bound: " in r.getMessage()]
+    assert [line.split(": ")[1] for line in verdicts] == ["epoch 0", "epoch 1"]   # the starvation line, each epoch
     assert isinstance(fit.train_dataloader, EpochLoader)   # not wrapped in a DataLoader with a sampler
     reference = build_loader(TRAIN, "torchvision", overrides=small(sample_root))
     expected = [(epoch, task.indices.tolist()) for epoch in range(2) for task in reference.tasks(epoch)]

@@ -36,7 +36,7 @@ class FakeClock:
 def test_clock_splits_each_step_into_wait_and_busy_and_leaves_the_startup_out_of_the_fraction():
     fake = FakeClock()
     clock = StepClock(backend="torchvision", workers=2, report=False, clock=fake)
-    clock.asked()
+    clock.asked(name="test", epoch=0)
     fake.now += 5.0          # the first batch: workers starting
     clock.handed(8)
     for _ in range(3):       # then each step: 0.6 s waiting, 0.4 s computing
@@ -62,7 +62,7 @@ def test_clock_says_compute_bound_when_batches_are_ready_and_not_measured_before
     fake = FakeClock()
     clock = StepClock(backend="dali", workers=None, report=False, clock=fake)
     assert clock.figures()["verdict"].startswith("not measured yet")
-    clock.asked()
+    clock.asked(name="test", epoch=0)
     fake.now += 1.0
     clock.handed(4)
     assert clock.figures()["data_wait_fraction"] is None
@@ -136,6 +136,19 @@ def test_stats_add_up_over_epochs_and_a_broken_off_epoch_logs_no_verdict(sample_
             pass
     assert loader.stats()["batches"] == 3 + 10
     assert [r.getMessage().split(": ")[1] for r in caplog.records if "bound" in r.getMessage()] == ["epoch 1"]
+
+
+def test_the_verdict_is_logged_with_the_last_batch_for_a_consumer_that_never_asks_past_it(sample_root, caplog):
+    loader = sleeping_loader(sample_root, 0.0, report_starvation=True)
+    with caplog.at_level(logging.INFO, logger="dali_bridge"):
+        batches = iter(loader)
+        for _ in range(len(loader)):   # as Lightning iterates: len() batches, no final next()
+            next(batches)
+        lines = [r.getMessage() for r in caplog.records if "bound" in r.getMessage()]
+        for _ in batches:
+            pass
+    assert len(lines) == 1 and "epoch 0: " in lines[0]
+    assert len([r for r in caplog.records if "bound" in r.getMessage()]) == 1   # not again at the end
 
 
 def test_a_real_loader_counts_every_batch_and_image(sample_root):
