@@ -144,6 +144,37 @@ def test_two_ddp_ranks_share_each_epoch_and_resume_mid_epoch(sample_root, tmp_pa
     assert len(set(first_epoch)) == len(first_epoch) == 30   # no sample on both ranks
 
 
+def _dali_gpu_reason() -> str | None:
+    from dali_bridge.backends.select import unavailable_reason
+
+    if not torch.cuda.is_available():
+        return "no CUDA device here"
+    reason = unavailable_reason("dali")
+    return f"dali cannot run here: {reason}" if reason else None
+
+
+class DeviceRecorder(Recorder):
+    """Also records where each batch's images are and where the model is."""
+
+    devices: list[tuple[str, str]] = []
+
+    def training_step(self, batch, batch_idx):
+        self.devices.append((str(batch[0].device), str(self.device)))
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_dali_gpu_reason() is not None,
+                    reason=f"GPU-only: checks that a GPU Trainer's batches come from dali on its device "
+                           f"({_dali_gpu_reason()})")
+def test_a_gpu_trainer_gets_dali_batches_on_its_own_device(sample_root, tmp_path):
+    module = DataModule(train=TRAIN, backend="dali", overrides=small(sample_root))
+    model = DeviceRecorder()
+    fit = trainer(tmp_path, accelerator="gpu", devices=1, max_epochs=1, enable_checkpointing=False)
+    fit.fit(model, datamodule=module)
+    assert set(model.devices) == {("cuda:0", "cuda:0")}
+
+
 def test_without_lightning_the_import_names_the_extra():
     code = textwrap.dedent("""
         import sys

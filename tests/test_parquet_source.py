@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import CPU_BACKENDS, TRAIN, needs_cpu_backends
+from conftest import TRAIN, backend_params
 
 pa = pytest.importorskip("pyarrow", reason="needs the [parquet] extra (pip install dali-bridge[parquet])")
 import pyarrow.parquet as pq  # noqa: E402
@@ -75,7 +75,7 @@ def loader_overrides(source: dict, **extra) -> dict:
 
 
 def epoch(loader) -> list[tuple]:
-    return [(image.numpy().tobytes(), label.tolist(), index.tolist()) for image, label, index in loader]
+    return [(image.cpu().numpy().tobytes(), label.tolist(), index.tolist()) for image, label, index in loader]
 
 
 def test_the_listing_is_the_files_rows_in_order_with_the_classlabel_names(hf_dataset, sample_root):
@@ -98,9 +98,8 @@ def test_files_may_be_a_list_a_brace_pattern_or_a_glob_and_keep_their_order(hf_d
     assert listed.paths == braced.paths
 
 
-@needs_cpu_backends
-@pytest.mark.parametrize("backend", CPU_BACKENDS)
-def test_parquet_gives_the_folders_batches_on_each_cpu_backend(hf_dataset, sample_root, backend):
+@pytest.mark.parametrize("backend", backend_params())
+def test_parquet_gives_the_folders_batches_on_each_backend(hf_dataset, sample_root, backend):
     root, _ = hf_dataset
     with build_loader(TRAIN, backend, overrides=loader_overrides(parquet_source(root))) as loader:
         from_parquet = epoch(loader)
@@ -144,8 +143,7 @@ def broken_dataset(tmp_path: Path, sample_root: Path) -> Path:
     return write_hf(tmp_path / "broken.parquet", images, folder.labels[:8].tolist(), names=list(folder.classes))
 
 
-@needs_cpu_backends
-@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("backend", backend_params())
 def test_unreadable_rows_follow_on_error(tmp_path, sample_root, backend):
     path = broken_dataset(tmp_path, sample_root)
     source = {"type": "parquet", "files": str(path)}
