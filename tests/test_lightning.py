@@ -156,7 +156,9 @@ def _dali_gpu_reason() -> str | None:
 class DeviceRecorder(Recorder):
     """Also records where each batch's images are and where the model is."""
 
-    devices: list[tuple[str, str]] = []
+    def __init__(self) -> None:
+        super().__init__()
+        self.devices: list[tuple[str, str]] = []
 
     def training_step(self, batch, batch_idx):
         self.devices.append((str(batch[0].device), str(self.device)))
