@@ -246,3 +246,25 @@ def test_without_pyarrow_the_listing_names_the_extra(tmp_path):
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "pip install dali-bridge[parquet]" in out
+
+
+def test_relative_files_resolve_against_the_pipeline_file_and_the_cli_converts_them(hf_dataset, tmp_path, capsys):
+    from dali_bridge.cli import main
+
+    root, data = hf_dataset
+    pipeline = root.parent / "pipeline.yaml"
+    pipeline.write_text("version: 1\nbatch_size: 4\nops: [{center_crop: 8}]\n"
+                        "source: {type: parquet, files: [data/train-00001-of-00002.parquet]}\n")
+    assert list_source(load_spec(pipeline).source).read(0) == data[20]
+    assert main(["convert", str(root / "train-*.parquet"), str(tmp_path / "s-%03d.tar"), "-q"]) == 0
+    assert "source: {type: webdataset" in capsys.readouterr().out
+    assert [list_webdataset(str(tmp_path / "s-000.tar"), DEFAULT_IMAGE_KEYS).read(i) for i in (0, 36)] == \
+        [data[0], data[36]]
+
+
+def test_an_image_over_max_pixels_is_a_sample_error(hf_dataset):
+    root, _ = hf_dataset
+    overrides = loader_overrides({**parquet_source(root), "max_pixels": 100}, **{"loader.on_error": "skip"})
+    with build_loader(TRAIN, "torchvision", overrides=overrides) as loader:
+        assert epoch(loader) == []
+        assert len(loader.skipped) == 37 and "pixels" in loader.skipped[0].reason
