@@ -80,20 +80,21 @@ def test_fit_iterates_each_epoch_in_the_bridges_order_without_sampler_replacemen
     assert model.seen[0][1] != model.seen[STEPS_PER_EPOCH][1]   # set_epoch: epoch 1 has its own order
 
 
-def test_resume_from_a_mid_epoch_checkpoint_sees_the_remaining_indices(sample_root, tmp_path):
-    saver = lightning.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=9,
+@pytest.mark.parametrize("step, position", [(9, (1, 2)), (7, (1, 0))], ids=["mid-epoch", "epoch-end"])
+def test_resume_from_a_checkpoint_sees_the_remaining_indices(sample_root, tmp_path, step, position):
+    saver = lightning.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=step,
                                                         save_top_k=-1, filename="{step}")
     first = Recorder()
     trainer(tmp_path, callbacks=[saver]).fit(first, datamodule=DataModule(train=TRAIN, overrides=small(sample_root)))
     assert len(first.seen) == 2 * STEPS_PER_EPOCH
-    checkpoint = tmp_path / "ckpt" / "step=9.ckpt"
+    checkpoint = tmp_path / "ckpt" / f"step={step}.ckpt"
     state = torch.load(checkpoint, weights_only=False)["DataModule"]["train"]
-    assert (state["epoch"], state["batch"]) == (1, 2)   # step 9 = epoch 1, after its second batch
+    assert (state["epoch"], state["batch"]) == position   # step 9: epoch 1 after its second batch
 
     resumed = Recorder()
     trainer(tmp_path, enable_checkpointing=False).fit(
         resumed, datamodule=DataModule(train=TRAIN, overrides=small(sample_root)), ckpt_path=str(checkpoint))
-    assert resumed.seen == first.seen[9:]
+    assert resumed.seen == first.seen[step:]
 
 
 def test_the_val_pipeline_runs_at_each_epochs_end_on_the_trainers_device(sample_root, tmp_path):
