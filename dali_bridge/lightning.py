@@ -68,7 +68,7 @@ class DataModule(LightningDataModule):
     ``backend``: as :func:`~dali_bridge.build_loader` (None: the file's ``backend`` key).
     ``overrides``: dotted keys applied to both pipelines (``{"batch_size": 64}``).
     After ``setup``: ``train_loader`` and ``val_loader`` are the bridge's loaders (``stats()``,
-    ``listing.classes`` ...).
+    ``listing.classes`` ...); after the fit they are closed but still there to read.
     """
 
     def __init__(self, train: PathLike | None = None, val: PathLike | None = None, *, backend: str | None = None,
@@ -81,6 +81,7 @@ class DataModule(LightningDataModule):
         self.overrides = overrides
         self.train_loader: Loader | None = None
         self.val_loader: Loader | None = None
+        self._closed = False   # teardown closed the loaders: the next setup builds new ones
         self._pending_state: Mapping[str, Any] | None = None
 
     def _build(self, pipeline: PathLike) -> Loader:
@@ -90,6 +91,9 @@ class DataModule(LightningDataModule):
 
     def setup(self, stage: str) -> None:
         """Build this process's loaders (once; a later stage reuses them)."""
+        if self._closed:
+            self.train_loader = self.val_loader = None
+            self._closed = False
         if self.train_pipeline is not None and self.train_loader is None and stage == "fit":
             self.train_loader = self._build(self.train_pipeline)
             log.info("dali-bridge lightning: rank %d/%d trains on %r", self.trainer.global_rank,
@@ -110,7 +114,7 @@ class DataModule(LightningDataModule):
 
     def state_dict(self) -> dict[str, Any]:
         """The training loader's position (Lightning saves it in each checkpoint)."""
-        if self.train_loader is None:
+        if self.train_loader is None or self._closed:
             return {"train": dict(self._pending_state["train"])} if self._pending_state else {}
         return {"train": self.train_loader.state_dict()}
 
@@ -118,7 +122,7 @@ class DataModule(LightningDataModule):
         """Continue from a checkpoint's position (now, or in ``setup`` if the loaders are not built yet)."""
         if "train" not in state_dict:
             return
-        if self.train_loader is None:
+        if self.train_loader is None or self._closed:
             self._pending_state = state_dict
         else:
             self._restore(state_dict)
@@ -131,9 +135,9 @@ class DataModule(LightningDataModule):
         self._pending_state = None
 
     def teardown(self, stage: str) -> None:
-        """Stop the loaders' workers when the Trainer is done with this stage."""
+        """Stop the loaders' workers when the Trainer is done fitting (their ``stats()`` stay readable)."""
         if stage == "fit":
             for loader in (self.train_loader, self.val_loader):
                 if loader is not None:
                     loader.close()
-            self.train_loader = self.val_loader = None
+            self._closed = True

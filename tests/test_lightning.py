@@ -72,6 +72,7 @@ def test_fit_iterates_each_epoch_in_the_bridges_order_without_sampler_replacemen
         fit.fit(model, datamodule=module)
     verdicts = [r.getMessage() for r in caplog.records if "-bound: " in r.getMessage()]
     assert [line.split(": ")[1] for line in verdicts] == ["epoch 0", "epoch 1"]   # the starvation line, each epoch
+    assert module.train_loader.stats()["batches"] == 2 * STEPS_PER_EPOCH   # still readable after the fit
     assert isinstance(fit.train_dataloader, EpochLoader)   # not wrapped in a DataLoader with a sampler
     reference = build_loader(TRAIN, "torchvision", overrides=small(sample_root))
     expected = [(epoch, task.indices.tolist()) for epoch in range(2) for task in reference.tasks(epoch)]
@@ -95,6 +96,16 @@ def test_resume_from_a_checkpoint_sees_the_remaining_indices(sample_root, tmp_pa
     trainer(tmp_path, enable_checkpointing=False).fit(
         resumed, datamodule=DataModule(train=TRAIN, overrides=small(sample_root)), ckpt_path=str(checkpoint))
     assert resumed.seen == first.seen[step:]
+
+
+def test_a_datamodule_serves_a_second_fit_with_new_loaders(sample_root, tmp_path):
+    module = DataModule(train=TRAIN, overrides=small(sample_root))
+    runs = []
+    for _ in range(2):
+        model = Recorder()
+        trainer(tmp_path, enable_checkpointing=False, max_epochs=1).fit(model, datamodule=module)
+        runs.append(model.seen)
+    assert runs[0] == runs[1] and len(runs[0]) == STEPS_PER_EPOCH
 
 
 def test_the_val_pipeline_runs_at_each_epochs_end_on_the_trainers_device(sample_root, tmp_path):
