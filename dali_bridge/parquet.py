@@ -179,9 +179,9 @@ class ParquetSamples:
         file = int(self.group_file[group])
         try:
             table = self._file(file).read_row_group(int(self.group_number[group]), columns=[self.image_column])
-        except (OSError, ValueError) as exc:   # pyarrow's ArrowException derives from both
+        except (OSError, _pyarrow()[0].ArrowException) as exc:   # a damaged or changed file
             raise ImageError(f"cannot read row group {int(self.group_number[group])} of {self.files[file]}: "
-                             f"{exc}") from None
+                             f"{' '.join(str(exc).split())}") from None
         column = table.column(self.image_column).combine_chunks()
         if self.kinds[file] == "struct":
             column = _struct_bytes(column)
@@ -231,7 +231,7 @@ def _scan_file(path: str, image_column: str, label_column: str) -> _FileScan:
     scan = _FileScan()
     try:
         handle = pq.ParquetFile(path)
-    except (OSError, ValueError) as exc:
+    except (OSError, pa.ArrowException) as exc:
         scan.problems.append(f"{path}: not a readable Parquet file: {exc}")
         return scan
     with handle:
@@ -249,7 +249,7 @@ def _scan_file(path: str, image_column: str, label_column: str) -> _FileScan:
             return scan
         try:
             column = handle.read(columns=[label_column]).column(label_column)
-        except (OSError, ValueError) as exc:
+        except (OSError, pa.ArrowException) as exc:
             scan.problems.append(f"{path}: cannot read label column '{label_column}': {exc}")
             return scan
         scan.group_rows = [handle.metadata.row_group(g).num_rows for g in range(handle.metadata.num_row_groups)]

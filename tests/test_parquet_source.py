@@ -268,3 +268,18 @@ def test_an_image_over_max_pixels_is_a_sample_error(hf_dataset):
     with build_loader(TRAIN, "torchvision", overrides=overrides) as loader:
         assert epoch(loader) == []
         assert len(loader.skipped) == 37 and "pixels" in loader.skipped[0].reason
+
+
+def test_a_damaged_row_group_is_a_sample_error_for_its_rows_only(tmp_path, hf_dataset):
+    _, data = hf_dataset
+    path = write_hf(tmp_path / "damaged.parquet", data[:8], [0] * 8, names=None, struct=False)
+    damaged = bytearray(path.read_bytes())
+    damaged[4:40] = b"\xff" * 36   # the first row group's first page header
+    path.write_bytes(bytes(damaged))
+    overrides = loader_overrides({"type": "parquet", "files": str(path)},
+                                 **{"loader.on_error": "skip", "loader.shuffle": False, "batch_size": 4})
+    with build_loader(TRAIN, "torchvision", overrides=overrides) as loader:
+        kept = [i for _, _, indices in epoch(loader) for i in indices]
+        reasons = {item.index: item.reason for item in loader.skipped}
+    assert kept == [4, 5, 6, 7] and sorted(reasons) == [0, 1, 2, 3]
+    assert reasons[0].startswith(f"cannot read row group 0 of {path}: ") and "\n" not in reasons[0]
