@@ -8,7 +8,9 @@ order; a ``DistributedSampler`` would deal the samples a second time). Each epoc
 starts with ``set_epoch(trainer.current_epoch)``, which Lightning itself cannot call here (there
 is no sampler to call it on). The training loader's position is the DataModule's
 ``state_dict``, which Lightning writes into every checkpoint; resuming from a mid-epoch
-checkpoint continues with the next batch, on every rank.
+checkpoint continues with the next batch, on every rank. A training pipeline whose ranks would
+run different numbers of steps (``last_batch: partial`` over an uneven split) is refused: DDP
+ranks must step together.
 
 Needs the ``[lightning]`` extra (``lightning`` 2.x, or the ``pytorch_lightning`` package).
 """
@@ -28,6 +30,7 @@ except ImportError:   # the older package name, the same classes
                           "pip install dali-bridge[lightning] (or pip install lightning)") from None
 
 from .loader import Loader, build_loader
+from .sampling import batch_count
 from .spec import PipelineSpec
 
 log = logging.getLogger("dali_bridge")
@@ -84,10 +87,24 @@ class DataModule(LightningDataModule):
         self._closed = False   # teardown closed the loaders: the next setup builds new ones
         self._pending_state: Mapping[str, Any] | None = None
 
-    def _build(self, pipeline: PathLike) -> Loader:
+    def _build(self, pipeline: PathLike, *, role: str) -> Loader:
         trainer = self.trainer
-        return build_loader(pipeline, self.backend, overrides=self.overrides, rank=trainer.global_rank,
-                            world_size=trainer.world_size, device=trainer.strategy.root_device)
+        loader = build_loader(pipeline, self.backend, overrides=self.overrides, rank=trainer.global_rank,
+                              world_size=trainer.world_size, device=trainer.strategy.root_device)
+        counts = sorted({batch_count(loader.num_samples, loader.batch_size, loader.world_size, rank,
+                                     loader.spec.loader.last_batch, repeats=loader.spec.loader.repeated_augmentations)
+                         for rank in range(loader.world_size)})
+        if len(counts) > 1:
+            # Ranks that run different numbers of steps wait forever on each other's collectives.
+            message = (f"DataModule: the {role} pipeline {loader.spec.origin} gives ranks {counts[0]} or {counts[-1]} "
+                       f"batches an epoch (loader.last_batch: {loader.spec.loader.last_batch} over "
+                       f"{loader.world_size} ranks); set loader.last_batch: drop or pad (overrides="
+                       f"{{\"loader.last_batch\": \"drop\"}}) so that every rank steps together")
+            if role == "train":
+                loader.close()
+                raise ValueError(message)
+            log.warning("%s, or keep collectives out of validation_step", message)
+        return loader
 
     def setup(self, stage: str) -> None:
         """Build this process's loaders (once; a later stage reuses them)."""
@@ -95,11 +112,11 @@ class DataModule(LightningDataModule):
             self.train_loader = self.val_loader = None
             self._closed = False
         if self.train_pipeline is not None and self.train_loader is None and stage == "fit":
-            self.train_loader = self._build(self.train_pipeline)
+            self.train_loader = self._build(self.train_pipeline, role="train")
             log.info("dali-bridge lightning: rank %d/%d trains on %r", self.trainer.global_rank,
                      self.trainer.world_size, self.train_loader)
         if self.val_pipeline is not None and self.val_loader is None and stage in ("fit", "validate"):
-            self.val_loader = self._build(self.val_pipeline)
+            self.val_loader = self._build(self.val_pipeline, role="val")
         if self._pending_state is not None and self.train_loader is not None:
             self._restore(self._pending_state)
 

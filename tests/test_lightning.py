@@ -189,6 +189,26 @@ def test_a_gpu_trainer_gets_dali_batches_on_its_own_device(sample_root, tmp_path
     assert set(model.devices) == {("cuda:0", "cuda:0")}
 
 
+class StubTrainer:
+    """The three things setup reads from a Trainer, for rank 0 of a world of two."""
+    global_rank, world_size = 0, 2
+    strategy = type("Strategy", (), {"root_device": torch.device("cpu")})()
+
+
+def test_a_train_pipeline_whose_ranks_would_step_apart_is_refused(sample_root, caplog):
+    partial = {**small(sample_root), "loader.last_batch": "partial", "batch_size": 6}   # 19 or 18 samples a rank
+    module = DataModule(train=TRAIN, overrides=partial)
+    module.trainer = StubTrainer()
+    with pytest.raises(ValueError, match=r"gives ranks 3 or 4 batches an epoch .* set loader.last_batch: drop or pad"):
+        module.setup("fit")
+    module = DataModule(val=TRAIN, overrides=partial)
+    module.trainer = StubTrainer()
+    with caplog.at_level(logging.WARNING, logger="dali_bridge"):
+        module.setup("fit")
+    assert "keep collectives out of validation_step" in caplog.text and module.val_loader is not None
+    module.teardown("fit")
+
+
 def test_without_lightning_the_import_names_the_extra():
     code = textwrap.dedent("""
         import sys
