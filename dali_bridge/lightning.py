@@ -64,6 +64,20 @@ class EpochLoader:
         return f"EpochLoader({self.loader!r})"
 
 
+def _uneven_steps(loader: Loader, *, role: str) -> str | None:
+    """Why the ranks of ``loader``'s world would run different numbers of batches an epoch, or None:
+    under DDP the rank with one more step waits forever for the others' collectives."""
+    settings = loader.spec.loader
+    counts = sorted({batch_count(loader.num_samples, loader.batch_size, loader.world_size, rank, settings.last_batch,
+                                 repeats=settings.repeated_augmentations) for rank in range(loader.world_size)})
+    if len(counts) == 1:
+        return None
+    return (f"DataModule: the {role} pipeline {loader.spec.origin} gives ranks {counts[0]} or {counts[-1]} batches "
+            f"an epoch (loader.last_batch: {settings.last_batch} over {loader.world_size} ranks); set "
+            f"loader.last_batch: drop or pad (overrides={{\"loader.last_batch\": \"drop\"}}) so that every rank "
+            f"steps together")
+
+
 class DataModule(LightningDataModule):
     """Training and validation loaders from pipeline files, one per process of the Trainer.
 
@@ -91,19 +105,12 @@ class DataModule(LightningDataModule):
         trainer = self.trainer
         loader = build_loader(pipeline, self.backend, overrides=self.overrides, rank=trainer.global_rank,
                               world_size=trainer.world_size, device=trainer.strategy.root_device)
-        counts = sorted({batch_count(loader.num_samples, loader.batch_size, loader.world_size, rank,
-                                     loader.spec.loader.last_batch, repeats=loader.spec.loader.repeated_augmentations)
-                         for rank in range(loader.world_size)})
-        if len(counts) > 1:
-            # Ranks that run different numbers of steps wait forever on each other's collectives.
-            message = (f"DataModule: the {role} pipeline {loader.spec.origin} gives ranks {counts[0]} or {counts[-1]} "
-                       f"batches an epoch (loader.last_batch: {loader.spec.loader.last_batch} over "
-                       f"{loader.world_size} ranks); set loader.last_batch: drop or pad (overrides="
-                       f"{{\"loader.last_batch\": \"drop\"}}) so that every rank steps together")
-            if role == "train":
-                loader.close()
-                raise ValueError(message)
-            log.warning("%s, or keep collectives out of validation_step", message)
+        uneven = _uneven_steps(loader, role=role)
+        if uneven and role == "train":
+            loader.close()
+            raise ValueError(uneven)
+        if uneven:
+            log.warning("%s, or keep collectives out of validation_step", uneven)
         return loader
 
     def setup(self, stage: str) -> None:
