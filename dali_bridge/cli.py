@@ -498,12 +498,15 @@ def _add_sample_data_command(add: AddCommand) -> None:
 
 
 def _add_convert_command(add: AddCommand) -> None:
-    p = add("convert", cmd_convert, "Pack an image folder (or a 'path label' file list) into WebDataset tar shards "
+    p = add("convert", cmd_convert, "Pack an image folder (or a 'path label' file list, or Parquet files) into "
+                                    "WebDataset tar shards "
                                     "without re-encoding, with DALI index files and a manifest.",
             "examples:\n  dali-bridge convert data/sample shards/train-%06d.tar --shard-size 1000\n"
             "  dali-bridge convert train_list.txt /data/shards/train-%06d.tar --overwrite\n"
+            "  dali-bridge convert 'hf/data/train-*.parquet' shards/train-%06d.tar\n"
             "Samples keep the source's order; each is KEY.cls (label) + KEY.<ext> (the original bytes).")
-    p.add_argument("source", metavar="SRC", help="ImageFolder root (class sub-folders) or a file list")
+    p.add_argument("source", metavar="SRC", help="ImageFolder root (class sub-folders), a file list, or Parquet "
+                                                 "files (a .parquet path, glob or brace pattern)")
     p.add_argument("out_pattern", metavar="OUT_PATTERN", help="printf-style shard path, e.g. shards/train-%%06d.tar")
     p.add_argument("--shard-size", type=int, default=1000, metavar="N", help="samples per shard (default 1000)")
     p.add_argument("--extensions", metavar="EXTS",

@@ -1,4 +1,4 @@
-"""``dali-bridge convert``: pack an image folder (or file list) into WebDataset tar shards.
+"""``dali-bridge convert``: pack an image folder (or file list, or Parquet files) into WebDataset tar shards.
 
 Samples are written in the source listing's order, so a shard listing indexes sample ``i`` as
 the folder listing does, and the same seed gives the same batches from either. Image bytes are
@@ -7,7 +7,8 @@ refuse (not a regular file, too large, not a complete JPEG, PNG or WebP) is left
 in the result and the manifest — the shards' indices then skip it.
 Each sample is two members, ``KEY.cls`` (the label as decimal text) then ``KEY.<ext>`` (the
 image, its original extension lower-cased), where KEY is the file's path relative to the source
-root without its extension. The label comes first so that a shard cut short inside an image
+root without its extension (for a Parquet row, ``<file name>/<row number>``, the extension from
+the image's format). The label comes first so that a shard cut short inside an image
 still lists that sample, whose read then fails under ``on_error``.
 
 Next to the shards: a DALI index per shard (``wds2idx`` format v1.2, so ``fn.readers.webdataset``
@@ -33,7 +34,9 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from .shards import index_path, manifest_path
+from .formats import inspect_image
 from .images import ImageError
+from .parquet import ParquetSamples, list_parquet
 from .ops import is_int
 from .sources import (Listing, SourceError, list_file, list_folder, manifest_problem,
                       read_manifest_json)
@@ -117,12 +120,17 @@ def _sample_keys(listing: Listing) -> list[str]:
     """
     keys: list[str] = []
     seen: dict[str, str] = {}
+    parquet = isinstance(listing.shards, ParquetSamples)
     for number, path in enumerate(listing.paths):
-        relative = os.path.relpath(path, listing.root)
-        if relative.startswith(".." + os.sep) or relative == "..":
-            stem = f"sample_{number:08d}"
+        if parquet:   # file.parquet#row → file/00000017
+            file, row = path.rsplit("#", 1)
+            stem = f"{os.path.basename(file).removesuffix('.parquet')}/{int(row):08d}"
         else:
-            stem = os.path.splitext(relative)[0].replace(os.sep, "/")
+            relative = os.path.relpath(path, listing.root)
+            if relative.startswith(".." + os.sep) or relative == "..":
+                stem = f"sample_{number:08d}"
+            else:
+                stem = os.path.splitext(relative)[0].replace(os.sep, "/")
         key = re.sub(r"[.\s]", "_", stem)
         if key in seen:
             raise ConvertError(f"{path} and {seen[key]} map to the same shard key {key!r} (keys drop the extension "
@@ -136,6 +144,8 @@ def _listing_for(source: str | Path | Listing, extensions: tuple[str, ...]) -> t
     if isinstance(source, Listing):
         return source, {"type": "listing", "path": source.root}
     path = Path(source)
+    if str(source).endswith(".parquet"):   # a file, a glob or a brace pattern of them
+        return list_parquet((str(source),)), {"type": "parquet", "path": str(source)}
     if path.is_dir():
         return list_folder(path, extensions), {"type": "folder", "path": str(path.resolve())}
     if path.is_file():
@@ -210,7 +220,10 @@ MAX_IMAGE_BYTES = 256 << 20
 def _sample_bytes(listing: Listing, index: int, max_bytes: int) -> bytes:
     """Sample ``index``'s bytes through the loader's own read (regular file, recognised image),
     after a size check from ``stat``; :class:`ImageError` with the reason otherwise."""
-    if listing.shards is None:
+    if isinstance(listing.shards, ParquetSamples):   # in memory with its row group already: measured once read
+        data = listing.read(index)
+        size = len(data)
+    elif listing.shards is None:
         try:
             size = os.stat(listing.paths[index]).st_size
         except OSError as exc:
@@ -219,7 +232,17 @@ def _sample_bytes(listing: Listing, index: int, max_bytes: int) -> bytes:
         size = int(listing.shards.size[index])
     if size > max_bytes:
         raise ImageError(f"{size} bytes, over the {max_bytes}-byte limit for one image")
-    return listing.read(index)
+    return data if isinstance(listing.shards, ParquetSamples) else listing.read(index)
+
+
+_FORMAT_EXTENSIONS = {"jpeg": "jpg", "png": "png", "webp": "webp"}
+
+
+def _extension(listing: Listing, path: str, data: bytes) -> str:
+    """A member's extension: the file's own, lower-cased; a Parquet row's from its image format."""
+    if isinstance(listing.shards, ParquetSamples):
+        return _FORMAT_EXTENSIONS[inspect_image(data, max_pixels=listing.max_pixels).format]
+    return os.path.splitext(path)[1].lstrip(".").lower() or "bin"
 
 
 @dataclass
@@ -242,7 +265,7 @@ def _packable(listing: Listing, keys: list[str], packing: _Packing, max_bytes: i
         except ImageError as exc:
             packing.skipped.append((path, str(exc)))
             continue
-        ext = os.path.splitext(path)[1].lstrip(".").lower() or "bin"
+        ext = _extension(listing, path, data)
         label = int(listing.labels[index])
         packing.extensions[ext] += 1
         packing.labels[label] += 1
@@ -307,7 +330,8 @@ def _manifest(listing: Listing, source_info: dict[str, str], shard_size: int, pa
 def convert(source: str | Path | Listing, out_pattern: str, *, shard_size: int = 1000, overwrite: bool = False,
             progress: bool = False, extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
             max_image_bytes: int = MAX_IMAGE_BYTES) -> ConvertResult:
-    """Pack ``source`` (an ImageFolder, a ``path label`` file list, or a listing) into shards.
+    """Pack ``source`` (an ImageFolder, a ``path label`` file list, Parquet files — a ``.parquet`` path,
+    glob or brace pattern, read as ``source: {type: parquet}`` reads them — or a listing) into shards.
 
     ``out_pattern``: printf-style shard path (``shards/train-%06d.tar``); ``shard_size``: samples
     per shard (default 1000; ~100-200 MiB shards of ImageNet-sized JPEGs). Each file goes through

@@ -24,6 +24,7 @@ from .post_finish import PostFinish
 from .resume import STATE_FORMAT, Identity, check_identity, listing_fingerprint, merge_states, read_state
 from .sampling import BatchTask, batch_count, check_epoch, entries_consumed, rank_batches
 from .sources import Listing, list_source
+from .stats import StepClock
 from .spec import PipelineSpec, Problem, SpecError, coerce_spec
 from .wording import plural
 
@@ -70,6 +71,7 @@ class Loader:
         self._iteration: tuple[int, weakref.ref] | None = None   # (thread id, its generator)
         self._post_finish = PostFinish(plan, spec.seed, topology.rank, num_classes=len(listing.classes),
                                        label_smoothing=spec.label_smoothing, wants_target="target" in spec.outputs)
+        self._clock = StepClock(backend=backend, workers=spec.loader.workers, report=spec.loader.report_starvation)
 
     # ---- properties users read
     @property
@@ -117,6 +119,11 @@ class Loader:
         loader = self.spec.loader
         return batch_count(len(self.listing), self.spec.batch_size, self.world_size, rank, loader.last_batch,
                            repeats=loader.repeated_augmentations, start=position)
+
+    def stats(self) -> dict[str, Any]:
+        """How long the consumer waited for batches and held them, since the loader was built, and
+        the verdict (data-bound or compute-bound): see :mod:`dali_bridge.stats`."""
+        return self._clock.figures()
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch of the next iteration (its order and random parameters): 0 <= epoch < 2^32.
@@ -176,6 +183,7 @@ class Loader:
 
     def _generate(self, tasks: list[BatchTask]) -> Iterator[tuple[torch.Tensor, ...]]:
         epoch = self._epoch
+        self._clock.asked(name=self.spec.name, epoch=epoch)
         batches = self._executor.run(tasks)
         try:
             for raw in batches:
@@ -187,8 +195,12 @@ class Loader:
                                 self._epoch, self._batches_done - 1)
                     continue
                 # tasks run in order, one raw batch each: this is the batch's position in the rank's epoch
-                yield self._outputs(raw, epoch=epoch, number=self._batches_done - 1)
+                out = self._outputs(raw, epoch=epoch, number=self._batches_done - 1)
+                self._clock.handed(len(raw.indices), last=self._batches_done == self._epoch_batches)
+                yield out
+                self._clock.returned()
             self._exhausted = self._epoch == epoch
+            self._clock.ended()
         except GeneratorExit:
             if self._epoch == epoch and self._batches_done < self._epoch_batches:
                 # Abandoned mid-epoch by the consumer (break, close): the next iteration runs the next

@@ -56,7 +56,9 @@ def _key_rows() -> list[tuple[str, str, str]]:
          "`dali` when DALI imports and a CUDA device is usable, else `torchvision` (the reason is logged)"),
         ("source.type", _choices(s.SOURCE_TYPES), "required",
          "`folder`: ImageFolder layout, sorted sub-folder names are the classes; `file_list`: a text file of "
-         "`path label` lines; `webdataset`: tar shards ([WebDataset](webdataset.md))"),
+         "`path label` lines; `webdataset`: tar shards ([WebDataset](webdataset.md)); `parquet`: Parquet files "
+         "such as Hugging Face image datasets ([From your code](from-your-code.md#parquet-and-hugging-face-image-"
+         "datasets))"),
         ("source.root", "path", "required for `folder`",
          "`folder`: the folder of class sub-folders; `file_list`: base of relative paths in the list "
          "(default: the list's folder). Relative paths resolve against the pipeline file's folder"),
@@ -70,6 +72,12 @@ def _key_rows() -> list[tuple[str, str, str]]:
         ("source.label_key", "string", f"`{source.label_key}`", "the member holding the integer label as text"),
         ("source.manifest", "path", "`<prefix>.manifest.json` if present",
          "class names and label mapping written by `dali-bridge convert`"),
+        ("source.files", "path, glob or brace pattern, or a list of them", "required for `parquet`",
+         "the Parquet files, in order (each glob sorted); samples are their rows, file by file"),
+        ("source.image_column", "string", f"`{source.image_column}`",
+         "`parquet`: the encoded images: Hugging Face's `{bytes, path}` image struct or a binary column"),
+        ("source.label_column", "string", f"`{source.label_column}`",
+         "`parquet`: the integer labels; class names from the file's Hugging Face `ClassLabel` names when present"),
         ("source.max_pixels", "integer >= 1", f"`{source.max_pixels}`",
          "images whose header claims more pixels (height × width) are refused before decoding, as a sample error "
          "that follows `loader.on_error` (PIL's limit; raise it for larger images)"),
@@ -113,6 +121,9 @@ def _key_rows() -> list[tuple[str, str, str]]:
          "each sample comes this many times per epoch, each time with its own random parameters; the repeats "
          "follow one another in the epoch's order before it is dealt to ranks (torchvision's `RASampler`), so "
          "they land on different ranks; `len()` and every `last_batch` policy count `samples × r`"),
+        ("loader.report_starvation", "`true` \\| `false`", f"`{_value(loader.report_starvation)}`",
+         "log at each epoch's end whether training waited for data (data-bound, a warning, with what to try) or "
+         "not (compute-bound); the figures: `loader.stats()` ([The loader](loader.md#is-the-gpu-starving))"),
     ]
 
 

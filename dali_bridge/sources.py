@@ -50,7 +50,8 @@ class Listing:
     classes: tuple[str, ...]
     root: str
     ignored: Counter = field(default_factory=Counter, compare=False)  # extension → files skipped
-    shards: ShardSamples | None = field(default=None, compare=False)  # where shard samples' bytes are
+    # where shard (or Parquet: dali_bridge.parquet.ParquetSamples) samples' bytes are; read(index) gives them
+    shards: ShardSamples | None = field(default=None, compare=False)
     max_pixels: int = field(default=DEFAULT_MAX_PIXELS, compare=False)  # source.max_pixels: larger images are refused
     max_bytes: int = field(default=DEFAULT_MAX_BYTES, compare=False)  # source.max_bytes: larger files are refused
 
@@ -362,6 +363,10 @@ def list_source(source: SourceSpec) -> Listing:
         listing = list_file(source.file_list, source.root, source.extensions)
     elif source.type == "webdataset":
         listing = list_webdataset(source.shards, source.image_keys, source.label_key, source.manifest)
+    elif source.type == "parquet":
+        from .parquet import list_parquet
+
+        listing = list_parquet(source.files, source.image_column, source.label_column)
     else:
         raise SourceError(f"source.type: unsupported source type {source.type!r}")
     return replace(listing, max_pixels=source.max_pixels, max_bytes=source.max_bytes)

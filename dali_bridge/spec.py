@@ -26,7 +26,7 @@ from .quoting import quoted, shortened
 
 FORMAT_VERSION = 1
 BACKENDS = ("auto", "dali", "dali-cpu", "torchvision")
-SOURCE_TYPES = ("folder", "file_list", "webdataset")
+SOURCE_TYPES = ("folder", "file_list", "webdataset", "parquet")
 PLANNED_SOURCE_TYPES: tuple[str, ...] = ()
 OUTPUTS = ("image", "label", "index", "valid", "target")
 LAST_BATCH = ("partial", "drop", "pad")
@@ -114,6 +114,9 @@ class SourceSpec:
     manifest: str | None = None
     max_pixels: int = DEFAULT_MAX_PIXELS
     max_bytes: int = DEFAULT_MAX_BYTES
+    files: tuple[str, ...] | None = None   # parquet: paths, globs or brace patterns (see dali_bridge.parquet)
+    image_column: str = "image"
+    label_column: str = "label"
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,7 @@ class LoaderSpec:
     on_error: str = "raise"
     shuffle: bool = True
     repeated_augmentations: int = 1   # each sample r times per epoch, each repeat with its own draws
+    report_starvation: bool = False   # log the data-bound / compute-bound verdict at each epoch's end
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,9 @@ class PipelineSpec:
                           label_key=self.source.label_key)
             if self.source.manifest is not None:
                 source["manifest"] = self.source.manifest
+        elif self.source.type == "parquet":
+            source.update(files=list(self.source.files or ()), image_column=self.source.image_column,
+                          label_column=self.source.label_column)
         else:
             source["extensions"] = list(self.source.extensions)
         if self.source.max_pixels != DEFAULT_MAX_PIXELS:
@@ -191,6 +198,7 @@ class PipelineSpec:
                 "on_error": self.loader.on_error,
                 "shuffle": self.loader.shuffle,
                 "repeated_augmentations": self.loader.repeated_augmentations,
+                **({"report_starvation": True} if self.loader.report_starvation else {}),
             },
         }
 
@@ -709,6 +717,40 @@ def _check_webdataset(chk: _Checker, src: dict, resolved: dict[str, Any]) -> dic
     return out
 
 
+def _check_parquet(chk: _Checker, src: dict, base_dir: Path) -> dict[str, Any]:
+    """The parquet keys: ``files`` required (a path, glob or brace pattern, or a list of them, each
+    resolved against ``base_dir``), ``image_column`` and ``label_column`` (column names)."""
+    from .shards import expand_braces
+
+    out: dict[str, Any] = {}
+    files = src.get("files")
+    entries = [files] if isinstance(files, str) else files
+    if "files" not in src:
+        chk.add(("source",), "missing required key 'source.files' (a Parquet file, a glob such as "
+                             "data/train-*.parquet, a brace pattern, or a list of them)")
+    elif not (isinstance(entries, list) and entries and all(isinstance(e, str) and e for e in entries)):
+        chk.add(("source", "files"), f"expected a path, glob or brace pattern, or a non-empty list of them, found "
+                                     f"{_type_name(files)} {quoted(files)}")
+    elif any(text_problem(e) for e in entries):
+        chk.add(("source", "files"), f"expected paths, the value {next(filter(None, map(text_problem, entries)))}")
+    else:
+        for entry in entries:
+            try:
+                expand_braces(entry)
+            except ValueError as exc:
+                chk.add(("source", "files"), str(exc))
+        out["files"] = tuple(_resolve_path(entry, base_dir) for entry in entries)
+    for key in ("image_column", "label_column"):
+        value = src.get(key, key.split("_")[0])
+        if not isinstance(value, str) or not value:
+            chk.add(("source", key), f"expected a column name, found {_type_name(value)} {quoted(value)}")
+        else:
+            out[key] = value
+    if out.get("image_column") is not None and out.get("image_column") == out.get("label_column"):
+        chk.add(("source", "label_column"), f"label_column '{out['label_column']}' is also the image column")
+    return out
+
+
 def _check_identity(chk: _Checker, data: dict, origin: str) -> tuple[Any, Any, Any, Any]:
     """``version``, ``name``, ``backend`` and ``parity``."""
     version = data.get("version")
@@ -742,6 +784,7 @@ def _check_source_type(chk: _Checker, src: dict) -> tuple[Any, tuple[str, ...]]:
     allowed = {"folder": ("type", "root", "extensions", "max_pixels", "max_bytes"),
                "file_list": ("type", "file_list", "root", "extensions", "max_pixels", "max_bytes"),
                "webdataset": ("type", "shards", "image_key", "label_key", "manifest", "max_pixels", "max_bytes"),
+               "parquet": ("type", "files", "image_column", "label_column", "max_pixels", "max_bytes"),
                }.get(stype, ("type",))
     if stype in SOURCE_TYPES:
         chk.unknown_keys(src, allowed, ("source",), f"a '{stype}' source")
@@ -774,7 +817,9 @@ def _check_source(chk: _Checker, data: dict, base_for: Callable[[tuple], Path], 
         chk.add(("source",), "missing required key 'source.root' (the folder whose sub-folders are the classes)")
     if stype == "file_list" and "file_list" not in src:
         chk.add(("source",), "missing required key 'source.file_list' (a text file of 'path label' lines)")
-    webdataset = _check_webdataset(chk, src, resolved) if stype == "webdataset" else {}
+    typed = _check_webdataset(chk, src, resolved) if stype == "webdataset" else {}  # the type's own keys
+    if stype == "parquet":
+        typed = _check_parquet(chk, src, base_for(("source", "files")))
     if check_paths:
         _check_source_paths(chk, resolved)
     extensions = src.get("extensions", list(DEFAULT_EXTENSIONS))
@@ -787,7 +832,7 @@ def _check_source(chk: _Checker, data: dict, base_for: Callable[[tuple], Path], 
     max_bytes = _check_int(chk, src, "max_bytes", ("source",), DEFAULT_MAX_BYTES, 1)
     if stype in SOURCE_TYPES:
         source = SourceSpec(type=stype, root=resolved.get("root"), file_list=resolved.get("file_list"),
-                            extensions=extensions, max_pixels=max_pixels, max_bytes=max_bytes, **webdataset)
+                            extensions=extensions, max_pixels=max_pixels, max_bytes=max_bytes, **typed)
     return source
 
 
@@ -823,8 +868,8 @@ def _check_loader(chk: _Checker, data: dict) -> LoaderSpec:
     """The ``loader`` mapping."""
     raw_loader = chk.mapping(data.get("loader"), ("loader",), "the loader settings") or {}
     lp = ("loader",)
-    chk.unknown_keys(raw_loader, ("workers", "prefetch", "last_batch", "on_error", "shuffle", "repeated_augmentations"),
-                     lp, "loader")
+    chk.unknown_keys(raw_loader, ("workers", "prefetch", "last_batch", "on_error", "shuffle", "repeated_augmentations",
+                                  "report_starvation"), lp, "loader")
     workers = raw_loader.get("workers")
     if workers == "auto":
         workers = None
@@ -833,6 +878,9 @@ def _check_loader(chk: _Checker, data: dict) -> LoaderSpec:
     shuffle = raw_loader.get("shuffle", True)
     if bool_checker(shuffle)[1]:
         chk.add(lp + ("shuffle",), bool_checker(shuffle)[1])
+    report = raw_loader.get("report_starvation", False)
+    if bool_checker(report)[1]:
+        chk.add(lp + ("report_starvation",), bool_checker(report)[1])
     return LoaderSpec(
         workers=workers,
         prefetch=_check_int(chk, raw_loader, "prefetch", lp, 2, 1),
@@ -842,6 +890,7 @@ def _check_loader(chk: _Checker, data: dict) -> LoaderSpec:
         repeated_augmentations=_check_int(chk, raw_loader, "repeated_augmentations", lp, 1, 1,
                                           maximum=(MAX_REPEATED_AUGMENTATIONS, "recipes repeat each sample 3 "
                                                    "times; each repeat is another pass over the data")),
+        report_starvation=report,
     )
 
 

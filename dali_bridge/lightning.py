@@ -1,0 +1,167 @@
+"""A Lightning ``DataModule`` over pipeline files: ``trainer.fit(model, datamodule=DataModule(train=..., val=...))``.
+
+The loaders are built in :meth:`DataModule.setup`, once per process, from the Trainer's global
+rank, world size and root device, so each rank reads its own share of every epoch as the bridge
+deals it. Lightning hands them to the fit loop as they are: its distributed-sampler replacement
+applies to ``torch.utils.data.DataLoader`` objects only, and these are not (the bridge owns the
+order; a ``DistributedSampler`` would deal the samples a second time). Each epoch's iteration
+starts with ``set_epoch(trainer.current_epoch)``, which Lightning itself cannot call here (there
+is no sampler to call it on). The training loader's position is the DataModule's
+``state_dict``, which Lightning writes into every checkpoint; resuming from a mid-epoch
+checkpoint continues with the next batch, on every rank. A training pipeline whose ranks would
+run different numbers of steps (``last_batch: partial`` over an uneven split) is refused: DDP
+ranks must step together.
+
+Needs the ``[lightning]`` extra (``lightning`` 2.x, or the ``pytorch_lightning`` package).
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+try:
+    from lightning.pytorch import LightningDataModule
+except ImportError:   # the older package name, the same classes
+    try:
+        from pytorch_lightning import LightningDataModule
+    except ImportError:
+        raise ImportError("dali_bridge.lightning needs PyTorch Lightning, which is not installed: "
+                          "pip install dali-bridge[lightning] (or pip install lightning)") from None
+
+from .loader import Loader, build_loader
+from .sampling import batch_count
+from .spec import PipelineSpec
+
+log = logging.getLogger("dali_bridge")
+
+PathLike = str | Path | PipelineSpec | Mapping
+
+
+class EpochLoader:
+    """What the Trainer iterates: a :class:`~dali_bridge.loader.Loader` that starts each iteration
+    at the Trainer's current epoch.
+
+    ``len()`` is the whole epoch's batch count, also after a resume: Lightning counts the batches
+    a resumed epoch already ran, and the loader yields only the rest.
+    """
+
+    def __init__(self, loader: Loader, trainer: Any):
+        self.loader = loader
+        self._trainer = trainer
+
+    def __iter__(self) -> Iterator:
+        # A generator: nothing runs until the first batch is asked for. Lightning calls iter() once
+        # just to check that the object is iterable; an eager iter() would start the epoch there
+        # and use up a resumed loader's position.
+        self.loader.set_epoch(self._trainer.current_epoch)
+        yield from self.loader
+
+    def __len__(self) -> int:
+        return len(self.loader.tasks(self.loader.epoch))
+
+    def __repr__(self) -> str:
+        return f"EpochLoader({self.loader!r})"
+
+
+def _uneven_steps(loader: Loader, *, role: str) -> str | None:
+    """Why the ranks of ``loader``'s world would run different numbers of batches an epoch, or None:
+    under DDP the rank with one more step waits forever for the others' collectives."""
+    settings = loader.spec.loader
+    counts = sorted({batch_count(loader.num_samples, loader.batch_size, loader.world_size, rank, settings.last_batch,
+                                 repeats=settings.repeated_augmentations) for rank in range(loader.world_size)})
+    if len(counts) == 1:
+        return None
+    return (f"DataModule: the {role} pipeline {loader.spec.origin} gives ranks {counts[0]} or {counts[-1]} batches "
+            f"an epoch (loader.last_batch: {settings.last_batch} over {loader.world_size} ranks); set "
+            f"loader.last_batch: drop or pad (overrides={{\"loader.last_batch\": \"drop\"}}) so that every rank "
+            f"steps together")
+
+
+class DataModule(LightningDataModule):
+    """Training and validation loaders from pipeline files, one per process of the Trainer.
+
+    ``train``/``val``: a pipeline file (or a ``PipelineSpec`` or its raw data); either may be None.
+    ``backend``: as :func:`~dali_bridge.build_loader` (None: the file's ``backend`` key).
+    ``overrides``: dotted keys applied to both pipelines (``{"batch_size": 64}``).
+    After ``setup``: ``train_loader`` and ``val_loader`` are the bridge's loaders (``stats()``,
+    ``listing.classes`` ...); after the fit they are closed but still there to read.
+    """
+
+    def __init__(self, train: PathLike | None = None, val: PathLike | None = None, *, backend: str | None = None,
+                 overrides: Mapping[str, Any] | list[str] | None = None):
+        super().__init__()
+        if train is None and val is None:
+            raise ValueError("DataModule: give a train pipeline, a val pipeline or both (train=PATH, val=PATH)")
+        self.train_pipeline, self.val_pipeline = train, val
+        self.backend = backend or "auto"
+        self.overrides = overrides
+        self.train_loader: Loader | None = None
+        self.val_loader: Loader | None = None
+        self._closed = False   # teardown closed the loaders: the next setup builds new ones
+        self._pending_state: Mapping[str, Any] | None = None
+
+    def _build(self, pipeline: PathLike, *, role: str) -> Loader:
+        trainer = self.trainer
+        loader = build_loader(pipeline, self.backend, overrides=self.overrides, rank=trainer.global_rank,
+                              world_size=trainer.world_size, device=trainer.strategy.root_device)
+        uneven = _uneven_steps(loader, role=role)
+        if uneven and role == "train":
+            loader.close()
+            raise ValueError(uneven)
+        if uneven:
+            log.warning("%s, or keep collectives out of validation_step", uneven)
+        return loader
+
+    def setup(self, stage: str) -> None:
+        """Build this process's loaders (once; a later stage reuses them)."""
+        if self._closed:
+            self.train_loader = self.val_loader = None
+            self._closed = False
+        if self.train_pipeline is not None and self.train_loader is None and stage == "fit":
+            self.train_loader = self._build(self.train_pipeline, role="train")
+            log.info("dali-bridge lightning: rank %d/%d trains on %r", self.trainer.global_rank,
+                     self.trainer.world_size, self.train_loader)
+        if self.val_pipeline is not None and self.val_loader is None and stage in ("fit", "validate"):
+            self.val_loader = self._build(self.val_pipeline, role="val")
+        if self._pending_state is not None and self.train_loader is not None:
+            self._restore(self._pending_state)
+
+    def train_dataloader(self) -> EpochLoader:
+        if self.train_loader is None:
+            raise RuntimeError("DataModule: no train pipeline was given (DataModule(train=PATH, ...)), or the "
+                               "Trainer did not call setup('fit')")
+        return EpochLoader(self.train_loader, self.trainer)
+
+    def val_dataloader(self) -> EpochLoader | list:
+        return [] if self.val_loader is None else EpochLoader(self.val_loader, self.trainer)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The training loader's position (Lightning saves it in each checkpoint)."""
+        if self.train_loader is None or self._closed:
+            return {"train": dict(self._pending_state["train"])} if self._pending_state else {}
+        return {"train": self.train_loader.state_dict()}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Continue from a checkpoint's position (now, or in ``setup`` if the loaders are not built yet)."""
+        if "train" not in state_dict:
+            return
+        if self.train_loader is None or self._closed:
+            self._pending_state = state_dict
+        else:
+            self._restore(state_dict)
+
+    def _restore(self, state_dict: Mapping[str, Any]) -> None:
+        # The checkpoint holds rank 0's state. Every rank steps in lockstep (one batch each per
+        # step), so rank 0's epoch and batch are this rank's; only the rank itself differs.
+        assert self.train_loader is not None
+        self.train_loader.load_state_dict({**state_dict["train"], "rank": self.train_loader.rank})
+        self._pending_state = None
+
+    def teardown(self, stage: str) -> None:
+        """Stop the loaders' workers when the Trainer is done fitting (their ``stats()`` stay readable)."""
+        if stage == "fit":
+            for loader in (self.train_loader, self.val_loader):
+                if loader is not None:
+                    loader.close()
+            self._closed = True
