@@ -95,8 +95,8 @@ def test_dali_executor_copies_its_gpu_batch_to_a_cpu_target_blocking(tmp_path, m
     source = FakeCudaTensor()
     monkeypatch.setattr(torch, "from_dlpack", lambda _: source)
     task = Loader(executor.spec, executor.listing, executor.plan, executor, "dali", Topology(0, 1, 0)).tasks(0)[0]
-    meta = {"task": task, "rows": [0, 1, 2, 3], "skipped": [], "placeholder": False, "error": None}
-    executor._convert(FakeTensorList(None), meta, [])
+    meta = {"task": task, "rows": [0, 1, 2, 3], "skipped": [], "fed": True, "error": None}
+    executor._convert([FakeTensorList(None)], meta)
     assert source.calls == [(torch.device("cpu"), False)]
 
 
