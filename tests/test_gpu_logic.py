@@ -385,3 +385,14 @@ def test_dali_gpu_decoder_arguments_keep_libjpeg_turbo_upsampling_and_nvidia_mem
     assert arguments["jpeg_fancy_upsampling"] is True
     assert (arguments["device_memory_padding"], arguments["host_memory_padding"]) == (211025920, 140544512)
     assert np.isclose(arguments["hw_decoder_load"], 0.65)
+
+
+def test_the_benchs_dali_baseline_runs_on_the_ranks_own_gpu(monkeypatch):
+    from dali_bridge.bench.baselines import baseline_device
+
+    fake_cuda_host(monkeypatch, 8)
+    monkeypatch.setenv("LOCAL_RANK", "5")
+    assert baseline_device(gpu=True) == 5            # not GPU 0 for every rank of the node
+    monkeypatch.setenv("LOCAL_RANK", "11")
+    assert baseline_device(gpu=True) == 3            # wrapped onto the visible devices, as the loader's
+    assert baseline_device(gpu=False) is None

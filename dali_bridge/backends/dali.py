@@ -251,7 +251,8 @@ def dali_message(exc: BaseException) -> str:
     exception (one the feeder raised, say) keeps its type."""
     text = str(exc).strip()
     if not isinstance(exc, RuntimeError) or "Critical error in pipeline" not in text:
-        return f"{type(exc).__name__}: {text}" if text else repr(exc)
+        return f"{type(exc).__name__}: {' '.join(line.strip() for line in text.splitlines() if line.strip())}" \
+            if text else repr(exc)
     lines = [line for line in text.splitlines()
              if line.strip() and line.strip() not in ("Critical error in pipeline:",
                                                       "Current pipeline object is no longer valid.")]
