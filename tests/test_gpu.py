@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 
@@ -243,10 +242,14 @@ def test_torchvision_side_stream_batches_are_ready_while_the_consumer_keeps_the_
     for image, _, _ in gpu_loader:
         for _ in range(8):              # keep the default stream busy while the next batch is finished
             work = torch.tanh(work @ work)
-        seen.append(image.sum(dtype=torch.float64))   # consumed on the default stream
+        seen.append(image.clone())      # consumed on the default stream
     torch.cuda.synchronize()
-    expected = [image.sum(dtype=torch.float64).item() for image in cpu]
-    np.testing.assert_allclose([s.item() for s in seen], expected, rtol=1e-6)
+    assert len(seen) == len(cpu)
+    # Element by element: a stream race gives gross errors; CUDA's finishing differs from the CPU's by
+    # at most one float32 ulp per element (it divides by multiplying with the reciprocal), which a
+    # float64 sum over a batch turns into a relative 2e-6.
+    for on_gpu, on_cpu in zip(seen, cpu):
+        torch.testing.assert_close(on_gpu.cpu(), on_cpu, atol=1e-6, rtol=0)
 
 
 @needs_cuda("that torchvision with device='cpu' keeps outputs on the CPU on a GPU host")

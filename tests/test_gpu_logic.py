@@ -396,3 +396,31 @@ def test_the_benchs_dali_baseline_runs_on_the_ranks_own_gpu(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "11")
     assert baseline_device(gpu=True) == 3            # wrapped onto the visible devices, as the loader's
     assert baseline_device(gpu=False) is None
+
+
+def test_torchvision_on_a_rank_gpu_starts_its_dataloader_with_that_gpu_current(tmp_path, monkeypatch):
+    """The pin-memory thread makes its CUDA context on the device current when the iterator starts."""
+    from contextlib import contextmanager
+
+    write_image_folder(tmp_path / "data", classes=2, per_class=2)
+    spec = small_spec(tmp_path / "data", workers=0)
+    executor = TorchvisionExecutor(spec, list_source(spec.source), build_plan(spec), topology=Topology(1, 2, 1),
+                                   device="cpu")
+    current = ["cuda:0"]   # what a rank > 0 has current until it calls torch.cuda.set_device
+
+    @contextmanager
+    def device(target):
+        before, current[0] = current[0], str(target)
+        yield
+        current[0] = before
+
+    class FakeDataLoader:
+        def __iter__(self):
+            started_on.append(current[0])
+            return iter([])
+
+    started_on: list[str] = []
+    monkeypatch.setattr(torch.cuda, "device", device)
+    executor.device, executor.stream, executor.dataloader = torch.device("cuda", 1), "side stream", FakeDataLoader()
+    assert list(executor.run([])) == []
+    assert started_on == ["cuda:1"] and current == ["cuda:0"]   # started there; the caller's device left as it was
