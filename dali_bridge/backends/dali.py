@@ -26,7 +26,7 @@ from ..ops.base import Column
 from ..plan import Plan, graph_context, placement, roi_decode
 from ..sampling import BatchTask, draws, sample_steps
 from .torchvision import finish_batch
-from .device import InFlightCopies, dali_threads, gpu_target, mixed_decoder_arguments, move_output
+from .device import InFlightCopies, TailStream, dali_threads, gpu_target, mixed_decoder_arguments, move_output
 from ..sources import Listing
 from ..spec import PipelineSpec
 
@@ -317,6 +317,11 @@ class DaliExecutor:
         else:
             self.device_id = None
             self.device = torch.device(device) if device is not None else torch.device("cpu")
+        # The torch tail runs on DALI's GPU (on a side stream: TailStream), or on the host where DALI is
+        # on the CPU or a step's kernel is PIL's; the finish then on the loader's device.
+        on_host = not gpu or any(step.op.kernel_on_host(step.params) for step in plan.torch_tail)
+        self._tail_device = torch.device("cpu") if on_host else torch.device("cuda", self.device_id)
+        self._tail_stream = TailStream(torch.device("cuda", self.device_id)) if gpu and plan.torch_tail else None
         self.feeder = _Feeder(spec, listing, plan)
         self.pipe = None
         self._held: Any = None  # see _next_batch
@@ -404,8 +409,11 @@ class DaliExecutor:
         known.update((index, (reason, self.listing.signature(index))) for index, reason in culprits)
 
     def _consumer_stream(self) -> Any:
-        """The stream DALI binds a GPU pipeline's outputs to: the consumer's current one on DALI's device."""
-        return torch.cuda.current_stream(self.device_id) if self.gpu else None
+        """The stream DALI binds a GPU pipeline's outputs to: the torch tail's side stream, else the
+        consumer's current one on DALI's device."""
+        if not self.gpu:
+            return None
+        return self._tail_stream.stream if self._tail_stream else torch.cuda.current_stream(self.device_id)
 
     def _convert(self, outputs: Any, meta: dict[str, Any]) -> RawBatch:
         task: BatchTask = meta["task"]
@@ -415,7 +423,11 @@ class DaliExecutor:
                                  dtype=_torch_dtype(self.plan.finish.dtype), device=self.device)
         elif self.plan.torch_tail:
             images, *border = outputs
-            tensor = self._run_torch_tail(images, meta["tail"], border)
+            if self._tail_stream is None:
+                tensor = self._run_torch_tail(images, meta["tail"], border)
+            else:
+                tensor = self._tail_stream.run(lambda: self._run_torch_tail(images, meta["tail"], border), outputs,
+                                               self._in_flight)
         else:
             images, *border = outputs
             # The dynamic executor never reuses a returned buffer, so DLPack hands it to torch without a copy.
@@ -428,22 +440,23 @@ class DaliExecutor:
 
     def _run_torch_tail(self, images, tail: list[list], border: list) -> torch.Tensor:
         """The plan's torch tail on the graph's uint8 CHW output: each sample's remaining steps as their
-        torchvision kernels on the loader's device, with the feeder's concrete parameters, then the
-        finish on the batch (the torchvision backend's own)."""
+        torchvision kernels, with the feeder's concrete parameters (Python values: nothing per sample
+        crosses between host and device), then the finish on the batch (the torchvision backend's own)."""
+        where = self._tail_device
         if images.is_dense_tensor():  # one size: a zero-copy view, border lines patched as without a tail
             batch = torch.from_dlpack(images.as_tensor())
             if border:
                 write_border(batch, *(torch.from_dlpack(lines.as_tensor()) for lines in border), "CHW")
-            samples = list(move_output(batch, self.device, self._in_flight))
+            samples = list(move_output(batch, where, self._in_flight))  # one copy for the batch, if any
         else:  # sizes differ until a later step sets the output size (a border patch is only for a last step)
-            samples = [move_output(torch.from_dlpack(images[n]), self.device, self._in_flight)
-                       for n in range(len(images))]
+            samples = [move_output(torch.from_dlpack(images[n]), where, self._in_flight) for n in range(len(images))]
         done = []
         for image, per_step in zip(samples, tail):
             for step, (concrete, _) in zip(self.plan.torch_tail, per_step):
                 image = step.op.torchvision_kernel(image, concrete)
             done.append(image)
-        return finish_batch(torch.stack(done), self.plan.finish, self.device)
+        # A host tail's batch goes to the loader's device as uint8, in one copy; a GPU one is finished there.
+        return finish_batch(torch.stack(done), self.plan.finish, self.device if where.type == "cpu" else where)
 
     def _end_epoch(self) -> None:
         """Consume DALI's end-of-epoch signal and rewind for the next run."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -126,6 +126,31 @@ class InFlightCopies:
 
     def __len__(self) -> int:
         return len(self.pending)
+
+
+class TailStream:
+    """Where a GPU torch tail runs: a side stream of DALI's device, the one DALI binds its outputs
+    to. The host queues the tail's kernels there and, where a kernel waits for the device (a small
+    host-to-device copy inside torchvision's affine, say), waits only for DALI's and the tail's own
+    work, never for the training step queued on the consumer's stream. The consumer's stream then
+    waits for the tail's end (an event), and the output is recorded as used on it."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.stream = torch.cuda.Stream(device)
+
+    def run(self, tail: Callable[[], torch.Tensor], inputs: Any, in_flight: "InFlightCopies") -> torch.Tensor:
+        """``tail()`` on the side stream; ``inputs`` (DALI's outputs it reads) kept alive until it ran."""
+        with torch.cuda.stream(self.stream):
+            output = tail()
+            done = torch.cuda.Event()
+            done.record(self.stream)
+        in_flight.hold(done, inputs)
+        consumer = torch.cuda.current_stream(self.device)
+        consumer.wait_event(done)
+        if output.device.type == "cuda":
+            output.record_stream(consumer)  # allocated on the side stream, used on the consumer's
+        return output
 
 
 def move_output(tensor: torch.Tensor, device: torch.device, in_flight: InFlightCopies) -> torch.Tensor:
