@@ -18,8 +18,7 @@ from conftest import TRAIN
 from dali_bridge.backends import dali as dali_backend
 from dali_bridge.backends import device as device_module
 from dali_bridge.backends.base import Topology
-from dali_bridge.backends.device import (DALI_GPU_THREAD_CAP, InFlightCopies, cuda_ordinal, dali_threads,
-                                         move_output)
+from dali_bridge.backends.device import InFlightCopies, cuda_ordinal, dali_threads, move_output
 from dali_bridge.backends.torchvision import TorchvisionExecutor, finish_batch, prefetched
 from dali_bridge.images import SampleError
 from dali_bridge.loader import Loader
@@ -170,31 +169,51 @@ def fake_cores(monkeypatch, cores: int) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
 
 
-@pytest.mark.parametrize("cores,local_world,expected", [(224, 8, DALI_GPU_THREAD_CAP), (16, 8, 2), (2, 1, 2)])
-def test_gpu_dali_threads_default_to_cores_per_local_rank_capped(monkeypatch, cores, local_world, expected):
+GIB = 2**30
+
+
+def fake_memory(monkeypatch, *, host_gib: float | None, gpu_gib: float | None) -> None:
+    monkeypatch.setattr(device_module, "host_memory", lambda: host_gib and int(host_gib * GIB))
+    monkeypatch.setattr(device_module, "gpu_memory", lambda device=None: gpu_gib and int(gpu_gib * GIB))
+
+
+@pytest.mark.parametrize("cores,local_world,host_gib,gpu_gib,expected", [
+    (16, 1, 128, 141, 16),     # one H200, 16 cores: every core (the Huffman stage runs on them)
+    (224, 8, 2048, 80, 20),    # 8 x A100 80 GB, 28 cores a rank: the GPU's share of paddings bounds it
+    (224, 8, 256, 141, 15),    # little host memory for 8 ranks: the pinned paddings bound it
+    (16, 8, 128, 141, 2),      # 2 cores a rank
+    (8, 1, None, None, 8),     # memory unknown: the cores decide
+])
+def test_gpu_dali_threads_default_to_the_cores_per_local_rank_within_memory(monkeypatch, cores, local_world,
+                                                                            host_gib, gpu_gib, expected):
     fake_cores(monkeypatch, cores)
+    fake_memory(monkeypatch, host_gib=host_gib, gpu_gib=gpu_gib)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_world))
     assert dali_threads(None, gpu=True, auto_cores=cores) == expected
     assert dali_threads(12, gpu=True, auto_cores=cores) == 12        # an explicit loader.workers decides
     assert dali_threads(None, gpu=False, auto_cores=cores) == cores   # dali-cpu: every core it is given
 
 
-def test_dali_gpu_executor_on_a_large_node_takes_the_capped_thread_count(tmp_path, monkeypatch):
+def test_dali_gpu_executor_takes_the_thread_default_of_its_own_gpu(tmp_path, monkeypatch):
     write_image_folder(tmp_path / "data", classes=2, per_class=2)
     fake_cuda_host(monkeypatch, 8)
     fake_cores(monkeypatch, 224)
+    asked = []
+    monkeypatch.setattr(device_module, "host_memory", lambda: 2048 * GIB)
+    monkeypatch.setattr(device_module, "gpu_memory", lambda device=None: asked.append(device) or 80 * GIB)
     monkeypatch.setattr(dali_backend, "default_workers", lambda: 224)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
-    executor, _, _ = dali_executor(small_spec(tmp_path / "data", workers=None))
-    assert executor.threads == DALI_GPU_THREAD_CAP
+    executor, _, _ = dali_executor(small_spec(tmp_path / "data", workers=None), local_rank=5)
+    assert executor.threads == 20 and asked == [5]
 
 
-def test_doctor_and_show_print_the_gpu_thread_default(monkeypatch, capsys):
+def test_doctor_and_show_print_the_gpu_thread_default_and_what_bounds_it(monkeypatch, capsys):
     from dali_bridge.backends.select import probe
     from dali_bridge.cli import main
     from dali_bridge.doctor import report
 
     fake_cores(monkeypatch, 224)
+    fake_memory(monkeypatch, host_gib=2048, gpu_gib=80)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     monkeypatch.setenv("DALI_BRIDGE_DISABLE", "cuda")
     probe.cache_clear()
@@ -202,12 +221,11 @@ def test_doctor_and_show_print_the_gpu_thread_default(monkeypatch, capsys):
         defaults = report()["dali_gpu_defaults"]
     finally:
         probe.cache_clear()
-    assert defaults["DALI threads per process"] == (f"{DALI_GPU_THREAD_CAP} (cores per local rank 28, capped at "
-                                                    f"{DALI_GPU_THREAD_CAP} as NVIDIA's ResNet-50 example)")
-    assert defaults["decoder memory padding"].startswith("805 MiB GPU + 1072 MiB pinned host per process")
+    rule = "20 (the least of: cores per local rank 28, GPU memory 20, host memory 122)"
+    assert defaults["DALI threads per process"] == rule
+    assert defaults["decoder memory padding"].startswith("4025 MiB GPU + 5361 MiB pinned host per process")
     assert main(["show", str(TRAIN)]) == 0
-    assert f"# DALI threads (workers auto): dali {DALI_GPU_THREAD_CAP} (cores per local rank, capped at " \
-           f"{DALI_GPU_THREAD_CAP})" in capsys.readouterr().out
+    assert f"# DALI threads (workers auto): dali {rule}, dali-cpu" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------------------------------

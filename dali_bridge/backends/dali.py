@@ -306,7 +306,6 @@ class DaliExecutor:
                  device: str | torch.device | None = None):
         self.spec, self.listing, self.plan, self.gpu = spec, listing, plan, gpu
         # workers: 0 means "in the calling process" on torchvision; DALI always needs a thread.
-        self.threads = dali_threads(spec.loader.workers, gpu=gpu, auto_cores=default_workers())
         if gpu:
             # DALI works on the target GPU when one is named (no copy across devices per batch),
             # else on the local rank's GPU among the visible ones.
@@ -317,6 +316,7 @@ class DaliExecutor:
         else:
             self.device_id = None
             self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.threads = dali_threads(spec.loader.workers, gpu=gpu, auto_cores=default_workers(), device=self.device_id)
         # The torch tail runs on DALI's GPU (on a side stream: TailStream), or on the host where DALI is
         # on the CPU or a step's kernel is PIL's; the finish then on the loader's device.
         on_host = not gpu or any(step.op.kernel_on_host(step.params) for step in plan.torch_tail)
