@@ -172,6 +172,54 @@ def test_dali_cpu_target_equals_a_blocking_copy_under_load(sample_root):
     assert batches == len(on_cpu) == 5
 
 
+@needs_dali_gpu("that a consumer computing on batch k only after fetching k+1, under load, reads its pixels intact")
+@pytest.mark.parametrize("pipeline", [TRAIN, VAL], ids=["train", "val"])
+def test_dali_batches_consumed_one_step_late_under_load_equal_copied_references(sample_root, pipeline):
+    """Accelerate's loader wrapper and CUDA prefetchers fetch batch k+1 before they queue work on batch k:
+    DALI's zero-copy buffer of batch k must still be valid then, while the GPU is kept busy."""
+    settings = overrides(sample_root, pipeline, **UINT8_HWC)
+    reference = []
+    for image, _, index in build_loader(pipeline, "dali", overrides=settings):
+        reference.append((image.clone(), index.clone()))   # copied at once, on the consumer's stream
+    torch.cuda.synchronize()
+    late = build_loader(pipeline, "dali", overrides=settings)
+    work = torch.randn(2048, 2048, device=late.device)
+    seen, previous = [], None
+    for batch in late:
+        if previous is not None:
+            for _ in range(8):          # the step on the previous batch waits behind a busy stream
+                work = torch.tanh(work @ work)
+            seen.append((previous[0].clone(), previous[2].clone()))
+        previous = batch                 # the consumer keeps only the tensors, as a prefetcher does
+    seen.append((previous[0].clone(), previous[2].clone()))
+    del previous, batch
+    torch.cuda.synchronize()
+    assert len(seen) == len(reference) == len(late)
+    for (image, index), (ref_image, ref_index) in zip(seen, reference):
+        assert torch.equal(index, ref_index) and torch.equal(image, ref_image)
+
+
+@needs_dali_gpu("one batch of each shipped pipeline on dali with no host sync in the bridge's code")
+@pytest.mark.parametrize("pipeline", sorted((TRAIN.parent).glob("*.yaml")), ids=lambda p: p.stem)
+def test_dali_batches_make_no_host_sync_in_the_bridges_code(sample_root, pipeline):
+    import traceback
+
+    loader = build_loader(pipeline, "dali", overrides={"source": {"type": "folder", "root": str(sample_root)},
+                                                        "batch_size": 4, "loader.shuffle": False})
+    batches = iter(loader)
+    next(batches)                        # the first batch makes what is made once
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        next(batches)
+    except RuntimeError as exc:
+        frames = traceback.extract_tb(exc.__traceback__)
+        if not any("torchvision" in frame.filename for frame in frames):   # torchvision's own: see docs/gpu.md
+            raise
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+        loader.close()
+
+
 @needs_dali_gpu("that a broken file on dali (GPU) raises after the batches before it, and is skipped and counted")
 @pytest.mark.parametrize("on_error", ["raise", "skip"])
 def test_dali_gpu_error_policy(tmp_path, on_error):

@@ -442,3 +442,34 @@ def test_torchvision_on_a_rank_gpu_starts_its_dataloader_with_that_gpu_current(t
     executor.device, executor.stream, executor.dataloader = torch.device("cuda", 1), "side stream", FakeDataLoader()
     assert list(executor.run([])) == []
     assert started_on == ["cuda:1"] and current == ["cuda:0"]   # started there; the caller's device left as it was
+
+
+def test_a_zero_copy_batch_keeps_dalis_outputs_alive_as_long_as_the_tensor_and_its_views(tmp_path, monkeypatch):
+    """A look-ahead consumer computes on batch k after fetching k+1: DALI's buffer must outlive the loader's
+    handling of the batch, as long as the tensor (or a view of it) does."""
+    import gc
+    import weakref
+
+    write_image_folder(tmp_path / "data", classes=2, per_class=2)
+    fake_cuda_host(monkeypatch, 1)
+    executor, _, _ = dali_executor(small_spec(tmp_path / "data"), device="cpu")   # already there: no copy
+    monkeypatch.setattr(torch, "from_dlpack", lambda tensor: tensor)
+    task = Loader(executor.spec, executor.listing, executor.plan, executor, "dali", Topology(0, 1, 0)).tasks(0)[0]
+    meta = {"task": task, "rows": [0, 1, 2, 3], "skipped": [], "fed": True, "error": None}
+    class DaliOutputs:   # as DALI's: the tensor views its buffer, the TensorList does not hold the tensor
+        def as_tensor(self) -> torch.Tensor:
+            return torch.zeros(4, 3, SIZE, SIZE, dtype=torch.uint8)
+
+    outputs = [DaliOutputs()]
+    dali_outputs = weakref.ref(outputs[0])
+    raw = executor._convert(outputs, meta)
+    del outputs
+    gc.collect()
+    assert dali_outputs() is not None                  # the batch is still held by the consumer
+    second = raw.image[1]
+    del raw
+    gc.collect()
+    assert dali_outputs() is not None                  # a view of it too
+    del second
+    gc.collect()
+    assert dali_outputs() is None                      # then released with the last of them

@@ -26,7 +26,8 @@ from ..ops.base import Column
 from ..plan import Plan, graph_context, placement, roi_decode
 from ..sampling import BatchTask, draws, sample_steps
 from .torchvision import finish_batch
-from .device import InFlightCopies, TailStream, dali_threads, gpu_target, mixed_decoder_arguments, move_output
+from .device import (InFlightCopies, TailStream, dali_threads, gpu_target, keep_alive, mixed_decoder_arguments,
+                     move_output)
 from ..sources import Listing
 from ..spec import PipelineSpec
 
@@ -428,15 +429,21 @@ class DaliExecutor:
             else:
                 tensor = self._tail_stream.run(lambda: self._run_torch_tail(images, meta["tail"], border), outputs,
                                                self._in_flight)
+            tensor = move_output(tensor, self.device, self._in_flight)
         else:
-            images, *border = outputs
-            # The dynamic executor never reuses a returned buffer, so DLPack hands it to torch without a copy.
-            tensor = torch.from_dlpack(images.as_tensor())
-            if border:
-                write_border(tensor, *(torch.from_dlpack(lines.as_tensor()) for lines in border),
-                             self.plan.finish.layout)
-        tensor = move_output(tensor, self.device, self._in_flight)
+            tensor = self._hand_over(outputs)
         return RawBatch(tensor, task.indices[rows], task.valid[rows], meta["skipped"], repeats=task.repeats[rows])
+
+    def _hand_over(self, outputs: Any) -> torch.Tensor:
+        """The graph's finished batch as a tensor on the loader's device: DALI's own buffer when it is
+        there already (the dynamic executor never reuses a returned buffer, so DLPack needs no copy),
+        kept alive as long as the tensor; else a copy (see move_output)."""
+        images, *border = outputs
+        view = torch.from_dlpack(images.as_tensor())
+        if border:
+            write_border(view, *(torch.from_dlpack(lines.as_tensor()) for lines in border), self.plan.finish.layout)
+        tensor = move_output(view, self.device, self._in_flight)
+        return keep_alive(tensor, outputs) if tensor is view else tensor
 
     def _run_torch_tail(self, images, tail: list[list], border: list) -> torch.Tensor:
         """The plan's torch tail on the graph's uint8 CHW output: each sample's remaining steps as their

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from collections import deque
 from typing import Any, Callable
 
@@ -199,6 +200,19 @@ class TailStream:
         if output.device.type == "cuda":
             output.record_stream(consumer)  # allocated on the side stream, used on the consumer's
         return output
+
+
+def keep_alive(tensor: torch.Tensor, owner: Any) -> torch.Tensor:
+    """Keep ``owner`` (the DALI outputs a zero-copy ``tensor`` views) referenced as long as ``tensor``
+    lives. DALI orders its buffer's free when the TensorList dies; a consumer that fetches batch k+1
+    before it computes on batch k (a look-ahead prefetcher) queues that work later, so the buffer
+    must outlive the tensor, not the loader's handling of it."""
+    weakref.finalize(tensor, _release, owner)
+    return tensor
+
+
+def _release(owner: Any) -> None:
+    """The finalizer's reference to ``owner`` ends with it."""
 
 
 def move_output(tensor: torch.Tensor, device: torch.device, in_flight: InFlightCopies) -> torch.Tensor:
