@@ -14,7 +14,8 @@ is about twice that, cut to what the budget has left):
                      with the hardware decoder off) against ``dali-cpu``, consumer's stream kept
                      busy: mean and max level difference per variant
   errors       30 s  ``on_error: raise`` yields the batches before a broken file, ``skip`` counts
-                     it, on ``dali`` and on torchvision finishing on CUDA
+                     it and ends a batch whose every sample is broken, on ``dali`` and on
+                     torchvision finishing on CUDA
   sync         30 s  one batch of each shipped pipeline on ``dali`` under
                      ``torch.cuda.set_sync_debug_mode("error")``: no host sync in the bridge's code
   pytest       90 s  tests/test_gpu.py and tests/test_gpu_logic.py (JUnit XML: pytest.xml)
@@ -152,8 +153,9 @@ def level_differences(first, second) -> dict[str, Any]:
             "share_over_one_level": over_one / total}
 
 
-def broken_folder(root: Path, *, images: int = 24, bad: int = 9) -> tuple[Path, int]:
-    """A small ImageFolder whose sample ``bad`` is a JPEG cut in its header (every decoder rejects it)."""
+def broken_folder(root: Path, *, images: int = 24,
+                  bad: tuple[int, ...] = (9,)) -> tuple[Path, tuple[int, ...]]:
+    """A small ImageFolder whose samples ``bad`` are JPEGs cut in their header (every decoder rejects them)."""
     from dali_bridge.samples import generate_sample_data
     from dali_bridge.sources import list_source
     from dali_bridge.spec import coerce_spec
@@ -161,8 +163,9 @@ def broken_folder(root: Path, *, images: int = 24, bad: int = 9) -> tuple[Path, 
     if not root.exists():
         generate_sample_data(root, images=images, classes=2, seed=5, workers=1)
     spec = coerce_spec(TRAIN, {"source": {"type": "folder", "root": str(root)}})
-    path = Path(list_source(spec.source).paths[bad])
-    path.write_bytes(path.read_bytes()[:20])
+    for index in bad:
+        path = Path(list_source(spec.source).paths[index])
+        path.write_bytes(path.read_bytes()[:20])
     return root, bad
 
 
@@ -282,7 +285,8 @@ def check_errors(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, 
     from dali_bridge.backends.select import unavailable_reason
     from dali_bridge.images import SampleError
 
-    root, bad = broken_folder(work / "broken")
+    root, (bad,) = broken_folder(work / "broken")
+    all_bad, whole_batch = broken_folder(work / "all-bad", bad=(4, 5, 6, 7))   # batch 1 has nothing left
     dali = stand_in_backend(dry_run)   # fails on a CUDA host where dali cannot run
     candidates = [(dali, None), ("torchvision", "cpu" if dry_run else "cuda")]
     results: dict[str, Any] = {"bad_index": bad, "stand_in": dry_run}
@@ -311,8 +315,15 @@ def check_errors(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, 
         skipped = [s.index for s in loader.skipped]
         loader.close()
         assert skipped == [bad] and images == 23, f"{backend}: skip kept {images} images, skipped {skipped}"
+        loader = build_loader(TRAIN, backend, device=device, overrides={
+            **settings, "source": {"type": "folder", "root": str(all_bad)}, "loader.on_error": "skip"})
+        kept = [index.tolist() for _, _, index in loader]
+        whole = [s.index for s in loader.skipped]
+        loader.close()
+        assert whole == list(whole_batch) and len(kept) == 5, \
+            f"{backend}: an all-bad batch gave {kept}, skipped {whole}"
         results[f"{backend} on {device or 'its default device'}"] = {"raise_yielded": len(seen), "skip_kept": images,
-                                                                     "skipped": skipped}
+                                                                     "skipped": skipped, "all_bad_batch_skipped": whole}
     return results
 
 
