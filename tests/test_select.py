@@ -245,6 +245,19 @@ def test_the_gpu_pipeline_probe_runs_on_the_ranks_own_device(monkeypatch, fresh_
     assert built_on == [3, 5]   # never GPU 0; once per device
 
 
+def test_the_gpu_pipeline_probe_with_a_malformed_rank_probes_gpu_0_and_leaves_the_error_to_the_loader(
+        monkeypatch, fresh_probe):
+    built_on = fake_gpu_node(monkeypatch, devices=2)
+    monkeypatch.setattr(select, "_build_tiny_gpu_pipeline", built_on.append)
+    monkeypatch.setenv("RANK", "abc")
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    try:
+        assert unavailable_reason("dali", fresh_probe()) is None
+    finally:
+        select.gpu_pipeline_reason.cache_clear()
+    assert built_on == [0]
+
+
 def test_a_transient_gpu_pipeline_failure_is_reported_and_not_remembered(monkeypatch, fresh_probe, caplog):
     built_on = fake_gpu_node(monkeypatch, devices=1)
 

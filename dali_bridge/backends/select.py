@@ -145,7 +145,11 @@ def probe_device() -> int:
     from .base import resolve_topology
     from .device import cuda_ordinal, visible_cuda_devices
 
-    return cuda_ordinal(resolve_topology().local_rank, max(visible_cuda_devices(), 1))
+    try:
+        local_rank = resolve_topology().local_rank
+    except ValueError:  # a malformed RANK/WORLD_SIZE: the loader refuses it with its own message
+        local_rank = 0
+    return cuda_ordinal(local_rank, max(visible_cuda_devices(), 1))
 
 
 def gpu_pipeline_reason(dali_version: str, device_id: int | None = None) -> str | None:
