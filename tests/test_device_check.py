@@ -86,6 +86,13 @@ def test_checks_past_the_budget_are_skipped_and_said_so_and_limits_shrink_to_wha
     assert sum(expected for _, _, expected, _ in module.CHECKS) <= 0.9 * 420   # well inside the default budget
 
 
+def test_the_scripts_header_gives_each_checks_expected_seconds_as_the_orchestrator_uses_them():
+    module = load_module()
+    listed = ", ".join(f"{name} {expected}" for name, _, expected, _ in module.CHECKS)
+    total = sum(expected for _, _, expected, _ in module.CHECKS)
+    assert f"#   {listed} ({total} in all)" in SCRIPT.read_text()
+
+
 def test_the_work_folder_must_lie_outside_the_output_folder(tmp_path):
     module = load_module()
     with pytest.raises(SystemExit, match="must be outside the output folder"):
