@@ -143,3 +143,29 @@ def test_the_bench_flags_the_check_uses_exist():
                           text=True, cwd=REPO).stdout
     for flag in ("--data", "--backends", "--baselines", "--batches", "--warmup", "--repeat", "--json", "-q"):
         assert f"{flag} " in text or f"{flag}," in text, f"dali-bridge bench has no {flag}: device_check.py uses it"
+
+
+def raised_in(*files: str) -> RuntimeError:
+    """A sync-debug error raised through frames in ``files`` (outermost first)."""
+    namespace: dict = {}
+    exec(compile("def f0():\n    raise RuntimeError('called a synchronizing CUDA operation')\n", files[-1], "exec"),
+         namespace)
+    for depth, name in enumerate(reversed(files[:-1]), 1):
+        exec(compile(f"def f{depth}():\n    f{depth - 1}()\n", name, "exec"), namespace)
+    try:
+        namespace[f"f{len(files) - 1}"]()
+    except RuntimeError as exc:
+        return exc
+    raise AssertionError("nothing raised")
+
+
+def test_the_sync_check_tells_torchvisions_kernels_from_the_bridges_code():
+    module = load_module()
+    in_torchvision = module.sync_site(raised_in("/repo/dali_bridge/ops/auto_augment.py",
+                                                "/site/torchvision/transforms/v2/functional/_geometry.py",
+                                                "/site/torch/_tensor.py"))
+    assert in_torchvision["in"] == "torchvision's kernels" and in_torchvision["bridge_frame"] == "auto_augment.py:2"
+    # the bridge's own torchvision backend module is the bridge's code, not torchvision's package
+    ours = module.sync_site(raised_in("/repo/dali_bridge/backends/torchvision.py", "/site/torch/_tensor.py"))
+    assert ours["in"] == "the bridge's code" and ours["bridge_frame"] == "torchvision.py:2"
+    assert ours["message"] == "called a synchronizing CUDA operation"
