@@ -1,21 +1,38 @@
 """The GPU path checked in one run: the checks ``benchmarks/device_check.sh`` runs, each in its own
-process with a time limit inside one budget, and every finding written to one JSON file.
+process with a time limit inside one budget; every finding goes to one JSON file.
 
-    python benchmarks/device_check.py --out DIR [--budget S] [--images N] [--dry-run]
+    python benchmarks/device_check.py --out DIR [--work DIR] [--budget S] [--images N] [--dry-run]
 
-Checks (each skipped, with its reason, where the host cannot run it):
-  env          the host: Python, torch, CUDA devices, driver, DALI build, ``doctor``
-  data         a generated ImageFolder set (``--images``) shared by the checks
-  equivalence  (a) shipped train/val pipelines on ``dali`` (mixed decode; decode.device cpu; mixed
-               with the hardware decoder off) against ``dali-cpu``, consumer's stream kept busy:
-               mean and max level difference per variant
-  device       (b) ``device="cpu"`` batches equal a blocking copy of the GPU ones; LOCAL_RANK beyond
-               the device count; an explicit ``cuda:N``
-  errors       (c) ``on_error: raise`` yields the batches before a broken file, ``skip`` counts it,
-               on ``dali`` and on torchvision finishing on CUDA
-  pytest       tests/test_gpu.py and tests/test_gpu_logic.py
-  memory_bench (d) GPU and pinned host memory after building each backend's loader, then a short
-               ``dali-bridge bench`` of dali vs torchvision vs the hand-written loaders
+Checks, in the order they run (the ones that prove most first), with the seconds each is expected
+to take on one H200 with 16 cores and 256 generated images (what the budget check uses; the limit
+is about twice that, cut to what the budget has left):
+  env           5 s  the host: Python, torch, CUDA devices, driver, DALI build, ``doctor``
+  data         15 s  a generated ImageFolder set (``--images``) shared by the checks
+  device       30 s  ``device="cpu"`` batches equal a blocking copy of the GPU ones; LOCAL_RANK
+                     beyond the device count; an explicit ``cuda:N``
+  equivalence  60 s  shipped train/val pipelines on ``dali`` (mixed decode; decode.device cpu; mixed
+                     with the hardware decoder off) against ``dali-cpu``, consumer's stream kept
+                     busy: mean and max level difference per variant
+  errors       30 s  ``on_error: raise`` yields the batches before a broken file, ``skip`` counts
+                     it and ends a batch whose every sample is broken, on ``dali`` and on
+                     torchvision finishing on CUDA
+  sync         30 s  one batch of each shipped pipeline on ``dali`` under
+                     ``torch.cuda.set_sync_debug_mode("error")``: no host sync in the bridge's code
+  pytest       90 s  tests/test_gpu.py and tests/test_gpu_logic.py (JUnit XML: pytest.xml)
+  memory_bench 90 s  GPU and pinned host memory after each backend's first batch, then a short
+                     ``dali-bridge bench`` (bench.json) and DALI's threads at two settings
+                     (bench_threads.json)
+                  --- 350 s expected in all, inside the default budget of 420 s.
+
+A check whose expected seconds no longer fit what is left of the budget is skipped with the
+reason, not started. On a host with CUDA devices, a ``dali`` that cannot run fails the checks
+that need it (the reason said): only a host without CUDA skips them.
+
+Files: ``--out`` receives only device_check.json, pytest.xml, bench.json and bench_threads.json
+(a machine may bring back few files, none deep); scratch data and each check's own result go
+under ``--work`` (default: a fresh folder in the system's temporary directory). The last lines
+printed are a one-screen summary — each check, its status, seconds and key figures — since the
+printed tail is what survives when nothing else does.
 
 ``--dry-run`` runs the same control flow on a CPU host: the GPU parts are reported skipped, and
 the checks whose logic does not need a GPU run it with CPU stand-ins (``dali-cpu`` for ``dali``,
@@ -28,6 +45,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -62,13 +80,31 @@ def cuda_devices() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def need_gpu_dali(dry_run: bool) -> str | None:
-    """None when ``dali`` can run here, else why not (a dry run never uses the GPU)."""
+def require_gpu_dali(dry_run: bool) -> None:
+    """Return when ``dali`` can run on this host's GPU. A dry run or a host without CUDA skips; a
+    host WITH CUDA devices where ``dali`` cannot run fails, with the reason: a skip there would let
+    the run pass having tested nothing of DALI."""
     if dry_run:
-        return "dry run: no GPU used"
+        raise Skip("dry run: no GPU used")
+    devices = cuda_devices()
+    if not devices:
+        raise Skip("no CUDA device here")
     from dali_bridge.backends.select import unavailable_reason
     reason = unavailable_reason("dali")
-    return f"dali cannot run here: {reason}" if reason else None
+    if reason:
+        raise AssertionError(f"{devices} CUDA device(s) here, but dali cannot run: {reason}")
+
+
+def stand_in_backend(dry_run: bool) -> str:
+    """``dali`` on a GPU host; ``dali-cpu`` standing in for it in a dry run (skipped if that cannot run)."""
+    if not dry_run:
+        require_gpu_dali(dry_run)
+        return "dali"
+    from dali_bridge.backends.select import unavailable_reason
+    reason = unavailable_reason("dali-cpu")
+    if reason:
+        raise Skip(f"dry run: dali-cpu cannot stand in for dali here: {reason}")
+    return "dali-cpu"
 
 
 def overrides(data: Path, pipeline: Path, size: int, **extra: Any) -> dict[str, Any]:
@@ -117,8 +153,9 @@ def level_differences(first, second) -> dict[str, Any]:
             "share_over_one_level": over_one / total}
 
 
-def broken_folder(root: Path, *, images: int = 24, bad: int = 9) -> tuple[Path, int]:
-    """A small ImageFolder whose sample ``bad`` is a JPEG cut in its header (every decoder rejects it)."""
+def broken_folder(root: Path, *, images: int = 24,
+                  bad: tuple[int, ...] = (9,)) -> tuple[Path, tuple[int, ...]]:
+    """A small ImageFolder whose samples ``bad`` are JPEGs cut in their header (every decoder rejects them)."""
     from dali_bridge.samples import generate_sample_data
     from dali_bridge.sources import list_source
     from dali_bridge.spec import coerce_spec
@@ -126,16 +163,17 @@ def broken_folder(root: Path, *, images: int = 24, bad: int = 9) -> tuple[Path, 
     if not root.exists():
         generate_sample_data(root, images=images, classes=2, seed=5, workers=1)
     spec = coerce_spec(TRAIN, {"source": {"type": "folder", "root": str(root)}})
-    path = Path(list_source(spec.source).paths[bad])
-    path.write_bytes(path.read_bytes()[:20])
+    for index in bad:
+        path = Path(list_source(spec.source).paths[index])
+        path.write_bytes(path.read_bytes()[:20])
     return root, bad
 
 
 # ---------------------------------------------------------------------------------------------
-# The checks: each takes (data folder, work folder, dry run) and returns its results as data
+# The checks: each takes (data folder, work folder, output folder, dry run) and returns its results as data
 
 
-def check_env(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
+def check_env(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, Any]:
     import torch
 
     from dali_bridge.doctor import report
@@ -153,7 +191,7 @@ def check_env(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
     return info
 
 
-def check_data(data: Path, work: Path, dry_run: bool, images: int = 256) -> dict[str, Any]:
+def check_data(data: Path, work: Path, out: Path, dry_run: bool, images: int = 256) -> dict[str, Any]:
     from dali_bridge.samples import generate_sample_data
     if not data.exists():
         generate_sample_data(data, images=images, classes=8, seed=0, workers=min(8, os.cpu_count() or 1))
@@ -170,20 +208,16 @@ EQUIVALENCE_VARIANTS = [  # (name, pipeline, decode device, hardware decoder sha
 ]
 
 
-def check_equivalence(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
+def check_equivalence(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, Any]:
     """(a): ``dali`` against ``dali-cpu``, per variant; mean ≤ 1 level for mixed decode (max
     reported), max ≤ 1 level with ``decode.device: cpu``."""
     from dali_bridge import build_loader
     from dali_bridge.backends import device as device_module
-    from dali_bridge.backends.select import unavailable_reason
 
-    why_not = need_gpu_dali(dry_run)
-    if why_not and (not dry_run or unavailable_reason("dali-cpu")):
-        raise Skip(why_not)
-    gpu_backend = "dali-cpu" if why_not else "dali"   # the dry run compares dali-cpu with itself
+    gpu_backend = stand_in_backend(dry_run)   # the dry run compares dali-cpu with itself
     size = 64 if dry_run else 160
     variants = EQUIVALENCE_VARIANTS[:1] if dry_run else EQUIVALENCE_VARIANTS
-    results: dict[str, Any] = {"compared": f"{gpu_backend} vs dali-cpu", "size": size, "stand_in": bool(why_not)}
+    results: dict[str, Any] = {"compared": f"{gpu_backend} vs dali-cpu", "size": size, "stand_in": dry_run}
     failures = []
     for name, pipeline, decode, hw_load in variants:
         device_module.HW_DECODER_LOAD = 0.65 if hw_load is None else hw_load
@@ -207,11 +241,9 @@ def check_equivalence(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
     return results
 
 
-def check_device(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
+def check_device(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, Any]:
     """(b): the device contract of the ``dali`` backend on CUDA (needs a GPU: nothing stands in)."""
-    why_not = need_gpu_dali(dry_run)
-    if why_not:
-        raise Skip(why_not)
+    require_gpu_dali(dry_run)
     import torch
 
     from dali_bridge import build_loader
@@ -246,19 +278,17 @@ def check_device(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
     return results
 
 
-def check_errors(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
+def check_errors(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, Any]:
     """(c): raise yields the batches before the broken file then names it; skip counts it — on
     ``dali`` and on torchvision finishing on CUDA (stand-ins in a dry run: dali-cpu, a CPU target)."""
     from dali_bridge import build_loader
     from dali_bridge.backends.select import unavailable_reason
     from dali_bridge.images import SampleError
 
-    root, bad = broken_folder(work / "broken")
-    gpu_dali = need_gpu_dali(dry_run) is None
-    cuda = not dry_run and cuda_devices() > 0
-    if not dry_run and not (gpu_dali or cuda):
-        raise Skip("needs a CUDA device")
-    candidates = [("dali" if gpu_dali else "dali-cpu", None), ("torchvision", "cuda" if cuda else "cpu")]
+    root, (bad,) = broken_folder(work / "broken")
+    all_bad, whole_batch = broken_folder(work / "all-bad", bad=(4, 5, 6, 7))   # batch 1 has nothing left
+    dali = stand_in_backend(dry_run)   # fails on a CUDA host where dali cannot run
+    candidates = [(dali, None), ("torchvision", "cpu" if dry_run else "cuda")]
     results: dict[str, Any] = {"bad_index": bad, "stand_in": dry_run}
     for backend, device in candidates:
         if unavailable_reason(backend):
@@ -285,12 +315,19 @@ def check_errors(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
         skipped = [s.index for s in loader.skipped]
         loader.close()
         assert skipped == [bad] and images == 23, f"{backend}: skip kept {images} images, skipped {skipped}"
+        loader = build_loader(TRAIN, backend, device=device, overrides={
+            **settings, "source": {"type": "folder", "root": str(all_bad)}, "loader.on_error": "skip"})
+        kept = [index.tolist() for _, _, index in loader]
+        whole = [s.index for s in loader.skipped]
+        loader.close()
+        assert whole == list(whole_batch) and len(kept) == 5, \
+            f"{backend}: an all-bad batch gave {kept}, skipped {whole}"
         results[f"{backend} on {device or 'its default device'}"] = {"raise_yielded": len(seen), "skip_kept": images,
-                                                                     "skipped": skipped}
+                                                                     "skipped": skipped, "all_bad_batch_skipped": whole}
     return results
 
 
-def check_pytest(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
+def check_pytest(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, Any]:
     try:
         import pytest  # noqa: F401
     except ImportError:
@@ -298,7 +335,7 @@ def check_pytest(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
                    ".dali/pysite)") from None
     files = ["tests/test_gpu.py", "tests/test_gpu_logic.py"]
     # A dry run only collects them (the suite runs them anyway): they import and their skips are known.
-    mode = ["--collect-only"] if dry_run else [f"--junitxml={work / 'pytest.xml'}"]
+    mode = ["--collect-only"] if dry_run else [f"--junitxml={out / 'pytest.xml'}"]
     run = subprocess.run([sys.executable, "-m", "pytest", *files, "-q", "-rs", "-p", "no:cacheprovider", *mode],
                          cwd=REPO, capture_output=True, text=True, check=False)
     tail = run.stdout.strip().splitlines()[-40:]
@@ -307,28 +344,87 @@ def check_pytest(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
     return {"files": files, "summary": tail[-1] if tail else "", "skips": [line for line in tail if "SKIP" in line]}
 
 
-def check_memory_bench(data: Path, work: Path, dry_run: bool) -> dict[str, Any]:
-    """(d): memory after each backend's build (a fresh process each), then a short bench."""
-    why_not = need_gpu_dali(dry_run)
-    if why_not:
-        raise Skip(why_not)
+def check_memory_bench(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, Any]:
+    """(d): memory after each backend's build (a fresh process each, its result read from a file:
+    a warning printed at interpreter exit cannot spoil it), then a short bench and DALI's threads."""
+    require_gpu_dali(dry_run)
     results: dict[str, Any] = {"memory_after_first_batch": {}}
     for backend in ("dali", "torchvision"):
-        out = subprocess.run([sys.executable, __file__, "--memory-of", backend, "--data", str(data)],
-                             capture_output=True, text=True, timeout=120, check=False)
-        if out.returncode != 0:
-            raise AssertionError(f"memory of {backend}: {out.stderr.strip().splitlines()[-3:]}")
-        results["memory_after_first_batch"][backend] = json.loads(out.stdout.strip().splitlines()[-1])
-    bench_json = work / "bench.json"
-    bench = subprocess.run([sys.executable, "-m", "dali_bridge.cli", "bench", str(TRAIN), "--data", str(data),
-                            "--backends", "dali,torchvision", "--baselines", "torchvision,dali", "--batches", "6",
-                            "--warmup", "2", "--repeat", "3", "--json", str(bench_json), "-q"],
-                           cwd=REPO, capture_output=True, text=True, check=False)
-    results["bench_stdout"] = bench.stdout.strip().splitlines()[-30:]
-    if bench.returncode != 0:
-        raise AssertionError(f"bench failed: {bench.stderr.strip().splitlines()[-5:]}")
-    results["bench"] = json.loads(bench_json.read_text())
+        found = work / f"memory-{backend}.json"
+        found.unlink(missing_ok=True)
+        run = subprocess.run([sys.executable, __file__, "--memory-of", backend, "--data", str(data), "--result",
+                              str(found)], capture_output=True, text=True, timeout=120, check=False)
+        if run.returncode != 0 or not found.exists():
+            raise AssertionError(f"memory of {backend} (exit {run.returncode}): "
+                                 f"{run.stderr.strip().splitlines()[-3:]}")
+        results["memory_after_first_batch"][backend] = json.loads(found.read_text())
+    results["bench"] = bench(data, out / "bench.json", backends="dali,torchvision", baselines="torchvision,dali")
+    # DALI's GPU threads: the default against a few settings, so the next run can set it from figures.
+    threads = sorted({4, 8, max(1, os.cpu_count() or 1)})
+    results["threads"] = bench(data, out / "bench_threads.json", backends="dali", baselines="none",
+                               threads=",".join(map(str, threads)))
     return results
+
+
+def bench(data: Path, target: Path, *, backends: str, baselines: str, threads: str | None = None) -> Any:
+    """A short ``dali-bridge bench`` of the train pipeline: its figures, also kept in ``target``."""
+    command = [sys.executable, "-m", "dali_bridge.cli", "bench", str(TRAIN), "--data", str(data), "--backends",
+               backends, "--baselines", baselines, "--batches", "6", "--warmup", "2", "--repeat", "2",
+               "--json", str(target), "-q"] + (["--threads", threads] if threads else [])
+    run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+    if run.returncode != 0 or not target.exists():
+        raise AssertionError(f"bench {backends} failed (exit {run.returncode}): {run.stderr.strip().splitlines()[-5:]}")
+    return [{key: row.get(key) for key in ("candidate", "threads", "images_per_s", "spread_pct", "gpu_mib")}
+            for row in json.loads(target.read_text())["results"]]
+
+
+def check_sync(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, Any]:
+    """One batch of each shipped pipeline under ``torch.cuda.set_sync_debug_mode("error")`` (after
+    a first batch, which makes what is made once). A host sync in the bridge's code fails; one
+    inside torchvision's own kernels (their per-call 2x3 affine matrix) is reported where it is."""
+    import torch
+
+    from dali_bridge import build_loader
+
+    backend = stand_in_backend(dry_run)   # the dry run runs the batches without the debug mode
+    results: dict[str, Any] = {"backend": backend, "debug_mode": "off (dry run)" if dry_run else "error"}
+    failures = []
+    for pipeline in sorted(PIPELINES.glob("*.yaml")):
+        loader = build_loader(pipeline, backend, overrides={"source": {"type": "folder", "root": str(data)},
+                                                             "batch_size": 4, "loader.shuffle": False})
+        batches = iter(loader)
+        next(batches)
+        try:
+            if not dry_run:
+                torch.cuda.set_sync_debug_mode("error")
+            next(batches)
+            results[pipeline.stem] = "no host sync"
+        except RuntimeError as exc:
+            results[pipeline.stem] = where = sync_site(exc)
+            if where["in"] != "torchvision's kernels":
+                failures.append(f"{pipeline.stem}: host sync at {where['bridge_frame']}: {where['message']}")
+        finally:
+            if not dry_run:
+                torch.cuda.set_sync_debug_mode(0)
+                torch.cuda.synchronize()   # outside the mode: a synchronize is itself a sync
+            loader.close()
+    if failures:
+        raise AssertionError("; ".join(failures) + f" — {json.dumps(results, default=str)}")
+    return results
+
+
+def sync_site(exc: BaseException) -> dict[str, Any]:
+    """Where a host sync the debug mode refused happened: the innermost frames, the bridge's last
+    frame, and whether the innermost frame outside torch is torchvision's package or the bridge."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if "dali_bridge" in Path(f.filename).parts]
+    outside_torch = [f for f in frames if "dali_bridge" in Path(f.filename).parts
+                     or "torchvision" in Path(f.filename).parts]
+    inside = bool(outside_torch) and "torchvision" in Path(outside_torch[-1].filename).parts
+    return {"message": str(exc).splitlines()[0] if str(exc) else repr(exc),
+            "innermost": [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames[-3:]],
+            "bridge_frame": f"{Path(ours[-1].filename).name}:{ours[-1].lineno}" if ours else None,
+            "in": "torchvision's kernels" if inside else "the bridge's code"}
 
 
 def memory_of(backend: str, data: Path) -> dict[str, Any]:
@@ -342,22 +438,27 @@ def memory_of(backend: str, data: Path) -> dict[str, Any]:
                                                                                          None)}
 
 
-CHECKS: list[tuple[str, Callable[..., dict[str, Any]], int]] = [  # (name, check, time limit in seconds)
-    ("env", check_env, 60), ("data", check_data, 90), ("device", check_device, 90), ("errors", check_errors, 90),
-    ("equivalence", check_equivalence, 150), ("pytest", check_pytest, 180), ("memory_bench", check_memory_bench, 200),
+# (name, check, seconds expected on one H200 with 256 images, time limit in seconds); see the docstring
+CHECKS: list[tuple[str, Callable[..., dict[str, Any]], int, int]] = [
+    ("env", check_env, 5, 60), ("data", check_data, 15, 90), ("device", check_device, 30, 90),
+    ("equivalence", check_equivalence, 60, 150), ("errors", check_errors, 30, 90), ("sync", check_sync, 30, 90),
+    ("pytest", check_pytest, 90, 180), ("memory_bench", check_memory_bench, 90, 200),
 ]
 DRY_RUN_IMAGES = 12
+# What --out may receive: the summary and the few files worth bringing back (none in a folder).
+OUTPUT_FILES = ("device_check.json", "pytest.xml", "bench.json", "bench_threads.json")
 
 
 # ---------------------------------------------------------------------------------------------
 # Running them: one process per check, a limit per check inside the budget, one JSON for all
 
 
-def run_one(name: str, data: Path, work: Path, dry_run: bool, images: int) -> dict[str, Any]:
+def run_one(name: str, data: Path, work: Path, out: Path, dry_run: bool, images: int) -> dict[str, Any]:
     """Run check ``name`` here; what it found (or why it failed or skipped) as data."""
-    check = {n: c for n, c, _ in CHECKS}[name]
+    check = {n: c for n, c, _, _ in CHECKS}[name]
     try:
-        found = check(data, work, dry_run, images=images) if name == "data" else check(data, work, dry_run)
+        found = (check(data, work, out, dry_run, images=images) if name == "data"
+                 else check(data, work, out, dry_run))
     except Skip as exc:
         return {"status": "skipped", "reason": str(exc)}
     except Exception as exc:
@@ -365,40 +466,94 @@ def run_one(name: str, data: Path, work: Path, dry_run: bool, images: int) -> di
     return {"status": "passed", "results": found}
 
 
-def orchestrate(out: Path, *, budget: float, dry_run: bool, images: int, data: Path | None) -> int:
+def default_work() -> Path:
+    import tempfile
+    return Path(tempfile.gettempdir()) / "dali-bridge-device-check"
+
+
+def orchestrate(out: Path, *, budget: float, dry_run: bool, images: int, data: Path | None,
+                work: Path | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
-    work = out / "work"
-    work.mkdir(exist_ok=True)
+    work = work or default_work()
+    if work.resolve() == out.resolve() or out.resolve() in work.resolve().parents:
+        raise SystemExit(f"device check: the work folder {work} must be outside the output folder {out}")
+    shutil.rmtree(work, ignore_errors=True)   # a fresh one: nothing left from an earlier run is read
+    work.mkdir(parents=True)
     data = data or work / "data"
     started = time.monotonic()
     report: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "dry_run": dry_run,
-                              "budget_s": budget, "images": images, "checks": []}
-    for name, _, limit in CHECKS:
+                              "budget_s": budget, "images": images, "work": str(work), "checks": []}
+    for name, _, expected, limit in CHECKS:
         left = budget - (time.monotonic() - started)
-        entry: dict[str, Any] = {"name": name, "limit_s": round(min(limit, max(left, 0)))}
-        if left < 10:
-            entry.update(status="skipped", reason=f"not run: {max(left, 0):.0f} s of the {budget:.0f} s budget left")
+        entry: dict[str, Any] = {"name": name, "expected_s": expected, "limit_s": round(min(limit, max(left, 0)))}
+        if left < expected:
+            entry.update(status="skipped", reason=f"not run: expects ~{expected} s, {max(left, 0):.0f} s of the "
+                                                  f"{budget:.0f} s budget left")
         else:
-            entry.update(run_in_process(name, data, work, dry_run, images, timeout=min(limit, left)))
+            entry.update(run_in_process(name, data, work, out, dry_run, images, timeout=min(limit, left)))
         report["checks"].append(entry)
-        print(f"device check {name}: {entry['status']}"
-              + (f" ({entry['reason']})" if entry.get("reason") else "")
-              + f" [{entry.get('seconds', 0):.0f} s]", flush=True)
+        print(f"device check {name}: {entry['status']}" + (f" ({one_line(entry['reason'])})" if entry.get("reason")
+                                                           else "") + f" [{entry.get('seconds', 0):.0f} s]",
+              flush=True)
     counts = {status: sum(c["status"] == status for c in report["checks"])
               for status in ("passed", "failed", "skipped")}
     report.update(elapsed_s=round(time.monotonic() - started, 1), summary=counts,
                   exit_status=0 if counts["failed"] == 0 else 1)
     target = out / "device_check.json"
     target.write_text(json.dumps(report, indent=2, default=str))
-    print(f"device check: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped "
-          f"in {report['elapsed_s']:.0f} s; results in {target}", flush=True)
+    print("\n".join(summary_screen(report, target)), flush=True)
     return report["exit_status"]
 
 
-def run_in_process(name: str, data: Path, work: Path, dry_run: bool, images: int, *, timeout: float) -> dict[str, Any]:
+def one_line(text: str, width: int = 110) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def key_figures(name: str, results: dict[str, Any]) -> str:
+    """A check's few numbers worth reading on the summary screen."""
+    if name == "env":
+        return f"{results.get('cuda_devices')} GPU(s) {results.get('gpus', [])} torch {results.get('torch')}"
+    if name == "data":
+        return f"{results.get('images')} images"
+    if name == "equivalence":
+        return "; ".join(f"{k} mean {v['mean_levels']:.3f} max {v['max_levels']}" for k, v in results.items()
+                         if isinstance(v, dict) and "mean_levels" in v)
+    if name == "sync":
+        return "; ".join(f"{k}: {v if isinstance(v, str) else 'sync in ' + v['in'] + ' at ' + str(v['bridge_frame'])}"
+                         for k, v in results.items() if k not in ("backend", "debug_mode"))
+    if name == "pytest":
+        return str(results.get("summary", ""))
+    if name == "errors":
+        return "; ".join(f"{k}: raise yielded {v['raise_yielded']}, skip kept {v['skip_kept']}"
+                         for k, v in results.items() if isinstance(v, dict))
+    if name == "memory_bench":
+        memory = {k: round((v["after_first_batch"].get("gpu_used") or 0) / 2**20)
+                  for k, v in results.get("memory_after_first_batch", {}).items()}
+        rates = [f"{r['candidate']} x{r['threads']} {r['images_per_s']:.0f}/s"
+                 for r in results.get("bench", []) + results.get("threads", []) if r.get("images_per_s")]
+        return f"GPU MiB after first batch {memory}; " + ", ".join(rates)
+    return ", ".join(f"{k}={v}" for k, v in results.items() if isinstance(v, (bool, int, float, str)))[:200]
+
+
+def summary_screen(report: dict[str, Any], target: Path) -> list[str]:
+    """The last lines printed: one per check (status, seconds, key figures or reason), then the total."""
+    lines = ["", "=" * 30 + " device check summary " + "=" * 30]
+    for check in report["checks"]:
+        detail = (key_figures(check["name"], check.get("results") or {}) if check["status"] == "passed"
+                  else check.get("reason", ""))
+        lines.append(f"{check['name']:<13}{check['status']:<8}{check.get('seconds', 0):>5.0f} s  {one_line(detail)}")
+    counts = report["summary"]
+    lines.append(f"device check: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped "
+                 f"in {report['elapsed_s']:.0f} s of {report['budget_s']:.0f} s; results in {target}")
+    return lines
+
+
+def run_in_process(name: str, data: Path, work: Path, out: Path, dry_run: bool, images: int, *,
+                   timeout: float) -> dict[str, Any]:
     part = work / f"{name}.json"
     part.unlink(missing_ok=True)
-    command = [sys.executable, __file__, "--one", name, "--data", str(data), "--work", str(work),
+    command = [sys.executable, __file__, "--one", name, "--data", str(data), "--work", str(work), "--out", str(out),
                "--images", str(images)] + (["--dry-run"] if dry_run else [])
     t0 = time.monotonic()
     # Its own session, so a check that times out is killed with every process it started
@@ -425,25 +580,27 @@ def run_in_process(name: str, data: Path, work: Path, dry_run: bool, images: int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="folder for device_check.json (default $OUT, else ./out)")
+    parser.add_argument("--work", type=Path, help="folder for scratch data, outside --out (default: "
+                                                  f"{default_work()})")
     parser.add_argument("--budget", type=float, default=float(os.environ.get("CHECK_BUDGET_S", "420")))
     parser.add_argument("--images", type=int, default=None, help="images in the generated set (default 256; 12 "
                                                                   "in a dry run)")
     parser.add_argument("--data", type=Path, help="an ImageFolder to use instead of a generated one")
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--one", help=argparse.SUPPRESS)         # run one check in this process
-    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--memory-of", help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     images = args.images or (DRY_RUN_IMAGES if args.dry_run else 256)
     if args.memory_of:
-        print(json.dumps(memory_of(args.memory_of, args.data)))
-        return 0
-    if args.one:
-        result = run_one(args.one, args.data, args.work, args.dry_run, images)
-        (args.work / f"{args.one}.json").write_text(json.dumps(result, indent=2, default=str))
+        args.result.write_text(json.dumps(memory_of(args.memory_of, args.data), default=str))
         return 0
     out = args.out or Path(os.environ.get("OUT") or REPO / "out")
-    return orchestrate(out, budget=args.budget, dry_run=args.dry_run, images=images, data=args.data)
+    if args.one:
+        result = run_one(args.one, args.data, args.work, out, args.dry_run, images)
+        (args.work / f"{args.one}.json").write_text(json.dumps(result, indent=2, default=str))
+        return 0
+    return orchestrate(out, budget=args.budget, dry_run=args.dry_run, images=images, data=args.data, work=args.work)
 
 
 if __name__ == "__main__":

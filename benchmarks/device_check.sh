@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU check in one short run, for a CUDA machine with no internet access: nothing is
-# installed or downloaded, the repo goes on PYTHONPATH. Results: one JSON file, device_check.json.
+# installed or downloaded, the repo goes on PYTHONPATH. Results: device_check.json (plus pytest.xml,
+# bench.json, bench_threads.json) directly in OUTDIR; scratch data in a temporary folder outside it
+# (CHECK_WORK to choose it). The last lines printed are a one-screen summary.
 #
 #   bash benchmarks/device_check.sh [OUTDIR]            run every check (OUTDIR, else $OUT, else ./out)
 #   bash benchmarks/device_check.sh --dry-run [OUTDIR]  the same control flow on a CPU host: GPU parts
@@ -9,10 +11,11 @@
 #                                                       dependencies (pytest & co., PyYAML, tqdm) into
 #                                                       .dali/pysite to carry to the GPU machine
 #
-# CHECK_BUDGET_S (default 420) bounds the whole run; each check has its own time limit inside it
-# and what no longer fits is skipped and said so. CHECK_IMAGES (default 256) sizes the generated
-# set; CHECK_DATA names an ImageFolder to use instead. The checks are listed in
-# benchmarks/device_check.py. Exit status 0 only when every check that ran passed.
+# CHECK_BUDGET_S (default 420) bounds the whole run. The checks, in order, and the seconds each is
+# expected to take on one H200 with 16 cores (benchmarks/device_check.py says what each does):
+#   env 5, data 15, device 30, equivalence 60, errors 30, sync 30, pytest 90, memory_bench 90 (350 in all)
+# A check whose expected time no longer fits what is left is skipped and said so. CHECK_IMAGES (default 256) sizes the generated set;
+# CHECK_DATA names an ImageFolder to use instead. Exit status 0 only when every check that ran passed.
 #
 # DALI on a machine without internet access: bring its wheels along and install them into
 # .dali/site, which is picked up automatically. Python packages the machine lacks are taken from
@@ -65,5 +68,6 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 ARGS=(--out "$OUTDIR" --budget "${CHECK_BUDGET_S:-420}")
 [ -n "${CHECK_IMAGES:-}" ] && ARGS+=(--images "$CHECK_IMAGES")
 [ -n "${CHECK_DATA:-}" ] && ARGS+=(--data "$CHECK_DATA")
+[ -n "${CHECK_WORK:-}" ] && ARGS+=(--work "$CHECK_WORK")
 # A hard stop a little past the budget, should the orchestrator itself hang.
 timeout --kill-after=10 $(( ${CHECK_BUDGET_S:-420} + 30 )) "$PY" benchmarks/device_check.py "${ARGS[@]}" ${DRY[@]+"${DRY[@]}"}

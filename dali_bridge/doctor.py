@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from .backends.base import available_cores, default_workers, worker_share
-from .backends.device import (DALI_GPU_THREAD_CAP, DECODER_DEVICE_MEMORY_PADDING, DECODER_HOST_MEMORY_PADDING,
-                              HW_DECODER_LOAD, cores_per_local_rank, dali_threads)
+from .backends.device import (DECODER_DEVICE_MEMORY_PADDING, DECODER_HOST_MEMORY_PADDING, HW_DECODER_LOAD,
+                              dali_threads, describe_gpu_threads)
 from .backends.select import BACKEND_NAMES, Probe, choose_backend, probe, unavailable_reason
 
 
@@ -214,8 +214,7 @@ def gpu_defaults(host: Probe) -> dict[str, Any]:
     threads = dali_threads(None, gpu=True, auto_cores=default_workers())
     per_thread = DECODER_DEVICE_MEMORY_PADDING, DECODER_HOST_MEMORY_PADDING
     return {
-        "DALI threads per process": f"{threads} (cores per local rank {cores_per_local_rank()}, capped at "
-                                    f"{DALI_GPU_THREAD_CAP} as NVIDIA's ResNet-50 example)",
+        "DALI threads per process": describe_gpu_threads(),
         # DALI's docs: one device buffer and two pinned host buffers (double-buffering) per thread.
         "decoder memory padding": f"{per_thread[0] * threads / 2**20:.0f} MiB GPU + "
                                   f"{2 * per_thread[1] * threads / 2**20:.0f} MiB pinned host per process ({threads} "

@@ -18,8 +18,7 @@ from conftest import TRAIN
 from dali_bridge.backends import dali as dali_backend
 from dali_bridge.backends import device as device_module
 from dali_bridge.backends.base import Topology
-from dali_bridge.backends.device import (DALI_GPU_THREAD_CAP, InFlightCopies, cuda_ordinal, dali_threads,
-                                         move_output)
+from dali_bridge.backends.device import InFlightCopies, cuda_ordinal, dali_threads, move_output
 from dali_bridge.backends.torchvision import TorchvisionExecutor, finish_batch, prefetched
 from dali_bridge.images import SampleError
 from dali_bridge.loader import Loader
@@ -95,8 +94,8 @@ def test_dali_executor_copies_its_gpu_batch_to_a_cpu_target_blocking(tmp_path, m
     source = FakeCudaTensor()
     monkeypatch.setattr(torch, "from_dlpack", lambda _: source)
     task = Loader(executor.spec, executor.listing, executor.plan, executor, "dali", Topology(0, 1, 0)).tasks(0)[0]
-    meta = {"task": task, "rows": [0, 1, 2, 3], "skipped": [], "placeholder": False, "error": None}
-    executor._convert(FakeTensorList(None), meta, [])
+    meta = {"task": task, "rows": [0, 1, 2, 3], "skipped": [], "fed": True, "error": None}
+    executor._convert([FakeTensorList(None)], meta)
     assert source.calls == [(torch.device("cpu"), False)]
 
 
@@ -170,31 +169,51 @@ def fake_cores(monkeypatch, cores: int) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
 
 
-@pytest.mark.parametrize("cores,local_world,expected", [(224, 8, DALI_GPU_THREAD_CAP), (16, 8, 2), (2, 1, 2)])
-def test_gpu_dali_threads_default_to_cores_per_local_rank_capped(monkeypatch, cores, local_world, expected):
+GIB = 2**30
+
+
+def fake_memory(monkeypatch, *, host_gib: float | None, gpu_gib: float | None) -> None:
+    monkeypatch.setattr(device_module, "host_memory", lambda: host_gib and int(host_gib * GIB))
+    monkeypatch.setattr(device_module, "gpu_memory", lambda device=None: gpu_gib and int(gpu_gib * GIB))
+
+
+@pytest.mark.parametrize("cores,local_world,host_gib,gpu_gib,expected", [
+    (16, 1, 128, 141, 16),     # one H200, 16 cores: every core (the Huffman stage runs on them)
+    (224, 8, 2048, 80, 20),    # 8 x A100 80 GB, 28 cores a rank: the GPU's share of paddings bounds it
+    (224, 8, 256, 141, 15),    # little host memory for 8 ranks: the pinned paddings bound it
+    (16, 8, 128, 141, 2),      # 2 cores a rank
+    (8, 1, None, None, 8),     # memory unknown: the cores decide
+])
+def test_gpu_dali_threads_default_to_the_cores_per_local_rank_within_memory(monkeypatch, cores, local_world,
+                                                                            host_gib, gpu_gib, expected):
     fake_cores(monkeypatch, cores)
+    fake_memory(monkeypatch, host_gib=host_gib, gpu_gib=gpu_gib)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_world))
     assert dali_threads(None, gpu=True, auto_cores=cores) == expected
     assert dali_threads(12, gpu=True, auto_cores=cores) == 12        # an explicit loader.workers decides
     assert dali_threads(None, gpu=False, auto_cores=cores) == cores   # dali-cpu: every core it is given
 
 
-def test_dali_gpu_executor_on_a_large_node_takes_the_capped_thread_count(tmp_path, monkeypatch):
+def test_dali_gpu_executor_takes_the_thread_default_of_its_own_gpu(tmp_path, monkeypatch):
     write_image_folder(tmp_path / "data", classes=2, per_class=2)
     fake_cuda_host(monkeypatch, 8)
     fake_cores(monkeypatch, 224)
+    asked = []
+    monkeypatch.setattr(device_module, "host_memory", lambda: 2048 * GIB)
+    monkeypatch.setattr(device_module, "gpu_memory", lambda device=None: asked.append(device) or 80 * GIB)
     monkeypatch.setattr(dali_backend, "default_workers", lambda: 224)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
-    executor, _, _ = dali_executor(small_spec(tmp_path / "data", workers=None))
-    assert executor.threads == DALI_GPU_THREAD_CAP
+    executor, _, _ = dali_executor(small_spec(tmp_path / "data", workers=None), local_rank=5)
+    assert executor.threads == 20 and asked == [5]
 
 
-def test_doctor_and_show_print_the_gpu_thread_default(monkeypatch, capsys):
+def test_doctor_and_show_print_the_gpu_thread_default_and_what_bounds_it(monkeypatch, capsys):
     from dali_bridge.backends.select import probe
     from dali_bridge.cli import main
     from dali_bridge.doctor import report
 
     fake_cores(monkeypatch, 224)
+    fake_memory(monkeypatch, host_gib=2048, gpu_gib=80)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     monkeypatch.setenv("DALI_BRIDGE_DISABLE", "cuda")
     probe.cache_clear()
@@ -202,12 +221,11 @@ def test_doctor_and_show_print_the_gpu_thread_default(monkeypatch, capsys):
         defaults = report()["dali_gpu_defaults"]
     finally:
         probe.cache_clear()
-    assert defaults["DALI threads per process"] == (f"{DALI_GPU_THREAD_CAP} (cores per local rank 28, capped at "
-                                                    f"{DALI_GPU_THREAD_CAP} as NVIDIA's ResNet-50 example)")
-    assert defaults["decoder memory padding"].startswith("805 MiB GPU + 1072 MiB pinned host per process")
+    rule = "20 (the least of: cores per local rank 28, GPU memory 20, host memory 122)"
+    assert defaults["DALI threads per process"] == rule
+    assert defaults["decoder memory padding"].startswith("4025 MiB GPU + 5361 MiB pinned host per process")
     assert main(["show", str(TRAIN)]) == 0
-    assert f"# DALI threads (workers auto): dali {DALI_GPU_THREAD_CAP} (cores per local rank, capped at " \
-           f"{DALI_GPU_THREAD_CAP})" in capsys.readouterr().out
+    assert f"# DALI threads (workers auto): dali {rule}, dali-cpu" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,3 +402,73 @@ def test_dali_gpu_decoder_arguments_keep_libjpeg_turbo_upsampling_and_nvidia_mem
     assert arguments["jpeg_fancy_upsampling"] is True
     assert (arguments["device_memory_padding"], arguments["host_memory_padding"]) == (211025920, 140544512)
     assert np.isclose(arguments["hw_decoder_load"], 0.65)
+
+
+def test_the_benchs_dali_baseline_runs_on_the_ranks_own_gpu(monkeypatch):
+    from dali_bridge.bench.baselines import baseline_device
+
+    fake_cuda_host(monkeypatch, 8)
+    monkeypatch.setenv("LOCAL_RANK", "5")
+    assert baseline_device(gpu=True) == 5            # not GPU 0 for every rank of the node
+    monkeypatch.setenv("LOCAL_RANK", "11")
+    assert baseline_device(gpu=True) == 3            # wrapped onto the visible devices, as the loader's
+    assert baseline_device(gpu=False) is None
+
+
+def test_torchvision_on_a_rank_gpu_starts_its_dataloader_with_that_gpu_current(tmp_path, monkeypatch):
+    """The pin-memory thread makes its CUDA context on the device current when the iterator starts."""
+    from contextlib import contextmanager
+
+    write_image_folder(tmp_path / "data", classes=2, per_class=2)
+    spec = small_spec(tmp_path / "data", workers=0)
+    executor = TorchvisionExecutor(spec, list_source(spec.source), build_plan(spec), topology=Topology(1, 2, 1),
+                                   device="cpu")
+    current = ["cuda:0"]   # what a rank > 0 has current until it calls torch.cuda.set_device
+
+    @contextmanager
+    def device(target):
+        before, current[0] = current[0], str(target)
+        yield
+        current[0] = before
+
+    class FakeDataLoader:
+        def __iter__(self):
+            started_on.append(current[0])
+            return iter([])
+
+    started_on: list[str] = []
+    monkeypatch.setattr(torch.cuda, "device", device)
+    executor.device, executor.stream, executor.dataloader = torch.device("cuda", 1), "side stream", FakeDataLoader()
+    assert list(executor.run([])) == []
+    assert started_on == ["cuda:1"] and current == ["cuda:0"]   # started there; the caller's device left as it was
+
+
+def test_a_zero_copy_batch_keeps_dalis_outputs_alive_as_long_as_the_tensor_and_its_views(tmp_path, monkeypatch):
+    """A look-ahead consumer computes on batch k after fetching k+1: DALI's buffer must outlive the loader's
+    handling of the batch, as long as the tensor (or a view of it) does."""
+    import gc
+    import weakref
+
+    write_image_folder(tmp_path / "data", classes=2, per_class=2)
+    fake_cuda_host(monkeypatch, 1)
+    executor, _, _ = dali_executor(small_spec(tmp_path / "data"), device="cpu")   # already there: no copy
+    monkeypatch.setattr(torch, "from_dlpack", lambda tensor: tensor)
+    task = Loader(executor.spec, executor.listing, executor.plan, executor, "dali", Topology(0, 1, 0)).tasks(0)[0]
+    meta = {"task": task, "rows": [0, 1, 2, 3], "skipped": [], "fed": True, "error": None}
+    class DaliOutputs:   # as DALI's: the tensor views its buffer, the TensorList does not hold the tensor
+        def as_tensor(self) -> torch.Tensor:
+            return torch.zeros(4, 3, SIZE, SIZE, dtype=torch.uint8)
+
+    outputs = [DaliOutputs()]
+    dali_outputs = weakref.ref(outputs[0])
+    raw = executor._convert(outputs, meta)
+    del outputs
+    gc.collect()
+    assert dali_outputs() is not None                  # the batch is still held by the consumer
+    second = raw.image[1]
+    del raw
+    gc.collect()
+    assert dali_outputs() is not None                  # a view of it too
+    del second
+    gc.collect()
+    assert dali_outputs() is None                      # then released with the last of them

@@ -187,7 +187,7 @@ def test_a_batch_whose_every_sample_fails_is_not_yielded_but_counted_and_logged(
     assert [item.index for item in loader.skipped] == [4, 5, 6, 7]
     assert loader.state_dict()["batch"] == 0 and loader.epoch == 1  # the epoch counts as finished
     assert any("epoch 0 batch 1: every sample was skipped" in r.getMessage() for r in caplog.records)
-    # the next epoch runs normally after the all-skipped batch (DALI fed a placeholder for it)
+    # the next epoch runs normally after the all-skipped batch (DALI never saw it)
     assert [batch["index"] for batch in run_epoch(loader)] == [[0, 1, 2, 3], [8, 9]]
     assert all(batch["image"].shape == (len(batch["index"]), 3, SIZE, SIZE) for batch in batches)
     loader.close()

@@ -119,7 +119,7 @@ def _block_import(monkeypatch, module: str, error: Exception) -> None:
 
 
 def test_probe_reports_dali_not_installed(monkeypatch, fresh_probe):
-    _block_import(monkeypatch, "nvidia.dali", ImportError("No module named 'nvidia.dali'"))
+    _block_import(monkeypatch, "nvidia.dali", ModuleNotFoundError("No module named 'nvidia.dali'", name="nvidia.dali"))
     host = fresh_probe()
     assert host.dali_version is None and host.dali_reason == "DALI not installed (pip install nvidia-dali-cuda120)"
     assert choose_backend("auto", host).backend == "torchvision"
@@ -131,6 +131,17 @@ def test_probe_reports_a_broken_dali_install(monkeypatch, fresh_probe):
     assert host.dali_reason == "DALI failed to import: OSError: libcudart.so.12: cannot open shared object file"
     with pytest.raises(BackendUnavailable, match="backend 'dali-cpu' cannot run here: DALI failed to import"):
         choose_backend("dali-cpu", host)
+
+
+@pytest.mark.parametrize("error", [
+    ImportError("libnvimgcodec.so.0: cannot open shared object file", name="nvidia.dali.backend_impl"),
+    ModuleNotFoundError("No module named 'astunparse'", name="astunparse"),
+], ids=["library-it-loads", "module-it-needs"])
+def test_probe_says_dali_failed_to_import_when_what_is_missing_is_not_dali_itself(monkeypatch, fresh_probe, error):
+    _block_import(monkeypatch, "nvidia.dali", error)
+    host = fresh_probe()
+    assert host.dali_reason == f"DALI failed to import: {type(error).__name__}: {error}"
+    assert "not installed" not in host.dali_reason
 
 
 def test_probe_reports_no_cuda_device(monkeypatch, fresh_probe):
@@ -186,7 +197,7 @@ def test_probe_builds_a_tiny_gpu_pipeline_once_per_process_and_reports_its_failu
         builds.append(1)
         raise RuntimeError("CUDA error\nCUDA driver version is insufficient for CUDA runtime version")
 
-    monkeypatch.setattr(select, "_build_tiny_gpu_pipeline", too_new_for_the_driver)
+    monkeypatch.setattr(select, "_build_tiny_gpu_pipeline", lambda device_id: too_new_for_the_driver())
     select.gpu_pipeline_reason.cache_clear()
     try:
         host = fresh_probe()
@@ -194,7 +205,8 @@ def test_probe_builds_a_tiny_gpu_pipeline_once_per_process_and_reports_its_failu
         reason = unavailable_reason("dali", host)
         assert host.cuda_reason is None and reason is not None
         assert reason.startswith(f"DALI {host.dali_version} (nvidia-dali")
-        assert "this driver (CUDA 12.2): RuntimeError: CUDA driver version is insufficient" in reason
+        assert ("with this driver (CUDA 12.2) on cuda:0: RuntimeError: CUDA error CUDA driver version is "
+                "insufficient") in reason
         assert choose_backend("auto", host).backend == "torchvision"
         with pytest.raises(BackendUnavailable, match="cannot run a GPU pipeline with this driver"):
             choose_backend("dali", host)
@@ -203,6 +215,68 @@ def test_probe_builds_a_tiny_gpu_pipeline_once_per_process_and_reports_its_failu
         assert builds == [1]                             # built once per process, however often asked
     finally:
         select.gpu_pipeline_reason.cache_clear()
+
+
+def fake_gpu_node(monkeypatch, devices: int) -> list[int]:
+    """A DALI host with ``devices`` GPUs and no remembered probe answer; returns a list for the
+    devices the tiny pipeline is built on."""
+    pytest.importorskip("nvidia.dali.backend", reason="needs DALI installed to simulate a GPU node")
+    import torch
+    from nvidia.dali import backend as dali_backend
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: devices)
+    monkeypatch.setattr(dali_backend, "GetCudaVersion", lambda: 12080)
+    select.gpu_pipeline_reason.cache_clear()
+    return []
+
+
+def test_the_gpu_pipeline_probe_runs_on_the_ranks_own_device(monkeypatch, fresh_probe):
+    built_on = fake_gpu_node(monkeypatch, devices=8)
+    monkeypatch.setattr(select, "_build_tiny_gpu_pipeline", built_on.append)
+    try:
+        for local_rank in ("3", "11"):   # 11 on 8 visible devices: the loader's own wrap, cuda:3
+            monkeypatch.setenv("LOCAL_RANK", local_rank)
+            assert unavailable_reason("dali", fresh_probe()) is None
+        monkeypatch.setenv("LOCAL_RANK", "5")
+        assert unavailable_reason("dali", fresh_probe()) is None
+    finally:
+        select.gpu_pipeline_reason.cache_clear()
+    assert built_on == [3, 5]   # never GPU 0; once per device
+
+
+def test_the_gpu_pipeline_probe_with_a_malformed_rank_probes_gpu_0_and_leaves_the_error_to_the_loader(
+        monkeypatch, fresh_probe):
+    built_on = fake_gpu_node(monkeypatch, devices=2)
+    monkeypatch.setattr(select, "_build_tiny_gpu_pipeline", built_on.append)
+    monkeypatch.setenv("RANK", "abc")
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    try:
+        assert unavailable_reason("dali", fresh_probe()) is None
+    finally:
+        select.gpu_pipeline_reason.cache_clear()
+    assert built_on == [0]
+
+
+def test_a_transient_gpu_pipeline_failure_is_reported_and_not_remembered(monkeypatch, fresh_probe, caplog):
+    built_on = fake_gpu_node(monkeypatch, devices=1)
+
+    def out_of_memory_once(device_id: int) -> None:
+        built_on.append(device_id)
+        if len(built_on) == 1:
+            raise RuntimeError("CUDA error: out of memory (cudaErrorMemoryAllocation)")
+
+    monkeypatch.setattr(select, "_build_tiny_gpu_pipeline", out_of_memory_once)
+    try:
+        with caplog.at_level(logging.WARNING, logger="dali_bridge"):
+            reason = unavailable_reason("dali", fresh_probe())
+        assert reason is not None and "out of memory" in reason and "this may pass: not remembered" in reason
+        assert any("out of memory" in r.getMessage() for r in caplog.records)
+        assert unavailable_reason("dali", fresh_probe()) is None   # asked again: the memory is back
+        assert unavailable_reason("dali", fresh_probe()) is None   # a lasting answer: not built a third time
+    finally:
+        select.gpu_pipeline_reason.cache_clear()
+    assert built_on == [0, 0]
 
 
 @pytest.mark.parametrize("disabled,expected", [

@@ -9,7 +9,6 @@ arguments (ROI decode of the crop window, then resize) — DALI draws no randomn
 """
 from __future__ import annotations
 
-import io
 import logging
 import os
 import threading
@@ -27,7 +26,8 @@ from ..ops.base import Column
 from ..plan import Plan, graph_context, placement, roi_decode
 from ..sampling import BatchTask, draws, sample_steps
 from .torchvision import finish_batch
-from .device import InFlightCopies, dali_threads, gpu_target, mixed_decoder_arguments, move_output
+from .device import (InFlightCopies, TailStream, dali_threads, gpu_target, keep_alive, mixed_decoder_arguments,
+                     move_output)
 from ..sources import Listing
 from ..spec import PipelineSpec
 
@@ -62,21 +62,14 @@ if hasattr(os, "register_at_fork"):
                         after_in_child=_keep_inherited_pipelines)
 
 
-def _placeholder_jpeg() -> bytes:
-    """A tiny valid JPEG fed when every sample of a batch was skipped (DALI needs >= 1 sample)."""
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.new("RGB", (8, 8)).save(buffer, "JPEG")
-    return buffer.getvalue()
-
-
 class _Feeder:
     """The external source: yields the inputs of each batch in the loader's order.
 
     DALI calls it ahead of consumption (prefetch); ``pending`` keeps, in order, which samples
-    each fed batch holds so outputs can be matched to indices. Thread-safe: DALI may call from
-    its own thread.
+    each batch holds so outputs can be matched to indices. A batch with nothing to feed (every
+    sample skipped, or a sample error under ``raise``) goes into ``pending`` unfed and the next
+    batch is fed in its place: DALI cannot run an empty batch, and a stand-in image would have to
+    fit every step of the plan. Thread-safe: DALI may call from its own thread.
     """
 
     def __init__(self, spec: PipelineSpec, listing: Listing, plan: Plan):
@@ -89,7 +82,6 @@ class _Feeder:
         # another failed run while the file stays as it was, read again once it changed.
         self.bad: dict[int, tuple[str, tuple[int, int] | None]] = {}
         self.lock = threading.Lock()
-        self._placeholder: bytes | None = None
         self.columns = ArgumentColumns(plan)  # fixed per plan: not recomputed per batch
 
     def start(self, tasks: list[BatchTask]) -> None:
@@ -105,18 +97,21 @@ class _Feeder:
         return self
 
     def __next__(self) -> list[list[np.ndarray]]:
-        with self.lock:
-            if self.stopped or self.position >= len(self.tasks):
-                raise StopIteration
-            task = self.tasks[self.position]
-            self.position += 1
-        inputs, meta = self.prepare(task)
-        with self.lock:
-            self.pending.append(meta)
-        return inputs
+        while True:
+            with self.lock:
+                if self.stopped or self.position >= len(self.tasks):
+                    raise StopIteration
+                task = self.tasks[self.position]
+                self.position += 1
+            inputs, meta = self.prepare(task)
+            with self.lock:
+                self.pending.append(meta)
+            if meta["fed"]:
+                return inputs
 
-    def prepare(self, task: BatchTask) -> tuple[list[list[np.ndarray]], dict[str, Any]]:
-        """Read, probe and compute geometry for one batch; apply the error policy to failures."""
+    def prepare(self, task: BatchTask) -> tuple[list, dict[str, Any]]:
+        """Read, probe and compute geometry for one batch; apply the error policy to failures.
+        The inputs are empty when no sample is left to feed (``meta["fed"]`` False)."""
         sample_draws = draws(self.plan, self.spec.seed, task.epoch, task.indices, task.repeats)
         encoded: list[np.ndarray] = []
         per_sample: list[list] = []  # each kept sample's sample_steps
@@ -147,13 +142,9 @@ class _Feeder:
             kept.append(row)
         # The torch tail's concrete parameters travel with the batch, computed here with the rest.
         tail = [steps[len(self.plan.dali_steps):] for steps in per_sample]
-        meta = {"task": task, "rows": kept, "skipped": skipped, "placeholder": not kept, "error": error,
-                "tail": tail}
-        if not kept:  # DALI cannot run an empty batch: feed one placeholder and drop its output
-            if self._placeholder is None:
-                self._placeholder = _placeholder_jpeg()
-            encoded = [np.frombuffer(self._placeholder, dtype=np.uint8)]
-            per_sample = [sample_steps(self.plan, 8, 8, {k: v[0] for k, v in sample_draws.items()})]
+        meta = {"task": task, "rows": kept, "skipped": skipped, "fed": bool(kept), "error": error, "tail": tail}
+        if not kept:  # nothing for DALI: the executor answers this batch without it
+            return [], meta
         return [encoded] + self.columns.build(per_sample), meta
 
 
@@ -251,6 +242,29 @@ def _step_columns(named: dict[str, Any], position: int) -> dict[str, Any]:
     return {name[len(prefix):]: node for name, node in named.items() if name.startswith(prefix)}
 
 
+class DaliBatchError(RuntimeError):
+    """DALI failed a batch, and no sample of it could be blamed (or blaming them did not help)."""
+
+
+def dali_message(exc: BaseException) -> str:
+    """DALI's own message for a failed run, without the pipeline definition's traceback and the
+    closing "no longer valid" lines: the operator that failed and what it encountered. Another
+    exception (one the feeder raised, say) keeps its type."""
+    text = str(exc).strip()
+    if not isinstance(exc, RuntimeError) or "Critical error in pipeline" not in text:
+        return f"{type(exc).__name__}: {' '.join(line.strip() for line in text.splitlines() if line.strip())}" \
+            if text else repr(exc)
+    lines = [line for line in text.splitlines()
+             if line.strip() and line.strip() not in ("Critical error in pipeline:",
+                                                      "Current pipeline object is no longer valid.")]
+    operator = next((line.rstrip(",") for line in lines if line.startswith("Error in ")), None)
+    found = text.rsplit("encountered:", 1)
+    detail = [line for line in found[1].splitlines() if line.strip()
+              and line.strip() != "Current pipeline object is no longer valid."] if len(found) == 2 else lines
+    message = " ".join(line.strip() for line in detail) or "no message"
+    return f"{operator}: {message}" if operator else message
+
+
 class GpuDecodeCheck:
     """Decodes one encoded sample at a time with the ``mixed`` decoder the pipelines use: finds
     which sample of a failed GPU batch nvJPEG rejects. Built on first use, rebuilt after a failure."""
@@ -275,15 +289,14 @@ class GpuDecodeCheck:
         return pipe
 
     def rejects(self, data: bytes) -> str | None:
-        """None when nvJPEG decodes ``data``, else DALI's reason (its last line)."""
+        """None when nvJPEG decodes ``data``, else DALI's reason (the operator's message)."""
         if self.pipe is None:
             self.pipe = self._build()
         try:
             self.pipe.run(encoded=[np.frombuffer(data, dtype=np.uint8)])
         except Exception as exc:
             self.pipe = None  # a pipeline that failed a run is not reused
-            text = str(exc).strip()
-            return text.splitlines()[-1] if text else repr(exc)
+            return dali_message(exc)
         return None
 
 
@@ -294,7 +307,6 @@ class DaliExecutor:
                  device: str | torch.device | None = None):
         self.spec, self.listing, self.plan, self.gpu = spec, listing, plan, gpu
         # workers: 0 means "in the calling process" on torchvision; DALI always needs a thread.
-        self.threads = dali_threads(spec.loader.workers, gpu=gpu, auto_cores=default_workers())
         if gpu:
             # DALI works on the target GPU when one is named (no copy across devices per batch),
             # else on the local rank's GPU among the visible ones.
@@ -305,8 +317,15 @@ class DaliExecutor:
         else:
             self.device_id = None
             self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.threads = dali_threads(spec.loader.workers, gpu=gpu, auto_cores=default_workers(), device=self.device_id)
+        # The torch tail runs on DALI's GPU (on a side stream: TailStream), or on the host where DALI is
+        # on the CPU or a step's kernel is PIL's; the finish then on the loader's device.
+        on_host = not gpu or any(step.op.kernel_on_host(step.params) for step in plan.torch_tail)
+        self._tail_device = torch.device("cpu") if on_host else torch.device("cuda", self.device_id)
+        self._tail_stream = TailStream(torch.device("cuda", self.device_id)) if gpu and plan.torch_tail else None
         self.feeder = _Feeder(spec, listing, plan)
         self.pipe = None
+        self._held: Any = None  # see _next_batch
         self._open_runs = 0
         self._in_flight = InFlightCopies()
         self._gpu_decode_check: Any = None  # built on the first batch that fails on the GPU
@@ -319,81 +338,132 @@ class DaliExecutor:
 
     def run(self, tasks: list[BatchTask]) -> Iterator[RawBatch]:
         position = 0
+        retries = 0  # rebuilds for the batch at ``position``: each must have found a new culprit
         while position < len(tasks):
             pipe = self._pipeline()
             self.feeder.start(tasks[position:])
+            self._held = None
+            failure = None
             try:
-                for _ in range(len(tasks) - position):
+                while position < len(tasks):
                     try:
-                        # Outputs bound to the consumer's stream: the GPU orders them, the host does not wait.
-                        images, *border = pipe.run(self._consumer_stream())
+                        meta, outputs = self._next_batch(pipe)
                     except StopIteration:  # the feeder ended early: should not happen
                         raise RuntimeError("DALI pipeline ended before the epoch's batches were produced") from None
-                    meta = self.feeder.pending.popleft()
+                    except Exception as exc:  # DALI failed the batch at ``position``
+                        failure = exc
+                        break
                     if meta["error"] is not None:
                         raise meta["error"]
-                    position += 1
-                    yield self._convert(images, meta, border)
-            except (SampleError, GeneratorExit):
+                    # Not DALI's: a failure converting (the torch tail, DLPack, a CUDA allocation) is raised as it is.
+                    batch = self._convert(outputs, meta)
+                    position, retries = position + 1, 0  # counted once it converted: a failure blames this batch
+                    yield batch
+            except BaseException:  # a sample error, a failure after DALI, or the consumer leaving
                 self._discard()
                 raise
-            except Exception as exc:
-                # DALI fails a whole batch for one undecodable sample: find it, then raise or skip it.
-                task = tasks[position]
-                self._discard()
-                culprits = self._find_culprits(task)
-                if not culprits:
-                    last_line = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
-                    raise RuntimeError(f"DALI failed on epoch {task.epoch} batch {task.number} (samples "
-                                       f"{task.indices.tolist()}), yet each of them reads and decodes on its "
-                                       f"own: {last_line}") from exc
-                index, reason = culprits[0]
-                if self.spec.loader.on_error == "raise":
-                    raise SampleError(index, self.listing.paths[index], reason) from exc
-                self.feeder.bad.update((index, (reason, self.listing.signature(index))) for index, reason in culprits)
-                continue
-            else:
+            if failure is None:
                 self._end_epoch()
+                return
+            self._discard()
+            retries += 1
+            self._recover(tasks[position], failure, retries)
+
+    def _next_batch(self, pipe) -> tuple[dict[str, Any], Any]:
+        """The next batch's meta and DALI outputs, in the loader's order. An unfed batch (see
+        :class:`_Feeder`) has no outputs; the outputs of a fed batch DALI ran while feeding it are
+        held until the unfed ones before it are answered, and so is its failure."""
+        pending = self.feeder.pending
+        if self._held is None and not (pending and not pending[0]["fed"]):
+            try:
+                self._held = pipe.run(self._consumer_stream())  # outputs on the consumer's stream: no host wait
+            except StopIteration:
+                if not (pending and not pending[0]["fed"]):
+                    raise
+            except Exception as exc:
+                if not (pending and not pending[0]["fed"]):
+                    raise
+                self._held = exc
+        if not pending[0]["fed"]:
+            return pending.popleft(), None
+        outputs, self._held = self._held, None
+        if isinstance(outputs, Exception):
+            raise outputs
+        return pending.popleft(), outputs
+
+    def _recover(self, task: BatchTask, failure: Exception, retries: int) -> None:
+        """After DALI failed ``task``: find the samples that cannot be decoded; raise the first under
+        ``raise``, else remember them so the rebuilt pipeline skips them. A failure with no culprit
+        it did not already know of is raised: rebuilding could not change it, so retries are bounded."""
+        known = self.feeder.bad
+        culprits = [(index, reason) for index, reason in self._find_culprits(task) if index not in known]
+        where = f"epoch {task.epoch} batch {task.number} (samples {task.indices.tolist()})"
+        if not culprits:
+            raise DaliBatchError(f"DALI failed on {where}, yet each of them reads and decodes on its own: "
+                                 f"{dali_message(failure)}") from failure
+        if retries > len(task.indices):
+            raise DaliBatchError(f"DALI failed on {where} {retries} times, each time with a new sample that "
+                                 f"cannot be decoded; stopped: {dali_message(failure)}") from failure
+        index, reason = culprits[0]
+        if self.spec.loader.on_error == "raise":
+            raise SampleError(index, self.listing.paths[index], reason) from failure
+        known.update((index, (reason, self.listing.signature(index))) for index, reason in culprits)
 
     def _consumer_stream(self) -> Any:
-        """The stream DALI binds a GPU pipeline's outputs to: the consumer's current one on DALI's device."""
-        return torch.cuda.current_stream(self.device_id) if self.gpu else None
+        """The stream DALI binds a GPU pipeline's outputs to: the torch tail's side stream, else the
+        consumer's current one on DALI's device."""
+        if not self.gpu:
+            return None
+        return self._tail_stream.stream if self._tail_stream else torch.cuda.current_stream(self.device_id)
 
-    def _convert(self, images, meta: dict[str, Any], border: list) -> RawBatch:
+    def _convert(self, outputs: Any, meta: dict[str, Any]) -> RawBatch:
         task: BatchTask = meta["task"]
         rows = meta["rows"]
-        if meta["placeholder"]:
+        if not meta["fed"]:
             tensor = torch.empty((0,) + tuple(self.plan.output_shape(0)[1:]),
                                  dtype=_torch_dtype(self.plan.finish.dtype), device=self.device)
         elif self.plan.torch_tail:
-            tensor = self._run_torch_tail(images, meta["tail"], border)
+            images, *border = outputs
+            if self._tail_stream is None:
+                tensor = self._run_torch_tail(images, meta["tail"], border)
+            else:
+                tensor = self._tail_stream.run(lambda: self._run_torch_tail(images, meta["tail"], border), outputs,
+                                               self._in_flight)
+            tensor = move_output(tensor, self.device, self._in_flight)
         else:
-            # The dynamic executor never reuses a returned buffer, so DLPack hands it to torch without a copy.
-            tensor = torch.from_dlpack(images.as_tensor())
-            if border:
-                write_border(tensor, *(torch.from_dlpack(lines.as_tensor()) for lines in border),
-                             self.plan.finish.layout)
-        tensor = move_output(tensor, self.device, self._in_flight)
+            tensor = self._hand_over(outputs)
         return RawBatch(tensor, task.indices[rows], task.valid[rows], meta["skipped"], repeats=task.repeats[rows])
+
+    def _hand_over(self, outputs: Any) -> torch.Tensor:
+        """The graph's finished batch as a tensor on the loader's device: DALI's own buffer when it is
+        there already (the dynamic executor never reuses a returned buffer, so DLPack needs no copy),
+        kept alive as long as the tensor; else a copy (see move_output)."""
+        images, *border = outputs
+        view = torch.from_dlpack(images.as_tensor())
+        if border:
+            write_border(view, *(torch.from_dlpack(lines.as_tensor()) for lines in border), self.plan.finish.layout)
+        tensor = move_output(view, self.device, self._in_flight)
+        return keep_alive(tensor, outputs) if tensor is view else tensor
 
     def _run_torch_tail(self, images, tail: list[list], border: list) -> torch.Tensor:
         """The plan's torch tail on the graph's uint8 CHW output: each sample's remaining steps as their
-        torchvision kernels on the loader's device, with the feeder's concrete parameters, then the
-        finish on the batch (the torchvision backend's own)."""
+        torchvision kernels, with the feeder's concrete parameters (Python values: nothing per sample
+        crosses between host and device), then the finish on the batch (the torchvision backend's own)."""
+        where = self._tail_device
         if images.is_dense_tensor():  # one size: a zero-copy view, border lines patched as without a tail
             batch = torch.from_dlpack(images.as_tensor())
             if border:
                 write_border(batch, *(torch.from_dlpack(lines.as_tensor()) for lines in border), "CHW")
-            samples = list(move_output(batch, self.device, self._in_flight))
+            samples = list(move_output(batch, where, self._in_flight))  # one copy for the batch, if any
         else:  # sizes differ until a later step sets the output size (a border patch is only for a last step)
-            samples = [move_output(torch.from_dlpack(images[n]), self.device, self._in_flight)
-                       for n in range(len(images))]
+            samples = [move_output(torch.from_dlpack(images[n]), where, self._in_flight) for n in range(len(images))]
         done = []
         for image, per_step in zip(samples, tail):
             for step, (concrete, _) in zip(self.plan.torch_tail, per_step):
                 image = step.op.torchvision_kernel(image, concrete)
             done.append(image)
-        return finish_batch(torch.stack(done), self.plan.finish, self.device)
+        # A host tail's batch goes to the loader's device as uint8, in one copy; a GPU one is finished there.
+        return finish_batch(torch.stack(done), self.plan.finish, self.device if where.type == "cpu" else where)
 
     def _end_epoch(self) -> None:
         """Consume DALI's end-of-epoch signal and rewind for the next run."""

@@ -6,19 +6,22 @@ one is tested on a CPU-only host with fakes; the executors call them.
 from __future__ import annotations
 
 import logging
+import os
+import weakref
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 log = logging.getLogger("dali_bridge")
 
-# DALI threads per process on a GPU host when the spec says ``workers: auto``. NVIDIA's ResNet-50
-# training example (DALI docs/examples/use_cases/pytorch/resnet50/main.py) runs one process per
-# GPU with ``--workers`` (its pipeline's num_threads) defaulting to 4. The mixed decoder's host
-# and device memory paddings are allocated per thread, so every core of a large node would cost
-# gigabytes of pinned memory per rank for no speed: the GPU does the heavy work.
-DALI_GPU_THREAD_CAP = 4
+# DALI threads per process on a GPU host when the spec says ``workers: auto``: every core of the
+# local rank's share (the mixed decoder's Huffman stage runs on these threads), as far as the
+# decoder's per-thread paddings (one device buffer and two pinned host buffers per thread, DALI's
+# docs) stay within these shares of the GPU's memory and of the host's memory per local rank.
+# device_check.sh benches DALI's threads at a few settings, so the figures can move the rule.
+GPU_PADDING_SHARE = 1 / 20
+HOST_PADDING_SHARE = 1 / 8
 
 # The mixed decoder's memory hints, as in NVIDIA's ResNet-50 example: bytes preallocated per
 # thread on the device and in pinned host memory so the first batches do not reallocate.
@@ -86,23 +89,69 @@ def cores_per_local_rank() -> int:
     return default_workers()
 
 
-def dali_threads(workers: int | None, *, gpu: bool, auto_cores: int) -> int:
+def local_ranks() -> int:
+    """The job's processes on this node, as ``workers: auto`` reads them (``LOCAL_WORLD_SIZE``, else 1)."""
+    from .base import worker_share
+
+    return worker_share().local_world_size
+
+
+def host_memory() -> int | None:
+    """This host's physical memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def gpu_memory(device: int | None = None) -> int | None:
+    """Total memory of CUDA device ``device`` (the current one by default) in bytes; None without CUDA."""
+    if not visible_cuda_devices():
+        return None
+    try:
+        return torch.cuda.get_device_properties(torch.cuda.current_device() if device is None else device).total_memory
+    except Exception:  # a broken driver: the bound is left out, the backend probe says why
+        return None
+
+
+def gpu_thread_bounds(cores: int, *, host_bytes: int | None, gpu_bytes: int | None, ranks: int) -> dict[str, int]:
+    """What bounds DALI's GPU threads under ``auto``: the cores per local rank, and the threads whose
+    decoder paddings fit the shares of GPU memory and of host memory per local rank (when known)."""
+    bounds = {"cores per local rank": max(1, cores)}
+    if gpu_bytes:
+        bounds["GPU memory"] = int(gpu_bytes * GPU_PADDING_SHARE // DECODER_DEVICE_MEMORY_PADDING)
+    if host_bytes:
+        per_rank = host_bytes * HOST_PADDING_SHARE / max(1, ranks)
+        bounds["host memory"] = int(per_rank // (2 * DECODER_HOST_MEMORY_PADDING))
+    return bounds
+
+
+def dali_threads(workers: int | None, *, gpu: bool, auto_cores: int, device: int | None = None) -> int:
     """DALI's ``num_threads``: the spec's ``loader.workers`` when set (at least 1: DALI always
-    needs a thread); under ``auto`` the CPU pipeline gets ``auto_cores``, the GPU one the cores
-    per local rank capped at :data:`DALI_GPU_THREAD_CAP`."""
+    needs a thread); under ``auto`` the CPU pipeline gets ``auto_cores``, the GPU one the least of
+    :func:`gpu_thread_bounds` on this host (``device``: the GPU it runs on)."""
     if workers is not None:
         return max(1, workers)
     if gpu:
-        return max(1, min(DALI_GPU_THREAD_CAP, cores_per_local_rank()))
+        bounds = gpu_thread_bounds(cores_per_local_rank(), host_bytes=host_memory(), gpu_bytes=gpu_memory(device),
+                                   ranks=local_ranks())
+        return max(1, min(bounds.values()))
     return max(1, auto_cores)
+
+
+def describe_gpu_threads(device: int | None = None) -> str:
+    """The GPU thread default and what decided it, e.g. ``16 (the least of: cores per local rank 16, ...)``."""
+    bounds = gpu_thread_bounds(cores_per_local_rank(), host_bytes=host_memory(), gpu_bytes=gpu_memory(device),
+                               ranks=local_ranks())
+    return (f"{max(1, min(bounds.values()))} (the least of: "
+            + ", ".join(f"{name} {value}" for name, value in bounds.items()) + ")")
 
 
 def describe_dali_threads(workers: int | None, *, auto_cores: int) -> str:
     """One line for ``show``: the threads each DALI backend gets with this ``loader.workers``."""
     if workers is not None:
         return f"DALI threads: {max(1, workers)} (loader.workers)"
-    return (f"DALI threads (workers auto): dali {dali_threads(None, gpu=True, auto_cores=auto_cores)} (cores per "
-            f"local rank, capped at {DALI_GPU_THREAD_CAP}), "
+    return (f"DALI threads (workers auto): dali {describe_gpu_threads()}, "
             f"dali-cpu {dali_threads(None, gpu=False, auto_cores=auto_cores)}")
 
 
@@ -126,6 +175,44 @@ class InFlightCopies:
 
     def __len__(self) -> int:
         return len(self.pending)
+
+
+class TailStream:
+    """Where a GPU torch tail runs: a side stream of DALI's device, the one DALI binds its outputs
+    to. The host queues the tail's kernels there and, where a kernel waits for the device (a small
+    host-to-device copy inside torchvision's affine, say), waits only for DALI's and the tail's own
+    work, never for the training step queued on the consumer's stream. The consumer's stream then
+    waits for the tail's end (an event), and the output is recorded as used on it."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.stream = torch.cuda.Stream(device)
+
+    def run(self, tail: Callable[[], torch.Tensor], inputs: Any, in_flight: "InFlightCopies") -> torch.Tensor:
+        """``tail()`` on the side stream; ``inputs`` (DALI's outputs it reads) kept alive until it ran."""
+        with torch.cuda.stream(self.stream):
+            output = tail()
+            done = torch.cuda.Event()
+            done.record(self.stream)
+        in_flight.hold(done, inputs)
+        consumer = torch.cuda.current_stream(self.device)
+        consumer.wait_event(done)
+        if output.device.type == "cuda":
+            output.record_stream(consumer)  # allocated on the side stream, used on the consumer's
+        return output
+
+
+def keep_alive(tensor: torch.Tensor, owner: Any) -> torch.Tensor:
+    """Keep ``owner`` (the DALI outputs a zero-copy ``tensor`` views) referenced as long as ``tensor``
+    lives. DALI orders its buffer's free when the TensorList dies; a consumer that fetches batch k+1
+    before it computes on batch k (a look-ahead prefetcher) queues that work later, so the buffer
+    must outlive the tensor, not the loader's handling of it."""
+    weakref.finalize(tensor, _release, owner)
+    return tensor
+
+
+def _release(owner: Any) -> None:
+    """The finalizer's reference to ``owner`` ends with it."""
 
 
 def move_output(tensor: torch.Tensor, device: torch.device, in_flight: InFlightCopies) -> torch.Tensor:

@@ -42,8 +42,13 @@ def probe() -> Probe:
         try:
             import nvidia.dali as dali
             dali_version = dali.__version__
-        except ImportError:
-            dali_reason = "DALI not installed (pip install nvidia-dali-cuda120)"
+        except ImportError as exc:
+            # Only nvidia.dali itself missing means "not installed"; a library or module it needs
+            # that fails to load is a broken install, said with its own message.
+            if exc.name in ("nvidia", "nvidia.dali"):
+                dali_reason = "DALI not installed (pip install nvidia-dali-cuda120)"
+            else:
+                dali_reason = f"DALI failed to import: {type(exc).__name__}: {exc}"
         except Exception as exc:  # a broken install raises OSError & co. while loading its libraries
             dali_reason = f"DALI failed to import: {type(exc).__name__}: {exc}"
     cuda_devices = 0
@@ -99,7 +104,7 @@ def cuda_driver() -> str:
     return f"CUDA {version // 1000}.{version % 1000 // 10}" if version > 0 else "no usable libcuda"
 
 
-def _build_tiny_gpu_pipeline() -> None:
+def _build_tiny_gpu_pipeline(device_id: int) -> None:
     """Build and run a one-image pipeline with the GPU stages every ``dali`` loader has (nvJPEG
     decode, a GPU resize and normalisation): what fails here would fail the user's first batch."""
     import io
@@ -112,7 +117,7 @@ def _build_tiny_gpu_pipeline() -> None:
     Image.new("RGB", (16, 16), (90, 120, 150)).save(buffer, "JPEG")
     encoded = np.frombuffer(buffer.getvalue(), dtype=np.uint8)
 
-    @pipeline_def(batch_size=1, num_threads=1, device_id=0, prefetch_queue_depth=1, exec_dynamic=True)
+    @pipeline_def(batch_size=1, num_threads=1, device_id=device_id, prefetch_queue_depth=1, exec_dynamic=True)
     def graph():
         images = fn.decoders.image(fn.external_source(name="encoded", dtype=types.UINT8), device="mixed",
                                    output_type=types.RGB)
@@ -125,18 +130,54 @@ def _build_tiny_gpu_pipeline() -> None:
     out.as_cpu()  # waits for the GPU work: a kernel the driver cannot run fails here
 
 
-@lru_cache(maxsize=1)
-def gpu_pipeline_reason(dali_version: str) -> str | None:
-    """None when a tiny GPU pipeline builds and runs here, else why not (DALI build and driver named).
-    Once per process: the answer does not change while the process lives."""
+# Failures of the tiny pipeline that may pass while the process lives: the device's memory taken
+# by another process, the device busy. They are reported, not remembered.
+TRANSIENT_GPU_FAILURES = ("out of memory", "cudaErrorMemoryAllocation", "CUDA_ERROR_OUT_OF_MEMORY",
+                          "cudaErrorDevicesUnavailable", "CUDA_ERROR_DEVICE_UNAVAILABLE", "busy or unavailable")
+
+_GPU_PIPELINE_ANSWERS: dict[int, str | None] = {}
+
+
+def probe_device() -> int:
+    """The CUDA device the tiny pipeline runs on: this rank's own, as its loader's (the local rank
+    on the visible devices), so the ranks of a node do not each put a context and decoder pools
+    on GPU 0."""
+    from .base import resolve_topology
+    from .device import cuda_ordinal, visible_cuda_devices
+
     try:
-        _build_tiny_gpu_pipeline()
+        local_rank = resolve_topology().local_rank
+    except ValueError:  # a malformed RANK/WORLD_SIZE: the loader refuses it with its own message
+        local_rank = 0
+    return cuda_ordinal(local_rank, max(visible_cuda_devices(), 1))
+
+
+def gpu_pipeline_reason(dali_version: str, device_id: int | None = None) -> str | None:
+    """None when a tiny GPU pipeline builds and runs on ``device_id`` (default: this rank's GPU),
+    else why not (DALI build and driver named). A lasting answer is kept for the life of the
+    process; a failure that may pass (out of memory, a busy device) is logged and asked again."""
+    from .dali import dali_message
+
+    device_id = probe_device() if device_id is None else device_id
+    if device_id in _GPU_PIPELINE_ANSWERS:
+        return _GPU_PIPELINE_ANSWERS[device_id]
+    try:
+        _build_tiny_gpu_pipeline(device_id)
     except Exception as exc:
-        text = str(exc).strip()
-        detail = text.splitlines()[-1] if text else repr(exc)
-        return (f"DALI {dali_version} ({dali_build()}) cannot run a GPU pipeline with this driver "
-                f"({cuda_driver()}): {type(exc).__name__}: {detail}")
+        detail = dali_message(exc)
+        reason = (f"DALI {dali_version} ({dali_build()}) cannot run a GPU pipeline with this driver "
+                  f"({cuda_driver()}) on cuda:{device_id}: {detail}")
+        if any(marker.lower() in str(exc).lower() for marker in TRANSIENT_GPU_FAILURES):
+            reason += " (this may pass: not remembered, probed again when next asked)"
+            log.warning("%s", reason)
+            return reason
+        _GPU_PIPELINE_ANSWERS[device_id] = reason
+        return reason
+    _GPU_PIPELINE_ANSWERS[device_id] = None
     return None
+
+
+gpu_pipeline_reason.cache_clear = _GPU_PIPELINE_ANSWERS.clear  # type: ignore[attr-defined]  # as lru_cache's
 
 
 def unavailable_reason(backend: str, host: Probe | None = None) -> str | None:

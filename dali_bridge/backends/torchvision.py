@@ -201,8 +201,17 @@ class TorchvisionExecutor:
                                   ready=lambda raw: raw, lookahead=0)
         else:
             # GPU: copy + finish batch k+1 on a side stream while the consumer works on batch k.
-            yield from prefetched(self.dataloader, start=lambda item: self._finish_on_side_stream(item, by_number),
+            yield from prefetched(self._started(), start=lambda item: self._finish_on_side_stream(item, by_number),
                                   ready=self._ready, lookahead=1)
+
+    def _started(self) -> Iterator[dict[str, Any]]:
+        """The DataLoader's iterator, started with the loader's GPU current: its pin-memory thread
+        makes its CUDA context on the device current when it starts — GPU 0 on a rank > 0 that has
+        not called ``torch.cuda.set_device``."""
+        if self.device.type != "cuda":
+            return iter(self.dataloader)
+        with torch.cuda.device(self.device):
+            return iter(self.dataloader)
 
     def _finish_here(self, item: dict[str, Any], by_number: dict[int, BatchTask]) -> RawBatch:
         image = finish_batch(item["image"], self.plan.finish, self.device) if "image" in item else None

@@ -115,6 +115,17 @@ def torchvision_baseline(spec, listing, plan, threads: int, pil: bool, cuda: boo
     return stream(), lambda: None
 
 
+def baseline_device(gpu: bool) -> int | None:
+    """DALI's ``device_id`` for the baseline: the rank's own GPU, as the bridge's ``dali`` loader (not
+    GPU 0 for every rank of a node); None on the CPU."""
+    if not gpu:
+        return None
+    from ..backends.base import resolve_topology
+    from ..backends.device import gpu_target
+
+    return gpu_target(None, resolve_topology().local_rank).index
+
+
 def dali_baseline_pipeline(spec, listing, plan, threads: int, gpu: bool):
     """The plain DALI pipeline a user writes for ``plan``: file reader in the bridge's epoch-0 order
     (DALI's reader cannot change order per epoch), then each step's plain DALI counterpart with
@@ -128,7 +139,7 @@ def dali_baseline_pipeline(spec, listing, plan, threads: int, gpu: bool):
     order = epoch_order(len(listing), spec.seed, 0, spec.loader.shuffle).tolist()
     decode_device = "mixed" if gpu else "cpu"
 
-    @pipeline_def(batch_size=spec.batch_size, num_threads=threads, device_id=0 if gpu else None,
+    @pipeline_def(batch_size=spec.batch_size, num_threads=threads, device_id=baseline_device(gpu),
                   prefetch_queue_depth=spec.loader.prefetch)
     def plain():
         encoded, labels = fn.readers.file(files=[listing.paths[i] for i in order], labels=order,

@@ -238,6 +238,9 @@ class RandAugment(Policy):
             return (TimmDraw(draw_layers(params, u), fill_colour(params["fill"])),)
         return super().sample(params, u, height, width)
 
+    def kernel_on_host(self, params) -> bool:
+        return params["variant"] == "timm"  # timm's operations are PIL's
+
     def torchvision_kernel(self, image, concrete):
         from .timm_rand_augment import TimmDraw, apply_timm
 
@@ -360,13 +363,14 @@ class AugMix(Op):
 
         draw = concrete[0]
         fill = list(draw.fill) if isinstance(draw.fill, tuple) else draw.fill
-        weight_of = dict(dtype=torch.float32, device=image.device)  # a GPU tail's images are on the GPU
-        mix = torch.tensor(draw.original_weight, **weight_of).reshape(1, 1, 1) * image
+        # Python scalars: torch multiplies a uint8 image by one in float32, as by a float32 weight tensor,
+        # and a GPU tail copies nothing from the host per sample for it.
+        mix = image.to(torch.float32) * draw.original_weight
         for weight, chain in zip(draw.chain_weights, draw.chains):
             augmented = image
             for operation in chain:
                 augmented = apply_operation(augmented, operation, draw.interpolation, fill)
-            mix.add_(torch.tensor(weight, **weight_of).reshape(1, 1, 1) * augmented)
+            mix.add_(augmented.to(torch.float32) * weight)
         return mix.to(image.dtype)  # truncation, as torchvision's
 
     def torchvision_transforms(self, params):

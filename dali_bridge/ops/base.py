@@ -362,6 +362,11 @@ class Op:
         """Apply the concrete parameters to a CHW uint8 tensor (``transforms.v2.functional``)."""
         raise NotImplementedError(f"op {self.name!r} has no torchvision kernel")
 
+    def kernel_on_host(self, params: Mapping[str, Any]) -> bool:
+        """Whether :meth:`torchvision_kernel` needs its image in host memory (a PIL kernel): a GPU
+        torch tail then brings the whole batch to the host once, not each sample there and back."""
+        return False
+
     def torchvision_transforms(self, params: Mapping[str, Any]) -> list:
         """The ``transforms.v2`` transforms a user writes for this step (parity tests, the bench baseline,
         ``spec.to_torchvision``). :func:`dali_bridge.recipes.from_torchvision` reads a transform back into

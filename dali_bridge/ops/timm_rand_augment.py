@@ -12,10 +12,10 @@ and the resampling filter of shear, translate and rotate (``random.choice((BILIN
 
 timm applies its operations to PIL images with PIL's own arithmetic (``Image.transform``,
 ``ImageEnhance``, ``ImageOps``); the kernel here makes the same PIL calls on the uint8 image, on the
-CPU (a GPU tail copies the image there and back). One exception: posterize keeping 0 bits (timm's
-``Posterize`` at magnitude below 2.5, ``PosterizeIncreasing`` at 10, which magnitude noise reaches)
-makes the image black, what Pillow's posterize formula gives for 0 bits (each level & ~255);
-Pillow 13 rejects 0 bits with a ValueError, so timm itself fails on those draws.
+CPU (a GPU tail brings its batch to the host once; the finish takes it back). One exception:
+posterize keeping 0 bits (timm's ``Posterize`` at magnitude below 2.5, ``PosterizeIncreasing`` at
+10, which magnitude noise reaches) makes the image black, what Pillow's posterize formula gives for
+0 bits (each level & ~255); Pillow 13 rejects 0 bits with a ValueError, so timm itself fails on those draws.
 """
 from __future__ import annotations
 
@@ -116,17 +116,18 @@ def fill_colour(fill: Any) -> tuple[int, int, int]:
 
 
 def apply_timm(image: Any, draw: TimmDraw) -> Any:
-    """timm's PIL operations on a CHW uint8 tensor (on the CPU; the result goes back to its device)."""
+    """timm's PIL operations on a CHW uint8 tensor in host memory (a GPU tail brings its batch there
+    once: ``kernel_on_host``), giving one there too."""
     import numpy as np
     import torch
     from PIL import Image
 
     if not draw.operations:
         return image
-    picture = Image.fromarray(np.ascontiguousarray(image.permute(1, 2, 0).cpu().numpy()))
+    picture = Image.fromarray(np.ascontiguousarray(image.permute(1, 2, 0).numpy()))
     for operation in draw.operations:
         picture = _pil_operation(picture, operation, draw.fill)
-    return torch.from_numpy(np.array(picture)).permute(2, 0, 1).contiguous().to(image.device)
+    return torch.from_numpy(np.array(picture)).permute(2, 0, 1).contiguous()
 
 
 def _pil_operation(picture: Any, operation: TimmOperation, fill: tuple[int, int, int]) -> Any:

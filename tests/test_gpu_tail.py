@@ -1,0 +1,135 @@
+"""The torch tail on a DALI backend (the ops that run as torchvision kernels after the DALI graph):
+nothing per sample crosses between host and device, and on a GPU it runs on a side stream the
+consumer's stream waits for. Counted on a CPU host (``dali-cpu`` runs the same tail code), the
+stream order pinned with fakes; what only a GPU shows is in test_gpu.py and device_check's sync check.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from conftest import backend_params
+from dali_bridge import build_loader
+from dali_bridge.backends.device import InFlightCopies, TailStream
+from hostile import write_image_folder
+
+DALI_CPU = backend_params(["dali-cpu"])
+TAILS = {
+    "augmix": {"augmix": {"severity": 3, "mixture_width": 3}},
+    "timm-rand-augment": {"rand_augment": {"variant": "timm", "num_ops": 2, "magnitude": 9}},
+    "trivial-augment": {"trivial_augment_wide": {}},
+}
+
+
+class DeviceCopies:
+    """Counts the calls made from the bridge's own code that move data between devices: ``Tensor.to``
+    with a device, ``Tensor.cpu``/``cuda``, ``torch.tensor``/``as_tensor`` given a device."""
+
+    def __init__(self, monkeypatch):
+        self.calls: list[str] = []
+        for owner, name, moves in ((torch.Tensor, "to", self._to_moves), (torch.Tensor, "cpu", None),
+                                   (torch.Tensor, "cuda", None), (torch, "tensor", self._names_device),
+                                   (torch, "as_tensor", self._names_device)):
+            monkeypatch.setattr(owner, name, self._counting(getattr(owner, name), name, moves))
+
+    @staticmethod
+    def _to_moves(args, kwargs) -> bool:
+        return "device" in kwargs or any(isinstance(a, (torch.device, str)) for a in args)
+
+    @staticmethod
+    def _names_device(args, kwargs) -> bool:
+        return kwargs.get("device") is not None
+
+    def _counting(self, real, name, moves):
+        def call(*args, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            moved = moves is None or moves(args[1:] if name == "to" else args, kwargs)
+            if "dali_bridge" in Path(caller).parts and moved:
+                self.calls.append(f"{name} from {Path(caller).name}:{sys._getframe(1).f_lineno}")
+            return real(*args, **kwargs)
+        return call
+
+
+def tail_pipeline(root: Path, op: dict[str, Any], batch_size: int) -> dict[str, Any]:
+    return {"version": 1, "name": "tail", "source": {"type": "folder", "root": str(root)}, "batch_size": batch_size,
+            "seed": 2, "ops": [{"random_resized_crop": {"size": 32}}, op, {"normalize": {"dtype": "uint8"}}],
+            "outputs": ["image", "label", "index"], "loader": {"workers": 1, "shuffle": False}}
+
+
+@pytest.mark.parametrize("backend", DALI_CPU)
+@pytest.mark.parametrize("tail", sorted(TAILS))
+def test_the_torch_tail_makes_no_device_copy_per_sample(tmp_path, monkeypatch, backend, tail):
+    write_image_folder(tmp_path / "data", classes=2, per_class=4)
+    per_batch = {}
+    for batch_size in (2, 8):
+        loader = build_loader(tail_pipeline(tmp_path / "data", TAILS[tail], batch_size), backend)
+        with monkeypatch.context() as patch:
+            copies = DeviceCopies(patch)
+            next(iter(loader))
+        per_batch[batch_size] = copies.calls
+        loader.close()
+    # The same few per batch (the labels' and indices' own), whatever the batch holds.
+    assert len(per_batch[8]) == len(per_batch[2]), per_batch
+
+
+class Recorder:
+    """A fake CUDA stream API that logs the order of what the tail stream asks for."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    def stream(self, name: str) -> Any:
+        recorder = self
+
+        class FakeStream:
+            def __repr__(self) -> str:
+                return name
+
+            def wait_event(self, event) -> None:
+                recorder.log.append(f"{name} waits for {event}")
+
+            def __enter__(self):
+                recorder.log.append(f"enter {name}")
+
+            def __exit__(self, *exc) -> None:
+                recorder.log.append(f"leave {name}")
+
+        return FakeStream()
+
+
+def test_a_gpu_tail_runs_on_its_side_stream_and_the_consumer_waits_for_it_alone(monkeypatch):
+    recorder = Recorder()
+    side, consumer = recorder.stream("side"), recorder.stream("consumer")
+
+    class FakeEvent:
+        def record(self, stream) -> None:
+            recorder.log.append(f"event recorded on {stream}")
+
+        def query(self) -> bool:
+            return False
+
+        def __repr__(self) -> str:
+            return "the tail's event"
+
+    class FakeOutput:
+        device = torch.device("cuda", 0)
+
+        def record_stream(self, stream) -> None:
+            recorder.log.append(f"output recorded on {stream}")
+
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: side)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: stream)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: consumer)
+    tail_stream = TailStream(torch.device("cuda", 0))
+    in_flight = InFlightCopies()
+    dali_outputs = object()
+    output = tail_stream.run(lambda: recorder.log.append("tail kernels") or FakeOutput(), dali_outputs, in_flight)
+    assert isinstance(output, FakeOutput)
+    assert recorder.log == ["enter side", "tail kernels", "event recorded on side", "leave side",
+                            "consumer waits for the tail's event", "output recorded on consumer"]
+    assert in_flight.pending[0][1] is dali_outputs   # DALI's buffers stay alive until the tail has run
