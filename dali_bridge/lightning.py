@@ -152,10 +152,10 @@ class DataModule(LightningDataModule):
             self._restore(state_dict)
 
     def _restore(self, state_dict: Mapping[str, Any]) -> None:
-        # The checkpoint holds rank 0's state. Every rank steps in lockstep (one batch each per
-        # step), so rank 0's epoch and batch are this rank's; only the rank itself differs.
+        # The checkpoint holds rank 0's state: the job's place in the epoch, the same on every rank
+        # (ranks step in lockstep), which a loader of any rank and world size continues from.
         assert self.train_loader is not None
-        self.train_loader.load_state_dict({**state_dict["train"], "rank": self.train_loader.rank})
+        self.train_loader.load_state_dict(state_dict["train"])
         self._pending_state = None
 
     def teardown(self, stage: str) -> None:

@@ -127,6 +127,11 @@ class ParquetSamples:
     :data:`MAX_CACHED_BYTES`; pickling (to spawned workers) drops the cache and open files.
     """
 
+    #: A row's byte count is known only once its row group is read (the listing reads the labels
+    #: alone), so the listing's per-sample byte cap applies to the bytes read, which the bounded
+    #: row-group cache holds anyway.
+    size = None
+
     def __init__(self, files: tuple[str, ...], group_file: np.ndarray, group_number: np.ndarray,
                  group_start: np.ndarray, image_column: str, kinds: tuple[str, ...]):
         self.files = files

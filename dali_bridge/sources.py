@@ -93,10 +93,14 @@ class Listing:
         backends, ``convert``) comes through here, so an over-size file is the same sample error on each."""
         if self.shards is None:
             return read_file(self.paths[index], max_bytes=self.max_bytes)
-        size = int(self.shards.size[index])
-        if size > self.max_bytes:  # from the shard's index, before reading
-            raise ImageError(too_many_bytes(size, self.max_bytes))
-        return self.shards.read(index)
+        if self.shards.size is not None:
+            size = int(self.shards.size[index])
+            if size > self.max_bytes:  # from the shard's index, before reading
+                raise ImageError(too_many_bytes(size, self.max_bytes))
+        data = self.shards.read(index)
+        if len(data) > self.max_bytes:  # a source that knows a size only once read (Parquet's row groups)
+            raise ImageError(too_many_bytes(len(data), self.max_bytes))
+        return data
 
     def describe(self) -> str:
         text = f"{plural(len(self), 'sample')} in {plural(len(self.classes), 'class')} under {self.root}"

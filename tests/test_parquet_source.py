@@ -270,6 +270,15 @@ def test_an_image_over_max_pixels_is_a_sample_error(hf_dataset):
         assert len(loader.skipped) == 37 and "pixels" in loader.skipped[0].reason
 
 
+@pytest.mark.parametrize("backend", backend_params(["dali-cpu", "torchvision"]))
+def test_an_image_over_max_bytes_is_a_sample_error_on_each_backend(hf_dataset, backend):
+    root, _ = hf_dataset
+    overrides = loader_overrides({**parquet_source(root), "max_bytes": 1000}, **{"loader.on_error": "skip"})
+    with build_loader(TRAIN, backend, overrides=overrides) as loader:
+        assert epoch(loader) == []
+        assert len(loader.skipped) == 37 and "bytes" in loader.skipped[0].reason
+
+
 def test_a_damaged_row_group_is_a_sample_error_for_its_rows_only(tmp_path, hf_dataset):
     _, data = hf_dataset
     path = write_hf(tmp_path / "damaged.parquet", data[:8], [0] * 8, names=None, struct=False)
