@@ -187,6 +187,11 @@ def to_levels(image: torch.Tensor, finish: Finish) -> np.ndarray:
     return (array * std + mean) * np.float32(255.0)
 
 
+# The most worst samples kept as pixels for saving: each is held (both backends' images, float32)
+# until the end, e.g. 100 x 2 x 3x224x224 x 4 bytes = 120 MB; 1024x1024 outputs take 2.5 GB.
+MAX_SAVED_WORST = 100
+
+
 class _Accumulator:
     """Running statistics over batches: per-output totals, the worst samples, a mean |Δ| map."""
 
@@ -261,6 +266,9 @@ def compare_batches(batches_a: Iterable[Sequence[torch.Tensor]], batches_b: Iter
     if "index" not in outputs:
         raise ValueError("compare_batches needs the 'index' output to match samples")
     worst_to_save = keep_worst if worst_to_save is None else worst_to_save
+    if save_dir is not None and worst_to_save > MAX_SAVED_WORST:
+        raise ValueError(f"at most {MAX_SAVED_WORST} worst samples can be saved (each is held as pixels until "
+                         f"the end), found {worst_to_save}")
     acc = _Accumulator(finish, paths, keep_worst=max(keep_worst, worst_to_save if save_dir else 0),
                        keep_pixels=save_dir is not None)
     number, problems = _walk_batches(acc, iter(batches_a), iter(batches_b), outputs=outputs, backends=backends,

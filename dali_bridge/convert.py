@@ -35,6 +35,7 @@ from typing import Any, BinaryIO, Iterator
 from .shards import index_path, manifest_path
 from .images import ImageError
 from .ops import is_int
+from .quoting import safe_name
 from .sources import (Listing, SourceError, list_file, list_folder, manifest_problem,
                       read_manifest_json)
 from .spec import DEFAULT_EXTENSIONS, NotUtf8Error
@@ -64,7 +65,7 @@ class ConvertResult:
     def describe_skipped(self, most: int = 20) -> str:
         """The files left out, one per line with the reason (the manifest lists them all)."""
         lines = [f"left out {len(self.skipped)} file(s) the loader would refuse (listed in {self.manifest}):"]
-        lines += [f"  {path}: {reason}" for path, reason in self.skipped[:most]]
+        lines += [f"  {safe_name(path)}: {reason}" for path, reason in self.skipped[:most]]
         if len(self.skipped) > most:
             lines.append(f"  ... and {len(self.skipped) - most} more")
         return "\n".join(lines)
