@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -118,3 +119,42 @@ def test_a_loader_with_workers_inside_a_dataloader_worker_is_refused_naming_work
                                     loader={"workers": 0}))
     assert list(DataLoader(_BuildsALoader(zero), batch_size=None, num_workers=1)) == ["built"]
     assert torch.utils.data.get_worker_info() is None
+
+
+_ITERATE = """
+import sys
+from dali_bridge import build_loader
+from dali_bridge.backends.torchvision import WorkerError
+from dali_bridge.spec import load_spec
+spec = load_spec(sys.argv[1], {"source": {"type": "folder", "root": sys.argv[2]}, "batch_size": 16,
+                               "loader": {"workers": 2}})
+loader = build_loader(spec, "torchvision", device="cpu")
+try:
+    sum(1 for _ in loader)
+except WorkerError as exc:
+    print("WorkerError:", exc)
+finally:
+    loader.close()
+"""
+
+
+def test_a_full_dev_shm_is_a_clear_error_and_leaves_no_segment_behind(sample_root, tmp_path):
+    """/dev/shm of 1 MiB in a private mount namespace (root only): the batch buffers do not fit."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs util-linux unshare")
+    script = tmp_path / "iterate.py"
+    script.write_text(_ITERATE)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    command = (f"mount -t tmpfs -o size=1m tmpfs /dev/shm || exit 77; "
+               f"{sys.executable} {script} {VAL} {sample_root}; echo left: $(ls /dev/shm)")
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", command], env=env,
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode == 77 or "unshare failed" in done.stderr or "Operation not permitted" in done.stderr:
+        pytest.skip("a private /dev/shm needs root with mount rights")
+    assert "WorkerError: a DataLoader worker cannot allocate its batch buffers" in done.stdout, done.stderr
+    assert "in /dev/shm (1 MiB free of 1 MiB" in done.stdout and "docker --shm-size" in done.stdout
+    assert done.stdout.rstrip().endswith("left:"), done.stdout  # no torch_* segment after the process ended

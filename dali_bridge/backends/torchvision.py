@@ -14,8 +14,10 @@ stopped by SIGSTOP, a hung file system) are reported in a warning naming each wo
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
+import os
 import shutil
 import signal
 import threading
@@ -50,7 +52,7 @@ SHARED_MEMORY = "/dev/shm"
 
 
 class WorkerError(RuntimeError):
-    """A DataLoader worker died during an iteration: which, how, and what to do."""
+    """A DataLoader worker died, or cannot go on (shared memory full): which, why, and what to do."""
 
 
 def apply_steps(image: torch.Tensor, plan: Plan, per_step: list) -> torch.Tensor:
@@ -82,9 +84,13 @@ class BatchDataset(Dataset):
         height, width = self.plan.output_size
         if not self._ring:
             in_worker = torch.utils.data.get_worker_info() is not None
+            nbytes = self.batch_size * 3 * height * width
             for _ in range(self.ring_size if in_worker else 1):
-                nbytes = self.batch_size * 3 * height * width
-                storage = torch.UntypedStorage._new_shared(nbytes) if in_worker else torch.UntypedStorage(nbytes)
+                try:
+                    storage = _shared_storage(nbytes, self.ring_size) if in_worker else torch.UntypedStorage(nbytes)
+                except _SharedMemoryFull:
+                    self._ring.clear()  # a short ring would reuse a buffer still in flight: all or none
+                    raise
                 buffer = torch.empty(0, dtype=torch.uint8).set_(storage)
                 self._ring.append(buffer.view(self.batch_size, 3, height, width))
         buffer = self._ring[self._next % len(self._ring)]
@@ -109,10 +115,50 @@ class BatchDataset(Dataset):
                 continue
             images.append(apply_steps(image, self.plan, per_step))
             rows.append(row)
-        out = self._buffer(len(images))
+        try:
+            out = self._buffer(len(images))
+        except _SharedMemoryFull as exc:  # as data, not raised: the main process says it without a traceback
+            return {"fatal": str(exc)}
         for slot, image in enumerate(images):
             out[slot].copy_(image)
         return {"image": out, "rows": rows, "skipped": skipped, "number": task.number}
+
+
+class _SharedMemoryFull(RuntimeError):
+    """A worker cannot allocate its batch buffers in shared memory."""
+
+
+def _shared_storage(nbytes: int, buffers: int) -> torch.UntypedStorage:
+    """``nbytes`` of shared memory for a worker's batch buffer; :class:`_SharedMemoryFull` saying
+    what to do when ``/dev/shm`` cannot hold it. torch leaves the segment of a failed allocation
+    behind (it unlinks a segment only once mapped): this worker's are removed here."""
+    try:
+        return torch.UntypedStorage._new_shared(nbytes)
+    except RuntimeError as exc:
+        removed = _remove_leaked_segments()
+        raise _SharedMemoryFull(
+            f"a DataLoader worker cannot allocate its batch buffers ({buffers} x {nbytes / 2**20:.1f} MiB) in "
+            f"{SHARED_MEMORY} ({_free_shared_memory()}; {exc}); {removed} half-made segment(s) removed. Free "
+            f"space there or give the container more (docker --shm-size), or lower loader.workers, "
+            f"loader.prefetch or batch_size") from None
+
+
+def _remove_leaked_segments() -> int:
+    """Remove this process's ``torch_<pid>_*`` segments from ``/dev/shm``. Only under torch's
+    ``file_descriptor`` strategy, where a segment still named there was never mapped (the others
+    are unlinked at once); under ``file_system`` the names are live, and are left alone."""
+    if torch.multiprocessing.get_sharing_strategy() != "file_descriptor":
+        return 0
+    prefix, removed = f"torch_{os.getpid()}_", 0
+    try:
+        names = [name for name in os.listdir(SHARED_MEMORY) if name.startswith(prefix)]
+    except OSError:
+        return 0
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(SHARED_MEMORY, name))
+            removed += 1
+    return removed
 
 
 class _TaskSampler:
@@ -292,6 +338,8 @@ class TorchvisionExecutor:
         return raw
 
     def _raw(self, item: dict[str, Any], by_number: dict[int, BatchTask], image: torch.Tensor | None) -> RawBatch:
+        if "fatal" in item:
+            raise WorkerError(item["fatal"])
         if "error" in item:
             index, path, reason = item["error"]
             raise SampleError(index, path, reason)
