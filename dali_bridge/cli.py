@@ -281,6 +281,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     from .convert import ConvertError, convert
+    from .quoting import safe_name
     from .spec import DEFAULT_EXTENSIONS
 
     extensions = tuple("." + e.strip().lstrip(".").lower() for e in args.extensions.split(",")) \
@@ -290,6 +291,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
                          progress=not args.quiet, extensions=extensions)
     except ConvertError as exc:
         print(f"dali-bridge convert: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except OSError as exc:  # e.g. the output folder cannot be made: before anything is written
+        print(f"dali-bridge convert: {safe_name(exc.filename or args.out_pattern)}: {exc.strerror or exc}",
+              file=sys.stderr)
         return EXIT_INVALID
     print(f"wrote {len(result.shards)} shard(s), {result.samples} samples, {result.bytes_written / 2**20:.1f} MiB "
           f"in {result.seconds:.1f} s; DALI index files beside them")

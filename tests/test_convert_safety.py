@@ -233,3 +233,10 @@ def test_a_convert_killed_while_writing_leaves_no_shard_and_the_next_one_cleans_
     result = convert(sample_root, str(out / "s-%06d.tar"), shard_size=20)
     assert verify_shards(result.manifest) == [] and _temporaries(out) == []
     assert json.loads(Path(result.manifest).read_text())["samples"] == 37
+
+
+def test_an_output_folder_that_cannot_be_made_exits_2_without_a_traceback(sample_root, tmp_path, capsys):
+    (tmp_path / "file").write_text("in the way")
+    assert main(["convert", str(sample_root), str(tmp_path / "file" / "out" / "s-%06d.tar"), "-q"]) == EXIT_INVALID
+    err = capsys.readouterr().err
+    assert err.startswith(f"dali-bridge convert: {tmp_path / 'file'}") and "Not a directory" in err

@@ -121,3 +121,25 @@ def test_convert_result_lists_at_most_twenty_left_out_files_escaped(tmp_path):
     result = convert(tmp_path / "data", str(tmp_path / "out" / "s-%06d.tar"))
     text = result.describe_skipped()
     assert _clean(text) and "\x07" not in text and text.endswith("... and 2 more")
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_shard_listing_problems_escape_member_names(tmp_path, hostile):
+    import io
+    import tarfile
+
+    from dali_bridge.sources import SourceError, list_webdataset
+    from dali_bridge.spec import DEFAULT_IMAGE_KEYS
+    from hostile import tiny_jpeg
+
+    shard = tmp_path / "s-0.tar"
+    with tarfile.open(shard, "w") as archive:
+        data = tiny_jpeg(1)
+        info = tarfile.TarInfo(f"evil{hostile}key.jpg")  # an image without its label member
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    with pytest.raises(SourceError) as info:
+        list_webdataset(str(shard), DEFAULT_IMAGE_KEYS)
+    message = str(info.value)
+    assert "has no label member" in message and repr(f"evil{hostile}key") in message
+    assert _clean(message) and len(message.splitlines()) == 2
