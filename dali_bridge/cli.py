@@ -216,9 +216,8 @@ def check_writable_file(path: str, flag: str) -> None:
     opened for appending (created if absent, then removed), so a missing folder, a directory in its
     place or a read-only file system are found now rather than after a long run."""
     existed = os.path.lexists(path)
-    try:
-        with open(path, "a", encoding="utf-8"):
-            pass
+    try:  # without blocking: a FIFO in the file's place is refused, not waited on
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o666))
     except OSError as exc:
         raise SystemExit(f"dali-bridge: {flag} {path}: cannot write it: {exc.strerror or exc}") from None
     if not existed:

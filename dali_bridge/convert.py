@@ -237,6 +237,9 @@ def _pattern_lock(out_pattern: str) -> Iterator[None]:
         except OSError as exc:
             raise ConvertError(f"cannot open the lock file {safe_name(lock)}: {exc.strerror or exc}"
                                f"{' (a link: remove it)' if exc.errno == errno.ELOOP else ''}") from None
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            os.close(descriptor)
+            raise ConvertError(f"the lock file {safe_name(lock)} is not a regular file: remove it")
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

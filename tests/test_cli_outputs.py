@@ -5,6 +5,7 @@ bad sample."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -32,11 +33,14 @@ def test_run_refuses_fewer_than_one_batch(batches, no_work, capsys):
 def _unwritable(tmp_path, kind: str) -> str:
     if kind == "missing folder":
         return str(tmp_path / "no" / "such" / "out.json")
+    if kind == "a FIFO in its place":  # opened without blocking: refused, not waited on
+        os.mkfifo(tmp_path / "fifo")
+        return str(tmp_path / "fifo")
     (tmp_path / "a-folder").mkdir()
     return str(tmp_path / "a-folder")
 
 
-@pytest.mark.parametrize("kind", ["missing folder", "a folder in its place"])
+@pytest.mark.parametrize("kind", ["missing folder", "a folder in its place", "a FIFO in its place"])
 def test_run_checks_its_json_output_before_running(tmp_path, kind, no_work, capsys):
     target = _unwritable(tmp_path, kind)
     with pytest.raises(SystemExit) as done:
