@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from .plan import Finish, Plan, build_plan
+from .quoting import safe_name
 from .spec import PipelineSpec, coerce_spec
 from .wording import plural
 
@@ -167,7 +168,7 @@ class CompareResult:
             lines.append("worst samples (index, batch/row, max |Δ|, mean |Δ|, file):")
             for item in self.worst:
                 lines.append(f"  {item.index:>6}  {item.batch}/{item.row:<4} {item.max_abs:8.3f} {item.mean_abs:8.4f}  "
-                             f"{item.path}")
+                             f"{safe_name(item.path)}")
         for path in self.saved:
             lines.append(f"saved {path}")
         lines.append("PASS" if self.passed else "FAIL")

@@ -143,3 +143,21 @@ def test_shard_listing_problems_escape_member_names(tmp_path, hostile):
     message = str(info.value)
     assert "has no label member" in message and repr(f"evil{hostile}key") in message
     assert _clean(message) and len(message.splitlines()) == 2
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_compares_worst_list_escapes_file_names(hostile):
+    import numpy as np
+    import torch
+
+    from dali_bridge.compare import compare_batches
+    from dali_bridge.plan import Finish
+
+    images = torch.from_numpy(np.random.default_rng(0).integers(0, 200, (2, 3, 4, 4), dtype=np.uint8))
+    indices = torch.arange(2)
+    paths = [f"/data/evil{hostile}0.jpg", "/data/ok.jpg"]
+    result = compare_batches([(images, indices)], [(images + 1, indices)], ["image", "index"], Finish(), paths,
+                             keep_worst=2)
+    text = result.format()
+    assert repr(paths[0]) in text and _clean(text)
+    assert sum("/data/" in line for line in text.splitlines()) == 2
