@@ -186,6 +186,7 @@ class _Staging:
     def __init__(self, out_pattern: str):
         self.folder = os.path.dirname(os.path.abspath(out_pattern))
         self.pending: list[tuple[str, str]] = []   # (temporary, final)
+        self.renamed = 0
         mask = os.umask(0)
         os.umask(mask)
         self.mode = 0o666 & ~mask   # what a plain open() would give; mkstemp makes 0600
@@ -204,6 +205,16 @@ class _Staging:
             temporary, final = self.pending[0]
             os.replace(temporary, final)
             self.pending.pop(0)
+            self.renamed += 1
+
+    def state(self) -> str:
+        """What a failure leaves, in words: nothing replaced, a mixed set, or the new set in place."""
+        if not self.renamed:
+            return "the temporary files were removed and no shard, index or manifest was replaced"
+        if self.pending:
+            return (f"only {self.renamed} of {self.renamed + len(self.pending)} files were renamed into place, so "
+                    f"the set may be mixed: convert again ('dali-bridge verify' names each shard that differs)")
+        return "the new shards, indexes and manifest are in place; some old shards past them may remain"
 
     def discard(self) -> None:
         for temporary, _ in self.pending:
@@ -444,8 +455,7 @@ def convert(source: str | Path | Listing, out_pattern: str, *, shard_size: int =
                                    shard_size=shard_size, progress=progress, max_image_bytes=max_image_bytes)
         except OSError as exc:
             where = safe_name(exc.filename) if exc.filename else staging.folder
-            raise ConvertError(f"cannot write {where}: {exc.strerror or exc}; the temporary files were removed and "
-                               f"no shard, index or manifest was replaced") from None
+            raise ConvertError(f"cannot write {where}: {exc.strerror or exc}; {staging.state()}") from None
         finally:
             staging.discard()
 

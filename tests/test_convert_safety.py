@@ -240,3 +240,23 @@ def test_an_output_folder_that_cannot_be_made_exits_2_without_a_traceback(sample
     assert main(["convert", str(sample_root), str(tmp_path / "file" / "out" / "s-%06d.tar"), "-q"]) == EXIT_INVALID
     err = capsys.readouterr().err
     assert err.startswith(f"dali-bridge convert: {tmp_path / 'file'}") and "Not a directory" in err
+
+
+def test_a_failure_between_the_renames_says_the_set_may_be_mixed(sample_root, tmp_path, monkeypatch):
+    import dali_bridge.convert as module
+
+    out = tmp_path / "out"
+    _old_set(sample_root, out)
+    real_replace, calls = os.replace, []
+
+    def second_fails(source, target):
+        calls.append(target)
+        if len(calls) == 2:
+            raise OSError(errno.EIO, os.strerror(errno.EIO), target)
+        return real_replace(source, target)
+
+    monkeypatch.setattr(module.os, "replace", second_fails)
+    with pytest.raises(ConvertError) as info:
+        convert(sample_root, str(out / "s-%06d.tar"), shard_size=10, overwrite=True)
+    assert "only 1 of 9 files were renamed into place, so the set may be mixed" in str(info.value)
+    assert _temporaries(out) == []
