@@ -525,10 +525,10 @@ def verify_shards(manifest: str | Path) -> list[str]:
     for entry in data["shards"]:
         path = manifest.parent / entry["file"]
         if not path.is_file():
-            problems.append(f"{path}: {'missing' if not os.path.lexists(path) else 'not a regular file'}")
+            problems.append(f"{safe_name(path)}: {'missing' if not os.path.lexists(path) else 'not a regular file'}")
             continue
         if path.stat().st_size != entry["bytes"]:
-            problems.append(f"{path}: {path.stat().st_size} bytes, the manifest records {entry['bytes']}")
+            problems.append(f"{safe_name(path)}: {path.stat().st_size} bytes, the manifest records {entry['bytes']}")
             continue
         digest = hashlib.sha256()
         with open(path, "rb") as handle:
@@ -537,5 +537,6 @@ def verify_shards(manifest: str | Path) -> list[str]:
                 digest.update(block)
                 left -= len(block)
         if digest.hexdigest() != entry["sha256"]:
-            problems.append(f"{path}: sha256 {digest.hexdigest()} differs from the manifest's {entry['sha256']}")
+            problems.append(f"{safe_name(path)}: sha256 {digest.hexdigest()} differs from the manifest's "
+                            f"{safe_name(entry['sha256'])}")
     return problems

@@ -161,3 +161,16 @@ def test_compares_worst_list_escapes_file_names(hostile):
     text = result.format()
     assert repr(paths[0]) in text and _clean(text)
     assert sum("/data/" in line for line in text.splitlines()) == 2
+
+
+def test_verify_escapes_shard_names_from_the_manifest(sample_root, tmp_path, capsys):
+    import json
+    from pathlib import Path
+
+    result = convert(sample_root, str(tmp_path / "out" / "s-%d.tar"), shard_size=40)
+    manifest = json.loads(Path(result.manifest).read_text())
+    manifest["shards"][0]["file"] = "gone\x1b[2J\r.tar"
+    Path(result.manifest).write_text(json.dumps(manifest))
+    assert main(["verify", result.manifest]) == 1
+    out = capsys.readouterr().out
+    assert _clean(out) and repr(str(tmp_path / "out" / "gone\x1b[2J\r.tar")) + ": missing" in out
