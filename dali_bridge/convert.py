@@ -178,6 +178,21 @@ def _refuse_links(paths: list[str]) -> None:
                            f"regular files and never through or over a link: remove them and convert again")
 
 
+def _umask() -> int:
+    """The process's umask: from ``/proc`` where it says (setting and restoring it, the only other
+    way, briefly changes it for every thread)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 class _Staging:
     """The temporary files of one conversion, in the output folder: each created exclusively
     (``mkstemp``: ``O_CREAT|O_EXCL|O_NOFOLLOW``, an unpredictable name), renamed to its final name
@@ -187,9 +202,7 @@ class _Staging:
         self.folder = os.path.dirname(os.path.abspath(out_pattern))
         self.pending: list[tuple[str, str]] = []   # (temporary, final)
         self.renamed = 0
-        mask = os.umask(0)
-        os.umask(mask)
-        self.mode = 0o666 & ~mask   # what a plain open() would give; mkstemp makes 0600
+        self.mode = 0o666 & ~_umask()   # what a plain open() would give; mkstemp makes 0600
 
     def create(self, final: str) -> BinaryIO:
         """A new temporary file that :meth:`commit` renames to ``final``, open for writing."""

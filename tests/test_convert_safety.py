@@ -260,3 +260,13 @@ def test_a_failure_between_the_renames_says_the_set_may_be_mixed(sample_root, tm
         convert(sample_root, str(out / "s-%06d.tar"), shard_size=10, overwrite=True)
     assert "only 1 of 9 files were renamed into place, so the set may be mixed" in str(info.value)
     assert _temporaries(out) == []
+
+
+def test_shards_get_the_permissions_a_plain_file_would(sample_root, tmp_path):
+    mask = os.umask(0o027)
+    try:
+        result = convert(sample_root, str(tmp_path / "out" / "s-%06d.tar"), shard_size=20)
+    finally:
+        os.umask(mask)
+    for path in [*result.shards, result.manifest]:
+        assert os.stat(path).st_mode & 0o777 == 0o640
