@@ -15,6 +15,8 @@ from .spec import (MISSING_SOURCE, PipelineSpec, SpecError, load_spec, missing_s
                    parse_overrides)
 from .wording import plural
 
+log = logging.getLogger("dali_bridge")
+
 EXIT_FAILED = 1      # the job ran and failed (a bad sample, a comparison outside its bounds)
 EXIT_INVALID = 2     # invalid pipeline, source or arguments
 EXIT_UNAVAILABLE = 3  # an explicitly requested backend cannot run here
@@ -161,31 +163,91 @@ RUN_COLUMNS = [("pipeline", "pipeline"), ("backend", "backend"), ("images_per_se
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .images import SampleError
+    from .quoting import safe_name
     from .timing import format_table
 
     backends = _backend_list(args.backends)
+    if args.batches is not None and args.batches < 1:
+        raise SystemExit(f"dali-bridge: --batches must be at least 1, found {args.batches} "
+                         f"(leave it out for one whole epoch)")
+    if args.json:
+        check_writable_file(args.json, "--json")
+    specs = [(path, _load(path, args)) for path in args.files]  # every file valid before any work
     rows: list[dict[str, Any]] = []
-    for path in args.files:
-        spec = _load(path, args)
+    codes: list[int] = []
+    errors: list[Exception] = []
+    for path, spec in specs:
         for backend in backends:
             try:
                 rows.append(_run_one(spec, backend, args))
-            except SampleError as exc:
-                # One bad file must not hide the other pipelines' and backends' figures: say where it
-                # stopped and how to skip such samples, then carry on.
-                print(f"dali-bridge run: {path} ({spec.name}) on backend {backend} stopped at a bad sample: {exc}\n"
-                      f"  to leave bad samples out and count them: --set loader.on_error=skip", file=sys.stderr)
+            except Exception as exc:
+                # One failure must not hide the other pipelines' and backends' figures: say where it
+                # stopped, keep its row, carry on.
+                errors.append(exc)
+                codes.append(_report_run_failure(exc, f"{safe_name(path)} ({safe_name(spec.name)}) on backend "
+                                                      f"{backend}"))
                 rows.append({"pipeline": spec.name, "backend": backend, "error": str(exc)})
     failed = [row for row in rows if "error" in row]
     columns = RUN_COLUMNS + ([("error", "error")] if failed else [])
-    print(format_table(rows, columns))
+    shown = [{key: safe_name(value) if key in ("pipeline", "error") else value for key, value in row.items()}
+             for row in rows]
+    print(format_table(shown, columns))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
-    if failed:
-        print(f"dali-bridge run: {len(failed)} of {len(rows)} run(s) stopped at a bad sample (above); "
+    bad_samples = sum(isinstance(exc, SampleError) for exc in errors)
+    if bad_samples:
+        print(f"dali-bridge run: {bad_samples} of {len(rows)} run(s) stopped at a bad sample (above); "
               f"rerun with --set loader.on_error=skip to skip and count them", file=sys.stderr)
+    if len(failed) > bad_samples:
+        print(f"dali-bridge run: {len(failed) - bad_samples} of {len(rows)} run(s) failed (above)", file=sys.stderr)
+    return max(codes, default=0)
+
+
+def _report_run_failure(exc: Exception, where: str) -> int:
+    """Print why one run of ``dali-bridge run`` stopped; its exit status (as ``main`` maps the error)."""
+    from .backends.select import BackendUnavailable
+    from .images import SampleError
+    from .sources import SourceError
+
+    if isinstance(exc, SampleError):
+        print(f"dali-bridge run: {where} stopped at a bad sample: {exc}\n"
+              f"  to leave bad samples out and count them: --set loader.on_error=skip", file=sys.stderr)
         return EXIT_FAILED
-    return 0
+    print(f"dali-bridge run: {where} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+    log.info("the failure in full:", exc_info=exc)  # -v: the traceback, for a report
+    if isinstance(exc, BackendUnavailable):
+        return EXIT_UNAVAILABLE
+    return EXIT_INVALID if isinstance(exc, (SpecError, SourceError)) else EXIT_FAILED
+
+
+def check_writable_file(path: str, flag: str) -> None:
+    """Refuse (exit 2) an output file that cannot be written, before the work that fills it: it is
+    opened for appending (created if absent, then removed), so a missing folder, a directory in its
+    place or a read-only file system are found now rather than after a long run."""
+    existed = os.path.lexists(path)
+    try:  # without blocking: a FIFO in the file's place is refused, not waited on
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o666))
+    except OSError as exc:
+        raise SystemExit(f"dali-bridge: {flag} {path}: cannot write it: {exc.strerror or exc}") from None
+    if not existed:
+        os.remove(path)
+
+
+def check_writable_folder(path: str, flag: str) -> None:
+    """Refuse (exit 2) an output folder that cannot be made or written, before the work that fills it:
+    the folder, or the nearest existing one above it, must take a new file."""
+    import tempfile
+
+    folder = Path(path).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise SystemExit(f"dali-bridge: {flag} {path}: {folder} is not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise SystemExit(f"dali-bridge: {flag} {path}: cannot write in {folder}: {exc.strerror or exc}") from None
 
 
 def _run_one(spec: PipelineSpec, backend: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -227,6 +289,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     from .convert import ConvertError, convert
+    from .quoting import safe_name
     from .spec import DEFAULT_EXTENSIONS
 
     extensions = tuple("." + e.strip().lstrip(".").lower() for e in args.extensions.split(",")) \
@@ -236,6 +299,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
                          progress=not args.quiet, extensions=extensions)
     except ConvertError as exc:
         print(f"dali-bridge convert: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except OSError as exc:  # e.g. the output folder cannot be made: before anything is written
+        print(f"dali-bridge convert: {safe_name(exc.filename or args.out_pattern)}: {exc.strerror or exc}",
+              file=sys.stderr)
         return EXIT_INVALID
     print(f"wrote {len(result.shards)} shard(s), {result.samples} samples, {result.bytes_written / 2**20:.1f} MiB "
           f"in {result.seconds:.1f} s; DALI index files beside them")
@@ -342,6 +409,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if unknown:
             raise SystemExit(f"dali-bridge: unknown baseline(s) {', '.join(unknown)} "
                              f"(expected {', '.join(bench.REFERENCE_NAMES)}, default or none)")
+    if args.json:
+        check_writable_file(args.json, "--json")
+    if args.plot:
+        check_writable_file(args.plot, "--plot")
     overrides = dict(parse_override(text) for text in (args.set or []))
     overrides.update(bench.data_overrides(args.data))  # default: the pipeline's own source
     report = bench.run_bench(args.file, backends=backends, baselines=baselines, threads=threads,
@@ -391,7 +462,7 @@ exit status: 0 PASS, 1 FAIL, 2 invalid pipeline or arguments, 3 a backend cannot
 def cmd_compare(args: argparse.Namespace) -> int:
     from dataclasses import asdict, replace
 
-    from .compare import compare, default_bounds, default_pair
+    from .compare import MAX_SAVED_WORST, compare, default_bounds, default_pair
 
     if args.backends == "default":
         backends = list(default_pair())
@@ -403,6 +474,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
                              f"comma, found {args.backends!r}")
     if args.batches < 0 or args.worst < 0:
         raise SystemExit("dali-bridge: --batches and --worst must be >= 0")
+    if args.save:
+        if args.worst > MAX_SAVED_WORST:
+            raise SystemExit(f"dali-bridge: --worst {args.worst} with --save: at most {MAX_SAVED_WORST} samples "
+                             f"are saved (each is held as pixels until the end); pass --worst {MAX_SAVED_WORST} "
+                             f"or less")
+        check_writable_folder(args.save, "--save")
+    if args.json:
+        check_writable_file(args.json, "--json")
     spec = _load(args.file, args)
     bounds = default_bounds(spec, backends)
     if args.max_delta is not None or args.mean_delta is not None:

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from .plan import Finish, Plan, build_plan
+from .quoting import safe_name
 from .spec import PipelineSpec, coerce_spec
 from .wording import plural
 
@@ -192,7 +193,7 @@ class CompareResult:
             lines.append("worst samples (index, batch/row, max |Δ|, mean |Δ|, file):")
             for item in self.worst:
                 lines.append(f"  {item.index:>6}  {item.batch}/{item.row:<4} {item.max_abs:8.3f} {item.mean_abs:8.4f}  "
-                             f"{item.path}")
+                             f"{safe_name(item.path)}")
         for path in self.saved:
             lines.append(f"saved {path}")
         lines.append("PASS" if self.passed else "FAIL")
@@ -210,6 +211,11 @@ def to_levels(image: torch.Tensor, finish: Finish) -> np.ndarray:
     mean = np.asarray(finish.mean, dtype=np.float32).reshape(1, 3, 1, 1)
     std = np.asarray(finish.std, dtype=np.float32).reshape(1, 3, 1, 1)
     return (array * std + mean) * np.float32(255.0)
+
+
+# The most worst samples kept as pixels for saving: each is held (both backends' images, float32)
+# until the end, e.g. 100 x 2 x 3x224x224 x 4 bytes = 120 MB; 1024x1024 outputs take 2.5 GB.
+MAX_SAVED_WORST = 100
 
 
 class _Accumulator:
@@ -286,6 +292,9 @@ def compare_batches(batches_a: Iterable[Sequence[torch.Tensor]], batches_b: Iter
     if "index" not in outputs:
         raise ValueError("compare_batches needs the 'index' output to match samples")
     worst_to_save = keep_worst if worst_to_save is None else worst_to_save
+    if save_dir is not None and worst_to_save > MAX_SAVED_WORST:
+        raise ValueError(f"at most {MAX_SAVED_WORST} worst samples can be saved (each is held as pixels until "
+                         f"the end), found {worst_to_save}")
     acc = _Accumulator(finish, paths, keep_worst=max(keep_worst, worst_to_save if save_dir else 0),
                        keep_pixels=save_dir is not None)
     number, problems = _walk_batches(acc, iter(batches_a), iter(batches_b), outputs=outputs, backends=backends,

@@ -13,11 +13,19 @@ still lists that sample, whose read then fails under ``on_error``.
 
 Next to the shards: a DALI index per shard (``wds2idx`` format v1.2, so ``fn.readers.webdataset``
 can use them too) and a manifest JSON (counts, classes, label mapping, sha256 per shard).
-Shards are written to ``*.partial`` files and renamed when complete: an interrupted run leaves
-no shard that looks whole. Output is byte-for-byte reproducible (fixed mtime/owner in headers).
+Every file is first written to a temporary file in the output folder, created exclusively
+under an unpredictable name (never through a link planted there), and the temporary files are
+renamed to their final names only once all are written, the manifest last: an interrupted or
+failed run (disk full, kill) leaves the previous set as it was. A final name that is a link is
+refused, never replaced. One lock per pattern (``.<manifest>.lock``, ``flock``) refuses a second
+convert into the same pattern while one runs. Output is byte-for-byte reproducible (fixed
+mtime/owner in headers).
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import hashlib
 import io
 import itertools
@@ -26,7 +34,9 @@ import logging
 import math
 import os
 import re
+import stat
 import tarfile
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -38,6 +48,7 @@ from .formats import inspect_image
 from .images import ImageError
 from .parquet import ParquetSamples, list_parquet
 from .ops import is_int
+from .quoting import safe_name
 from .sources import (Listing, SourceError, list_file, list_folder, manifest_problem,
                       read_manifest_json)
 from .spec import DEFAULT_EXTENSIONS, NotUtf8Error
@@ -67,7 +78,7 @@ class ConvertResult:
     def describe_skipped(self, most: int = 20) -> str:
         """The files left out, one per line with the reason (the manifest lists them all)."""
         lines = [f"left out {len(self.skipped)} file(s) the loader would refuse (listed in {self.manifest}):"]
-        lines += [f"  {path}: {reason}" for path, reason in self.skipped[:most]]
+        lines += [f"  {safe_name(path)}: {reason}" for path, reason in self.skipped[:most]]
         if len(self.skipped) > most:
             lines.append(f"  ... and {len(self.skipped) - most} more")
         return "\n".join(lines)
@@ -156,15 +167,134 @@ def _listing_for(source: str | Path | Listing, extensions: tuple[str, ...]) -> t
 def _existing_outputs(out_pattern: str, count: int) -> list[str]:
     found = []
     number = 0
-    while number < count or os.path.exists(out_pattern % number):  # earlier, larger conversions too
+    while number < count or os.path.lexists(out_pattern % number):  # earlier, larger conversions too
         for path in (out_pattern % number, index_path(out_pattern % number)):
-            if os.path.exists(path):
+            if os.path.lexists(path):
                 found.append(path)
         number += 1
     manifest = manifest_path(out_pattern)
-    if os.path.exists(manifest):
+    if os.path.lexists(manifest):
         found.append(manifest)
     return found
+
+
+def _refuse_links(paths: list[str]) -> None:
+    """A final name that is a symbolic link (or anything but a regular file) is never written
+    through nor replaced: :class:`ConvertError` naming them."""
+    odd = [path for path in paths if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode)]
+    if odd:
+        shown = ", ".join(safe_name(path) for path in odd[:5]) + (f" and {len(odd) - 5} more" if len(odd) > 5 else "")
+        raise ConvertError(f"output name(s) taken by a link or other non-file: {shown}; convert writes only "
+                           f"regular files and never through or over a link: remove them and convert again")
+
+
+def _umask() -> int:
+    """The process's umask: from ``/proc`` where it says (setting and restoring it, the only other
+    way, briefly changes it for every thread)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+class _Staging:
+    """The temporary files of one conversion, in the output folder: each created exclusively
+    (``mkstemp``: ``O_CREAT|O_EXCL|O_NOFOLLOW``, an unpredictable name), renamed to its final name
+    by :meth:`commit` only, in the order created; :meth:`discard` removes what was not renamed."""
+
+    def __init__(self, out_pattern: str):
+        self.folder = os.path.dirname(os.path.abspath(out_pattern))
+        self.pending: list[tuple[str, str]] = []   # (temporary, final)
+        self.renamed = 0
+        self.mode = 0o666 & ~_umask()   # what a plain open() would give; mkstemp makes 0600
+
+    def create(self, final: str) -> BinaryIO:
+        """A new temporary file that :meth:`commit` renames to ``final``, open for writing."""
+        descriptor, temporary = tempfile.mkstemp(dir=self.folder, prefix=f".{os.path.basename(final)}.",
+                                                 suffix=".partial")
+        self.pending.append((temporary, final))
+        os.fchmod(descriptor, self.mode)
+        return os.fdopen(descriptor, "wb")
+
+    def commit(self) -> None:
+        _refuse_links([final for _, final in self.pending])
+        while self.pending:
+            temporary, final = self.pending[0]
+            os.replace(temporary, final)
+            self.pending.pop(0)
+            self.renamed += 1
+
+    def state(self) -> str:
+        """What a failure leaves, in words: nothing replaced, a mixed set, or the new set in place."""
+        if not self.renamed:
+            return "the temporary files were removed and no shard, index or manifest was replaced"
+        if self.pending:
+            return (f"only {self.renamed} of {self.renamed + len(self.pending)} files were renamed into place, so "
+                    f"the set may be mixed: convert again ('dali-bridge verify' names each shard that differs)")
+        return "the new shards, indexes and manifest are in place; some old shards past them may remain"
+
+    def discard(self) -> None:
+        for temporary, _ in self.pending:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(temporary)
+        self.pending.clear()
+
+
+def _leftover_temporaries(out_pattern: str) -> list[str]:
+    """Temporary files a killed conversion into ``out_pattern`` left (its shards', indexes' and
+    manifest's), to remove while this conversion holds the pattern's lock."""
+    folder, name = os.path.split(os.path.abspath(out_pattern))
+    shard = _DIRECTIVE.sub("[0-9]+", re.escape(name.replace("%%", "\0"))).replace("\0", "%")
+    finals = "|".join((shard, shard[:-len(re.escape(".tar"))] + re.escape(".idx"),
+                       re.escape(os.path.basename(manifest_path(out_pattern)))))
+    temporary = re.compile(rf"\.(?:{finals})\.[A-Za-z0-9_]{{8}}\.partial")
+    with os.scandir(folder) as entries:
+        return [entry.path for entry in entries if temporary.fullmatch(entry.name)]
+
+
+@contextlib.contextmanager
+def _pattern_lock(out_pattern: str) -> Iterator[None]:
+    """Hold ``out_pattern``'s lock (``.<manifest name>.lock`` beside the shards, ``flock``) for one
+    conversion: a second convert into the pattern is refused while it is held. The kernel releases
+    it when the process ends, killed or not; a clean end also removes the file."""
+    target = manifest_path(out_pattern)
+    lock = os.path.join(os.path.dirname(os.path.abspath(target)), f".{os.path.basename(target)}.lock")
+    for _ in range(10):   # the file we locked may have been removed by the convert that held it
+        try:
+            descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+        except OSError as exc:
+            raise ConvertError(f"cannot open the lock file {safe_name(lock)}: {exc.strerror or exc}"
+                               f"{' (a link: remove it)' if exc.errno == errno.ELOOP else ''}") from None
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            os.close(descriptor)
+            raise ConvertError(f"the lock file {safe_name(lock)} is not a regular file: remove it")
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            raise ConvertError(f"another convert is writing {out_pattern} (it holds {safe_name(lock)}): wait for "
+                               f"it to finish, or write to another pattern") from None
+        try:
+            same = os.path.samestat(os.fstat(descriptor), os.lstat(lock))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(descriptor)
+    else:
+        raise ConvertError(f"cannot take the lock {safe_name(lock)}: it keeps being replaced")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(lock)
+        os.close(descriptor)
 
 
 def _member(name: str, size: int) -> tarfile.TarInfo:
@@ -175,9 +305,10 @@ def _member(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
-def _write_tar(path: str, entries: Iterator[tuple[str, str, bytes, int]], index_lines: list[str]) -> tuple[int, str]:
-    """Write the tar at ``path``, appending one DALI index line per sample; (bytes, sha256)."""
-    with open(path, "wb") as raw:
+def _write_tar(handle: BinaryIO, entries: Iterator[tuple[str, str, bytes, int]],
+               index_lines: list[str]) -> tuple[int, str]:
+    """Write the tar to ``handle`` (closed after), one DALI index line per sample; (bytes, sha256)."""
+    with handle as raw:
         writer = _HashingWriter(raw)
         with tarfile.open(fileobj=writer, mode="w", format=tarfile.PAX_FORMAT) as archive:
             for key, ext, data, label in entries:  # streamed: one image in memory at a time
@@ -193,21 +324,14 @@ def _write_tar(path: str, entries: Iterator[tuple[str, str, bytes, int]], index_
     return writer.written, writer.sha256.hexdigest()
 
 
-def _write_shard(path: str, entries: Iterator[tuple[str, str, bytes, int]]) -> dict[str, Any]:
-    """Write one shard (``.partial`` then rename) and its DALI index; return its manifest entry."""
-    partial = path + ".partial"
+def _write_shard(path: str, entries: Iterator[tuple[str, str, bytes, int]], staging: _Staging) -> dict[str, Any]:
+    """Write one shard and its DALI index as temporary files of ``staging``; its manifest entry."""
     index_lines: list[str] = []
-    try:
-        written, sha256 = _write_tar(partial, entries, index_lines)
-    except BaseException:
-        if os.path.exists(partial):
-            os.remove(partial)
-        raise
+    written, sha256 = _write_tar(staging.create(path), entries, index_lines)
     index = index_path(path)
-    with open(index + ".partial", "w", encoding="utf-8") as handle:
-        handle.write(f"{DALI_INDEX_VERSION} {len(index_lines)}\n" + "\n".join(index_lines) + "\n")
-    os.replace(partial, path)
-    os.replace(index + ".partial", index)
+    with staging.create(index) as handle:
+        handle.write(f"{DALI_INDEX_VERSION} {len(index_lines)}\n".encode() + "\n".join(index_lines).encode("utf-8")
+                     + b"\n")
     return {"file": os.path.basename(path), "index_file": os.path.basename(index), "samples": len(index_lines),
             "bytes": written, "sha256": sha256}
 
@@ -274,13 +398,13 @@ def _packable(listing: Listing, keys: list[str], packing: _Packing, max_bytes: i
 
 
 def _write_shards(out_pattern: str, samples: Iterator[tuple[str, str, bytes, int]],
-                  shard_size: int) -> list[dict[str, Any]]:
+                  shard_size: int, staging: _Staging) -> list[dict[str, Any]]:
     """Shards of ``shard_size`` samples from the stream until it ends; their manifest entries."""
     entries: list[dict[str, Any]] = []
     first_sample = 0
     while (first := next(samples, None)) is not None:
         entry = _write_shard(out_pattern % len(entries),
-                             itertools.chain([first], itertools.islice(samples, shard_size - 1)))
+                             itertools.chain([first], itertools.islice(samples, shard_size - 1)), staging)
         entry["first_sample"] = first_sample
         first_sample += entry["samples"]
         entries.append(entry)
@@ -341,40 +465,67 @@ def convert(source: str | Path | Listing, out_pattern: str, *, shard_size: int =
     indexes or manifest of the pattern raise :class:`ConvertError` unless ``overwrite``, which also
     deletes the higher-numbered shards the old manifest lists under the pattern's names (and
     nothing else). ``progress``: a tqdm bar on stderr.
-    """
-    from tqdm import tqdm
 
+    Nothing is replaced until every shard, index and the manifest are written (as temporary files
+    beside them: an overwrite needs room for both sets): a failure before that (disk full) is a
+    :class:`ConvertError` that leaves the old set as it was and no temporary file behind. A final
+    name taken by a link, and a second convert into the pattern while this one runs, are refused.
+    """
     check_pattern(out_pattern)
     if shard_size < 1:
         raise ConvertError(f"--shard-size: expected an integer >= 1, found {shard_size}")
     listing, source_info = _listing_for(source, extensions)
-    existing = _existing_outputs(out_pattern, math.ceil(len(listing) / shard_size))
-    if existing and not overwrite:
-        shown = ", ".join(existing[:5]) + (f" and {len(existing) - 5} more" if len(existing) > 5 else "")
-        raise ConvertError(f"output exists: {shown} (pass --overwrite to replace it)")
-    owned = _owned_outputs(out_pattern) if overwrite else None
     keys = _sample_keys(listing)
     os.makedirs(os.path.dirname(os.path.abspath(out_pattern)), exist_ok=True)
+    with _pattern_lock(out_pattern):
+        existing = _existing_outputs(out_pattern, math.ceil(len(listing) / shard_size))
+        _refuse_links(existing)
+        if existing and not overwrite:
+            shown = ", ".join(existing[:5]) + (f" and {len(existing) - 5} more" if len(existing) > 5 else "")
+            raise ConvertError(f"output exists: {shown} (pass --overwrite to replace it)")
+        for leftover in _leftover_temporaries(out_pattern):  # of a convert killed before: ours to remove now
+            os.remove(leftover)
+        owned = _owned_outputs(out_pattern) if overwrite else None
+        staging = _Staging(out_pattern)
+        try:
+            return _convert_staged(listing, keys, source_info, out_pattern, staging, owned=owned,
+                                   shard_size=shard_size, progress=progress, max_image_bytes=max_image_bytes)
+        except OSError as exc:
+            where = safe_name(exc.filename) if exc.filename else staging.folder
+            raise ConvertError(f"cannot write {where}: {exc.strerror or exc}; {staging.state()}") from None
+        finally:
+            staging.discard()
+
+
+def _convert_staged(listing: Listing, keys: list[str], source_info: dict[str, str], out_pattern: str,
+                    staging: _Staging, *, owned: list[str] | None, shard_size: int, progress: bool,
+                    max_image_bytes: int) -> ConvertResult:
+    """The conversion proper, under the pattern's lock: every file written to ``staging``, then
+    renamed into place (the manifest last), then the old set's shards past the new count removed."""
+    from tqdm import tqdm
+
     start = time.perf_counter()
     packing = _Packing()
     with tqdm(total=len(listing), unit="img", desc="convert", disable=None if progress else True,
               dynamic_ncols=True) as bar:
-        entries = _write_shards(out_pattern, _packable(listing, keys, packing, max_image_bytes, bar), shard_size)
+        entries = _write_shards(out_pattern, _packable(listing, keys, packing, max_image_bytes, bar), shard_size,
+                                staging)
     count = len(entries)
     if not count:
         raise ConvertError(f"no sample to pack: all {len(listing)} file(s) were left out, e.g. "
-                           f"{packing.skipped[0][0]}: {packing.skipped[0][1]}")
-    stale = [path for path in owned or [] if path not in {out_pattern % n for n in range(count)}
-             and path not in {index_path(out_pattern % n) for n in range(count)}]
-    for path in stale:
-        if os.path.exists(path):
-            os.remove(path)
+                           f"{safe_name(packing.skipped[0][0])}: {packing.skipped[0][1]}")
     pattern = brace_pattern(out_pattern, count)
     target = manifest_path(out_pattern)
-    with open(target + ".partial", "w", encoding="utf-8") as handle:
-        json.dump(_manifest(listing, source_info, shard_size, pattern, packing, entries), handle, indent=2)
-        handle.write("\n")
-    os.replace(target + ".partial", target)
+    with staging.create(target) as handle:
+        text = json.dumps(_manifest(listing, source_info, shard_size, pattern, packing, entries), indent=2)
+        handle.write(text.encode("utf-8") + b"\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    staging.commit()
+    written = {out_pattern % n for n in range(count)} | {index_path(out_pattern % n) for n in range(count)}
+    for path in owned or []:
+        if path not in written and os.path.lexists(path):
+            os.remove(path)
     return ConvertResult(tuple(out_pattern % n for n in range(count)), target, packing.packed,
                          sum(e["bytes"] for e in entries), time.perf_counter() - start, pattern,
                          tuple(packing.skipped))
@@ -411,10 +562,10 @@ def verify_shards(manifest: str | Path) -> list[str]:
     for entry in data["shards"]:
         path = manifest.parent / entry["file"]
         if not path.is_file():
-            problems.append(f"{path}: {'missing' if not os.path.lexists(path) else 'not a regular file'}")
+            problems.append(f"{safe_name(path)}: {'missing' if not os.path.lexists(path) else 'not a regular file'}")
             continue
         if path.stat().st_size != entry["bytes"]:
-            problems.append(f"{path}: {path.stat().st_size} bytes, the manifest records {entry['bytes']}")
+            problems.append(f"{safe_name(path)}: {path.stat().st_size} bytes, the manifest records {entry['bytes']}")
             continue
         digest = hashlib.sha256()
         with open(path, "rb") as handle:
@@ -423,5 +574,6 @@ def verify_shards(manifest: str | Path) -> list[str]:
                 digest.update(block)
                 left -= len(block)
         if digest.hexdigest() != entry["sha256"]:
-            problems.append(f"{path}: sha256 {digest.hexdigest()} differs from the manifest's {entry['sha256']}")
+            problems.append(f"{safe_name(path)}: sha256 {digest.hexdigest()} differs from the manifest's "
+                            f"{safe_name(entry['sha256'])}")
     return problems

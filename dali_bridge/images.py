@@ -12,6 +12,7 @@ import re
 import stat
 
 from .formats import ImageError, inspect_image
+from .quoting import safe_name
 
 __all__ = ["ImageError", "SampleError", "check_encoded", "decode_rgb", "inspect_encoded", "probe", "read_bytes",
            "read_file", "too_many_bytes"]
@@ -22,7 +23,7 @@ class SampleError(RuntimeError):
 
     def __init__(self, index: int, path: str, reason: str):
         self.index, self.path, self.reason = index, path, reason
-        super().__init__(f"sample {index} ({path}): {reason}")
+        super().__init__(f"sample {index} ({safe_name(path)}): {reason}")
 
 
 def read_bytes(path: str) -> bytes:

@@ -21,6 +21,7 @@ from .backends.base import Executor, RawBatch, SkippedSample, Topology, resolve_
 from .limits import check_loader_limits
 from .plan import Plan, build_plan, unsupported_ops
 from .post_finish import PostFinish
+from .quoting import safe_name
 from .resume import STATE_FORMAT, Identity, check_identity, listing_fingerprint, merge_states, read_state
 from .sampling import BatchTask, batch_count, check_epoch, entries_consumed, rank_batches
 from .sources import Listing, list_source
@@ -217,7 +218,8 @@ class Loader:
 
     def _record_skips(self, skipped: list[SkippedSample]) -> None:
         for item in skipped:
-            log.warning("skipped sample %d (%s) in epoch %d: %s", item.index, item.path, item.epoch, item.reason)
+            log.warning("skipped sample %d (%s) in epoch %d: %s", item.index, safe_name(item.path), item.epoch,
+                        item.reason)
         self.skipped.extend(skipped)
 
     def _outputs(self, raw: RawBatch, *, epoch: int, number: int) -> tuple[torch.Tensor, ...]:

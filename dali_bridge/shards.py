@@ -22,6 +22,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from .images import ImageError
+from .quoting import safe_name
 
 # Samples whose shards stay open per process. pread does not move the file offset, so one
 # descriptor can serve every thread and forked worker; the cap stays far below `ulimit -n`.
@@ -193,8 +194,8 @@ def _members_from_index(path: str, size_on_disk: int, handle: BinaryIO, scan: Sh
         for i in range(0, len(fields), 4):
             offset, size = fields[i + 1], fields[i + 2]
             if not (offset.isdigit() and size.isdigit() and offset.isascii() and size.isascii()):
-                scan.problems.append(f"{os.path.basename(index)}: member {fields[i + 3]} has offset {offset!r} "
-                                     f"and size {size!r}; expected non-negative integers — delete the index "
+                scan.problems.append(f"{os.path.basename(index)}: member {safe_name(fields[i + 3])} has offset "
+                                     f"{offset!r} and size {size!r}; expected non-negative integers — delete the index "
                                      f"or re-create it from {os.path.basename(path)}")
                 return []
             members.append((fields[i + 3], int(offset), int(size)))
@@ -266,18 +267,18 @@ def _index_disagreement(handle: BinaryIO, members: list[Member], size_on_disk: i
             if info is None:
                 if end_marker:
                     return None
-                return f"the index places {name} at byte {offset}, beyond the tar's end at byte {position}"
+                return f"the index places {safe_name(name)} at byte {offset}, beyond the tar's end at byte {position}"
             if info.regular and not info.name.rsplit("/", 1)[-1].startswith("."):
-                return f"member {info.name} at byte {position} is missing from the index"
+                return f"member {safe_name(info.name)} at byte {position} is missing from the index"
             position += tarfile.BLOCKSIZE + _blocks(info.size)
         if position != offset - tarfile.BLOCKSIZE:
-            return f"the index places {name} at byte {offset}, which is not where a member's data starts"
+            return f"the index places {safe_name(name)} at byte {offset}, which is not where a member's data starts"
         info = _header_at(handle, position)
         encoded = name.encode("utf-8", "surrogateescape")
         named = info is not None and (info.name == name or len(encoded) > 100 or not encoded.isascii())
         if info is None or not info.regular or info.size != size or not named:
-            found = "an end-of-archive block" if info is None else f"{info.name} ({info.size} bytes)"
-            return f"the index places {name} ({size} bytes) at byte {offset}, where the tar holds {found}"
+            found = "an end-of-archive block" if info is None else f"{safe_name(info.name)} ({info.size} bytes)"
+            return f"the index places {safe_name(name)} ({size} bytes) at byte {offset}, where the tar holds {found}"
         position += tarfile.BLOCKSIZE + _blocks(size)
     return None
 
@@ -302,7 +303,7 @@ def _members_from_tar(handle: BinaryIO, name: str, scan: ShardScan) -> list[Memb
             # The file ends inside this member's payload. Whatever followed it is gone, so the
             # shard is refused as a whole rather than read as a shorter, complete-looking one.
             scan.problems.append(f"{name}: truncated tar: the file ends at byte {handle.seek(0, os.SEEK_END)} "
-                                 f"inside member {cut.name} ({cut.size} bytes declared from byte "
+                                 f"inside member {safe_name(cut.name)} ({cut.size} bytes declared from byte "
                                  f"{cut.offset_data}); samples after it, if any, are lost — re-copy or "
                                  f"re-convert this shard")
             key = split_member(cut.name)[0]
@@ -312,7 +313,7 @@ def _members_from_tar(handle: BinaryIO, name: str, scan: ShardScan) -> list[Memb
         end = archive.offset  # where tarfile stopped: the end-of-archive marker or an unreadable header
         handle.seek(end)
         rest = handle.read(tarfile.BLOCKSIZE)
-        after = f"after member {infos[-1].name}" if infos else "at the start"
+        after = f"after member {safe_name(infos[-1].name)}" if infos else "at the start"
         if not rest:
             scan.problems.append(f"{name}: truncated tar: the file ends at byte {end} {after} without the "
                                  f"end-of-archive marker (samples after it, if any, are lost)")
@@ -345,16 +346,17 @@ def _label(handle: BinaryIO, name: str, member: Member, scan: ShardScan) -> int 
     """The class number a label member holds; None with a problem added if it holds none."""
     _, offset, size = member
     if size > MAX_LABEL_BYTES:
-        scan.problems.append(f"{name}: label member {member[0]} is {size} bytes; a label is a "
+        scan.problems.append(f"{name}: label member {safe_name(member[0])} is {size} bytes; a label is a "
                              f"class number of at most {MAX_LABEL_BYTES} bytes")
         return None
     text = os.pread(handle.fileno(), size, offset) if size else b""
     if len(text) != size:
-        scan.problems.append(f"{name}: label member {member[0]} is cut short (truncated shard)")
+        scan.problems.append(f"{name}: label member {safe_name(member[0])} is cut short (truncated shard)")
         return None
     text = text.decode("utf-8", "replace").strip()
     if not _DIGITS.match(text):
-        scan.problems.append(f"{name}: {member[0]} holds {text[:40]!r}; expected a non-negative integer as text")
+        scan.problems.append(f"{name}: {safe_name(member[0])} holds {text[:40]!r}; expected a non-negative "
+                             f"integer as text")
         return None
     return int(text)
 
@@ -366,9 +368,9 @@ def _sample_members(name: str, key: str, group: list[Member], image_keys: tuple[
     by_ext = {split_member(m[0])[1].lower(): m for m in group}
     if len(by_ext) < len(group):
         repeated = Counter(split_member(m[0])[1].lower() for m in group)
-        scan.problems.append(f"{name}: sample {key} has {len(group)} members for {len(by_ext)} extensions "
+        scan.problems.append(f"{name}: sample {safe_name(key)} has {len(group)} members for {len(by_ext)} extensions "
                              f"(repeated: {', '.join('.' + e for e, n in repeated.items() if n > 1)}; "
-                             f"found {', '.join(m[0] for m in group[:5])}): a key names one sample, with "
+                             f"found {', '.join(safe_name(m[0]) for m in group[:5])}): a key names one sample, with "
                              f"one member per extension")
         return None
     image = next((by_ext[k] for k in image_keys if k in by_ext), None)
@@ -376,13 +378,14 @@ def _sample_members(name: str, key: str, group: list[Member], image_keys: tuple[
     for m in group:
         if m is not image and m is not label_member:
             scan.ignored["." + split_member(m[0])[1].lower()] += 1
-    found = ", ".join(m[0] for m in group)
+    found = ", ".join(safe_name(m[0]) for m in group[:5]) + (f" and {len(group) - 5} more" if len(group) > 5 else "")
     if image is None:
-        scan.problems.append(f"{name}: sample {key} has no image member (expected {key}."
+        scan.problems.append(f"{name}: sample {safe_name(key)} has no image member (expected {safe_name(key)}."
                              f"{' or .'.join(image_keys)}; found {found})")
         return None
     if label_member is None:
-        scan.problems.append(f"{name}: sample {key} has no label member {key}.{label_key} (found {found})")
+        scan.problems.append(f"{name}: sample {safe_name(key)} has no label member {safe_name(key)}.{label_key} "
+                             f"(found {found})")
         return None
     return image, label_member
 
@@ -416,7 +419,7 @@ def scan_shard(path: str, image_keys: tuple[str, ...], label_key: str, use_index
         seen: set[str] = set()
         for key, group in _samples(members, scan):
             if key in seen:
-                scan.problems.append(f"{name}: sample key {key} appears again after other samples "
+                scan.problems.append(f"{name}: sample key {safe_name(key)} appears again after other samples "
                                      f"(members of one sample must be adjacent)")
                 continue
             seen.add(key)

@@ -9,11 +9,13 @@ and :meth:`Listing.read` fetches the bytes with one positioned read (see :mod:`d
 """
 from __future__ import annotations
 
+import errno
 import io
 import json
 import logging
 import os
 import re
+import stat
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,7 +27,7 @@ from .formats import DEFAULT_MAX_PIXELS, inspect_image, without_webp_exif
 from .images import ImageError, check_encoded, decode_rgb, read_file, too_many_bytes
 from .shards import ShardSamples, expand_braces, manifest_path, scan_shard
 from .ops import is_int
-from .quoting import quoted
+from .quoting import quoted, safe_name
 from .spec import DEFAULT_MAX_BYTES, NotUtf8Error, SourceSpec, decode_utf8
 from .wording import plural
 
@@ -128,7 +130,7 @@ def _walk(folder: Path) -> list[tuple[str, list[str]]]:
     walked: list[tuple[str, list[str]]] = []
 
     def fail(exc: OSError) -> None:
-        raise SourceError(f"source.root: cannot list folder {exc.filename}: {exc.strerror or exc}")
+        raise SourceError(f"source.root: cannot list folder {safe_name(exc.filename)}: {exc.strerror or exc}")
 
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=True, onerror=fail):
         chain = chains.pop(dirpath, frozenset()) | {os.path.realpath(dirpath)}
@@ -136,12 +138,41 @@ def _walk(folder: Path) -> list[tuple[str, list[str]]]:
             child = os.path.join(dirpath, dirname)
             real = os.path.realpath(child)
             if real in chain:
-                log.warning("source.root: not following %s: it links back to %s (a symlink loop)", child, real)
+                log.warning("source.root: not following %s: it links back to %s (a symlink loop)", safe_name(child),
+                            safe_name(real))
                 dirnames.remove(dirname)
             else:
                 chains[child] = chain
         walked.append((dirpath, filenames))
     return sorted(walked)
+
+
+def _class_folders(root: Path) -> list[str]:
+    """The sorted names of ``root``'s sub-folders (links to folders included), each one checked: a
+    link that cannot be followed (a loop, a link to itself) and a folder that is ``root`` or holds it
+    (its walk would list the whole dataset again under a new label) are refused by name."""
+    try:
+        entries = list(os.scandir(root))
+    except OSError as exc:
+        raise SourceError(f"source.root: cannot list folder {safe_name(root)}: {exc.strerror or exc}") from None
+    classes = []
+    real_root = os.path.realpath(root)
+    for entry in entries:
+        try:
+            is_dir = entry.is_dir()
+        except OSError as exc:
+            raise SourceError(f"source.root: cannot follow {safe_name(entry.path)}: {exc.strerror or exc} "
+                              f"(a link that leads nowhere or to itself); remove it or point it at a class "
+                              f"folder") from None
+        if not is_dir:
+            continue
+        real = os.path.realpath(entry.path)
+        if real_root == real or real_root.startswith(real.rstrip(os.sep) + os.sep):
+            raise SourceError(f"source.root: class folder {safe_name(entry.path)} links to {safe_name(real)}, "
+                              f"which holds the root itself: it would list the whole dataset again under a new "
+                              f"label; remove the link")
+        classes.append(entry.name)
+    return sorted(classes)
 
 
 def list_folder(root: str | Path, extensions: tuple[str, ...]) -> Listing:
@@ -151,10 +182,7 @@ def list_folder(root: str | Path, extensions: tuple[str, ...]) -> Listing:
         raise SourceError(f"source.root: folder {root} does not exist")
     if not root.is_dir():
         raise SourceError(f"source.root: {root} is not a folder")
-    try:
-        classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
-    except OSError as exc:
-        raise SourceError(f"source.root: cannot list folder {root}: {exc.strerror or exc}") from None
+    classes = _class_folders(root)
     if not classes:
         raise SourceError(f"source.root: {root} has no class sub-folders (expected root/<class>/<image> files)")
     paths: list[str] = []
@@ -173,8 +201,10 @@ def list_folder(root: str | Path, extensions: tuple[str, ...]) -> Listing:
         if len(paths) == before:
             empty.append(name)
     if empty:
+        shown = ", ".join(safe_name(name) for name in empty[:20]) + (f" and {len(empty) - 20} more"
+                                                                     if len(empty) > 20 else "")
         raise SourceError(f"source.root: class folder(s) with no images ({', '.join(extensions)}) under {root}: "
-                          f"{', '.join(empty)} — remove them or add images (labels follow the sorted folder names)")
+                          f"{shown} — remove them or add images (labels follow the sorted folder names)")
     return Listing(tuple(paths), np.asarray(labels, dtype=np.int64), tuple(classes), str(root), ignored)
 
 
@@ -199,6 +229,7 @@ def list_file(file_list: str | Path, root: str | Path | None, extensions: tuple[
     labels: list[int] = []
     numbers: list[int] = []
     problems: list[str] = []
+    content = content.removeprefix("\ufeff")  # a byte-order mark some editors write: not part of line 1's path
     for number, line in enumerate(io.StringIO(content, newline=None), start=1):
         text = line.strip()
         if not text or text.startswith("#"):
@@ -213,9 +244,9 @@ def list_file(file_list: str | Path, root: str | Path | None, extensions: tuple[
             problems.append(f"{file_list}:{number}: labels must be >= 0, found {label}")
             continue
         path = Path(parts[0]) if os.path.isabs(parts[0]) else base / parts[0]
-        if not path.is_file():
-            problems.append(f"{file_list}:{number}: file {path} "
-                            f"{'is not a regular file' if path.exists() else 'does not exist'}")
+        problem = _not_a_file(path)
+        if problem:
+            problems.append(f"{file_list}:{number}: file {safe_name(path)} {problem}")
             continue
         paths.append(str(path))
         labels.append(label)
@@ -229,6 +260,19 @@ def list_file(file_list: str | Path, root: str | Path | None, extensions: tuple[
     num_classes = max(labels) + 1
     return Listing(tuple(paths), np.asarray(labels, dtype=np.int64),
                    tuple(str(c) for c in range(num_classes)), str(base))
+
+
+def _not_a_file(path: Path) -> str | None:
+    """Why ``path`` is not a regular file one can list (does not exist, a name too long, ...), or None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return "does not exist"
+        return f"cannot be read: {exc.strerror or exc}"
+    except ValueError:  # an embedded NUL character
+        return "cannot be read: its name holds a NUL character"
+    return None if stat.S_ISREG(mode) else "is not a regular file"
 
 
 def _shown(problems: list[str], most: int = 50) -> list[str]:
@@ -300,6 +344,21 @@ def manifest_problem(data: Any) -> str | None:
     return None
 
 
+def _size_problems(paths: list[str], manifest_file: str, manifest_data: dict) -> list[str]:
+    """A problem per shard whose size is not the one its manifest records (one ``stat`` each): a
+    shard set mixed by an interrupted or concurrent ``convert``, or a shard replaced since."""
+    recorded = {entry["file"]: entry.get("bytes") for entry in manifest_data.get("shards", [])}
+    problems = []
+    for path in paths:
+        expected = recorded.get(os.path.basename(path))
+        if is_int(expected) and (size := os.stat(path).st_size) != expected:
+            problems.append(f"{safe_name(path)}: {size} bytes, the manifest {safe_name(manifest_file)} records "
+                            f"{expected} (a changed shard, or a set mixed by an interrupted or concurrent convert): "
+                            f"check the set with 'dali-bridge verify {safe_name(manifest_file)}', convert again "
+                            f"to repair it")
+    return problems
+
+
 def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = "cls",
                     manifest: str | None = None) -> Listing:
     """Samples of the shards ``pattern`` names (brace-expanded, in that order), members in tar order.
@@ -315,8 +374,10 @@ def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = 
         raise SourceError(f"source.shards: {exc}") from None
     missing = [p for p in paths if not os.path.isfile(p)]
     if missing:
-        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+        shown = ", ".join(safe_name(p) for p in missing[:10]) + (f" and {len(missing) - 10} more"
+                                                                  if len(missing) > 10 else "")
         raise SourceError(f"source.shards: {len(missing)} of {len(paths)} shard(s) do not exist: {shown}")
+    manifest_file, manifest_data = _manifest_for(pattern, manifest)
     names, labels, shard_ids, offsets, sizes = [], [], [], [], []
     problems: list[str] = []
     ignored: Counter = Counter()
@@ -331,7 +392,6 @@ def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = 
         shard_ids.extend([number] * len(scan.keys))
         offsets.extend(scan.offsets)
         sizes.extend(scan.sizes)
-    manifest_file, manifest_data = _manifest_for(pattern, manifest)
     if manifest_data is None and not problems:
         problems.extend(sparse_labels(labels, lambda i: f"{os.path.basename(paths[shard_ids[i]])}: "
                                                         f"{names[i].rsplit('#', 1)[1]}"))
@@ -340,6 +400,8 @@ def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = 
         classes = tuple(str(c) for c in range(max(labels) + 1))
     if manifest_data is not None:
         classes = tuple(str(c) for c in manifest_data["classes"])
+        if not problems:  # a damaged shard's own problems say more than its size does
+            problems.extend(_size_problems(paths, manifest_file, manifest_data))
         recorded = {entry.get("file"): entry.get("samples") for entry in manifest_data.get("shards", [])}
         for name, count in counts.items():
             if name in recorded and recorded[name] != count and not problems:

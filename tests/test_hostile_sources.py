@@ -16,7 +16,7 @@ import pytest
 from dali_bridge.cli import EXIT_INVALID, main
 from dali_bridge.convert import convert
 from dali_bridge.shards import MAX_BRACE_NAMES, brace_count, expand_braces, scan_shard
-from dali_bridge.sources import SourceError, class_bound, list_file, list_webdataset
+from dali_bridge.sources import SourceError, class_bound, list_file, list_folder, list_webdataset
 from dali_bridge.spec import DEFAULT_EXTENSIONS, DEFAULT_IMAGE_KEYS, SpecError, spec_from_dict
 from hostile import write_image_folder
 
@@ -80,6 +80,60 @@ def test_cli_exits_2_on_a_file_list_that_is_not_utf8(tmp_path, images, capsys):
     assert main(["run", str(pipeline), "--backends", "torchvision", "-q"]) == EXIT_INVALID
     err = capsys.readouterr().err
     assert f"{path}:1:" in err and "Traceback" not in err
+
+
+def test_a_byte_order_mark_before_the_first_line_is_not_part_of_its_path(tmp_path, images):
+    path = _list(tmp_path, "\ufeffdata/class_0/img_000.jpg 0\ndata/class_1/img_000.jpg 1\n".encode())
+    listing = list_file(path, None, DEFAULT_EXTENSIONS)
+    assert listing.paths == (str(tmp_path / "data/class_0/img_000.jpg"), str(tmp_path / "data/class_1/img_000.jpg"))
+
+
+def test_a_path_component_over_255_bytes_is_a_positioned_problem_exit_2(tmp_path, images, capsys):
+    path = _list(tmp_path, f"data/class_0/img_000.jpg 0\ndata/{'x' * 300}.jpg 1\n".encode())
+    with pytest.raises(SourceError) as info:
+        list_file(path, None, DEFAULT_EXTENSIONS)
+    assert f"{path}:2: file " in str(info.value) and "cannot be read: File name too long" in str(info.value)
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(json.dumps({"version": 1, "batch_size": 1, "ops": [{"center_crop": 8}],
+                                    "source": {"type": "file_list", "file_list": str(path)},
+                                    "backend": "torchvision"}))
+    assert main(["run", str(pipeline), "--backends", "torchvision", "-q"]) == EXIT_INVALID
+    err = capsys.readouterr().err
+    assert f"{path}:2:" in err and "Traceback" not in err
+
+
+def test_a_huge_path_line_is_reported_shortened(tmp_path, images):
+    path = _list(tmp_path, b"data/class_0/img_000.jpg 0\n" + b"y" * (20 << 20) + b".jpg 1\n")
+    with pytest.raises(SourceError) as info:
+        list_file(path, None, DEFAULT_EXTENSIONS)
+    assert f"{path}:2: file " in str(info.value) and len(str(info.value)) < 2000
+
+
+# ---- folders: class-folder links
+
+
+def test_a_class_folder_link_to_itself_is_refused_by_name(tmp_path, images):
+    loop = tmp_path / "data" / "loop"
+    os.symlink("loop", loop)
+    with pytest.raises(SourceError) as info:
+        list_folder(tmp_path / "data", DEFAULT_EXTENSIONS)
+    assert f"cannot follow {loop}: Too many levels of symbolic links" in str(info.value)
+
+
+@pytest.mark.parametrize("target", [".", ".."])
+def test_a_class_folder_linking_to_the_root_or_above_is_refused_not_listed_twice(tmp_path, images, target):
+    link = tmp_path / "data" / "zzz_all"
+    os.symlink(os.path.abspath(tmp_path / "data" / target), link)
+    with pytest.raises(SourceError) as info:
+        list_folder(tmp_path / "data", DEFAULT_EXTENSIONS)
+    assert f"class folder {link} links to" in str(info.value) and "holds the root itself" in str(info.value)
+
+
+def test_a_class_folder_linking_elsewhere_is_still_followed(tmp_path, images):
+    other = write_image_folder(tmp_path / "other", classes=1, per_class=3)
+    os.symlink(other[0].parent, tmp_path / "data" / "linked")
+    listing = list_folder(tmp_path / "data", DEFAULT_EXTENSIONS)
+    assert listing.classes == ("class_0", "class_1", "linked") and len(listing) == 7
 
 
 # ---- brace patterns

@@ -193,6 +193,35 @@ def test_a_manifest_whose_counts_disagree_with_the_shards_is_refused(shard_dir, 
         list_webdataset(pattern(copy), DEFAULT_IMAGE_KEYS)
 
 
+def test_a_shard_from_another_conversion_with_the_same_counts_is_refused_naming_verify(shard_dir, sample_root,
+                                                                                       tmp_path):
+    from hostile import tiny_jpeg
+
+    changed = tmp_path / "changed"
+    shutil.copytree(sample_root, changed)
+    first = list_folder(changed, DEFAULT_EXTENSIONS).paths[0]
+    Path(first).write_bytes(tiny_jpeg(7, 60, 70))
+    convert(changed, str(tmp_path / "other" / "train-%06d.tar"), shard_size=SHARD_SIZE)
+    copy = copy_shards(shard_dir, tmp_path)
+    shutil.copy2(tmp_path / "other" / "train-000000.tar", copy / "train-000000.tar")
+    shutil.copy2(tmp_path / "other" / "train-000000.idx", copy / "train-000000.idx")
+    with pytest.raises(SourceError) as info:
+        list_webdataset(pattern(copy), DEFAULT_IMAGE_KEYS)
+    message = str(info.value)
+    manifest = copy / "train.manifest.json"
+    assert f"{copy / 'train-000000.tar'}: {(copy / 'train-000000.tar').stat().st_size} bytes, the manifest " \
+           f"{manifest} records {(shard_dir / 'train-000000.tar').stat().st_size}" in message
+    assert f"dali-bridge verify {manifest}" in message and "1 problem(s)" in message
+
+
+def test_a_shard_grown_by_trailing_bytes_is_refused(shard_dir, tmp_path):
+    copy = copy_shards(shard_dir, tmp_path)
+    with open(copy / "train-000002.tar", "ab") as handle:
+        handle.write(bytes(10240))  # still a valid tar, same samples
+    with pytest.raises(SourceError, match="train-000002.tar: .* bytes, the manifest .* records"):
+        list_webdataset(pattern(copy), DEFAULT_IMAGE_KEYS)
+
+
 def test_missing_shards_are_all_named(shard_dir):
     with pytest.raises(SourceError, match=r"2 of 6 shard\(s\) do not exist: .*train-000004.tar, .*train-000005.tar"):
         list_webdataset(str(shard_dir / "train-{000000..000005}.tar"), DEFAULT_IMAGE_KEYS)

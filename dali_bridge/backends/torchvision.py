@@ -6,10 +6,22 @@ uint8 tensors) and ship whole uint8 batches — a quarter of the bytes of float3
 worker queue into shared-memory buffers they reuse. Dtype conversion and normalisation run on the
 batch: on the GPU when the loader targets one (copy on a side stream, overlapped with the
 consumer's work), else in the main process.
+
+A worker that dies (killed, out of memory, a bus error when ``/dev/shm`` is full) ends the
+iteration with a :class:`WorkerError` that says why and what to do; its workers are shut down and
+the next iteration starts new ones. Workers that deliver nothing for :data:`STALL_SECONDS` (one
+stopped by SIGSTOP, a hung file system) are reported in a warning naming each worker's state.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import threading
+import time
 from collections import deque
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Iterator
@@ -23,7 +35,7 @@ from .device import cuda_ordinal
 from ..plan import Finish, Plan
 from ..sampling import BatchTask, draws, sample_steps
 from ..sources import Listing
-from ..spec import PipelineSpec
+from ..spec import PipelineSpec, Problem, SpecError
 
 log = logging.getLogger("dali_bridge")
 
@@ -32,6 +44,15 @@ _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "uint8": to
 # flight per worker and the main process finishes one batch before it asks for another, so a
 # buffer is reused only after its batch was converted; two spare buffers keep a safe margin.
 _SPARE_BUFFERS = 2
+# Seconds without a batch from the workers before a warning names their state (then again each
+# time as long): far above any batch's decode time, short enough that a stopped worker is noticed.
+STALL_SECONDS = 60.0
+# Where torch's workers share batch memory: a bus error in a worker usually means it is full.
+SHARED_MEMORY = "/dev/shm"
+
+
+class WorkerError(RuntimeError):
+    """A DataLoader worker died, or cannot go on (shared memory full): which, why, and what to do."""
 
 
 def apply_steps(image: torch.Tensor, plan: Plan, per_step: list) -> torch.Tensor:
@@ -63,9 +84,13 @@ class BatchDataset(Dataset):
         height, width = self.plan.output_size
         if not self._ring:
             in_worker = torch.utils.data.get_worker_info() is not None
+            nbytes = self.batch_size * 3 * height * width
             for _ in range(self.ring_size if in_worker else 1):
-                nbytes = self.batch_size * 3 * height * width
-                storage = torch.UntypedStorage._new_shared(nbytes) if in_worker else torch.UntypedStorage(nbytes)
+                try:
+                    storage = _shared_storage(nbytes, self.ring_size) if in_worker else torch.UntypedStorage(nbytes)
+                except _SharedMemoryFull:
+                    self._ring.clear()  # a short ring would reuse a buffer still in flight: all or none
+                    raise
                 buffer = torch.empty(0, dtype=torch.uint8).set_(storage)
                 self._ring.append(buffer.view(self.batch_size, 3, height, width))
         buffer = self._ring[self._next % len(self._ring)]
@@ -90,10 +115,50 @@ class BatchDataset(Dataset):
                 continue
             images.append(apply_steps(image, self.plan, per_step))
             rows.append(row)
-        out = self._buffer(len(images))
+        try:
+            out = self._buffer(len(images))
+        except _SharedMemoryFull as exc:  # as data, not raised: the main process says it without a traceback
+            return {"fatal": str(exc)}
         for slot, image in enumerate(images):
             out[slot].copy_(image)
         return {"image": out, "rows": rows, "skipped": skipped, "number": task.number}
+
+
+class _SharedMemoryFull(RuntimeError):
+    """A worker cannot allocate its batch buffers in shared memory."""
+
+
+def _shared_storage(nbytes: int, buffers: int) -> torch.UntypedStorage:
+    """``nbytes`` of shared memory for a worker's batch buffer; :class:`_SharedMemoryFull` saying
+    what to do when ``/dev/shm`` cannot hold it. torch leaves the segment of a failed allocation
+    behind (it unlinks a segment only once mapped): this worker's are removed here."""
+    try:
+        return torch.UntypedStorage._new_shared(nbytes)
+    except RuntimeError as exc:
+        removed = _remove_leaked_segments()
+        raise _SharedMemoryFull(
+            f"a DataLoader worker cannot allocate its batch buffers ({buffers} x {nbytes / 2**20:.1f} MiB) in "
+            f"{SHARED_MEMORY} ({_free_shared_memory()}; {exc}); {removed} half-made segment(s) removed. Free "
+            f"space there or give the container more (docker --shm-size), or lower loader.workers, "
+            f"loader.prefetch or batch_size") from None
+
+
+def _remove_leaked_segments() -> int:
+    """Remove this process's ``torch_<pid>_*`` segments from ``/dev/shm``. Only under torch's
+    ``file_descriptor`` strategy, where a segment still named there was never mapped (the others
+    are unlinked at once); under ``file_system`` the names are live, and are left alone."""
+    if torch.multiprocessing.get_sharing_strategy() != "file_descriptor":
+        return 0
+    prefix, removed = f"torch_{os.getpid()}_", 0
+    try:
+        names = [name for name in os.listdir(SHARED_MEMORY) if name.startswith(prefix)]
+    except OSError:
+        return 0
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(SHARED_MEMORY, name))
+            removed += 1
+    return removed
 
 
 class _TaskSampler:
@@ -186,6 +251,12 @@ class TorchvisionExecutor:
         self.sampler = _TaskSampler()
         cuda = self.device.type == "cuda"
         self.dataset = BatchDataset(spec, listing, plan, spare_buffers=spec.loader.prefetch + _SPARE_BUFFERS)
+        if self.workers > 0 and multiprocessing.current_process().daemon:
+            raise SpecError([Problem(spec.origin, "loader.workers",
+                                     f"{self.workers} worker processes cannot be started here: this loader is built "
+                                     f"inside a daemonic process (a DataLoader worker, a multiprocessing pool), "
+                                     f"which may not have children; set loader.workers: 0 for a loader built "
+                                     f"there")], spec.origin)
         kwargs: dict[str, Any] = {}
         if self.workers > 0:
             kwargs.update(prefetch_factor=spec.loader.prefetch, persistent_workers=True)
@@ -196,12 +267,13 @@ class TorchvisionExecutor:
     def run(self, tasks: list[BatchTask]) -> Iterator[RawBatch]:
         self.sampler.tasks = list(tasks)
         by_number = {task.number: task for task in tasks}
+        items = self._watched() if self.workers > 0 else self._started()
         if self.stream is None:
-            yield from prefetched(self.dataloader, start=lambda item: self._finish_here(item, by_number),
+            yield from prefetched(items, start=lambda item: self._finish_here(item, by_number),
                                   ready=lambda raw: raw, lookahead=0)
         else:
             # GPU: copy + finish batch k+1 on a side stream while the consumer works on batch k.
-            yield from prefetched(self._started(), start=lambda item: self._finish_on_side_stream(item, by_number),
+            yield from prefetched(items, start=lambda item: self._finish_on_side_stream(item, by_number),
                                   ready=self._ready, lookahead=1)
 
     def _started(self) -> Iterator[dict[str, Any]]:
@@ -212,6 +284,46 @@ class TorchvisionExecutor:
             return iter(self.dataloader)
         with torch.cuda.device(self.device):
             return iter(self.dataloader)
+
+    def _watched(self) -> Iterator[dict[str, Any]]:
+        """The DataLoader's items under a :class:`_StallWatch`; a worker's death as a :class:`WorkerError`."""
+        with _StallWatch(self._workers, STALL_SECONDS) as watch:
+            iterator = self._started()
+            while True:
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    return
+                except Exception as exc:
+                    failure = self._worker_failure(exc)
+                    if failure is None:
+                        raise
+                    raise failure from exc
+                watch.progress()
+                yield item
+
+    def _worker_failure(self, exc: Exception) -> WorkerError | None:
+        """The :class:`WorkerError` for ``exc`` when a worker died (torch says "DataLoader worker
+        (pid ...) exited", or the batch of a worker killed while sending it did not arrive: a reset
+        connection, a missing segment), with the workers shut down; None for any other error.
+
+        torch's SIGCHLD handler raises its own "DataLoader worker" error at any point of the main
+        thread until the workers are shut down, here too: that one restarts the handling."""
+        while True:
+            try:
+                if not _is_worker_death(exc) and not _any_dead(self._workers()):
+                    return None
+                message = _death_message(self._workers(), f"{type(exc).__name__}: {exc}")
+                self.close()  # the next iteration starts new workers
+                return WorkerError(message)
+            except RuntimeError as again:
+                if not _is_worker_death(again):
+                    raise
+                exc = again
+
+    def _workers(self) -> list[Any]:
+        """The DataLoader's worker processes (empty before they start)."""
+        return list(getattr(getattr(self.dataloader, "_iterator", None), "_workers", None) or [])
 
     def _finish_here(self, item: dict[str, Any], by_number: dict[int, BatchTask]) -> RawBatch:
         image = finish_batch(item["image"], self.plan.finish, self.device) if "image" in item else None
@@ -235,6 +347,8 @@ class TorchvisionExecutor:
         return raw
 
     def _raw(self, item: dict[str, Any], by_number: dict[int, BatchTask], image: torch.Tensor | None) -> RawBatch:
+        if "fatal" in item:
+            raise WorkerError(item["fatal"])
         if "error" in item:
             index, path, reason = item["error"]
             raise SampleError(index, path, reason)
@@ -248,6 +362,104 @@ class TorchvisionExecutor:
         if iterator is not None and hasattr(iterator, "_shutdown_workers"):
             iterator._shutdown_workers()
         self.dataloader._iterator = None
+
+
+_AFTER_DEATH = ("iterate the loader again to start new workers (it runs the next epoch; to resume at the failed "
+                "batch instead, first loader.load_state_dict(loader.state_dict())), or build a new loader")
+
+
+def _is_worker_death(exc: BaseException) -> bool:
+    return isinstance(exc, RuntimeError) and str(exc).startswith("DataLoader worker (")
+
+
+def _any_dead(workers: list[Any], wait: float = 1.0) -> bool:
+    """Whether a worker has ended, waiting up to ``wait`` s for the exit of one that was just killed."""
+    deadline = time.monotonic() + wait
+    while not any(worker.exitcode is not None for worker in workers):
+        if not workers or time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def _death_message(workers: list[Any], original: str) -> str:
+    """What a dead worker's exit says, and what to do about it."""
+    dead = [worker for worker in workers if worker.exitcode is not None]
+    if not dead:
+        return f"a DataLoader worker died ({original}). The loader's workers were shut down: {_AFTER_DEATH}"
+    causes = []
+    for worker in dead:
+        code = worker.exitcode
+        if code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+            cause = f"pid {worker.pid} was killed by {name}"
+            if -code == signal.SIGKILL:
+                cause += " (also what the kernel's out-of-memory killer sends: see dmesg)"
+            elif -code == signal.SIGBUS:
+                cause += f" (usually {SHARED_MEMORY} full: {_free_shared_memory()})"
+        else:
+            cause = f"pid {worker.pid} exited with status {code}"
+        causes.append(cause)
+    advice = ("free space in /dev/shm or give the container more (docker --shm-size), or lower "
+              "loader.workers or loader.prefetch; " if any(w.exitcode == -signal.SIGBUS for w in dead) else "")
+    return f"DataLoader worker {'; '.join(causes)}. The loader's workers were shut down: {advice}{_AFTER_DEATH}"
+
+
+def _free_shared_memory() -> str:
+    try:
+        usage = shutil.disk_usage(SHARED_MEMORY)
+    except OSError:
+        return f"{SHARED_MEMORY} cannot be read"
+    return f"{usage.free / 2**20:.0f} MiB free of {usage.total / 2**20:.0f} MiB"
+
+
+def _process_state(pid: int) -> str:
+    """A worker's state as ``/proc`` tells it, in words."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return f"pid {pid}: state unknown"
+    if state in ("T", "t"):
+        return f"pid {pid} is stopped (SIGSTOP, Ctrl-Z or a debugger): resume it with kill -CONT {pid}"
+    words = {"R": "running", "S": "waiting", "D": "waiting on a device or file system (uninterruptible)",
+             "Z": "dead (a zombie)"}
+    return f"pid {pid} is {words.get(state, f'in state {state}')}"
+
+
+class _StallWatch:
+    """Warns when the workers deliver no batch for ``seconds``, and again after each further
+    ``seconds``, naming each worker's state: the loader waits for its workers without a timeout (a
+    slow batch is not an error), and a stopped worker would otherwise block it in silence."""
+
+    def __init__(self, workers: Callable[[], list[Any]], seconds: float):
+        self.workers, self.seconds = workers, seconds
+        self.last = time.monotonic()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="dali-bridge-stall-watch", daemon=True)
+
+    def __enter__(self) -> "_StallWatch":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def progress(self) -> None:
+        self.last = time.monotonic()
+
+    def _watch(self) -> None:
+        warned = self.last
+        while not self.done.wait(min(self.seconds / 4, 5.0)):
+            now = time.monotonic()
+            since = now - max(self.last, warned)
+            if since < self.seconds:
+                continue
+            warned = now
+            states = "; ".join(_process_state(worker.pid) for worker in self.workers() if worker.pid) or "none started"
+            log.warning("no batch from the DataLoader workers for %.0f s; still waiting. Workers: %s",
+                        now - self.last, states)
 
 
 def _identity(batch: Any) -> Any:
