@@ -68,6 +68,13 @@ def _key_rows() -> list[tuple[str, str, str]]:
         ("source.label_key", "string", f"`{source.label_key}`", "the member holding the integer label as text"),
         ("source.manifest", "path", "`<prefix>.manifest.json` if present",
          "class names and label mapping written by `dali-bridge convert`"),
+        ("source.storage_options", "mapping", "`{}`",
+         "shards at a URL: fsspec's non-secret client settings (credentials come from the environment; "
+         "[Object storage](object-storage.md))"),
+        ("source.max_requests", "integer >= 1", f"`{source.max_requests}`",
+         "shards at a URL: ranged GETs in flight per process"),
+        ("source.timeout", "seconds in (0, 3600]", f"`{source.timeout:g}`",
+         "shards at a URL: the time one sample's read may take, retries included; then it is a sample error"),
         ("source.max_pixels", "integer >= 1", f"`{source.max_pixels}`",
          "images whose header claims more pixels (height × width) are refused before decoding, as a sample error "
          "that follows `loader.on_error` (PIL's limit; raise it for larger images)"),

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import yaml
 
 from .formats import DEFAULT_MAX_PIXELS
+from .storage import DEFAULT_MAX_REQUESTS, DEFAULT_TIMEOUT, is_url, secret_option
 from .ops import (OPS, REQUIRED, bool_checker, choice_checker, fixed_output_size, is_int, is_number, op_names,
                   size_checker, _type_name)
 from .quoting import quoted, shortened
@@ -93,6 +94,11 @@ class SourceSpec:
     label_key: str = "cls"
     manifest: str | None = None
     max_pixels: int = DEFAULT_MAX_PIXELS
+    # Shards at a URL (docs/object-storage.md): non-secret client settings, requests in flight per
+    # process, seconds one sample's read may take with its retries.
+    storage_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    max_requests: int = DEFAULT_MAX_REQUESTS
+    timeout: float = DEFAULT_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -145,6 +151,9 @@ class PipelineSpec:
                           label_key=self.source.label_key)
             if self.source.manifest is not None:
                 source["manifest"] = self.source.manifest
+            if is_url(self.source.shards or ""):
+                source.update(storage_options=copy.deepcopy(dict(self.source.storage_options)),
+                              max_requests=self.source.max_requests, timeout=self.source.timeout)
         else:
             source["extensions"] = list(self.source.extensions)
         if self.source.max_pixels != DEFAULT_MAX_PIXELS:
@@ -667,7 +676,50 @@ def _check_webdataset(chk: _Checker, src: dict, resolved: dict[str, Any]) -> dic
         out["image_keys" if key == "image_key" else key] = keys if key == "image_key" else keys[0]
     if out["label_key"] in out["image_keys"]:
         chk.add(("source", "label_key"), f"label_key '{out['label_key']}' is also an image key")
+    out.update(_check_storage(chk, src))
     return out
+
+
+def _check_storage(chk: _Checker, src: dict) -> dict[str, Any]:
+    """``storage_options`` (non-secret client settings), ``max_requests`` and ``timeout`` of URL shards."""
+    out: dict[str, Any] = {"max_requests": _check_int(chk, src, "max_requests", ("source",), DEFAULT_MAX_REQUESTS, 1)}
+    timeout = src.get("timeout", DEFAULT_TIMEOUT)
+    if not is_number(timeout) or not 0 < timeout <= 3600:
+        chk.add(("source", "timeout"), f"expected seconds in (0, 3600], found {quoted(timeout)}")
+        timeout = DEFAULT_TIMEOUT
+    out["timeout"] = float(timeout)
+    options = src.get("storage_options", {})
+    if not isinstance(options, dict):
+        chk.add(("source", "storage_options"), f"expected a mapping of client settings (fsspec's storage_options), "
+                                               f"found {_type_name(options)}")
+        options = {}
+    for name, value in _flattened(options):
+        if secret_option(name):
+            # Never echo the value: it may be the credential itself.
+            chk.add(("source", "storage_options"), f"'{name}' looks like a credential; credentials come from the "
+                                                   f"environment and config files (AWS_* variables, AWS_PROFILE, "
+                                                   f"GOOGLE_APPLICATION_CREDENTIALS), never the pipeline file")
+        elif not (value is None or isinstance(value, (str, bool, int, float))):
+            chk.add(("source", "storage_options"), f"'{name}': expected text, a number, true/false or null")
+    out["storage_options"] = options
+    if not is_url(src.get("shards", "") if isinstance(src.get("shards"), str) else ""):
+        for key in ("storage_options", "max_requests", "timeout"):
+            if key in src:
+                chk.add(("source", key), f"'{key}' applies to shards at a URL (s3://, gs://, http(s)://); "
+                                         f"source.shards is a local path")
+    return out
+
+
+def _flattened(options: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted name, value) of every leaf of a nested mapping (``client_kwargs.region_name``)."""
+    leaves: list[tuple[str, Any]] = []
+    for name, value in options.items():
+        dotted = f"{prefix}{name}"
+        if isinstance(value, dict):
+            leaves.extend(_flattened(value, dotted + "."))
+        else:
+            leaves.append((dotted, value))
+    return leaves
 
 
 def _check_identity(chk: _Checker, data: dict, origin: str) -> tuple[Any, Any, Any, Any]:
@@ -702,7 +754,8 @@ def _check_source_type(chk: _Checker, src: dict) -> tuple[Any, tuple[str, ...]]:
                                     + (f"; did you mean '{hint[0]}'?" if hint else ""))
     allowed = {"folder": ("type", "root", "extensions", "max_pixels"),
                "file_list": ("type", "file_list", "root", "extensions", "max_pixels"),
-               "webdataset": ("type", "shards", "image_key", "label_key", "manifest", "max_pixels"),
+               "webdataset": ("type", "shards", "image_key", "label_key", "manifest", "max_pixels",
+                              "storage_options", "max_requests", "timeout"),
                }.get(stype, ("type",))
     if stype in SOURCE_TYPES:
         chk.unknown_keys(src, allowed, ("source",), f"a '{stype}' source")
@@ -727,6 +780,8 @@ def _check_source(chk: _Checker, data: dict, base_for: Callable[[tuple], Path]) 
                 chk.add(("source", key), f"expected a path (string), found {_type_name(value)} {quoted(value)}")
             elif text_problem(value):
                 chk.add(("source", key), f"expected a path, the value {text_problem(value)}")
+            elif is_url(value):
+                resolved[key] = value  # an object in storage: not a path against the file's folder
             else:
                 resolved[key] = _resolve_path(value, base_for(("source", key)))
     if stype == "folder" and "root" not in src:
