@@ -75,6 +75,9 @@ def _key_rows() -> list[tuple[str, str, str]]:
          "shards at a URL: ranged GETs in flight per process"),
         ("source.timeout", "seconds in (0, 3600]", f"`{source.timeout:g}`",
          "shards at a URL: the time one sample's read may take, retries included; then it is a sample error"),
+        ("source.cache", "`{dir: path, max_bytes: size}`", "none (ranged reads)",
+         "shards at a URL: download each shard whole on first touch into a node-wide cache bounded by "
+         "`max_bytes` (bytes, or text like `200GB`), least recently used evicted"),
         ("source.max_pixels", "integer >= 1", f"`{source.max_pixels}`",
          "images whose header claims more pixels (height × width) are refused before decoding, as a sample error "
          "that follows `loader.on_error` (PIL's limit; raise it for larger images)"),

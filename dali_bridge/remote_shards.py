@@ -5,6 +5,8 @@ Listing a URL pattern costs one HEAD per shard and per index, one GET per index 
 ranged GET per label member, all concurrent (``source.max_requests`` in flight), and is cached
 locally keyed by the shard's URL, size and ETag, so the next run on the node lists from disk. A
 shard without a usable index is downloaded whole once to be scanned (a warning names the cost).
+Each label GET includes the tar header before the label, so an index that does not describe its
+shard is refused, as a local one is.
 Every ranged GET carries the ETag seen at listing (``If-Match``): an object replaced since then
 is an error naming it, never other bytes under the old offsets.
 """
@@ -14,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import tarfile
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +27,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from .images import ImageError
-from .shards import Member, ShardScan, index_path, parse_index, scan_members, scan_shard
+from .shard_cache import CachedShard, ShardCache
+from .shards import Member, ShardScan, index_path, parse_header, parse_index, scan_members, scan_shard
 from .storage import FetchError, ObjectInfo, ObjectStore, Range, StorageError, redact, split_url
 from .wording import plural
 
@@ -35,6 +39,7 @@ LISTING_CACHE_VERSION = 1
 LISTING_THREADS = 16
 # Shards without an index downloaded at once to be scanned: each is a temporary file on disk.
 STREAM_SCANS = 4
+BLOCK = tarfile.BLOCKSIZE
 
 
 def listing_cache_dir() -> Path:
@@ -85,21 +90,42 @@ def _scan_from_index(store: ObjectStore, url: str, info: ObjectInfo, text: str, 
         return None
 
     def read_labels(labels: list[Member]) -> list[bytes | None]:
-        got = store.fetch([Range(url, offset, size, info.etag) for _, offset, size in labels if size])
-        answers = iter(got)
+        # Each label with the tar header before it: the header must name the member the index
+        # names, at the indexed size — a stale or foreign index is refused, at no extra request.
+        got = store.fetch([Range(url, offset - BLOCK, BLOCK + size, info.etag) for _, offset, size in labels])
         out: list[bytes | None] = []
-        for _, _, size in labels:
-            answer = next(answers) if size else b""
+        for member, answer in zip(labels, got):
             if isinstance(answer, FetchError):
                 scan.problems.append(f"{name}: {answer.reason}")
                 out.append(None)
-            else:
-                out.append(answer)
+                continue
+            problem = _header_problem(answer[:BLOCK], member)
+            if problem:
+                scan.problems.append(f"{split_url(index_path(url))[1]} disagrees with {name}: {problem} — "
+                                     f"delete the index or re-create it from the shard")
+                out.append(None)
+                continue
+            out.append(answer[BLOCK:])
         return out
 
     if members:
         scan_members(name, members, image_keys, label_key, scan, read_labels)
     return scan
+
+
+def _header_problem(block: bytes, member: Member) -> str | None:
+    """Why the tar header ``block`` is not that of ``member`` (name, offset, size), or None."""
+    name, offset, size = member
+    try:
+        header = parse_header(block, offset - BLOCK)
+    except ValueError as exc:
+        return str(exc)
+    encoded = name.encode("utf-8", "surrogateescape")
+    named = header is not None and (header.name == name or len(encoded) > 100 or not encoded.isascii())
+    if header is None or not header.regular or header.size != size or not named:
+        found = "an end-of-archive block" if header is None else f"{header.name} ({header.size} bytes)"
+        return f"the index places {name} ({size} bytes) at byte {offset}, where the tar holds {found}"
+    return None
 
 
 def _scan_by_download(store: ObjectStore, url: str, info: ObjectInfo, image_keys: tuple[str, ...],
@@ -121,7 +147,7 @@ def list_remote_shards(store: ObjectStore, urls: list[str], image_keys: tuple[st
                        cache_dir: Path | None = None) -> tuple[list[ShardScan], list[ObjectInfo], list[str]]:
     """Every shard's scan, HEAD (size, ETag) and the problems that stop the listing (missing
     shards), in the order of ``urls``. Indexes are HEADed and fetched concurrently; a shard
-    whose index is absent or older than it is downloaded and scanned, with a warning."""
+    whose index is absent or unusable is downloaded and scanned, with a warning."""
     cache_dir = cache_dir or listing_cache_dir()
     heads = store.info(urls + [index_path(u) for u in urls])
     shard_heads, index_heads = heads[:len(urls)], heads[len(urls):]
@@ -135,8 +161,9 @@ def list_remote_shards(store: ObjectStore, urls: list[str], image_keys: tuple[st
         scans[number] = _cached_scan(_cache_file(cache_dir, url, info, image_keys, label_key))
         if scans[number] is None:
             wanted.append(number)
-    usable = [n for n in wanted if isinstance(index_heads[n], ObjectInfo)
-              and not _older(index_heads[n], infos[n])]  # type: ignore[arg-type]
+    # An index's age is not compared with its shard's: uploads land in any order. Its label
+    # reads check it against the tar headers instead (see _scan_from_index).
+    usable = [n for n in wanted if isinstance(index_heads[n], ObjectInfo)]
     texts = store.get([index_path(urls[n]) for n in usable])
     indexed = {n: t for n, t in zip(usable, texts) if not isinstance(t, FetchError)}
 
@@ -166,10 +193,6 @@ def list_remote_shards(store: ObjectStore, urls: list[str], image_keys: tuple[st
     for number in wanted:
         _store_scan(_cache_file(cache_dir, urls[number], infos[number], image_keys, label_key), scans[number])
     return scans, infos, []  # type: ignore[return-value]
-
-
-def _older(index: ObjectInfo, shard: ObjectInfo) -> bool:
-    return index.modified is not None and shard.modified is not None and index.modified < shard.modified
 
 
 class RemoteShardSamples:
@@ -225,3 +248,53 @@ class RemoteShardSamples:
     def close(self) -> None:
         """Drop what this thread prefetched (the store's connections live as long as the process)."""
         self._local.ready = {}
+
+
+class CachedShardSamples(RemoteShardSamples):
+    """:class:`RemoteShardSamples` read through a node's cache of whole shards
+    (:class:`~dali_bridge.shard_cache.ShardCache`): a shard is downloaded on its first touch, then
+    each sample is a positioned read from the local copy."""
+
+    def __init__(self, shards: tuple[str, ...], shard: np.ndarray, offset: np.ndarray, size: np.ndarray,
+                 etags: tuple[str | None, ...], store: ObjectStore, cache: ShardCache,
+                 shard_bytes: tuple[int, ...], sha256s: tuple[str | None, ...]):
+        super().__init__(shards, shard, offset, size, etags, store)
+        self.cache = cache
+        self.shard_bytes = shard_bytes
+        self.sha256s = sha256s
+
+    def _cached(self, shard: int) -> Path:
+        return self.cache.ensure(CachedShard(self.shards[shard], self.shard_bytes[shard], self.etags[shard],
+                                             self.sha256s[shard]))
+
+    def prefetch(self, indices: Iterable[int]) -> None:
+        """Bring the batch's shards into the cache (each downloaded once per node)."""
+        for shard in dict.fromkeys(int(self.shard[int(i)]) for i in indices):
+            try:
+                self._cached(shard)
+            except StorageError:
+                pass  # the samples' reads raise it, each as a sample error
+
+    def read(self, index: int) -> bytes:
+        size, offset = int(self.size[index]), int(self.offset[index])
+        if size == 0:
+            raise ImageError("empty image member (0 bytes)")
+        shard = int(self.shard[index])
+        for _ in range(2):  # evicted by another process between ensure and open: fetch it again
+            try:
+                path = self._cached(shard)
+            except StorageError as exc:
+                raise ImageError(redact(str(exc))) from None
+            try:
+                descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except FileNotFoundError:
+                continue
+            try:
+                data = os.pread(descriptor, size, offset)
+            finally:
+                os.close(descriptor)
+            if len(data) != size:
+                raise ImageError(f"truncated image member in the cached copy of {self.shards[shard]}")
+            return data
+        raise ImageError(f"the cached copy of {self.shards[shard]} keeps disappearing: is source.cache.max_bytes "
+                         f"smaller than the shards in use at once?")

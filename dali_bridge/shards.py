@@ -238,7 +238,11 @@ def _header_at(handle: BinaryIO, position: int) -> _Header | None:
     Only the checksum, name, size and type are decoded (``tarfile``'s own field helpers): a full
     ``TarInfo`` per member would cost more than scanning the tar.
     """
-    block = os.pread(handle.fileno(), tarfile.BLOCKSIZE, position)
+    return parse_header(os.pread(handle.fileno(), tarfile.BLOCKSIZE, position), position)
+
+
+def parse_header(block: bytes, position: int) -> _Header | None:
+    """:func:`_header_at` of a header block already read (``position``: where it was, for messages)."""
     if len(block) < tarfile.BLOCKSIZE:
         raise ValueError(f"no tar header at byte {position}: the file ends there")
     if block.count(0) == tarfile.BLOCKSIZE:

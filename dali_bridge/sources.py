@@ -23,9 +23,10 @@ import numpy as np
 
 from .formats import DEFAULT_MAX_PIXELS, inspect_image, without_webp_exif
 from .images import check_encoded, decode_rgb, read_file
-from .remote_shards import RemoteShardSamples, list_remote_shards
+from .remote_shards import CachedShardSamples, RemoteShardSamples, list_remote_shards
+from .shard_cache import ShardCache
 from .shards import ShardSamples, ShardScan, expand_braces, manifest_path, scan_shard
-from .storage import FetchError, ObjectStore, StorageError, is_url, store_for
+from .storage import FetchError, ObjectInfo, ObjectStore, StorageError, is_url, store_for
 from .ops import is_int
 from .quoting import quoted
 from .spec import NotUtf8Error, SourceSpec, decode_utf8
@@ -328,35 +329,37 @@ def _local_scans(paths: list[str], image_keys: tuple[str, ...], label_key: str) 
 
 
 def _remote_scans(paths: list[str], image_keys: tuple[str, ...], label_key: str,
-                  store: ObjectStore) -> tuple[list[ShardScan], tuple[str | None, ...]]:
-    """Scans of shards at URLs (:func:`~dali_bridge.remote_shards.list_remote_shards`) and their ETags."""
+                  store: ObjectStore) -> tuple[list[ShardScan], list[ObjectInfo]]:
+    """Scans of shards at URLs (:func:`~dali_bridge.remote_shards.list_remote_shards`) and their HEADs."""
     scans, infos, problems = list_remote_shards(store, paths, image_keys, label_key)
     if problems:
         shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
         raise SourceError(f"source.shards: {len(problems)} of {len(paths)} shard(s) cannot be listed:\n  "
                           + "\n  ".join(shown))
-    return scans, tuple(info.etag for info in infos)
+    return scans, infos
 
 
 def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = "cls",
-                    manifest: str | None = None, store: ObjectStore | None = None) -> Listing:
+                    manifest: str | None = None, store: ObjectStore | None = None,
+                    cache: ShardCache | None = None) -> Listing:
     """Samples of the shards ``pattern`` names (brace-expanded, in that order), members in tar order.
 
     Every shard's headers are read before anything runs; every problem (missing shard, sample
     without image or label member, bad label, damaged or truncated tar) is reported at once with
     the shard and member key. Class names come from the converter's manifest (``manifest``, else
     the one ``dali-bridge convert`` writes next to the shards), else they are ``"0"``…``"max"``.
-    With ``store`` the pattern names objects at URLs, read through it (:mod:`dali_bridge.remote_shards`).
+    With ``store`` the pattern names objects at URLs, read through it (:mod:`dali_bridge.remote_shards`),
+    by ranged GETs or, with ``cache``, from whole shards cached on the node.
     """
     try:
         paths = expand_braces(pattern)
     except ValueError as exc:
         raise SourceError(f"source.shards: {exc}") from None
-    etags: tuple[str | None, ...] = ()
+    infos: list[ObjectInfo] = []
     if store is None:
         scans = _local_scans(paths, image_keys, label_key)
     else:
-        scans, etags = _remote_scans(paths, image_keys, label_key, store)
+        scans, infos = _remote_scans(paths, image_keys, label_key, store)
     names, labels, shard_ids, offsets, sizes = [], [], [], [], []
     problems: list[str] = []
     ignored: Counter = Counter()
@@ -395,8 +398,16 @@ def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = 
         raise SourceError(f"source.shards: {pattern} holds no samples with a .{' or .'.join(image_keys)} image "
                           f"and a .{label_key} label")
     where = (np.asarray(shard_ids), np.asarray(offsets), np.asarray(sizes))
-    samples = (ShardSamples(tuple(paths), *where) if store is None
-               else RemoteShardSamples(tuple(paths), *where, etags=etags, store=store))
+    etags = tuple(info.etag for info in infos)
+    if store is None:
+        samples: ShardSamples | RemoteShardSamples = ShardSamples(tuple(paths), *where)
+    elif cache is None:
+        samples = RemoteShardSamples(tuple(paths), *where, etags=etags, store=store)
+    else:
+        recorded = {e["file"]: e.get("sha256") for e in (manifest_data or {}).get("shards", [])}
+        samples = CachedShardSamples(tuple(paths), *where, etags=etags, store=store, cache=cache,
+                                     shard_bytes=tuple(info.size for info in infos),
+                                     sha256s=tuple(recorded.get(p.rsplit("/", 1)[-1]) for p in paths))
     return Listing(tuple(names), np.asarray(labels, dtype=np.int64), classes, pattern, ignored, samples)
 
 
@@ -407,13 +418,15 @@ def list_source(source: SourceSpec) -> Listing:
     elif source.type == "file_list":
         listing = list_file(source.file_list, source.root, source.extensions)
     elif source.type == "webdataset":
-        store = None
+        store, cache = None, None
         if is_url(source.shards):
             try:
                 store = store_for(source.shards, dict(source.storage_options), source.max_requests, source.timeout)
             except StorageError as exc:
                 raise SourceError(f"source.shards: {exc}") from None
-        listing = list_webdataset(source.shards, source.image_keys, source.label_key, source.manifest, store)
+            if source.cache_dir is not None:
+                cache = ShardCache(source.cache_dir, source.cache_max_bytes, store)
+        listing = list_webdataset(source.shards, source.image_keys, source.label_key, source.manifest, store, cache)
     else:
         raise SourceError(f"source.type: unsupported source type {source.type!r}")
     return replace(listing, max_pixels=source.max_pixels)

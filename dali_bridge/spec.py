@@ -99,6 +99,8 @@ class SourceSpec:
     storage_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
     max_requests: int = DEFAULT_MAX_REQUESTS
     timeout: float = DEFAULT_TIMEOUT
+    cache_dir: str | None = None        # source.cache.dir: whole shards cached on the node, else ranged reads
+    cache_max_bytes: int | None = None  # source.cache.max_bytes
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,8 @@ class PipelineSpec:
             if is_url(self.source.shards or ""):
                 source.update(storage_options=copy.deepcopy(dict(self.source.storage_options)),
                               max_requests=self.source.max_requests, timeout=self.source.timeout)
+            if self.source.cache_dir is not None:
+                source["cache"] = {"dir": self.source.cache_dir, "max_bytes": self.source.cache_max_bytes}
         else:
             source["extensions"] = list(self.source.extensions)
         if self.source.max_pixels != DEFAULT_MAX_PIXELS:
@@ -654,7 +658,7 @@ def _member_keys(value: Any) -> tuple[str, ...] | None:
     return keys if keys and all(keys) else None
 
 
-def _check_webdataset(chk: _Checker, src: dict, resolved: dict[str, Any]) -> dict[str, Any]:
+def _check_webdataset(chk: _Checker, src: dict, resolved: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     """The webdataset keys: ``shards`` required (brace pattern), ``image_key``/``label_key``/``manifest``."""
     from .shards import expand_braces
 
@@ -676,12 +680,12 @@ def _check_webdataset(chk: _Checker, src: dict, resolved: dict[str, Any]) -> dic
         out["image_keys" if key == "image_key" else key] = keys if key == "image_key" else keys[0]
     if out["label_key"] in out["image_keys"]:
         chk.add(("source", "label_key"), f"label_key '{out['label_key']}' is also an image key")
-    out.update(_check_storage(chk, src))
+    out.update(_check_storage(chk, src, base_dir))
     return out
 
 
-def _check_storage(chk: _Checker, src: dict) -> dict[str, Any]:
-    """``storage_options`` (non-secret client settings), ``max_requests`` and ``timeout`` of URL shards."""
+def _check_storage(chk: _Checker, src: dict, base_dir: Path) -> dict[str, Any]:
+    """``storage_options`` (non-secret client settings), ``max_requests``, ``timeout`` and ``cache`` of URL shards."""
     out: dict[str, Any] = {"max_requests": _check_int(chk, src, "max_requests", ("source",), DEFAULT_MAX_REQUESTS, 1)}
     timeout = src.get("timeout", DEFAULT_TIMEOUT)
     if not is_number(timeout) or not 0 < timeout <= 3600:
@@ -702,12 +706,33 @@ def _check_storage(chk: _Checker, src: dict) -> dict[str, Any]:
         elif not (value is None or isinstance(value, (str, bool, int, float))):
             chk.add(("source", "storage_options"), f"'{name}': expected text, a number, true/false or null")
     out["storage_options"] = options
+    out.update(_check_cache(chk, src, base_dir))
     if not is_url(src.get("shards", "") if isinstance(src.get("shards"), str) else ""):
-        for key in ("storage_options", "max_requests", "timeout"):
+        for key in ("storage_options", "max_requests", "timeout", "cache"):
             if key in src:
                 chk.add(("source", key), f"'{key}' applies to shards at a URL (s3://, gs://, http(s)://); "
                                          f"source.shards is a local path")
     return out
+
+
+def _check_cache(chk: _Checker, src: dict, base_dir: Path) -> dict[str, Any]:
+    """``source.cache: {dir: PATH, max_bytes: SIZE}``: whole shards cached on the node."""
+    from .shard_cache import parse_size
+
+    if "cache" not in src:
+        return {}
+    cache = chk.mapping(src["cache"], ("source", "cache"), "the shard cache")
+    if cache is None:
+        return {}
+    chk.unknown_keys(cache, ("dir", "max_bytes"), ("source", "cache"), "source.cache")
+    folder, size = cache.get("dir"), parse_size(cache.get("max_bytes"))
+    if not isinstance(folder, str) or not folder or text_problem(folder):
+        chk.add(("source", "cache", "dir"), f"expected the cache folder's path, found {quoted(folder)}")
+        folder = None
+    if size is None or size < 1:
+        chk.add(("source", "cache", "max_bytes"), f"expected a size in bytes such as 200000000000 or '200GB', "
+                                                  f"found {quoted(cache.get('max_bytes'))}")
+    return {"cache_dir": _resolve_path(folder, base_dir) if folder else None, "cache_max_bytes": size}
 
 
 def _flattened(options: dict, prefix: str = "") -> list[tuple[str, Any]]:
@@ -755,7 +780,7 @@ def _check_source_type(chk: _Checker, src: dict) -> tuple[Any, tuple[str, ...]]:
     allowed = {"folder": ("type", "root", "extensions", "max_pixels"),
                "file_list": ("type", "file_list", "root", "extensions", "max_pixels"),
                "webdataset": ("type", "shards", "image_key", "label_key", "manifest", "max_pixels",
-                              "storage_options", "max_requests", "timeout"),
+                              "storage_options", "max_requests", "timeout", "cache"),
                }.get(stype, ("type",))
     if stype in SOURCE_TYPES:
         chk.unknown_keys(src, allowed, ("source",), f"a '{stype}' source")
@@ -788,7 +813,7 @@ def _check_source(chk: _Checker, data: dict, base_for: Callable[[tuple], Path]) 
         chk.add(("source",), "missing required key 'source.root' (the folder whose sub-folders are the classes)")
     if stype == "file_list" and "file_list" not in src:
         chk.add(("source",), "missing required key 'source.file_list' (a text file of 'path label' lines)")
-    webdataset = _check_webdataset(chk, src, resolved) if stype == "webdataset" else {}
+    webdataset = _check_webdataset(chk, src, resolved, base_for(("source", "cache"))) if stype == "webdataset" else {}
     extensions = src.get("extensions", list(DEFAULT_EXTENSIONS))
     if not (isinstance(extensions, list) and extensions and all(isinstance(e, str) and e for e in extensions)):
         chk.add(("source", "extensions"), f"expected a non-empty list of file extensions like ['.jpg'], "

@@ -268,7 +268,8 @@ class ObjectStore:
     def download(self, url: str, path: str, size: int, etag: str | None = None, piece: int = 16 << 20) -> None:
         """Write the object's ``size`` bytes to ``path``: ranged GETs of ``piece`` bytes, four at a
         time, each retried as a sample's read is; :class:`StorageError` naming the failed range."""
-        with open(path, "wb") as out:
+        # An existing file is a reservation made at its full size (see shard_cache): written over, not truncated.
+        with open(path, "r+b" if os.path.exists(path) else "wb") as out:
             for first in range(0, size, 4 * piece):
                 group = [Range(url, start, min(piece, size - start), etag)
                          for start in range(first, min(size, first + 4 * piece), piece)]

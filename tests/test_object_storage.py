@@ -257,6 +257,11 @@ def test_url_shards_are_kept_as_urls_and_storage_keys_are_checked(tmp_path):
     resolved = spec(shards=f"s3://b/p/{SHARDS}", manifest="s3://b/p/train.manifest.json",
                     storage_options={"client_kwargs": {"region_name": "eu-west-1"}}, max_requests=8, timeout=5)
     assert resolved.source.shards == f"s3://b/p/{SHARDS}" and resolved.source.max_requests == 8
+    cached = spec(shards=f"s3://b/p/{SHARDS}", cache={"dir": "cache", "max_bytes": "2 GiB"})
+    assert (cached.source.cache_dir, cached.source.cache_max_bytes) == (str(tmp_path / "cache"), 2 * 2**30)
+    assert spec_from_dict(cached.to_dict()).source == cached.source
+    with pytest.raises(SpecError, match=r"source.cache.max_bytes: expected a size in bytes"):
+        spec(shards=f"s3://b/p/{SHARDS}", cache={"dir": "cache", "max_bytes": "lots"})
     assert spec_from_dict(resolved.to_dict()).source == resolved.source
     with pytest.raises(SpecError) as info:
         spec(shards=f"s3://b/{SHARDS}", storage_options={"secret": "hunter2-value", "client_kwargs": {"token": "t0k"}},
@@ -298,3 +303,107 @@ def test_credentials_never_appear_in_errors_logs_show_state_or_cache(moto_endpoi
     assert PLANTED_SECRET not in text and PLANTED_KEY_ID not in text
     assert redact(f"key {PLANTED_KEY_ID} secret {PLANTED_SECRET} at https://user:pw@host/x") == \
         "key *** secret *** at https://***@host/x"
+
+
+# ---- cache mode
+
+def cached_overrides(s3_shards: str, proxy, folder: Path, max_bytes: Any, **extra: Any) -> dict[str, Any]:
+    return overrides(f"{s3_shards}/{SHARDS}", source={"storage_options": {"endpoint_url": proxy.endpoint},
+                                                      "cache": {"dir": str(folder), "max_bytes": max_bytes}}, **extra)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_cache_mode_gives_the_local_shards_batches_and_downloads_each_shard_once(backend, local_shards, s3_shards,
+                                                                                  moto_endpoint, fault_proxy,
+                                                                                  tmp_path):
+    proxy = fault_proxy(moto_endpoint)
+    loader = build_loader(TRAIN, backend, overrides=cached_overrides(s3_shards, proxy, tmp_path / "c", "1GB"))
+    proxy.requests.clear()
+    assert_same_batches(batches(loader), local_batches(local_shards, backend))
+    assert proxy.requests["GET"] == 4  # one whole-shard download each (a single piece: the shards are small)
+    again = build_loader(TRAIN, backend, overrides=cached_overrides(s3_shards, proxy, tmp_path / "c", "1GB"))
+    proxy.requests.clear()
+    assert_same_batches(batches(again), local_batches(local_shards, backend))
+    assert proxy.requests["GET"] == 0
+
+
+def test_the_cache_stays_within_its_bound_evicting_the_least_recently_used(local_shards, s3_shards, moto_endpoint,
+                                                                         fault_proxy, tmp_path):
+    from dali_bridge.shard_cache import CachedShard, cache_usage
+
+    largest = max(p.stat().st_size for p in local_shards.glob("*.tar"))
+    bound = 2 * largest + 1000
+    proxy = fault_proxy(moto_endpoint)
+    loader = build_loader(TRAIN, "torchvision", overrides=cached_overrides(
+        s3_shards, proxy, tmp_path / "c", bound, **{"loader.workers": 0, "loader.shuffle": False}))
+    seen = []
+    for _, _, index, _ in loader:
+        seen.extend(index.tolist())
+        assert cache_usage(tmp_path / "c") <= bound
+    loader.close()
+    assert seen == list(range(37))
+    samples = loader.listing.shards
+    cached = [samples.cache.path_for(CachedShard(url, size, etag, None)).exists()
+              for url, size, etag in zip(samples.shards, samples.shard_bytes, samples.etags)]
+    assert cached[0] is False and cached[-1] is True  # the least recently used went first
+
+
+def test_a_damaged_cache_file_is_detected_and_fetched_again(local_shards, s3_shards, moto_endpoint, fault_proxy,
+                                                            tmp_path, caplog):
+    proxy = fault_proxy(moto_endpoint)
+    expected = local_batches(local_shards, "torchvision", **{"loader.workers": 0})
+    batches(build_loader(TRAIN, "torchvision", overrides=cached_overrides(s3_shards, proxy, tmp_path / "c", "1GB",
+                                                                          **{"loader.workers": 0})))
+    for cached in (tmp_path / "c").glob("*.tar"):
+        data = bytearray(cached.read_bytes())
+        data[len(data) // 2] ^= 0xFF  # same size, other bytes
+        cached.write_bytes(bytes(data))
+    proxy.requests.clear()
+    with caplog.at_level(logging.WARNING, logger="dali_bridge"):
+        got = batches(build_loader(TRAIN, "torchvision", overrides=cached_overrides(
+            s3_shards, proxy, tmp_path / "c", "1GB", **{"loader.workers": 0})))
+    assert_same_batches(got, expected)
+    assert proxy.requests["GET"] == 1 + 4  # the manifest (listing comes from its cache), each shard again
+    assert caplog.text.count("is damaged: deleted, fetching it again") == 4
+
+
+def _ensure_in_child(cache, shard, queue) -> None:
+    queue.put(str(cache.ensure(shard)))
+
+
+def test_the_processes_of_a_node_download_a_shard_once(s3_shards, moto_endpoint, fault_proxy, tmp_path):
+    import multiprocessing
+
+    from dali_bridge.shard_cache import CachedShard, ShardCache
+
+    proxy = fault_proxy(moto_endpoint, latency=0.3)  # a slow download: the others wait on its lock
+    store = ObjectStore("s3", {"endpoint_url": proxy.endpoint})
+    url = f"{s3_shards}/train-000000.tar"
+    info = store.info([url])[0]
+    shard = CachedShard(url, info.size, info.etag, None)
+    cache = ShardCache(tmp_path / "c", 10**9, store)
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    children = [context.Process(target=_ensure_in_child, args=(cache, shard, queue)) for _ in range(3)]
+    for child in children:
+        child.start()
+    paths = {queue.get(timeout=60) for _ in children}
+    for child in children:
+        child.join(timeout=60)
+    assert len(paths) == 1 and proxy.requests["GET"] == 1
+
+
+def test_partial_downloads_count_against_the_bound(s3_shards, moto_endpoint, tmp_path):
+    from dali_bridge.shard_cache import CacheError, CachedShard, ShardCache
+
+    store = ObjectStore("s3", timeout=0.5)
+    url = f"{s3_shards}/train-000000.tar"
+    info = store.info([url])[0]
+    folder = tmp_path / "c"
+    folder.mkdir()
+    (folder / "0123.tar.partial-99999").write_bytes(bytes(info.size))  # another process's download
+    cache = ShardCache(folder, int(info.size * 1.5), store)
+    with pytest.raises(CacheError, match="cannot hold"):
+        cache.ensure(CachedShard(url, info.size, info.etag, None))
+    with pytest.raises(CacheError, match="more than source.cache.max_bytes"):
+        ShardCache(folder, info.size - 1, store).ensure(CachedShard(url, info.size, info.etag, None))
