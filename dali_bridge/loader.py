@@ -22,6 +22,7 @@ from .limits import check_loader_limits
 from .plan import Plan, build_plan, unsupported_ops
 from .post_finish import PostFinish
 from .sampling import BatchTask, batch_count, rank_batches
+from .shard_order import ShardWindows
 from .sources import Listing, list_source
 from .spec import PipelineSpec, Problem, SpecError, coerce_spec
 from .wording import plural
@@ -106,9 +107,11 @@ class Loader:
     def tasks(self, epoch: int) -> list[BatchTask]:
         """The batches this rank yields in ``epoch`` (what the loader will ask the backend for)."""
         loader = self.spec.loader
+        shards = (ShardWindows(self.listing.shards.shard, loader.shuffle_window)
+                  if loader.shuffle == "shards" and self.listing.shards is not None else None)
         return rank_batches(len(self.listing), self.spec.batch_size, self.spec.seed, epoch, self.rank,
                             self.world_size, loader.last_batch, loader.shuffle,
-                            repeats=loader.repeated_augmentations)
+                            repeats=loader.repeated_augmentations, shards=shards)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         with self._iteration_lock:
@@ -209,7 +212,8 @@ class Loader:
                 "num_samples": len(self.listing), "batch_size": self.spec.batch_size,
                 "world_size": self.world_size, "rank": self.rank, "last_batch": self.spec.loader.last_batch,
                 "shuffle": self.spec.loader.shuffle, "skipped": len(self.skipped),
-                "repeated_augmentations": self.spec.loader.repeated_augmentations}
+                "repeated_augmentations": self.spec.loader.repeated_augmentations,
+                "shuffle_window": self.spec.loader.shuffle_window if self.spec.loader.shuffle == "shards" else None}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``; refuses a state from a different dataset, seed or topology."""
@@ -217,9 +221,9 @@ class Loader:
             raise ValueError(f"unknown loader state format {state.get('format')!r} (expected {STATE_FORMAT})")
         mine = self.state_dict()
         # A state saved before repeated augmentation existed had none: one pass per sample.
-        state = {"repeated_augmentations": 1, **state}
+        state = {"repeated_augmentations": 1, "shuffle_window": None, **state}
         for key in ("seed", "num_samples", "batch_size", "world_size", "rank", "last_batch", "shuffle",
-                    "repeated_augmentations"):
+                    "repeated_augmentations", "shuffle_window"):
             if state.get(key) != mine[key]:
                 raise ValueError(f"loader state does not match this loader: {key} is {state.get(key)!r} in the "
                                  f"state and {mine[key]!r} here")

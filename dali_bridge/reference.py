@@ -108,8 +108,12 @@ def _key_rows() -> list[tuple[str, str, str]]:
         ("loader.on_error", _choices(s.ON_ERROR), f"`{loader.on_error}`",
          "at an unreadable sample: stop with its index, file and reason, or leave it out, count and log it "
          "([Errors](errors.md))"),
-        ("loader.shuffle", "`true` \\| `false`", f"`{_value(loader.shuffle)}`",
-         "`false` keeps the listing order (validation)"),
+        ("loader.shuffle", "`true` \\| `false` \\| `shards`", f"`{_value(loader.shuffle)}`",
+         "`false` keeps the listing order (validation); `shards` (webdataset): shards shuffled, then samples "
+         "within a window of shards ([Object storage](object-storage.md#a-shard-aware-order))"),
+        ("loader.shuffle_window", "integer >= 1", f"`{loader.shuffle_window}`",
+         "`shuffle: shards`: how many shards' samples are shuffled together; `dali-bridge show --order` "
+         "measures how well a window mixes classes"),
         ("loader.repeated_augmentations", "integer >= 1", f"`{loader.repeated_augmentations}`",
          "each sample comes this many times per epoch, each time with its own random parameters; the repeats "
          "follow one another in the epoch's order before it is dealt to ranks (torchvision's `RASampler`), so "

@@ -18,13 +18,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from .plan import Plan, Step
+from .shard_order import ShardWindows, shard_window_order
 
 
 # --------------------------------------------------------------------------------------------
 # Order
 
-def epoch_order(num_samples: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
-    """The global sample order of an epoch: a permutation of ``range(num_samples)`` from (seed, epoch)."""
+def epoch_order(num_samples: int, seed: int, epoch: int, shuffle: bool | str = True,
+                shards: ShardWindows | None = None) -> np.ndarray:
+    """The global sample order of an epoch: a permutation of ``range(num_samples)`` from (seed, epoch).
+
+    ``shuffle="shards"``: the shard-aware order of :mod:`dali_bridge.shard_order` (``shards`` says
+    each sample's shard and the window)."""
+    if shuffle == "shards":
+        if shards is None or len(shards.shard_of) != num_samples:
+            raise ValueError("shuffle 'shards' needs each sample's shard (a webdataset listing)")
+        return shard_window_order(shards, seed, epoch)
     if not shuffle:
         return np.arange(num_samples, dtype=np.int64)
     return np.random.default_rng([seed, epoch, 0x0D3A]).permutation(num_samples).astype(np.int64)
@@ -45,7 +54,8 @@ class BatchTask:
 
 
 def rank_batches(num_samples: int, batch_size: int, seed: int, epoch: int, rank: int = 0, world_size: int = 1,
-                 last_batch: str = "partial", shuffle: bool = True, repeats: int = 1) -> list[BatchTask]:
+                 last_batch: str = "partial", shuffle: bool | str = True, repeats: int = 1,
+                 shards: ShardWindows | None = None) -> list[BatchTask]:
     """The batches rank ``rank`` of ``world_size`` yields in ``epoch``.
 
     With ``repeats`` r > 1 (repeated augmentation) each sample of the epoch order comes r times in
@@ -66,7 +76,7 @@ def rank_batches(num_samples: int, batch_size: int, seed: int, epoch: int, rank:
         raise ValueError(f"rank {rank} is outside world size {world_size}")
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, found {repeats}")
-    order = np.repeat(epoch_order(num_samples, seed, epoch, shuffle), repeats)
+    order = np.repeat(epoch_order(num_samples, seed, epoch, shuffle, shards), repeats)
     repeat_of = np.tile(np.arange(repeats, dtype=np.int64), num_samples)
     entries = num_samples * repeats
     share, share_repeats = order[rank::world_size], repeat_of[rank::world_size]

@@ -35,6 +35,7 @@ DECODE_DEVICES = ("mixed", "cpu")
 PARITY = ("exact", "fast")
 DEFAULT_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
 DEFAULT_IMAGE_KEYS = ("jpg", "jpeg", "png", "webp")  # webdataset members `dali-bridge convert` writes
+DEFAULT_SHUFFLE_WINDOW = 16  # shards per window of `loader.shuffle: shards` (about 16 classes at once when sorted)
 
 def format_path(path: Sequence[Any]) -> str:
     """``("ops", 1, "resize", "size")`` → ``ops[1].resize.size``."""
@@ -120,8 +121,9 @@ class LoaderSpec:
     prefetch: int = 2
     last_batch: str = "partial"
     on_error: str = "raise"
-    shuffle: bool = True
+    shuffle: bool | str = True        # True: a global shuffle; "shards": shards, then samples within a window
     repeated_augmentations: int = 1   # each sample r times per epoch, each repeat with its own draws
+    shuffle_window: int = DEFAULT_SHUFFLE_WINDOW   # shards whose samples `shuffle: shards` mixes at once
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,8 @@ class PipelineSpec:
                 "on_error": self.loader.on_error,
                 "shuffle": self.loader.shuffle,
                 "repeated_augmentations": self.loader.repeated_augmentations,
+                # only where it applies: a dump of any other pipeline reads as before
+                **({"shuffle_window": self.loader.shuffle_window} if self.loader.shuffle == "shards" else {}),
             },
         }
 
@@ -859,16 +863,17 @@ def _check_loader(chk: _Checker, data: dict) -> LoaderSpec:
     """The ``loader`` mapping."""
     raw_loader = chk.mapping(data.get("loader"), ("loader",), "the loader settings") or {}
     lp = ("loader",)
-    chk.unknown_keys(raw_loader, ("workers", "prefetch", "last_batch", "on_error", "shuffle", "repeated_augmentations"),
-                     lp, "loader")
+    chk.unknown_keys(raw_loader, ("workers", "prefetch", "last_batch", "on_error", "shuffle", "repeated_augmentations",
+                                  "shuffle_window"), lp, "loader")
     workers = raw_loader.get("workers")
     if workers == "auto":
         workers = None
     else:
         workers = _check_int(chk, raw_loader, "workers", lp, None, 0, allow_none=True)
     shuffle = raw_loader.get("shuffle", True)
-    if bool_checker(shuffle)[1]:
-        chk.add(lp + ("shuffle",), bool_checker(shuffle)[1])
+    if shuffle != "shards" and bool_checker(shuffle)[1]:
+        chk.add(lp + ("shuffle",), f"{bool_checker(shuffle)[1]} (or 'shards' for a webdataset source: shards "
+                                   f"shuffled, then samples within a window of shards)")
     return LoaderSpec(
         workers=workers,
         prefetch=_check_int(chk, raw_loader, "prefetch", lp, 2, 1),
@@ -876,6 +881,7 @@ def _check_loader(chk: _Checker, data: dict) -> LoaderSpec:
         on_error=_check_choice(chk, raw_loader, "on_error", lp, ON_ERROR, "raise"),
         shuffle=shuffle,
         repeated_augmentations=_check_int(chk, raw_loader, "repeated_augmentations", lp, 1, 1),
+        shuffle_window=_check_int(chk, raw_loader, "shuffle_window", lp, DEFAULT_SHUFFLE_WINDOW, 1),
     )
 
 
@@ -914,6 +920,9 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
     outputs = _check_outputs(chk, data)
     label_smoothing = _check_target(chk, data, outputs, ops if isinstance(data.get("ops"), list) else [])
     loader = _check_loader(chk, data)
+    if loader.shuffle == "shards" and source.type != "webdataset":
+        chk.add(("loader", "shuffle"), f"'shards' needs a webdataset source (the order shuffles shards); "
+                                       f"this source is a {source.type}: use true for a global shuffle")
     if chk.problems:
         raise SpecError(chk.problems, origin)
     return PipelineSpec(version=version, name=name, backend=backend, source=source, batch_size=batch_size,
