@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from .shards import index_path, manifest_path
+from .storage import is_url
 from .images import ImageError
 from .ops import is_int
 from .sources import (Listing, SourceError, list_file, list_folder, manifest_problem,
@@ -320,6 +321,11 @@ def convert(source: str | Path | Listing, out_pattern: str, *, shard_size: int =
     """
     from tqdm import tqdm
 
+    if is_url(out_pattern):  # written locally, then uploaded (remote_tools)
+        from .remote_tools import convert_to_url
+
+        return convert_to_url(source, out_pattern, shard_size=shard_size, overwrite=overwrite, progress=progress,
+                              extensions=extensions, max_image_bytes=max_image_bytes)
     check_pattern(out_pattern)
     if shard_size < 1:
         raise ConvertError(f"--shard-size: expected an integer >= 1, found {shard_size}")
@@ -381,6 +387,10 @@ def verify_shards(manifest: str | Path) -> list[str]:
     Shard names must be file names in the manifest's own folder (no ``../``, no absolute path),
     and a file is hashed only when its size is the recorded one, reading at most that many bytes.
     """
+    if is_url(str(manifest)):  # HEADs and streamed hashes (remote_tools)
+        from .remote_tools import verify_url
+
+        return verify_url(str(manifest))
     manifest = Path(manifest)
     data = read_manifest(manifest)
     problems = []

@@ -278,11 +278,12 @@ class ObjectStore:
                         raise StorageError(answer.reason)
                     out.write(answer)
 
-    def put(self, url: str, data: bytes) -> None:
-        """Write one object (``convert`` to a URL); errors are raised, redacted."""
+    def upload(self, path: str, url: str) -> None:
+        """Write a local file to ``url`` (``convert`` to a URL; the client streams it, multipart on S3);
+        :class:`StorageError`, redacted."""
         try:
-            self._filesystem().pipe_file(url, data)
-        except Exception as exc:
+            self._filesystem().put_file(path, url)
+        except Exception as exc:  # the clients' errors have no common base; all become one message
             raise StorageError(redact(f"cannot write {url}: {_describe(exc)}")) from None
 
     async def _fetch_one(self, request: Range) -> bytes | FetchError:

@@ -151,7 +151,8 @@ class FaultProxy:
     (the connection is reset before any answer), ``"short"`` (the answer's headers promise the
     whole range, half the body comes, the connection closes), ``"stall"`` (no answer for
     ``stall_s``). ``latency`` seconds are added before every request. ``every`` makes a fault
-    recur on every n-th matching request instead. ``requests`` counts requests by method.
+    recur on every n-th matching request instead; ``by_range`` gives one range's requests a fault
+    every time. ``requests`` counts requests by method.
     """
 
     def __init__(self, upstream: str, latency: float = 0.0):
@@ -159,6 +160,7 @@ class FaultProxy:
         self.latency = latency
         self.faults: collections.deque[str] = collections.deque()
         self.every: tuple[int, list[str]] | None = None
+        self.by_range: dict[str, str] = {}   # Range header → the fault every such request gets
         self.stall_s = 30.0
         self.ranged_only = True
         self.requests: collections.Counter = collections.Counter()
@@ -202,6 +204,8 @@ class FaultProxy:
             if self.ranged_only and not ranged:
                 return None
             self._matching += 1
+            if handler.headers.get("Range") in self.by_range:
+                return self.by_range[handler.headers["Range"]]
             if self.faults:
                 return self.faults.popleft()
             if self.every is not None and self._matching % self.every[0] == 0:

@@ -125,7 +125,7 @@ def test_throttling_errors_resets_and_short_bodies_are_retried_and_nothing_is_lo
 
 def failing_loader(proxy, s3_shards: str, **extra: Any):
     loader = build_loader(TRAIN, "torchvision", overrides=overrides(
-        f"{s3_shards}/{SHARDS}", source={"storage_options": {"endpoint_url": proxy.endpoint}, "timeout": 1.0},
+        f"{s3_shards}/{SHARDS}", source={"storage_options": {"endpoint_url": proxy.endpoint}, "timeout": 3.0},
         **{"loader.shuffle": False, "loader.workers": 0}, **extra))
     return loader
 
@@ -142,18 +142,19 @@ def test_a_sample_that_keeps_failing_raises_naming_url_member_and_last_error(s3_
     assert info.value.index == 0
     assert info.value.path == f"{s3_shards}/train-000000.tar#class_000/img_00000.jpg"
     assert "train-000000.tar" in info.value.reason and "HTTP 500" in info.value.reason
-    assert "within source.timeout (1 s)" in info.value.reason
+    assert "within source.timeout (3 s)" in info.value.reason
 
 
 def test_a_failing_sample_is_skipped_and_counted_under_on_error_skip(s3_shards, moto_endpoint, fault_proxy):
     proxy = fault_proxy(moto_endpoint)
     loader = failing_loader(proxy, s3_shards, **{"loader.on_error": "skip"})
-    proxy.plan(*["500"] * 200)  # the first sample's attempts within its timeout (and more)
-    proxy.every = None
+    samples = loader.listing.shards
+    start, size = int(samples.offset[7]), int(samples.size[7])
+    proxy.by_range[f"bytes={start}-{start + size - 1}"] = "500"  # sample 7's every attempt
     seen = [i for _, _, index, _ in loader for i in index.tolist()]
     loader.close()
-    skipped = [s.index for s in loader.skipped]
-    assert skipped and sorted(seen + skipped) == list(range(37))
+    assert [s.index for s in loader.skipped] == [7] and "HTTP 500" in loader.skipped[0].reason
+    assert seen == [i for i in range(37) if i != 7]
 
 
 def test_a_stalled_read_is_a_sample_error_within_the_timeout_not_a_hang(s3_shards, moto_endpoint, fault_proxy):
@@ -165,8 +166,8 @@ def test_a_stalled_read_is_a_sample_error_within_the_timeout_not_a_hang(s3_shard
     with pytest.raises(SampleError) as info:
         next(iter(loader))
     loader.close()
-    assert time.monotonic() - started < 10
-    assert "no answer within the 1 s timeout" in info.value.reason
+    assert time.monotonic() - started < 15
+    assert "no answer within the 3 s timeout" in info.value.reason
 
 
 def test_a_server_that_is_gone_is_a_clear_error_within_the_timeout(moto_endpoint):
@@ -407,3 +408,27 @@ def test_partial_downloads_count_against_the_bound(s3_shards, moto_endpoint, tmp
         cache.ensure(CachedShard(url, info.size, info.etag, None))
     with pytest.raises(CacheError, match="more than source.cache.max_bytes"):
         ShardCache(folder, info.size - 1, store).ensure(CachedShard(url, info.size, info.etag, None))
+
+
+def _fetch_in_child(store, request, queue) -> None:
+    inherited = store._fs
+    data = store.fetch([request])[0]
+    queue.put((data, store._fs is not inherited and store._fs is not None))
+
+
+def test_a_forked_process_makes_its_own_client_and_reads_through_it(s3_shards):
+    import multiprocessing
+
+    from dali_bridge.storage import Range
+
+    store = ObjectStore("s3")
+    url = f"{s3_shards}/train-000000.tar"
+    request = Range(url, 0, 512)
+    expected = store.fetch([request])[0]  # the parent's client exists (and its event loop thread)
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_fetch_in_child, args=(store, request, queue))
+    child.start()
+    data, own_client = queue.get(timeout=60)
+    child.join(timeout=60)
+    assert data == expected and own_client
