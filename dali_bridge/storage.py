@@ -82,7 +82,7 @@ def redact(text: str) -> str:
     """``text`` without any secret the environment holds (``AWS_SECRET_ACCESS_KEY``, tokens, the
     access key id) and without ``user:password@`` in URLs: for every message shown or logged."""
     for name, value in os.environ.items():
-        if value and len(value) >= 4 and (_SECRET_ENV.search(name) or name == "AWS_ACCESS_KEY_ID"):
+        if value and len(value) >= 8 and (_SECRET_ENV.search(name) or name == "AWS_ACCESS_KEY_ID"):
             text = text.replace(value, "***")
     return _USERINFO.sub("***@", text)
 
@@ -188,7 +188,12 @@ class ObjectStore:
 
     def _filesystem(self) -> Any:
         if self._pid != os.getpid():
-            self._reset()  # a forked child: the parent's loop thread and connections are not here
+            # A forked child: the parent's loop thread is not here, its connections are shared.
+            # The inherited client is kept, never closed: closing its connections would
+            # unregister the sockets from the event-loop selector the child shares with the
+            # parent, and the parent's next answers on them would never arrive.
+            _INHERITED.append(self._fs)
+            self._reset()
         with self._lock:
             if self._fs is None:
                 import fsspec
@@ -404,6 +409,7 @@ def _describe(exc: BaseException) -> str:
     return text if isinstance(exc, _Transient) else f"{type(exc).__name__}: {text}"
 
 
+_INHERITED: list[Any] = []   # clients a forked process got from its parent (see ObjectStore._filesystem)
 _stores: dict[tuple, ObjectStore] = {}
 _stores_lock = threading.Lock()
 

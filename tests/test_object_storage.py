@@ -432,3 +432,33 @@ def test_a_forked_process_makes_its_own_client_and_reads_through_it(s3_shards):
     data, own_client = queue.get(timeout=60)
     child.join(timeout=60)
     assert data == expected and own_client
+
+
+def _drop_inherited_in_child(store, request, queue) -> None:
+    import gc
+    import weakref
+
+    inherited = weakref.ref(store._fs)
+    store.fetch([request])
+    gc.collect()
+    queue.put(inherited() is not None)
+
+
+def test_a_forked_process_never_closes_the_client_it_inherited(s3_shards):
+    """Closing it would close the parent's pooled connections in the event-loop selector the two
+    processes share after a fork: the parent's next answers on them would never arrive."""
+    import multiprocessing
+
+    from dali_bridge.storage import Range
+
+    store = ObjectStore("s3")
+    request = Range(f"{s3_shards}/train-000000.tar", 0, 512)
+    store.fetch([request])
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_drop_inherited_in_child, args=(store, request, queue))
+    child.start()
+    kept = queue.get(timeout=60)
+    child.join(timeout=60)
+    assert kept
+    assert len(store.fetch([request])[0]) == 512  # and the parent reads on
