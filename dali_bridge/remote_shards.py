@@ -201,7 +201,7 @@ class RemoteShardSamples:
 
     :meth:`prefetch` fetches a batch's samples concurrently; :meth:`read` then hands each one out
     (or fetches it alone when it was not prefetched). What a thread prefetched is its own, and is
-    dropped at its next prefetch, so memory holds at most a batch per reading thread.
+    replaced at its next prefetch, so memory holds at most a batch per reading thread.
     """
 
     def __init__(self, shards: tuple[str, ...], shard: np.ndarray, offset: np.ndarray, size: np.ndarray,
@@ -237,8 +237,8 @@ class RemoteShardSamples:
         """The encoded image of sample ``index``; :class:`ImageError` naming the request's last error."""
         if int(self.size[index]) == 0:
             raise ImageError("empty image member (0 bytes)")
-        ready = getattr(self._local, "ready", {})
-        answer = ready.pop(index, None)
+        # Kept until this thread's next prefetch: a batch may hold a sample twice (pad, repeats).
+        answer = getattr(self._local, "ready", {}).get(index)
         if answer is None:
             answer = self.store.fetch([self._range(index)])[0]
         if isinstance(answer, FetchError):

@@ -462,3 +462,13 @@ def test_a_forked_process_never_closes_the_client_it_inherited(s3_shards):
     child.join(timeout=60)
     assert kept
     assert len(store.fetch([request])[0]) == 512  # and the parent reads on
+
+
+def test_a_sample_twice_in_a_batch_is_fetched_once(s3_shards, moto_endpoint, fault_proxy):
+    proxy = fault_proxy(moto_endpoint)
+    listing = list_webdataset(f"{s3_shards}/{SHARDS}", DEFAULT_IMAGE_KEYS,
+                              store=ObjectStore("s3", {"endpoint_url": proxy.endpoint}))
+    proxy.requests.clear()
+    listing.prefetch([3, 5, 3])  # a padded batch, or repeated augmentation
+    assert listing.read(3) == listing.read(3) and len(listing.read(5)) > 0
+    assert proxy.requests["GET"] == 2
