@@ -22,7 +22,7 @@ from .limits import check_loader_limits
 from .plan import Plan, build_plan, unsupported_ops
 from .post_finish import PostFinish
 from .sampling import BatchTask, batch_count, rank_batches
-from .shard_order import ShardWindows
+from .shard_order import windows_of
 from .sources import Listing, list_source
 from .spec import PipelineSpec, Problem, SpecError, coerce_spec
 from .wording import plural
@@ -107,11 +107,9 @@ class Loader:
     def tasks(self, epoch: int) -> list[BatchTask]:
         """The batches this rank yields in ``epoch`` (what the loader will ask the backend for)."""
         loader = self.spec.loader
-        shards = (ShardWindows(self.listing.shards.shard, loader.shuffle_window)
-                  if loader.shuffle == "shards" and self.listing.shards is not None else None)
         return rank_batches(len(self.listing), self.spec.batch_size, self.spec.seed, epoch, self.rank,
                             self.world_size, loader.last_batch, loader.shuffle,
-                            repeats=loader.repeated_augmentations, shards=shards)
+                            repeats=loader.repeated_augmentations, shards=windows_of(self.listing, loader))
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         with self._iteration_lock:

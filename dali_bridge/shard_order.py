@@ -16,6 +16,7 @@ it — the mean number of distinct classes per batch and the mean label entropy 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,14 @@ class ShardWindows:
     """What the shard-aware order needs of a listing: each sample's shard, and the window size."""
     shard_of: np.ndarray   # int [num_samples]: the shard of each sample (listing order)
     window: int            # shards whose samples are shuffled together
+
+
+def windows_of(listing: Any, loader: Any) -> ShardWindows | None:
+    """What :func:`shard_window_order` needs of a listing under ``loader`` (a LoaderSpec); None
+    unless ``loader.shuffle`` is ``"shards"`` and the listing has shards."""
+    if loader.shuffle != "shards" or listing.shards is None:
+        return None
+    return ShardWindows(listing.shards.shard, loader.shuffle_window)
 
 
 def shard_window_order(shards: ShardWindows, seed: int, epoch: int) -> np.ndarray:

@@ -133,3 +133,20 @@ def test_shuffle_shards_needs_shards_and_a_window_of_at_least_one(tmp_path):
     with pytest.raises(SpecError, match="loader.shuffle: expected true or false, found a string 'shard' "
                                         r"\(or 'shards' for a webdataset source"):
         spec(shards, shuffle="shard")
+
+
+def test_the_decode_ceiling_reads_in_the_shard_aware_order(small_shards):
+    from dali_bridge.bench.baselines import ceiling
+    from dali_bridge.sampling import epoch_order
+    from dali_bridge.shard_order import windows_of
+    from dali_bridge.sources import list_source
+
+    spec = spec_from_dict({"version": 1, "batch_size": 4, "ops": [{"center_crop": {"size": 8}}],
+                           "source": {"type": "webdataset", "shards": str(small_shards / SHARDS)},
+                           "loader": {"shuffle": "shards", "shuffle_window": 2}})
+    listing = list_source(spec.source)
+    stream, stop = ceiling(spec, listing, threads=1)
+    first = [next(stream)[1].tolist() for _ in range(3)]
+    stop()
+    expected = epoch_order(37, spec.seed, 0, "shards", windows_of(listing, spec.loader)).tolist()
+    assert sum(first, []) == expected[:12]
