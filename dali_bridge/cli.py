@@ -117,7 +117,26 @@ def cmd_show(args: argparse.Namespace) -> int:
         rows = [{"stage": s.stage, "implementation": s.implementation, "device": s.device}
                 for s in placement(plan, backend, cuda=_cuda())]
         print(format_table(rows, [("stage", "stage"), ("device", "device"), ("implementation", "implementation")]))
+    if args.order:
+        _show_order(spec)
     return 0
+
+
+def _show_order(spec) -> None:
+    """How the epoch order mixes classes: the shard-aware order at a few windows against a global shuffle."""
+    from .shard_order import quality_report
+    from .sources import list_source
+    from .timing import format_table
+
+    listing = list_source(spec.source)
+    chosen = spec.loader.shuffle_window if spec.loader.shuffle == "shards" else None
+    print(f"\n## order quality (epoch 0, batch {spec.batch_size}, {len(listing)} samples)")
+    if listing.shards is None:
+        print("  this source has no shards: only the global shuffle applies")
+        return
+    rows = quality_report(listing.labels, listing.shards.shard, spec.batch_size, spec.seed, [1, 4, 16, 64], chosen)
+    print(format_table(rows, [("order", "order"), ("window", "window (shards)"), ("classes", "classes/batch"),
+                              ("entropy", "label entropy (bits)"), ("share", "of global")]))
 
 
 def _resolved_yaml(spec: PipelineSpec) -> str:
@@ -547,6 +566,9 @@ def _add_show_command(add: AddCommand) -> None:
                               "each backend, with the device it runs on.",
             "examples:\n  dali-bridge show pipelines/imagenet_train.yaml")
     p.add_argument("file", metavar="FILE")
+    p.add_argument("--order", action="store_true",
+                   help="list the source and show how the order mixes classes per batch (loader.shuffle: shards "
+                        "at several windows against a global shuffle)")
     _add_spec_options(p)
 
 

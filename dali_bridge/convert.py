@@ -45,6 +45,7 @@ from typing import Any, BinaryIO, Iterator
 
 from .shards import index_path, manifest_path
 from .formats import inspect_image
+from .storage import is_url
 from .images import ImageError
 from .parquet import ParquetSamples, list_parquet
 from .ops import is_int
@@ -470,7 +471,13 @@ def convert(source: str | Path | Listing, out_pattern: str, *, shard_size: int =
     beside them: an overwrite needs room for both sets): a failure before that (disk full) is a
     :class:`ConvertError` that leaves the old set as it was and no temporary file behind. A final
     name taken by a link, and a second convert into the pattern while this one runs, are refused.
+    An ``out_pattern`` at a URL is written in a local folder first, then uploaded, manifest last.
     """
+    if is_url(out_pattern):  # written locally, then uploaded (remote_tools)
+        from .remote_tools import convert_to_url
+
+        return convert_to_url(source, out_pattern, shard_size=shard_size, overwrite=overwrite, progress=progress,
+                              extensions=extensions, max_image_bytes=max_image_bytes)
     check_pattern(out_pattern)
     if shard_size < 1:
         raise ConvertError(f"--shard-size: expected an integer >= 1, found {shard_size}")
@@ -556,6 +563,10 @@ def verify_shards(manifest: str | Path) -> list[str]:
     Shard names must be file names in the manifest's own folder (no ``../``, no absolute path),
     and a file is hashed only when its size is the recorded one, reading at most that many bytes.
     """
+    if is_url(str(manifest)):  # HEADs and streamed hashes (remote_tools)
+        from .remote_tools import verify_url
+
+        return verify_url(str(manifest))
     manifest = Path(manifest)
     data = read_manifest(manifest)
     problems = []

@@ -24,6 +24,7 @@ from .post_finish import PostFinish
 from .quoting import safe_name
 from .resume import STATE_FORMAT, Identity, check_identity, listing_fingerprint, merge_states, read_state
 from .sampling import BatchTask, batch_count, check_epoch, entries_consumed, rank_batches
+from .shard_order import windows_of
 from .sources import Listing, list_source
 from .stats import StepClock
 from .spec import PipelineSpec, Problem, SpecError, coerce_spec
@@ -143,7 +144,8 @@ class Loader:
         loader = self.spec.loader
         return rank_batches(len(self.listing), self.spec.batch_size, self.spec.seed, check_epoch(epoch), self.rank,
                             self.world_size, loader.last_batch, loader.shuffle,
-                            repeats=loader.repeated_augmentations, start=position, first_number=batch)
+                            repeats=loader.repeated_augmentations, shards=windows_of(self.listing, loader),
+                            start=position, first_number=batch)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         with self._iteration_lock:
@@ -289,7 +291,8 @@ class Loader:
         loader = self.spec.loader
         return Identity(seed=self.spec.seed, num_samples=len(self.listing), dataset=self._fingerprint,
                         batch_size=self.spec.batch_size, last_batch=loader.last_batch, shuffle=loader.shuffle,
-                        repeated_augmentations=loader.repeated_augmentations)
+                        repeated_augmentations=loader.repeated_augmentations,
+                        shuffle_window=loader.shuffle_window if loader.shuffle == "shards" else None)
 
     # ---- lifecycle
     def close(self) -> None:

@@ -78,6 +78,16 @@ def _key_rows() -> list[tuple[str, str, str]]:
          "`parquet`: the encoded images: Hugging Face's `{bytes, path}` image struct or a binary column"),
         ("source.label_column", "string", f"`{source.label_column}`",
          "`parquet`: the integer labels; class names from the file's Hugging Face `ClassLabel` names when present"),
+        ("source.storage_options", "mapping", "`{}`",
+         "shards at a URL: fsspec's non-secret client settings (credentials come from the environment; "
+         "[Object storage](object-storage.md))"),
+        ("source.max_requests", "integer >= 1", f"`{source.max_requests}`",
+         "shards at a URL: ranged GETs in flight per process"),
+        ("source.timeout", "seconds in (0, 3600]", f"`{source.timeout:g}`",
+         "shards at a URL: the time one sample's read may take, retries included; then it is a sample error"),
+        ("source.cache", "`{dir: path, max_bytes: size}`", "none (ranged reads)",
+         "shards at a URL: download each shard whole on first touch into a node-wide cache bounded by "
+         "`max_bytes` (bytes, or text like `200GB`), least recently used evicted"),
         ("source.max_pixels", "integer >= 1", f"`{source.max_pixels}`",
          "images whose header claims more pixels (height × width) are refused before decoding, as a sample error "
          "that follows `loader.on_error` (PIL's limit; raise it for larger images)"),
@@ -114,8 +124,12 @@ def _key_rows() -> list[tuple[str, str, str]]:
         ("loader.on_error", _choices(s.ON_ERROR), f"`{loader.on_error}`",
          "at an unreadable sample: stop with its index, file and reason, or leave it out, count and log it "
          "([Errors](errors.md))"),
-        ("loader.shuffle", "`true` \\| `false`", f"`{_value(loader.shuffle)}`",
-         "`false` keeps the listing order (validation)"),
+        ("loader.shuffle", "`true` \\| `false` \\| `shards`", f"`{_value(loader.shuffle)}`",
+         "`false` keeps the listing order (validation); `shards` (webdataset): shards shuffled, then samples "
+         "within a window of shards ([Object storage](object-storage.md#a-shard-aware-order))"),
+        ("loader.shuffle_window", "integer >= 1", f"`{loader.shuffle_window}`",
+         "`shuffle: shards`: how many shards' samples are shuffled together; `dali-bridge show --order` "
+         "measures how well a window mixes classes"),
         ("loader.repeated_augmentations", f"integer from 1 to {s.MAX_REPEATED_AUGMENTATIONS}",
          f"`{loader.repeated_augmentations}`",
          "each sample comes this many times per epoch, each time with its own random parameters; the repeats "

@@ -35,8 +35,9 @@ class Identity:
     dataset: str
     batch_size: int
     last_batch: str
-    shuffle: bool
+    shuffle: bool | str
     repeated_augmentations: int
+    shuffle_window: int | None   # shuffle "shards" only: the shards shuffled together
 
 
 @dataclass(frozen=True)
@@ -82,14 +83,17 @@ _COMMON: dict[str, tuple[Callable[[Any], bool], str]] = {
     "batch_size": _integer(1),
     "world_size": _integer(1),
     "last_batch": ((lambda v: v in _POLICIES), "one of " + ", ".join(_POLICIES)),
-    "shuffle": ((lambda v: type(v) is bool), "true or false"),
+    "shuffle": ((lambda v: type(v) is bool or v == "shards"), "true, false or 'shards'"),
     "repeated_augmentations": _integer(1),
+    "shuffle_window": ((lambda v: v is None or (type(v) is int and v >= 1)), "null or an integer >= 1"),
 }
 _KEYS = {
     STATE_FORMAT: {**_COMMON, "position": _integer(0), "dataset": (_is_fingerprint, "a 64-digit hex SHA-256")},
     1: {**_COMMON, "rank": _integer(0), "skipped": _integer(0)},
 }
-_OPTIONAL = {1: {"repeated_augmentations": 1, "skipped": 0}}  # format 1 states saved before these keys existed
+# keys a state saved before they existed lacks, with the value they had then
+_OPTIONAL = {STATE_FORMAT: {"shuffle_window": None},
+             1: {"repeated_augmentations": 1, "skipped": 0, "shuffle_window": None}}
 
 
 def read_state(state: Any, *, where: str = "loader state") -> SavedState:

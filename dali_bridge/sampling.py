@@ -18,13 +18,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from .plan import Plan, Step
+from .shard_order import ShardWindows, shard_window_order
 
 
 # --------------------------------------------------------------------------------------------
 # Order
 
-def epoch_order(num_samples: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
-    """The global sample order of an epoch: a permutation of ``range(num_samples)`` from (seed, epoch)."""
+def epoch_order(num_samples: int, seed: int, epoch: int, shuffle: bool | str = True,
+                shards: ShardWindows | None = None) -> np.ndarray:
+    """The global sample order of an epoch: a permutation of ``range(num_samples)`` from (seed, epoch).
+
+    ``shuffle="shards"``: the shard-aware order of :mod:`dali_bridge.shard_order` (``shards`` says
+    each sample's shard and the window)."""
+    if shuffle == "shards":
+        if shards is None or len(shards.shard_of) != num_samples:
+            raise ValueError("shuffle 'shards' needs each sample's shard (a webdataset listing)")
+        return shard_window_order(shards, seed, epoch)
     if not shuffle:
         return np.arange(num_samples, dtype=np.int64)
     return np.random.default_rng([seed, epoch, 0x0D3A]).permutation(num_samples).astype(np.int64)
@@ -45,8 +54,8 @@ class BatchTask:
 
 
 def rank_batches(num_samples: int, batch_size: int, seed: int, epoch: int, rank: int = 0, world_size: int = 1,
-                 last_batch: str = "partial", shuffle: bool = True, repeats: int = 1, *, start: int = 0,
-                 first_number: int = 0) -> list[BatchTask]:
+                 last_batch: str = "partial", shuffle: bool | str = True, repeats: int = 1, *,
+                 shards: ShardWindows | None = None, start: int = 0, first_number: int = 0) -> list[BatchTask]:
     """The batches rank ``rank`` of ``world_size`` yields in ``epoch``.
 
     With ``repeats`` r > 1 (repeated augmentation) each sample of the epoch order comes r times in
@@ -76,7 +85,7 @@ def rank_batches(num_samples: int, batch_size: int, seed: int, epoch: int, rank:
     entries = num_samples * repeats
     if not 0 <= start <= entries:
         raise ValueError(f"start {start} is outside the epoch's {entries} entries")
-    order = np.repeat(epoch_order(num_samples, seed, epoch, shuffle), repeats)
+    order = np.repeat(epoch_order(num_samples, seed, epoch, shuffle, shards), repeats)
     repeat_of = np.tile(np.arange(repeats, dtype=np.int64), num_samples)
     remaining = entries - start
     share, share_repeats = order[start + rank::world_size], repeat_of[start + rank::world_size]

@@ -17,7 +17,7 @@ import tarfile
 import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable, Sequence
 
 import numpy as np
 
@@ -180,11 +180,31 @@ def _members_from_index(path: str, size_on_disk: int, handle: BinaryIO, scan: Sh
         if os.path.getmtime(index) < os.path.getmtime(path):
             return None
         with open(index, encoding="utf-8") as handle_index:
-            header = handle_index.readline().split()
-            lines = handle_index.read().splitlines()
+            text = handle_index.read()
     except (OSError, UnicodeDecodeError):
         return None
-    if len(header) != 2 or header[0] != "v1.2" or not header[1].isdigit() or int(header[1]) != len(lines):
+    members = parse_index(text, os.path.basename(index), os.path.basename(path), size_on_disk, scan)
+    if not members:
+        return members
+    try:
+        problem = _index_disagreement(handle, members, size_on_disk)
+    except ValueError as exc:
+        problem = str(exc)
+    if problem:
+        scan.problems.append(f"{os.path.basename(index)} disagrees with {os.path.basename(path)}: {problem} — "
+                             f"delete the index or re-create it from the shard")
+        return []
+    return members
+
+
+def parse_index(text: str, index_name: str, shard_name: str, shard_size: int, scan: ShardScan) -> list[Member] | None:
+    """The members a DALI index (``wds2idx`` v1.2) lists, if they fit a shard of ``shard_size``
+    bytes; None when the index is not usable (another version, a name with a space, a shard cut
+    after indexing: the tar scan decides), [] with a problem added when a field is malformed."""
+    header, _, body = text.partition("\n")
+    header_fields, lines = header.split(), body.splitlines()
+    if (len(header_fields) != 2 or header_fields[0] != "v1.2" or not header_fields[1].isdigit()
+            or int(header_fields[1]) != len(lines)):
         return None
     members: list[Member] = []
     for line in lines:
@@ -194,22 +214,14 @@ def _members_from_index(path: str, size_on_disk: int, handle: BinaryIO, scan: Sh
         for i in range(0, len(fields), 4):
             offset, size = fields[i + 1], fields[i + 2]
             if not (offset.isdigit() and size.isdigit() and offset.isascii() and size.isascii()):
-                scan.problems.append(f"{os.path.basename(index)}: member {safe_name(fields[i + 3])} has offset "
-                                     f"{offset!r} and size {size!r}; expected non-negative integers — delete the index "
-                                     f"or re-create it from {os.path.basename(path)}")
+                scan.problems.append(f"{index_name}: member {safe_name(fields[i + 3])} has offset {offset!r} "
+                                     f"and size {size!r}; expected non-negative integers — delete the index "
+                                     f"or re-create it from {shard_name}")
                 return []
             members.append((fields[i + 3], int(offset), int(size)))
     end = max((offset + size for _, offset, size in members), default=0)
-    if end + 2 * tarfile.BLOCKSIZE > size_on_disk:
+    if end + 2 * tarfile.BLOCKSIZE > shard_size:
         return None  # the shard was cut after indexing: the tar scan says where
-    try:
-        problem = _index_disagreement(handle, members, size_on_disk)
-    except ValueError as exc:
-        problem = str(exc)
-    if problem:
-        scan.problems.append(f"{os.path.basename(index)} disagrees with {os.path.basename(path)}: {problem} — "
-                             f"delete the index or re-create it from the shard")
-        return []
     return members
 
 
@@ -227,7 +239,11 @@ def _header_at(handle: BinaryIO, position: int) -> _Header | None:
     Only the checksum, name, size and type are decoded (``tarfile``'s own field helpers): a full
     ``TarInfo`` per member would cost more than scanning the tar.
     """
-    block = os.pread(handle.fileno(), tarfile.BLOCKSIZE, position)
+    return parse_header(os.pread(handle.fileno(), tarfile.BLOCKSIZE, position), position)
+
+
+def parse_header(block: bytes, position: int) -> _Header | None:
+    """:func:`_header_at` of a header block already read (``position``: where it was, for messages)."""
     if len(block) < tarfile.BLOCKSIZE:
         raise ValueError(f"no tar header at byte {position}: the file ends there")
     if block.count(0) == tarfile.BLOCKSIZE:
@@ -342,14 +358,17 @@ def _samples(members: list[Member], scan: ShardScan) -> list[tuple[str, list[Mem
     return groups
 
 
-def _label(handle: BinaryIO, name: str, member: Member, scan: ShardScan) -> int | None:
-    """The class number a label member holds; None with a problem added if it holds none."""
-    _, offset, size = member
+def _label(text: bytes | None, name: str, member: Member, scan: ShardScan) -> int | None:
+    """The class number a label member holds (``text``: its payload, None when it was too large
+    to read); None with a problem added if it holds none."""
+    size = member[2]
     if size > MAX_LABEL_BYTES:
         scan.problems.append(f"{name}: label member {safe_name(member[0])} is {size} bytes; a label is a "
                              f"class number of at most {MAX_LABEL_BYTES} bytes")
         return None
-    text = os.pread(handle.fileno(), size, offset) if size else b""
+    if text is None:
+        scan.problems.append(f"{name}: label member {member[0]} could not be read")
+        return None
     if len(text) != size:
         scan.problems.append(f"{name}: label member {safe_name(member[0])} is cut short (truncated shard)")
         return None
@@ -416,24 +435,44 @@ def scan_shard(path: str, image_keys: tuple[str, ...], label_key: str, use_index
             members = _members_from_tar(handle, name, scan)
         else:
             scan.from_index = True
-        seen: set[str] = set()
-        for key, group in _samples(members, scan):
-            if key in seen:
-                scan.problems.append(f"{name}: sample key {safe_name(key)} appears again after other samples "
-                                     f"(members of one sample must be adjacent)")
-                continue
-            seen.add(key)
-            pair = _sample_members(name, key, group, image_keys, label_key, scan)
-            label = _label(handle, name, pair[1], scan) if pair is not None else None
-            if label is None:
-                continue
-            image = pair[0]
-            scan.keys.append(key)
-            scan.image_names.append(image[0])
-            scan.offsets.append(image[1])
-            scan.sizes.append(image[2])
-            scan.labels.append(label)
+
+        def read_labels(labels: list[Member]) -> list[bytes]:
+            return [os.pread(handle.fileno(), size, offset) if size else b"" for _, offset, size in labels]
+
+        scan_members(name, members, image_keys, label_key, scan, read_labels)
     return scan
+
+
+def scan_members(name: str, members: list[Member], image_keys: tuple[str, ...], label_key: str, scan: ShardScan,
+                 read_labels: Callable[[list[Member]], Sequence[bytes | None]]) -> None:
+    """Group a shard's members into samples and add them to ``scan`` (see :func:`scan_shard`).
+
+    ``read_labels`` gets every label member small enough to be a label at once and returns their
+    payloads in order (a positioned read each from a local shard; concurrent ranged GETs from
+    object storage), None for one that could not be read.
+    """
+    seen: set[str] = set()
+    pairs: list[tuple[str, Member, Member]] = []
+    for key, group in _samples(members, scan):
+        if key in seen:
+            scan.problems.append(f"{name}: sample key {safe_name(key)} appears again after other samples "
+                                 f"(members of one sample must be adjacent)")
+            continue
+        seen.add(key)
+        pair = _sample_members(name, key, group, image_keys, label_key, scan)
+        if pair is not None:
+            pairs.append((key, *pair))
+    readable = [label for _, _, label in pairs if label[2] <= MAX_LABEL_BYTES]
+    payloads = dict(zip((m[1] for m in readable), read_labels(readable)))
+    for key, image, label_member in pairs:
+        label = _label(payloads.get(label_member[1]), name, label_member, scan)
+        if label is None:
+            continue
+        scan.keys.append(key)
+        scan.image_names.append(image[0])
+        scan.offsets.append(image[1])
+        scan.sizes.append(image[2])
+        scan.labels.append(label)
 
 
 class ShardSamples:

@@ -25,7 +25,10 @@ import numpy as np
 
 from .formats import DEFAULT_MAX_PIXELS, inspect_image, without_webp_exif
 from .images import ImageError, check_encoded, decode_rgb, read_file, too_many_bytes
-from .shards import ShardSamples, expand_braces, manifest_path, scan_shard
+from .remote_shards import CachedShardSamples, RemoteShardSamples, list_remote_shards
+from .shard_cache import ShardCache
+from .shards import ShardSamples, ShardScan, expand_braces, manifest_path, scan_shard
+from .storage import FetchError, ObjectInfo, ObjectStore, StorageError, is_url, store_for
 from .ops import is_int
 from .quoting import quoted, safe_name
 from .spec import DEFAULT_MAX_BYTES, NotUtf8Error, SourceSpec, decode_utf8
@@ -52,8 +55,9 @@ class Listing:
     classes: tuple[str, ...]
     root: str
     ignored: Counter = field(default_factory=Counter, compare=False)  # extension → files skipped
-    # where shard (or Parquet: dali_bridge.parquet.ParquetSamples) samples' bytes are; read(index) gives them
-    shards: ShardSamples | None = field(default=None, compare=False)
+    # where shard samples' bytes are: local shards, objects at URLs, or Parquet row groups
+    # (dali_bridge.parquet.ParquetSamples); read(index) gives them
+    shards: ShardSamples | RemoteShardSamples | None = field(default=None, compare=False)
     max_pixels: int = field(default=DEFAULT_MAX_PIXELS, compare=False)  # source.max_pixels: larger images are refused
     max_bytes: int = field(default=DEFAULT_MAX_BYTES, compare=False)  # source.max_bytes: larger files are refused
 
@@ -65,6 +69,12 @@ class Listing:
         data = self._raw(index)
         check_encoded(data, max_pixels=self.max_pixels)
         return data
+
+    def prefetch(self, indices) -> None:
+        """Fetch these samples' bytes together ahead of their reads: concurrent ranged GETs for shards
+        at a URL (a batch's latency paid once), nothing for local files."""
+        if isinstance(self.shards, RemoteShardSamples):
+            self.shards.prefetch(indices)
 
     def decode(self, index: int):
         """Sample ``index`` as a uint8 CHW RGB tensor (:func:`~dali_bridge.images.decode_rgb`), its bytes
@@ -294,8 +304,11 @@ def sparse_labels(labels: list[int], where: Callable[[int], str]) -> list[str]:
             f"renumber the classes densely" for i, label in enumerate(labels) if label >= bound]
 
 
-def _manifest_for(pattern: str, manifest: str | None) -> tuple[str | None, dict | None]:
+def _manifest_for(pattern: str, manifest: str | None,
+                  store: ObjectStore | None = None) -> tuple[str | None, dict | None]:
     """The converter's manifest: the given path, else ``<prefix>.manifest.json`` next to the shards if present."""
+    if store is not None:
+        return _remote_manifest(pattern, manifest, store)
     if manifest is None:
         candidate = manifest_path(pattern)
         if not os.path.isfile(candidate):
@@ -313,6 +326,26 @@ def _manifest_for(pattern: str, manifest: str | None) -> tuple[str | None, dict 
     if problem:
         raise SourceError(f"source.manifest: {manifest} {problem} (expected a dali-bridge convert manifest)")
     return manifest, data
+
+
+def _remote_manifest(pattern: str, manifest: str | None, store: ObjectStore) -> tuple[str | None, dict | None]:
+    """:func:`_manifest_for` for shards at a URL: the manifest fetched with one GET."""
+    url = manifest or manifest_path(pattern)
+    answer = store.get([url])[0]
+    if isinstance(answer, FetchError):
+        if answer.missing and manifest is None:
+            return None, None
+        raise SourceError(f"source.manifest: cannot read {answer.reason}")
+    try:
+        data = json.loads(decode_utf8(answer[:MAX_MANIFEST_BYTES + 1], url))
+    except NotUtf8Error as exc:
+        raise SourceError(f"source.manifest: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise SourceError(f"source.manifest: {url} is not valid JSON: {exc}") from None
+    problem = manifest_problem(data)
+    if problem:
+        raise SourceError(f"source.manifest: {url} {problem} (expected a dali-bridge convert manifest)")
+    return url, data
 
 
 # A converter's manifest is a few hundred bytes per shard and per class.
@@ -344,14 +377,15 @@ def manifest_problem(data: Any) -> str | None:
     return None
 
 
-def _size_problems(paths: list[str], manifest_file: str, manifest_data: dict) -> list[str]:
-    """A problem per shard whose size is not the one its manifest records (one ``stat`` each): a
-    shard set mixed by an interrupted or concurrent ``convert``, or a shard replaced since."""
+def _size_problems(paths: list[str], sizes: list[int], manifest_file: str, manifest_data: dict) -> list[str]:
+    """A problem per shard whose size (``sizes``: one ``stat`` or HEAD each) is not the one its
+    manifest records: a shard set mixed by an interrupted or concurrent ``convert``, or a shard
+    replaced since."""
     recorded = {entry["file"]: entry.get("bytes") for entry in manifest_data.get("shards", [])}
     problems = []
-    for path in paths:
+    for path, size in zip(paths, sizes):
         expected = recorded.get(os.path.basename(path))
-        if is_int(expected) and (size := os.stat(path).st_size) != expected:
+        if is_int(expected) and size != expected:
             problems.append(f"{safe_name(path)}: {size} bytes, the manifest {safe_name(manifest_file)} records "
                             f"{expected} (a changed shard, or a set mixed by an interrupted or concurrent convert): "
                             f"check the set with 'dali-bridge verify {safe_name(manifest_file)}', convert again "
@@ -359,31 +393,52 @@ def _size_problems(paths: list[str], manifest_file: str, manifest_data: dict) ->
     return problems
 
 
+def _local_scans(paths: list[str], image_keys: tuple[str, ...], label_key: str) -> list[ShardScan]:
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        shown = ", ".join(safe_name(p) for p in missing[:10]) + (f" and {len(missing) - 10} more"
+                                                                  if len(missing) > 10 else "")
+        raise SourceError(f"source.shards: {len(missing)} of {len(paths)} shard(s) do not exist: {shown}")
+    return [scan_shard(path, image_keys, label_key) for path in paths]
+
+
+def _remote_scans(paths: list[str], image_keys: tuple[str, ...], label_key: str,
+                  store: ObjectStore) -> tuple[list[ShardScan], list[ObjectInfo]]:
+    """Scans of shards at URLs (:func:`~dali_bridge.remote_shards.list_remote_shards`) and their HEADs."""
+    scans, infos, problems = list_remote_shards(store, paths, image_keys, label_key)
+    if problems:
+        shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
+        raise SourceError(f"source.shards: {len(problems)} of {len(paths)} shard(s) cannot be listed:\n  "
+                          + "\n  ".join(shown))
+    return scans, infos
+
+
 def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = "cls",
-                    manifest: str | None = None) -> Listing:
+                    manifest: str | None = None, store: ObjectStore | None = None,
+                    cache: ShardCache | None = None) -> Listing:
     """Samples of the shards ``pattern`` names (brace-expanded, in that order), members in tar order.
 
     Every shard's headers are read before anything runs; every problem (missing shard, sample
     without image or label member, bad label, damaged or truncated tar) is reported at once with
     the shard and member key. Class names come from the converter's manifest (``manifest``, else
     the one ``dali-bridge convert`` writes next to the shards), else they are ``"0"``…``"max"``.
+    With ``store`` the pattern names objects at URLs, read through it (:mod:`dali_bridge.remote_shards`),
+    by ranged GETs or, with ``cache``, from whole shards cached on the node.
     """
     try:
         paths = expand_braces(pattern)
     except ValueError as exc:
         raise SourceError(f"source.shards: {exc}") from None
-    missing = [p for p in paths if not os.path.isfile(p)]
-    if missing:
-        shown = ", ".join(safe_name(p) for p in missing[:10]) + (f" and {len(missing) - 10} more"
-                                                                  if len(missing) > 10 else "")
-        raise SourceError(f"source.shards: {len(missing)} of {len(paths)} shard(s) do not exist: {shown}")
-    manifest_file, manifest_data = _manifest_for(pattern, manifest)
+    infos: list[ObjectInfo] = []
+    if store is None:
+        scans = _local_scans(paths, image_keys, label_key)
+    else:
+        scans, infos = _remote_scans(paths, image_keys, label_key, store)
     names, labels, shard_ids, offsets, sizes = [], [], [], [], []
     problems: list[str] = []
     ignored: Counter = Counter()
     counts: dict[str, int] = {}
-    for number, path in enumerate(paths):
-        scan = scan_shard(path, image_keys, label_key)
+    for number, (path, scan) in enumerate(zip(paths, scans)):
         problems.extend(scan.problems)
         ignored.update(scan.ignored)
         counts[os.path.basename(path)] = len(scan.keys)
@@ -392,6 +447,7 @@ def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = 
         shard_ids.extend([number] * len(scan.keys))
         offsets.extend(scan.offsets)
         sizes.extend(scan.sizes)
+    manifest_file, manifest_data = _manifest_for(pattern, manifest, store)
     if manifest_data is None and not problems:
         problems.extend(sparse_labels(labels, lambda i: f"{os.path.basename(paths[shard_ids[i]])}: "
                                                         f"{names[i].rsplit('#', 1)[1]}"))
@@ -401,7 +457,8 @@ def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = 
     if manifest_data is not None:
         classes = tuple(str(c) for c in manifest_data["classes"])
         if not problems:  # a damaged shard's own problems say more than its size does
-            problems.extend(_size_problems(paths, manifest_file, manifest_data))
+            shard_sizes = [info.size for info in infos] if store is not None else [os.stat(p).st_size for p in paths]
+            problems.extend(_size_problems(paths, shard_sizes, manifest_file, manifest_data))
         recorded = {entry.get("file"): entry.get("samples") for entry in manifest_data.get("shards", [])}
         for name, count in counts.items():
             if name in recorded and recorded[name] != count and not problems:
@@ -417,8 +474,18 @@ def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = 
     if not names:
         raise SourceError(f"source.shards: {pattern} holds no samples with a .{' or .'.join(image_keys)} image "
                           f"and a .{label_key} label")
-    return Listing(tuple(names), np.asarray(labels, dtype=np.int64), classes, pattern, ignored,
-                   ShardSamples(tuple(paths), np.asarray(shard_ids), np.asarray(offsets), np.asarray(sizes)))
+    where = (np.asarray(shard_ids), np.asarray(offsets), np.asarray(sizes))
+    etags = tuple(info.etag for info in infos)
+    if store is None:
+        samples: ShardSamples | RemoteShardSamples = ShardSamples(tuple(paths), *where)
+    elif cache is None:
+        samples = RemoteShardSamples(tuple(paths), *where, etags=etags, store=store)
+    else:
+        recorded = {e["file"]: e.get("sha256") for e in (manifest_data or {}).get("shards", [])}
+        samples = CachedShardSamples(tuple(paths), *where, etags=etags, store=store, cache=cache,
+                                     shard_bytes=tuple(info.size for info in infos),
+                                     sha256s=tuple(recorded.get(p.rsplit("/", 1)[-1]) for p in paths))
+    return Listing(tuple(names), np.asarray(labels, dtype=np.int64), classes, pattern, ignored, samples)
 
 
 def list_source(source: SourceSpec) -> Listing:
@@ -428,7 +495,15 @@ def list_source(source: SourceSpec) -> Listing:
     elif source.type == "file_list":
         listing = list_file(source.file_list, source.root, source.extensions)
     elif source.type == "webdataset":
-        listing = list_webdataset(source.shards, source.image_keys, source.label_key, source.manifest)
+        store, cache = None, None
+        if is_url(source.shards):
+            try:
+                store = store_for(source.shards, dict(source.storage_options), source.max_requests, source.timeout)
+            except StorageError as exc:
+                raise SourceError(f"source.shards: {exc}") from None
+            if source.cache_dir is not None:
+                cache = ShardCache(source.cache_dir, source.cache_max_bytes, store)
+        listing = list_webdataset(source.shards, source.image_keys, source.label_key, source.manifest, store, cache)
     elif source.type == "parquet":
         from .parquet import list_parquet
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import yaml
 
 from .formats import DEFAULT_MAX_PIXELS
+from .storage import DEFAULT_MAX_REQUESTS, DEFAULT_TIMEOUT, is_url, secret_option
 from .ops import (OPS, REQUIRED, bool_checker, choice_checker, fixed_output_size, is_int, is_number, op_names,
                   size_checker, _type_name)
 from .ops.base import _shown
@@ -35,10 +36,13 @@ DECODE_DEVICES = ("mixed", "cpu")
 PARITY = ("exact", "fast")
 DEFAULT_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
 DEFAULT_IMAGE_KEYS = ("jpg", "jpeg", "png", "webp")  # webdataset members `dali-bridge convert` writes
+DEFAULT_SHUFFLE_WINDOW = 16  # shards per window of `loader.shuffle: shards` (about 16 classes at once when sorted)
 
 # Upper bounds of counts the spec reads (docs/errors.md lists them with the ops' own), far above
 # what a recipe uses and low enough that none can exhaust memory or time by itself.
 MAX_OPS = 64                      # a recipe chains about 10; DALI's graph builder recurses per op
+MAX_REQUESTS = 1024  # ranged GETs in flight per process: 16 times the default, far past what a batch needs
+MAX_SHUFFLE_WINDOW = 1_000_000  # shards per window: far past any dataset's shard count (1,024 for ImageNet)
 MAX_REPEATED_AUGMENTATIONS = 32   # DeiT and torchvision's RASampler use 3; each repeat is one more epoch pass
 MAX_SEED = 2 ** 32 - 1            # the draws key on the seed's low 32 bits (sampling.py)
 # The largest encoded image read per sample (source.max_bytes), as `dali-bridge convert` caps the
@@ -117,6 +121,13 @@ class SourceSpec:
     files: tuple[str, ...] | None = None   # parquet: paths, globs or brace patterns (see dali_bridge.parquet)
     image_column: str = "image"
     label_column: str = "label"
+    # Shards at a URL (docs/object-storage.md): non-secret client settings, requests in flight per
+    # process, seconds one sample's read may take with its retries.
+    storage_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    max_requests: int = DEFAULT_MAX_REQUESTS
+    timeout: float = DEFAULT_TIMEOUT
+    cache_dir: str | None = None        # source.cache.dir: whole shards cached on the node, else ranged reads
+    cache_max_bytes: int | None = None  # source.cache.max_bytes
 
 
 @dataclass(frozen=True)
@@ -136,9 +147,10 @@ class LoaderSpec:
     prefetch: int = 2
     last_batch: str = "partial"
     on_error: str = "raise"
-    shuffle: bool = True
+    shuffle: bool | str = True        # True: a global shuffle; "shards": shards, then samples within a window
     repeated_augmentations: int = 1   # each sample r times per epoch, each repeat with its own draws
     report_starvation: bool = False   # log the data-bound / compute-bound verdict at each epoch's end
+    shuffle_window: int = DEFAULT_SHUFFLE_WINDOW   # shards whose samples `shuffle: shards` mixes at once
 
 
 @dataclass(frozen=True)
@@ -170,6 +182,11 @@ class PipelineSpec:
                           label_key=self.source.label_key)
             if self.source.manifest is not None:
                 source["manifest"] = self.source.manifest
+            if is_url(self.source.shards or ""):
+                source.update(storage_options=copy.deepcopy(dict(self.source.storage_options)),
+                              max_requests=self.source.max_requests, timeout=self.source.timeout)
+            if self.source.cache_dir is not None:
+                source["cache"] = {"dir": self.source.cache_dir, "max_bytes": self.source.cache_max_bytes}
         elif self.source.type == "parquet":
             source.update(files=list(self.source.files or ()), image_column=self.source.image_column,
                           label_column=self.source.label_column)
@@ -199,6 +216,8 @@ class PipelineSpec:
                 "shuffle": self.loader.shuffle,
                 "repeated_augmentations": self.loader.repeated_augmentations,
                 **({"report_starvation": True} if self.loader.report_starvation else {}),
+                # only where it applies: a dump of any other pipeline reads as before
+                **({"shuffle_window": self.loader.shuffle_window} if self.loader.shuffle == "shards" else {}),
             },
         }
 
@@ -692,7 +711,7 @@ def _member_keys(value: Any) -> tuple[str, ...] | None:
     return keys if keys and all(keys) else None
 
 
-def _check_webdataset(chk: _Checker, src: dict, resolved: dict[str, Any]) -> dict[str, Any]:
+def _check_webdataset(chk: _Checker, src: dict, resolved: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     """The webdataset keys: ``shards`` required (brace pattern), ``image_key``/``label_key``/``manifest``."""
     from .shards import expand_braces
 
@@ -714,6 +733,7 @@ def _check_webdataset(chk: _Checker, src: dict, resolved: dict[str, Any]) -> dic
         out["image_keys" if key == "image_key" else key] = keys if key == "image_key" else keys[0]
     if out["label_key"] in out["image_keys"]:
         chk.add(("source", "label_key"), f"label_key '{out['label_key']}' is also an image key")
+    out.update(_check_storage(chk, src, base_dir))
     return out
 
 
@@ -751,6 +771,71 @@ def _check_parquet(chk: _Checker, src: dict, base_dir: Path) -> dict[str, Any]:
     return out
 
 
+def _check_storage(chk: _Checker, src: dict, base_dir: Path) -> dict[str, Any]:
+    """``storage_options`` (non-secret client settings), ``max_requests``, ``timeout`` and ``cache`` of URL shards."""
+    out: dict[str, Any] = {"max_requests": _check_int(chk, src, "max_requests", ("source",), DEFAULT_MAX_REQUESTS, 1,
+                                                      maximum=(MAX_REQUESTS, "each request in flight holds a "
+                                                               "connection and a sample's bytes"))}
+    timeout = src.get("timeout", DEFAULT_TIMEOUT)
+    if not is_number(timeout) or not 0 < timeout <= 3600:
+        chk.add(("source", "timeout"), f"expected seconds in (0, 3600], found {quoted(timeout)}")
+        timeout = DEFAULT_TIMEOUT
+    out["timeout"] = float(timeout)
+    options = src.get("storage_options", {})
+    if not isinstance(options, dict):
+        chk.add(("source", "storage_options"), f"expected a mapping of client settings (fsspec's storage_options), "
+                                               f"found {_type_name(options)}")
+        options = {}
+    for name, value in _flattened(options):
+        if secret_option(name):
+            # Never echo the value: it may be the credential itself.
+            chk.add(("source", "storage_options"), f"'{name}' looks like a credential; credentials come from the "
+                                                   f"environment and config files (AWS_* variables, AWS_PROFILE, "
+                                                   f"GOOGLE_APPLICATION_CREDENTIALS), never the pipeline file")
+        elif not (value is None or isinstance(value, (str, bool, int, float))):
+            chk.add(("source", "storage_options"), f"'{name}': expected text, a number, true/false or null")
+    out["storage_options"] = options
+    out.update(_check_cache(chk, src, base_dir))
+    if not is_url(src.get("shards", "") if isinstance(src.get("shards"), str) else ""):
+        for key in ("storage_options", "max_requests", "timeout", "cache"):
+            if key in src:
+                chk.add(("source", key), f"'{key}' applies to shards at a URL (s3://, gs://, http(s)://); "
+                                         f"source.shards is a local path")
+    return out
+
+
+def _check_cache(chk: _Checker, src: dict, base_dir: Path) -> dict[str, Any]:
+    """``source.cache: {dir: PATH, max_bytes: SIZE}``: whole shards cached on the node."""
+    from .shard_cache import parse_size
+
+    if "cache" not in src:
+        return {}
+    cache = chk.mapping(src["cache"], ("source", "cache"), "the shard cache")
+    if cache is None:
+        return {}
+    chk.unknown_keys(cache, ("dir", "max_bytes"), ("source", "cache"), "source.cache")
+    folder, size = cache.get("dir"), parse_size(cache.get("max_bytes"))
+    if not isinstance(folder, str) or not folder or text_problem(folder):
+        chk.add(("source", "cache", "dir"), f"expected the cache folder's path, found {quoted(folder)}")
+        folder = None
+    if size is None or size < 1:
+        chk.add(("source", "cache", "max_bytes"), f"expected a size in bytes such as 200000000000 or '200GB', "
+                                                  f"found {quoted(cache.get('max_bytes'))}")
+    return {"cache_dir": _resolve_path(folder, base_dir) if folder else None, "cache_max_bytes": size}
+
+
+def _flattened(options: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted name, value) of every leaf of a nested mapping (``client_kwargs.region_name``)."""
+    leaves: list[tuple[str, Any]] = []
+    for name, value in options.items():
+        dotted = f"{prefix}{name}"
+        if isinstance(value, dict):
+            leaves.extend(_flattened(value, dotted + "."))
+        else:
+            leaves.append((dotted, value))
+    return leaves
+
+
 def _check_identity(chk: _Checker, data: dict, origin: str) -> tuple[Any, Any, Any, Any]:
     """``version``, ``name``, ``backend`` and ``parity``."""
     version = data.get("version")
@@ -783,7 +868,8 @@ def _check_source_type(chk: _Checker, src: dict) -> tuple[Any, tuple[str, ...]]:
                                     + (f"; did you mean '{hint[0]}'?" if hint else ""))
     allowed = {"folder": ("type", "root", "extensions", "max_pixels", "max_bytes"),
                "file_list": ("type", "file_list", "root", "extensions", "max_pixels", "max_bytes"),
-               "webdataset": ("type", "shards", "image_key", "label_key", "manifest", "max_pixels", "max_bytes"),
+               "webdataset": ("type", "shards", "image_key", "label_key", "manifest", "max_pixels", "max_bytes",
+                              "storage_options", "max_requests", "timeout", "cache"),
                "parquet": ("type", "files", "image_column", "label_column", "max_pixels", "max_bytes"),
                }.get(stype, ("type",))
     if stype in SOURCE_TYPES:
@@ -811,13 +897,15 @@ def _check_source(chk: _Checker, data: dict, base_for: Callable[[tuple], Path], 
                 chk.add(("source", key), f"expected a path (string), found {_type_name(value)} {quoted(value)}")
             elif text_problem(value):
                 chk.add(("source", key), f"expected a path, the value {text_problem(value)}")
+            elif is_url(value):
+                resolved[key] = value  # an object in storage: not a path against the file's folder
             else:
                 resolved[key] = _resolve_path(value, base_for(("source", key)))
     if stype == "folder" and "root" not in src:
         chk.add(("source",), "missing required key 'source.root' (the folder whose sub-folders are the classes)")
     if stype == "file_list" and "file_list" not in src:
         chk.add(("source",), "missing required key 'source.file_list' (a text file of 'path label' lines)")
-    typed = _check_webdataset(chk, src, resolved) if stype == "webdataset" else {}  # the type's own keys
+    typed = _check_webdataset(chk, src, resolved, base_for(("source", "cache"))) if stype == "webdataset" else {}
     if stype == "parquet":
         typed = _check_parquet(chk, src, base_for(("source", "files")))
     if check_paths:
@@ -869,15 +957,16 @@ def _check_loader(chk: _Checker, data: dict) -> LoaderSpec:
     raw_loader = chk.mapping(data.get("loader"), ("loader",), "the loader settings") or {}
     lp = ("loader",)
     chk.unknown_keys(raw_loader, ("workers", "prefetch", "last_batch", "on_error", "shuffle", "repeated_augmentations",
-                                  "report_starvation"), lp, "loader")
+                                  "report_starvation", "shuffle_window"), lp, "loader")
     workers = raw_loader.get("workers")
     if workers == "auto":
         workers = None
     else:
         workers = _check_int(chk, raw_loader, "workers", lp, None, 0, allow_none=True)
     shuffle = raw_loader.get("shuffle", True)
-    if bool_checker(shuffle)[1]:
-        chk.add(lp + ("shuffle",), bool_checker(shuffle)[1])
+    if shuffle != "shards" and bool_checker(shuffle)[1]:
+        chk.add(lp + ("shuffle",), f"{bool_checker(shuffle)[1]} (or 'shards' for a webdataset source: shards "
+                                   f"shuffled, then samples within a window of shards)")
     report = raw_loader.get("report_starvation", False)
     if bool_checker(report)[1]:
         chk.add(lp + ("report_starvation",), bool_checker(report)[1])
@@ -891,6 +980,8 @@ def _check_loader(chk: _Checker, data: dict) -> LoaderSpec:
                                           maximum=(MAX_REPEATED_AUGMENTATIONS, "recipes repeat each sample 3 "
                                                    "times; each repeat is another pass over the data")),
         report_starvation=report,
+        shuffle_window=_check_int(chk, raw_loader, "shuffle_window", lp, DEFAULT_SHUFFLE_WINDOW, 1,
+                                  maximum=(MAX_SHUFFLE_WINDOW, "a window of every shard is a global shuffle")),
     )
 
 
@@ -934,6 +1025,9 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
     outputs = _check_outputs(chk, data)
     label_smoothing = _check_target(chk, data, outputs, ops if isinstance(data.get("ops"), list) else [])
     loader = _check_loader(chk, data)
+    if loader.shuffle == "shards" and source.type != "webdataset":
+        chk.add(("loader", "shuffle"), f"'shards' needs a webdataset source (the order shuffles shards); "
+                                       f"this source is a {source.type}: use true for a global shuffle")
     if chk.problems:
         raise SpecError(chk.problems, origin)
     return PipelineSpec(version=version, name=name, backend=backend, source=source, batch_size=batch_size,

@@ -262,7 +262,7 @@ def fresh_state(root: Path) -> dict:
     ({"batch": True}, r"batch must be an integer >= 0, found True"),
     ({"batch": "3"}, r"batch must be an integer >= 0, found '3'"),
     ({"position": 3, "batch": 4}, r"batch 4 and position 3 do not go together"),
-    ({"shuffle": 1}, r"shuffle must be true or false, found 1"),
+    ({"shuffle": 1}, r"shuffle must be true, false or 'shards', found 1"),
     ({"last_batch": "keep"}, r"last_batch must be one of partial, drop, pad, found 'keep'"),
     ({"dataset": "abc"}, r"dataset must be a 64-digit hex SHA-256, found 'abc'"),
     ({"position": None}, r"position must be an integer >= 0, found None"),

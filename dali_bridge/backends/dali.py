@@ -118,6 +118,7 @@ class _Feeder:
         kept: list[int] = []
         skipped: list[SkippedSample] = []
         error: SampleError | None = None
+        self.listing.prefetch(task.indices.tolist())  # shards at a URL: the batch's GETs in flight together
         for row, index in enumerate(task.indices.tolist()):
             path = self.listing.paths[index]
             try:

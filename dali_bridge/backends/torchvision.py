@@ -102,6 +102,7 @@ class BatchDataset(Dataset):
         images: list[torch.Tensor] = []
         rows: list[int] = []
         skipped: list[tuple[int, str, str]] = []
+        self.listing.prefetch(task.indices.tolist())  # shards at a URL: the batch's GETs in flight together
         for row, index in enumerate(task.indices.tolist()):
             path = self.paths[index]
             try:

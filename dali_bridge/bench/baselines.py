@@ -188,6 +188,7 @@ def ceiling(spec, listing, threads: int):
     from torchvision.io import ImageReadMode, decode_image
 
     from ..sampling import epoch_order
+    from ..shard_order import windows_of
 
     def decode(index: int):
         return decode_image(torch.frombuffer(bytearray(listing.read(index)), dtype=torch.uint8),
@@ -198,7 +199,8 @@ def ceiling(spec, listing, threads: int):
     def batches() -> Iterator[list[int]]:
         epoch = 0
         while True:
-            order = epoch_order(len(listing), spec.seed, epoch, spec.loader.shuffle).tolist()
+            order = epoch_order(len(listing), spec.seed, epoch, spec.loader.shuffle,
+                                windows_of(listing, spec.loader)).tolist()
             for start in range(0, len(order), spec.batch_size):
                 yield order[start:start + spec.batch_size]
             epoch += 1

@@ -1,0 +1,300 @@
+"""WebDataset shards in object storage: listed from their indexes without reading the data, each
+sample then one ranged GET of exactly its bytes, a batch's samples fetched together.
+
+Listing a URL pattern costs one HEAD per shard and per index, one GET per index and one small
+ranged GET per label member, all concurrent (``source.max_requests`` in flight), and is cached
+locally keyed by the shard's URL, size and ETag, so the next run on the node lists from disk. A
+shard without a usable index is downloaded whole once to be scanned (a warning names the cost).
+Each label GET includes the tar header before the label, so an index that does not describe its
+shard is refused, as a local one is.
+Every ranged GET carries the ETag seen at listing (``If-Match``): an object replaced since then
+is an error naming it, never other bytes under the old offsets.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tarfile
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from .images import ImageError
+from .shard_cache import CachedShard, ShardCache
+from .shards import Member, ShardScan, index_path, parse_header, parse_index, scan_members, scan_shard
+from .storage import FetchError, ObjectInfo, ObjectStore, Range, StorageError, redact, split_url
+from .wording import plural
+
+log = logging.getLogger("dali_bridge")
+
+LISTING_CACHE_VERSION = 1
+# Shards listed at once (each its labels' GETs in flight through the shared request limit).
+LISTING_THREADS = 16
+# Shards without an index downloaded at once to be scanned: each is a temporary file on disk.
+STREAM_SCANS = 4
+BLOCK = tarfile.BLOCKSIZE
+
+
+def listing_cache_dir() -> Path:
+    """Where remote shard listings are cached: ``$XDG_CACHE_HOME/dali-bridge/listings`` (~/.cache)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "dali-bridge" / "listings"
+
+
+def _cache_file(folder: Path, url: str, info: ObjectInfo, image_keys: tuple[str, ...], label_key: str) -> Path:
+    # Hashed: a URL may name a bucket or path the file system should not see in a file name.
+    key = json.dumps([LISTING_CACHE_VERSION, url, info.size, info.etag, list(image_keys), label_key])
+    return folder / (hashlib.sha256(key.encode()).hexdigest() + ".json")
+
+
+def _cached_scan(path: Path) -> ShardScan | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        scan = ShardScan(**{k: v for k, v in data.items() if k != "ignored"})
+        scan.ignored.update(data["ignored"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # absent or damaged: list again
+    lengths = {len(scan.keys), len(scan.image_names), len(scan.offsets), len(scan.sizes), len(scan.labels)}
+    return scan if len(lengths) == 1 and not scan.problems else None
+
+
+def _store_scan(path: Path, scan: ShardScan) -> None:
+    """Write a clean scan atomically (a reader never sees half a file); a cache that cannot be
+    written only costs the next run a listing."""
+    if scan.problems:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, partial = tempfile.mkstemp(dir=path.parent, prefix=".listing-", suffix=".partial")
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            json.dump({**asdict(scan), "ignored": dict(scan.ignored)}, handle)
+        os.replace(partial, path)
+    except OSError as exc:
+        log.debug("dali-bridge: cannot cache a shard listing in %s: %s", path.parent, exc)
+
+
+def _scan_from_index(store: ObjectStore, url: str, info: ObjectInfo, text: str, image_keys: tuple[str, ...],
+                     label_key: str) -> ShardScan | None:
+    """A shard's scan from its index text and label GETs; None if the index is not usable."""
+    scan = ShardScan(from_index=True)
+    name = split_url(url)[1]
+    members = parse_index(text, split_url(index_path(url))[1], name, info.size, scan)
+    if members is None:
+        return None
+
+    def read_labels(labels: list[Member]) -> list[bytes | None]:
+        # Each label with the tar header before it: the header must name the member the index
+        # names, at the indexed size — a stale or foreign index is refused, at no extra request.
+        got = store.fetch([Range(url, offset - BLOCK, BLOCK + size, info.etag) for _, offset, size in labels])
+        out: list[bytes | None] = []
+        for member, answer in zip(labels, got):
+            if isinstance(answer, FetchError):
+                scan.problems.append(f"{name}: {answer.reason}")
+                out.append(None)
+                continue
+            problem = _header_problem(answer[:BLOCK], member)
+            if problem:
+                scan.problems.append(f"{split_url(index_path(url))[1]} disagrees with {name}: {problem} — "
+                                     f"delete the index or re-create it from the shard")
+                out.append(None)
+                continue
+            out.append(answer[BLOCK:])
+        return out
+
+    if members:
+        scan_members(name, members, image_keys, label_key, scan, read_labels)
+    return scan
+
+
+def _header_problem(block: bytes, member: Member) -> str | None:
+    """Why the tar header ``block`` is not that of ``member`` (name, offset, size), or None."""
+    name, offset, size = member
+    try:
+        header = parse_header(block, offset - BLOCK)
+    except ValueError as exc:
+        return str(exc)
+    encoded = name.encode("utf-8", "surrogateescape")
+    named = header is not None and (header.name == name or len(encoded) > 100 or not encoded.isascii())
+    if header is None or not header.regular or header.size != size or not named:
+        found = "an end-of-archive block" if header is None else f"{header.name} ({header.size} bytes)"
+        return f"the index places {name} ({size} bytes) at byte {offset}, where the tar holds {found}"
+    return None
+
+
+def _scan_by_download(store: ObjectStore, url: str, info: ObjectInfo, image_keys: tuple[str, ...],
+                      label_key: str) -> ShardScan:
+    """Download the shard once into a temporary folder and scan its tar headers there."""
+    name = split_url(url)[1]
+    with tempfile.TemporaryDirectory(prefix="dali-bridge-scan-") as folder:
+        local = os.path.join(folder, name)
+        try:
+            store.download(url, local, info.size, info.etag)
+        except StorageError as exc:
+            scan = ShardScan()
+            scan.problems.append(f"{name}: {exc}")
+            return scan
+        return scan_shard(local, image_keys, label_key, use_index=False)
+
+
+def list_remote_shards(store: ObjectStore, urls: list[str], image_keys: tuple[str, ...], label_key: str,
+                       cache_dir: Path | None = None) -> tuple[list[ShardScan], list[ObjectInfo], list[str]]:
+    """Every shard's scan, HEAD (size, ETag) and the problems that stop the listing (missing
+    shards), in the order of ``urls``. Indexes are HEADed and fetched concurrently; a shard
+    whose index is absent or unusable is downloaded and scanned, with a warning."""
+    cache_dir = cache_dir or listing_cache_dir()
+    heads = store.info(urls + [index_path(u) for u in urls])
+    shard_heads, index_heads = heads[:len(urls)], heads[len(urls):]
+    problems = [f"{h.reason}" for h in shard_heads if isinstance(h, FetchError)]
+    if problems:
+        return [], [], problems
+    infos: list[ObjectInfo] = list(shard_heads)  # type: ignore[arg-type]
+    scans: list[ShardScan | None] = [None] * len(urls)
+    wanted: list[int] = []
+    for number, (url, info) in enumerate(zip(urls, infos)):
+        scans[number] = _cached_scan(_cache_file(cache_dir, url, info, image_keys, label_key))
+        if scans[number] is None:
+            wanted.append(number)
+    # An index's age is not compared with its shard's: uploads land in any order. Its label
+    # reads check it against the tar headers instead (see _scan_from_index).
+    usable = [n for n in wanted if isinstance(index_heads[n], ObjectInfo)]
+    texts = store.get([index_path(urls[n]) for n in usable])
+    indexed = {n: t for n, t in zip(usable, texts) if not isinstance(t, FetchError)}
+
+    def from_index(number: int) -> None:
+        text = indexed[number]
+        try:
+            decoded = text.decode("utf-8")
+        except UnicodeDecodeError:
+            return
+        scans[number] = _scan_from_index(store, urls[number], infos[number], decoded, image_keys, label_key)
+
+    with ThreadPoolExecutor(max_workers=min(LISTING_THREADS, max(1, len(indexed)))) as pool:
+        list(pool.map(from_index, list(indexed)))
+    unindexed = [n for n in wanted if scans[n] is None]
+    if unindexed:
+        total = sum(infos[n].size for n in unindexed)
+        log.warning("dali-bridge: %s without a usable index (%s ...): each is downloaded whole once to be "
+                    "listed, %.1f MiB in all; write the indexes beside the shards (dali-bridge convert writes "
+                    "them, as does DALI's wds2idx) to list without reading the data",
+                    plural(len(unindexed), "shard"), split_url(urls[unindexed[0]])[1], total / 2**20)
+
+        def by_download(number: int) -> None:
+            scans[number] = _scan_by_download(store, urls[number], infos[number], image_keys, label_key)
+
+        with ThreadPoolExecutor(max_workers=min(STREAM_SCANS, len(unindexed))) as pool:
+            list(pool.map(by_download, unindexed))
+    for number in wanted:
+        _store_scan(_cache_file(cache_dir, urls[number], infos[number], image_keys, label_key), scans[number])
+    return scans, infos, []  # type: ignore[return-value]
+
+
+class RemoteShardSamples:
+    """Where each sample's image bytes are, as :class:`~dali_bridge.shards.ShardSamples`, in objects
+    read by ranged GETs through an :class:`~dali_bridge.storage.ObjectStore`.
+
+    :meth:`prefetch` fetches a batch's samples concurrently; :meth:`read` then hands each one out
+    (or fetches it alone when it was not prefetched). What a thread prefetched is its own, and is
+    replaced at its next prefetch, so memory holds at most a batch per reading thread.
+    """
+
+    def __init__(self, shards: tuple[str, ...], shard: np.ndarray, offset: np.ndarray, size: np.ndarray,
+                 etags: tuple[str | None, ...], store: ObjectStore):
+        self.shards = shards
+        self.shard = np.asarray(shard, dtype=np.int32)
+        self.offset = np.asarray(offset, dtype=np.int64)
+        self.size = np.asarray(size, dtype=np.int64)
+        self.etags = etags
+        self.store = store
+        self._local = threading.local()
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_local"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()
+
+    def _range(self, index: int) -> Range:
+        shard = int(self.shard[index])
+        return Range(self.shards[shard], int(self.offset[index]), int(self.size[index]), self.etags[shard])
+
+    def prefetch(self, indices: Iterable[int]) -> None:
+        """Fetch these samples' bytes together (``source.max_requests`` in flight)."""
+        wanted = [i for i in dict.fromkeys(int(i) for i in indices) if self.size[i] > 0]
+        self._local.ready = dict(zip(wanted, self.store.fetch([self._range(i) for i in wanted])))
+
+    def read(self, index: int) -> bytes:
+        """The encoded image of sample ``index``; :class:`ImageError` naming the request's last error."""
+        if int(self.size[index]) == 0:
+            raise ImageError("empty image member (0 bytes)")
+        # Kept until this thread's next prefetch: a batch may hold a sample twice (pad, repeats).
+        answer = getattr(self._local, "ready", {}).get(index)
+        if answer is None:
+            answer = self.store.fetch([self._range(index)])[0]
+        if isinstance(answer, FetchError):
+            raise ImageError(redact(answer.reason))
+        return answer
+
+    def close(self) -> None:
+        """Drop what this thread prefetched (the store's connections live as long as the process)."""
+        self._local.ready = {}
+
+
+class CachedShardSamples(RemoteShardSamples):
+    """:class:`RemoteShardSamples` read through a node's cache of whole shards
+    (:class:`~dali_bridge.shard_cache.ShardCache`): a shard is downloaded on its first touch, then
+    each sample is a positioned read from the local copy."""
+
+    def __init__(self, shards: tuple[str, ...], shard: np.ndarray, offset: np.ndarray, size: np.ndarray,
+                 etags: tuple[str | None, ...], store: ObjectStore, cache: ShardCache,
+                 shard_bytes: tuple[int, ...], sha256s: tuple[str | None, ...]):
+        super().__init__(shards, shard, offset, size, etags, store)
+        self.cache = cache
+        self.shard_bytes = shard_bytes
+        self.sha256s = sha256s
+
+    def _cached(self, shard: int) -> Path:
+        return self.cache.ensure(CachedShard(self.shards[shard], self.shard_bytes[shard], self.etags[shard],
+                                             self.sha256s[shard]))
+
+    def prefetch(self, indices: Iterable[int]) -> None:
+        """Bring the batch's shards into the cache (each downloaded once per node)."""
+        for shard in dict.fromkeys(int(self.shard[int(i)]) for i in indices):
+            try:
+                self._cached(shard)
+            except StorageError:
+                pass  # the samples' reads raise it, each as a sample error
+
+    def read(self, index: int) -> bytes:
+        size, offset = int(self.size[index]), int(self.offset[index])
+        if size == 0:
+            raise ImageError("empty image member (0 bytes)")
+        shard = int(self.shard[index])
+        for _ in range(2):  # evicted by another process between ensure and open: fetch it again
+            try:
+                path = self._cached(shard)
+            except StorageError as exc:
+                raise ImageError(redact(str(exc))) from None
+            try:
+                descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except FileNotFoundError:
+                continue
+            try:
+                data = os.pread(descriptor, size, offset)
+            finally:
+                os.close(descriptor)
+            if len(data) != size:
+                raise ImageError(f"truncated image member in the cached copy of {self.shards[shard]}")
+            return data
+        raise ImageError(f"the cached copy of {self.shards[shard]} keeps disappearing: is source.cache.max_bytes "
+                         f"smaller than the shards in use at once?")

@@ -1,0 +1,428 @@
+"""Object storage below the listing: "give me these byte ranges of these objects", concurrently and retried.
+
+A URL source (``s3://``, ``gs://``, ``http(s)://``) is read through fsspec's asynchronous file
+systems (s3fs, gcsfs, fsspec's HTTP on aiohttp): one event loop per process runs every request,
+at most ``max_requests`` of them in flight, each a ranged GET of exactly the bytes asked for. A
+transient failure (throttling, a 5xx, a reset connection, a body shorter than its range, a
+stalled read) is retried with exponential backoff and jitter until the request's ``timeout``
+runs out; a permanent one (gone, access denied, changed since it was listed) is not retried.
+Either way the caller gets a :class:`FetchError` naming the URL, the range and the last error,
+never a hang.
+
+fsspec over obstore: one interface covers S3, GCS and HTTP with the file systems users already
+configure (``AWS_*`` variables, ``AWS_ENDPOINT_URL``, profiles, ``GOOGLE_APPLICATION_CREDENTIALS``);
+a ranged GET costs one request either way, and what bounds a sample read is the round trip, not
+the client, so the client's own speed matters little next to keeping enough requests in flight.
+
+Credentials are never taken from the pipeline file (:func:`secret_option` refuses them) and never
+shown: every message passes through :func:`redact`, which removes the secret values the process
+environment holds and any ``user:password@`` in a URL. The client is created per process on first
+use, so forked DataLoader workers and DALI's feeder each hold their own (a client's event loop and
+connections do not survive a fork).
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import random
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Sequence
+
+# Object-store schemes → (the module that implements them, the extra that installs it).
+SCHEMES = {"s3": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"),
+           "http": ("aiohttp", "http"), "https": ("aiohttp", "http")}
+# S3 serves thousands of GETs per second per prefix; 64 in flight per process hides ~20 ms of
+# latency at ~3,000 samples/s and keeps a batch's memory at 64 samples in transit.
+DEFAULT_MAX_REQUESTS = 64
+DEFAULT_TIMEOUT = 60.0          # seconds one sample's read may take, retries included
+BACKOFF_FIRST = 0.05            # seconds before the first retry; doubled each time, capped
+BACKOFF_CAP = 5.0
+SECRET_WORDS = ("secret", "token", "password", "passwd", "credential", "key_id", "access_key", "private",
+                "session", "auth", "anon_key")
+_SECRET_ENV = re.compile(r"(SECRET|TOKEN|PASSWORD|SESSION|CREDENTIAL|ACCESS_KEY)", re.IGNORECASE)
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+class StorageError(OSError):
+    """Object storage cannot be used: a missing client library, a bad URL or option."""
+
+
+def scheme_of(location: str) -> str | None:
+    """``s3://b/k`` → ``s3``; None for a local path (a Windows drive letter is not a scheme)."""
+    match = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]+)://", location)
+    return match.group(1).lower() if match else None
+
+
+def is_url(location: str) -> bool:
+    """Whether ``location`` names an object in storage (any ``scheme://``) rather than a local path."""
+    return scheme_of(location) is not None
+
+
+def join_url(folder: str, name: str) -> str:
+    """``s3://b/shards`` + ``train.idx`` → ``s3://b/shards/train.idx`` (no ``os.path`` on URLs)."""
+    return folder.rstrip("/") + "/" + name
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """(folder, name) of an object URL: the inverse of :func:`join_url`."""
+    folder, _, name = url.rpartition("/")
+    return folder, name
+
+
+def secret_option(name: str) -> bool:
+    """Whether a ``storage_options`` key would hold a credential (those come from the environment)."""
+    lowered = name.lower()
+    return any(word in lowered for word in SECRET_WORDS) or lowered in ("key", "user", "username")
+
+
+def redact(text: str) -> str:
+    """``text`` without any secret the environment holds (``AWS_SECRET_ACCESS_KEY``, tokens, the
+    access key id) and without ``user:password@`` in URLs: for every message shown or logged."""
+    for name, value in os.environ.items():
+        if value and len(value) >= 8 and (_SECRET_ENV.search(name) or name == "AWS_ACCESS_KEY_ID"):
+            text = text.replace(value, "***")
+    return _USERINFO.sub("***@", text)
+
+
+def require_client(scheme: str) -> None:
+    """Import the client library for ``scheme``; :class:`StorageError` naming the extra if it is absent."""
+    if scheme not in SCHEMES:
+        raise StorageError(f"unsupported URL scheme '{scheme}://' (supported: "
+                           f"{', '.join(s + '://' for s in SCHEMES)}, or a local path)")
+    module, extra = SCHEMES[scheme]
+    for name in ("fsspec", module):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            raise StorageError(f"reading {scheme}:// needs the '{name}' package: pip install "
+                               f"'dali-bridge[{extra}]'") from None
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What a listing records of an object, to notice later that it changed."""
+    size: int
+    etag: str | None
+    modified: float | None = None   # seconds since the epoch, when the store says
+
+
+@dataclass(frozen=True)
+class FetchError:
+    """Why a request failed, with the URL; ``changed``: the object is not the one that was listed."""
+    url: str
+    reason: str
+    missing: bool = False
+    changed: bool = False
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+@dataclass(frozen=True)
+class Range:
+    """``size`` bytes of ``url`` from byte ``start``; ``etag`` (when known) must still match."""
+    url: str
+    start: int
+    size: int
+    etag: str | None = None
+
+
+class _Permanent(Exception):
+    """A failure another attempt cannot fix (404, 403, 412, a server ignoring Range)."""
+
+    def __init__(self, reason: str, missing: bool = False, changed: bool = False):
+        super().__init__(reason)
+        self.missing, self.changed = missing, changed
+
+
+class _Transient(Exception):
+    """A failure worth another attempt (5xx, throttling, a reset, a short body)."""
+
+
+def _status_failure(status: int, url: str, what: str) -> Exception:
+    if status == 404:
+        return _Permanent(f"{url} does not exist (404)", missing=True)
+    if status in (401, 403):
+        return _Permanent(f"access to {url} denied ({status}): check the credentials in the environment "
+                          f"(AWS_* variables, AWS_PROFILE, GOOGLE_APPLICATION_CREDENTIALS)")
+    if status == 412:
+        return _Permanent(f"{url} changed since it was listed (its ETag differs): the listing describes other "
+                          f"bytes — restart to list it again", changed=True)
+    if status == 416:
+        return _Permanent(f"{url} is shorter than it was when listed ({what} is past its end)", changed=True)
+    return _Transient(f"{what}: HTTP {status}")
+
+
+class ObjectStore:
+    """One scheme's client in this process: concurrent ranged GETs, HEADs and whole-object reads.
+
+    Pickles as its settings only; a process that did not create the client (a forked or spawned
+    worker) makes its own on first use.
+    """
+
+    def __init__(self, scheme: str, storage_options: dict[str, Any] | None = None,
+                 max_requests: int = DEFAULT_MAX_REQUESTS, timeout: float = DEFAULT_TIMEOUT):
+        require_client(scheme)
+        self.scheme = scheme
+        self.storage_options = dict(storage_options or {})
+        self.max_requests = max_requests
+        self.timeout = timeout
+        self._reset()
+
+    def _reset(self) -> None:
+        self._fs: Any = None
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._semaphore: asyncio.Semaphore | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"scheme": self.scheme, "storage_options": self.storage_options,
+                "max_requests": self.max_requests, "timeout": self.timeout}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def _filesystem(self) -> Any:
+        if self._pid != os.getpid():
+            # A forked child: the parent's loop thread is not here, its connections are shared.
+            # The inherited client is kept, never closed: closing its connections would
+            # unregister the sockets from the event-loop selector the child shares with the
+            # parent, and the parent's next answers on them would never arrive.
+            _INHERITED.append(self._fs)
+            self._reset()
+        with self._lock:
+            if self._fs is None:
+                import fsspec
+
+                options = dict(self.storage_options)
+                if self.scheme == "s3":
+                    # One attempt per call (the client is called directly, not through s3fs's
+                    # retrying wrapper): this module retries, within the sample's timeout.
+                    config = dict(options.pop("config_kwargs", {}))
+                    config.setdefault("retries", {"total_max_attempts": 1})
+                    config.setdefault("connect_timeout", min(self.timeout, 10.0))
+                    config.setdefault("read_timeout", self.timeout)
+                    options["config_kwargs"] = config
+                self._fs = fsspec.filesystem(self.scheme, skip_instance_cache=True, **options)
+            return self._fs
+
+    # ---- running coroutines on the client's loop
+
+    def _run(self, make: Callable[[], Awaitable[Any]]) -> Any:
+        from fsspec.asyn import sync
+
+        fs = self._filesystem()
+
+        async def main() -> Any:
+            if hasattr(fs, "set_session"):
+                # Made once per process, outside any request's timeout: creating a client loads
+                # its service model, which is not the server being slow.
+                await fs.set_session()
+            return await make()
+
+        return sync(fs.loop, main)
+
+    async def _bounded(self, attempt: Callable[[], Awaitable[Any]], url: str, what: str) -> Any:
+        """``attempt()`` retried with backoff and jitter until it succeeds or ``timeout`` runs out;
+        a :class:`FetchError` instead of an exception."""
+        loop = asyncio.get_running_loop()
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(self.max_requests)
+        deadline: float | None = None
+        attempts, last = 0, "no attempt finished"
+        while True:
+            async with self._semaphore:  # time waiting for a slot is not the request's time
+                deadline = deadline or loop.time() + self.timeout
+                attempts += 1
+                try:
+                    return await asyncio.wait_for(attempt(), max(deadline - loop.time(), 0.001))
+                except _Permanent as exc:
+                    return FetchError(url, redact(f"{what}: {exc}"), exc.missing, exc.changed)
+                except (asyncio.TimeoutError, TimeoutError):
+                    last = f"no answer within the {self.timeout:g} s timeout"
+                except _TRANSIENT as exc:  # connection errors, 5xx, throttling, short bodies
+                    last = _describe(exc)
+            delay = min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** (attempts - 1)) * random.uniform(0.5, 1.0)
+            if loop.time() + delay >= deadline:
+                return FetchError(url, redact(f"{what} failed after {attempts} attempt(s) within "
+                                              f"source.timeout ({self.timeout:g} s); last error: {last}"))
+            await asyncio.sleep(delay)
+
+    # ---- the public requests
+
+    def fetch(self, ranges: Sequence[Range]) -> list[bytes | FetchError]:
+        """Each range's bytes (exactly ``size`` of them) or why not, fetched concurrently."""
+        if not ranges:
+            return []
+        return self._run(lambda: asyncio.gather(*(self._fetch_one(r) for r in ranges)))
+
+    def info(self, urls: Sequence[str]) -> list[ObjectInfo | FetchError]:
+        """Each object's size and ETag (one HEAD each), concurrently."""
+        return self._run(lambda: asyncio.gather(*(self._bounded(lambda u=u: self._head(u), u, f"HEAD {u}")
+                                                  for u in urls)))
+
+    def get(self, urls: Sequence[str]) -> list[bytes | FetchError]:
+        """Whole (small) objects, concurrently: indexes and manifests."""
+        return self._run(lambda: asyncio.gather(*(self._bounded(lambda u=u: self._get_whole(u), u, f"GET {u}")
+                                                  for u in urls)))
+
+    def download(self, url: str, path: str, size: int, etag: str | None = None, piece: int = 16 << 20) -> None:
+        """Write the object's ``size`` bytes to ``path``: ranged GETs of ``piece`` bytes, four at a
+        time, each retried as a sample's read is; :class:`StorageError` naming the failed range."""
+        # An existing file is a reservation made at its full size (see shard_cache): written over, not truncated.
+        with open(path, "r+b" if os.path.exists(path) else "wb") as out:
+            for first in range(0, size, 4 * piece):
+                group = [Range(url, start, min(piece, size - start), etag)
+                         for start in range(first, min(size, first + 4 * piece), piece)]
+                for answer in self.fetch(group):
+                    if isinstance(answer, FetchError):
+                        raise StorageError(answer.reason)
+                    out.write(answer)
+
+    def upload(self, path: str, url: str) -> None:
+        """Write a local file to ``url`` (``convert`` to a URL; the client streams it, multipart on S3);
+        :class:`StorageError`, redacted."""
+        try:
+            self._filesystem().put_file(path, url)
+        except Exception as exc:  # the clients' errors have no common base; all become one message
+            raise StorageError(redact(f"cannot write {url}: {_describe(exc)}")) from None
+
+    async def _fetch_one(self, request: Range) -> bytes | FetchError:
+        end = request.start + request.size - 1
+        what = f"GET {request.url} bytes {request.start}-{end}"
+
+        async def attempt() -> bytes:
+            data = await self._get_range(request)
+            if len(data) != request.size:
+                raise _Transient(f"short body: {len(data)} of {request.size} bytes")
+            return data
+
+        return await self._bounded(attempt, request.url, what)
+
+    # ---- one request per scheme
+
+    async def _get_range(self, request: Range) -> bytes:
+        fs = self._filesystem()
+        header = f"bytes={request.start}-{request.start + request.size - 1}"
+        if self.scheme == "s3":
+            bucket, key, _ = fs.split_path(request.url)
+            extra = {"IfMatch": request.etag} if request.etag else {}
+            return await self._s3_call(fs, request.url, "get_object", Bucket=bucket, Key=key, Range=header, **extra)
+        if self.scheme in ("http", "https"):
+            headers = {"Range": header, **({"If-Match": request.etag} if request.etag else {})}
+            session = await fs.set_session()
+            async with session.get(fs.encode_url(request.url), headers=headers) as response:
+                if response.status == 200:
+                    raise _Permanent(f"the server at {request.url} ignores Range requests (answered 200 to "
+                                     f"{header}); serve the shards from a server that supports them")
+                if response.status != 206:
+                    raise _status_failure(response.status, request.url, f"GET {header}")
+                return await response.read()
+        try:  # gs:// and the rest: the file system's own ranged read
+            return await fs._cat_file(request.url, start=request.start, end=request.start + request.size)
+        except FileNotFoundError:
+            raise _Permanent(f"{request.url} does not exist", missing=True) from None
+
+    async def _s3_call(self, fs: Any, url: str, method: str, **kwargs: Any) -> Any:
+        from botocore.exceptions import ClientError
+
+        client = await fs.set_session()
+        try:
+            response = await getattr(client, method)(**kwargs, **fs.req_kw)
+        except ClientError as exc:
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "NoSuchBucket"):
+                status = 404
+            raise _status_failure(status, url, f"{method} {exc.response.get('Error', {}).get('Code', '')}") from None
+        if method == "head_object":
+            return response
+        body = response["Body"]
+        try:
+            return await body.read()
+        finally:
+            body.close()
+
+    async def _head(self, url: str) -> ObjectInfo:
+        fs = self._filesystem()
+        if self.scheme == "s3":
+            bucket, key, _ = fs.split_path(url)
+            head = await self._s3_call(fs, url, "head_object", Bucket=bucket, Key=key)
+            modified = head.get("LastModified")
+            return ObjectInfo(int(head["ContentLength"]), head.get("ETag"),
+                              modified.timestamp() if modified is not None else None)
+        if self.scheme in ("http", "https"):
+            from email.utils import parsedate_to_datetime
+
+            session = await fs.set_session()
+            async with session.head(fs.encode_url(url), headers={"Accept-Encoding": "identity"},
+                                    allow_redirects=True) as response:
+                if response.status != 200:
+                    raise _status_failure(response.status, url, "HEAD")
+                if "Content-Length" not in response.headers:
+                    raise _Permanent(f"the server does not say the size of {url} (no Content-Length)")
+                stamp = response.headers.get("Last-Modified")
+                return ObjectInfo(int(response.headers["Content-Length"]), response.headers.get("ETag"),
+                                  parsedate_to_datetime(stamp).timestamp() if stamp else None)
+        try:
+            info = await fs._info(url)
+        except FileNotFoundError:
+            raise _Permanent(f"{url} does not exist", missing=True) from None
+        return ObjectInfo(int(info["size"]), info.get("etag") or info.get("ETag"), None)
+
+    async def _get_whole(self, url: str) -> bytes:
+        fs = self._filesystem()
+        if self.scheme == "s3":
+            bucket, key, _ = fs.split_path(url)
+            return await self._s3_call(fs, url, "get_object", Bucket=bucket, Key=key)
+        if self.scheme in ("http", "https"):
+            session = await fs.set_session()
+            async with session.get(fs.encode_url(url)) as response:
+                if response.status != 200:
+                    raise _status_failure(response.status, url, "GET")
+                return await response.read()
+        try:
+            return await fs._cat_file(url)
+        except FileNotFoundError:
+            raise _Permanent(f"{url} does not exist", missing=True) from None
+
+
+def _transient_errors() -> tuple[type[BaseException], ...]:
+    """What another attempt may fix: the clients' connection and protocol errors, OSError, ours."""
+    errors: list[type[BaseException]] = [_Transient, OSError, asyncio.IncompleteReadError]
+    for module, name in (("aiohttp", "ClientError"), ("botocore.exceptions", "BotoCoreError")):
+        try:
+            errors.append(getattr(importlib.import_module(module), name))
+        except ImportError:
+            pass
+    return tuple(errors)
+
+
+_TRANSIENT = _transient_errors()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, _Transient) else f"{type(exc).__name__}: {text}"
+
+
+_INHERITED: list[Any] = []   # clients a forked process got from its parent (see ObjectStore._filesystem)
+_stores: dict[tuple, ObjectStore] = {}
+_stores_lock = threading.Lock()
+
+
+def store_for(url: str, storage_options: dict[str, Any] | None = None, max_requests: int = DEFAULT_MAX_REQUESTS,
+              timeout: float = DEFAULT_TIMEOUT) -> ObjectStore:
+    """The process's store for ``url``'s scheme and these settings (one client per process and setting)."""
+    scheme = scheme_of(url)
+    if scheme is None:
+        raise StorageError(f"{url} is a local path, not a URL")
+    key = (scheme, repr(sorted((storage_options or {}).items())), max_requests, timeout)
+    with _stores_lock:
+        store = _stores.get(key)
+        if store is None:
+            store = _stores[key] = ObjectStore(scheme, storage_options, max_requests, timeout)
+        return store
