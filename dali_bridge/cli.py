@@ -508,7 +508,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                          mean_abs=bounds.mean_abs if args.mean_delta is None else args.mean_delta,
                          reason="set on the command line")
     result = compare(spec, backends, batches=args.batches or None, bounds=bounds, keep_worst=args.worst,
-                     save_dir=args.save)
+                     save_dir=args.save, progress=not args.quiet)
     print(result.format())
     if args.json:
         data = asdict(result)
@@ -683,6 +683,7 @@ def _add_compare_command(add: AddCommand) -> None:
     p.add_argument("--mean-delta", type=float, default=None, metavar="LEVELS",
                    help="bound on mean |difference| in uint8 levels (default 0.25; 0.5 with nvJPEG)")
     p.add_argument("--json", metavar="OUT", help="also write the result as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     _add_spec_options(p)
 
 

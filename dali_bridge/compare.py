@@ -377,15 +377,16 @@ def _verdicts(acc: "_Accumulator", *, outputs: Sequence[str], finish: Finish, bo
 def compare(pipeline: PipelineSpec | str | Path | Mapping, backends: Sequence[str] = ("dali-cpu", "torchvision"),
             *, overrides: Mapping[str, Any] | list[str] | None = None, batches: int | None = 5,
             bounds: Bounds | None = None, keep_worst: int = 5, save_dir: str | Path | None = None,
-            worst_to_save: int | None = None) -> CompareResult:
+            worst_to_save: int | None = None, progress: bool = False) -> CompareResult:
     """Run ``pipeline`` on two backends (default ``dali-cpu`` vs ``torchvision``) and compare the batches.
 
     ``batches``: how many batches of the first epoch to compare (default 5; None = the whole
     epoch). ``bounds`` default to :func:`default_bounds`. The ``index`` output is added for the
     comparison when the pipeline lacks it. Raises what :func:`~dali_bridge.loader.build_loader`
-    raises when a backend cannot run the pipeline.
+    raises when a backend cannot run the pipeline. ``progress``: batches compared so far on stderr.
     """
     from .loader import build_loader
+    from .progress import progress as progress_bar
 
     if len(backends) != 2:
         raise ValueError(f"compare needs exactly two backends, found {list(backends)}")
@@ -398,10 +399,13 @@ def compare(pipeline: PipelineSpec | str | Path | Mapping, backends: Sequence[st
         for backend in backends:  # inside the try: the first closes if the second cannot be built
             loaders.append(build_loader(spec, backend))
         names = (loaders[0].backend, loaders[1].backend)
-        return compare_batches(_cpu(loaders[0]), _cpu(loaders[1]), outputs, plan.finish, loaders[0].listing.paths,
-                               bounds=bounds or default_bounds(spec, names), backends=names, pipeline=spec.name,
-                               max_batches=batches, keep_worst=keep_worst, save_dir=save_dir,
-                               worst_to_save=worst_to_save)
+        total = len(loaders[0]) if batches is None else min(batches, len(loaders[0]))
+        with progress_bar(total=total, unit="batch", description=f"compare {spec.name} ({names[0]} vs {names[1]})",
+                          enabled=progress) as bar:
+            return compare_batches(_counted(_cpu(loaders[0]), bar), _cpu(loaders[1]), outputs, plan.finish,
+                                   loaders[0].listing.paths, bounds=bounds or default_bounds(spec, names),
+                                   backends=names, pipeline=spec.name, max_batches=batches, keep_worst=keep_worst,
+                                   save_dir=save_dir, worst_to_save=worst_to_save)
     finally:
         for loader in loaders:
             loader.close()
@@ -410,6 +414,14 @@ def compare(pipeline: PipelineSpec | str | Path | Mapping, backends: Sequence[st
 def _cpu(batches: Iterable[Sequence[torch.Tensor]]) -> Iterator[tuple[torch.Tensor, ...]]:
     for batch in batches:
         yield tuple(t.detach().to("cpu") for t in batch)
+
+
+def _counted(batches: Iterator, bar) -> Iterator:
+    """``batches``, counting each one on ``bar`` as it arrives (the walk may stop without asking past
+    the last one it compares)."""
+    for batch in batches:
+        bar.update(1)
+        yield batch
 
 
 # --------------------------------------------------------------------------------------------

@@ -465,7 +465,7 @@ def convert(source: str | Path | Listing, out_pattern: str, *, shard_size: int =
     the manifest (``skipped``) — the shards' sample indices then skip it too. Existing shards,
     indexes or manifest of the pattern raise :class:`ConvertError` unless ``overwrite``, which also
     deletes the higher-numbered shards the old manifest lists under the pattern's names (and
-    nothing else). ``progress``: a tqdm bar on stderr.
+    nothing else). ``progress``: a bar on a terminal, periodic lines elsewhere (stderr).
 
     Nothing is replaced until every shard, index and the manifest are written (as temporary files
     beside them: an overwrite needs room for both sets): a failure before that (disk full) is a
@@ -509,12 +509,11 @@ def _convert_staged(listing: Listing, keys: list[str], source_info: dict[str, st
                     max_image_bytes: int) -> ConvertResult:
     """The conversion proper, under the pattern's lock: every file written to ``staging``, then
     renamed into place (the manifest last), then the old set's shards past the new count removed."""
-    from tqdm import tqdm
+    from .progress import progress as progress_bar
 
     start = time.perf_counter()
     packing = _Packing()
-    with tqdm(total=len(listing), unit="img", desc="convert", disable=None if progress else True,
-              dynamic_ncols=True) as bar:
+    with progress_bar(total=len(listing), unit="image", description="convert", enabled=progress) as bar:
         entries = _write_shards(out_pattern, _packable(listing, keys, packing, max_image_bytes, bar), shard_size,
                                 staging)
     count = len(entries)

@@ -35,6 +35,10 @@ class Progress:
             self._last = now
             self._line(now)
 
+    def set_description(self, description: str) -> None:
+        """What is being done now (as tqdm's): the next line names it."""
+        self.description = description
+
     def _line(self, now: float) -> None:
         elapsed = now - self._start
         rate = self.n / elapsed if elapsed > 0 else 0.0
@@ -64,6 +68,9 @@ class _Silent:
 
     def update(self, n: int = 1) -> None:
         self.n += n
+
+    def set_description(self, description: str) -> None:
+        pass
 
     def close(self) -> None:
         pass

@@ -314,3 +314,26 @@ def test_augmix_gamma_variates_are_the_gamma_inverse_cdf_of_their_uniform(alpha)
     u = np.random.default_rng(2).random(500)
     want = gamma.ppf(u, alpha)
     assert np.max(np.abs(gamma_quantiles(alpha, u) - want) / want) < 1e-12
+
+
+def test_augmix_weights_at_alpha_1_are_the_same_whatever_simd_kernels_the_cpu_picks(tmp_path):
+    """The Dirichlet weights of AugMix's default alpha come from -log(1 - u): with numpy's or torch's
+    exp/log they moved in the last bit with the CPU's vector features (another draw on another machine)."""
+    import os
+    import platform
+    import subprocess
+    import sys
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the optional CPU features named here are x86-64's")
+    script = ("import hashlib, numpy as np\nfrom dali_bridge.ops.auto_augment import gamma_quantiles\n"
+              "u = np.random.default_rng(3).integers(0, 2**53, 4000) * 2.0**-53\n"
+              "print(hashlib.sha256(gamma_quantiles(1.0, u).tobytes()).hexdigest())\n")
+
+    def run(**env: str) -> str:
+        done = subprocess.run([sys.executable, "-c", script], env={**os.environ, **env}, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    assert run() == run(ATEN_CPU_CAPABILITY="default", NPY_DISABLE_CPU_FEATURES="X86_V4 X86_V3")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 
 import pytest
+from conftest import needs_cpu_backends
 
 from dali_bridge.progress import Progress, progress
 
@@ -86,3 +87,21 @@ def test_sample_data_refuses_a_set_the_disk_cannot_hold(tmp_path, monkeypatch):
     with pytest.raises(SampleDataError, match=r"1,000 images need about 40 MiB; .* 1 MiB free"):
         generate_sample_data(tmp_path / "set", images=1000, classes=10)
     assert not list((tmp_path / "set").rglob("*.jpg"))
+
+
+@needs_cpu_backends
+def test_compare_prints_progress_lines_into_a_log(sample_root, write_pipeline, capfd):
+    from dali_bridge.cli import main
+
+    pipeline = write_pipeline(source={"type": "folder", "root": str(sample_root)}, batch_size=8)
+    assert main(["compare", str(pipeline), "--batches", "2", "--set", "loader.workers=0"]) == 0
+    assert "(dali-cpu vs torchvision): 2/2 batches (100 %)" in capfd.readouterr().err
+    assert main(["compare", str(pipeline), "--batches", "2", "--set", "loader.workers=0", "--quiet"]) == 0
+    assert "batches (100 %)" not in capfd.readouterr().err
+
+
+def test_convert_prints_progress_lines_into_a_log(sample_root, tmp_path, capfd):
+    from dali_bridge.cli import main
+
+    assert main(["convert", str(sample_root), str(tmp_path / "s-%06d.tar"), "--shard-size", "20"]) == 0
+    assert "convert: 37/37 images (100 %)" in capfd.readouterr().err

@@ -185,10 +185,9 @@ def _measure_all(candidates: list[Candidate], *, base: dict[str, Any], pixels: n
                  total_batches: int | None) -> dict[Candidate, CandidateResult]:
     """Every candidate once per round, rounds interleaved; a progress bar when ``total_batches``."""
     results = {c: CandidateResult(c) for c in candidates}
-    bar = None
-    if total_batches is not None:
-        from tqdm import tqdm
-        bar = tqdm(total=total_batches, unit="batch", desc="bench", dynamic_ncols=True, leave=False, disable=None)
+    from ..progress import progress
+
+    bar = progress(total=total_batches, unit="batch", description="bench", enabled=total_batches is not None)
     with tempfile.TemporaryDirectory(prefix="dali-bridge-bench-") as tmp:
         pixels_path = str(Path(tmp, "pixels.npy"))
         np.save(pixels_path, pixels)
@@ -197,11 +196,9 @@ def _measure_all(candidates: list[Candidate], *, base: dict[str, Any], pixels: n
                 for candidate in candidates:
                     if results[candidate].error:
                         continue
-                    if bar is not None:
-                        bar.set_description(f"{candidate.label} x{candidate.threads}")
-                    run_candidate(candidate, {**base, "pixels": pixels_path},
-                                  (lambda: bar.update(1)) if bar is not None else (lambda: None), results[candidate])
+                    bar.set_description(f"bench {candidate.label} x{candidate.threads}")
+                    run_candidate(candidate, {**base, "pixels": pixels_path}, lambda: bar.update(1),
+                                  results[candidate])
         finally:
-            if bar is not None:
-                bar.close()
+            bar.close()
     return results

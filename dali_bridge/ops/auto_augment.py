@@ -298,17 +298,23 @@ def gamma_quantiles(alpha: float, u: Any) -> Any:
     import numpy as np
     import torch
 
+    from ..portable_math import exp, log
+
+    # exp and log are the portable ones: numpy's and torch's are SIMD kernels picked by the CPU's
+    # features, and a last bit there is another draw on another machine (a resumed job included).
+    # For alpha 1 that makes the draw the same everywhere; other alphas still go through torch's
+    # gammainc, whose kernel is compiled per CPU capability.
     if alpha == 1.0:
-        return -np.log1p(-np.asarray(u, dtype=np.float64))
+        return -log(1.0 - np.asarray(u, dtype=np.float64))  # exact: the uniforms are multiples of 2**-53
     target = torch.as_tensor(np.asarray(u, dtype=np.float64))
     shape = torch.full_like(target, float(alpha))
     low = torch.full_like(target, -745.0)
     high = torch.full_like(target, math.log(alpha + 60.0 * math.sqrt(alpha) + 60.0))
     for _ in range(64):
         middle = (low + high) / 2
-        below = torch.special.gammainc(shape, middle.exp()) < target
+        below = torch.special.gammainc(shape, torch.from_numpy(exp(middle.numpy()))) < target
         low, high = torch.where(below, middle, low), torch.where(below, high, middle)
-    return ((low + high) / 2).exp().numpy()
+    return exp(((low + high) / 2).numpy())
 
 
 @dataclass(frozen=True)
