@@ -381,7 +381,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     for target in args.targets:
         manifest = target if target.endswith(".json") else manifest_path(target)
         try:
-            problems = verify_shards(manifest)
+            problems = verify_shards(manifest, progress=not args.quiet)
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             print(f"dali-bridge verify: {manifest}: not a dali-bridge shard manifest ({exc})", file=sys.stderr)
             return EXIT_INVALID
@@ -623,6 +623,7 @@ def _add_verify_command(add: AddCommand) -> None:
             "  dali-bridge verify 'shards/train-%06d.tar'   # the manifest beside a shard pattern\n"
             "exit status: 0 all match, 1 a shard is missing or differs, 2 no readable manifest")
     p.add_argument("targets", nargs="+", metavar="MANIFEST_OR_PATTERN")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
 
 def _add_doctor_command(add: AddCommand) -> None:

@@ -556,20 +556,30 @@ def read_manifest(manifest: str | Path) -> dict[str, Any]:
     return data
 
 
-def verify_shards(manifest: str | Path) -> list[str]:
+def verify_shards(manifest: str | Path, *, progress: bool = False) -> list[str]:
     """Check every shard a manifest lists: present, the recorded size and sha256. Returns the problems.
 
     Shard names must be file names in the manifest's own folder (no ``../``, no absolute path),
     and a file is hashed only when its size is the recorded one, reading at most that many bytes.
+    ``progress``: shards checked so far, on stderr.
     """
+    from .progress import progress as progress_bar
+
     if is_url(str(manifest)):  # HEADs and streamed hashes (remote_tools)
         from .remote_tools import verify_url
 
-        return verify_url(str(manifest))
+        return verify_url(str(manifest), progress=progress)
     manifest = Path(manifest)
     data = read_manifest(manifest)
+    with progress_bar(total=len(data["shards"]), unit="shard", description=f"verify {safe_name(manifest)}",
+                      enabled=progress) as bar:
+        return _verify_local(manifest, data, bar)
+
+
+def _verify_local(manifest: Path, data: dict[str, Any], bar: Any) -> list[str]:
     problems = []
     for entry in data["shards"]:
+        bar.update(1)
         path = manifest.parent / entry["file"]
         if not path.is_file():
             problems.append(f"{safe_name(path)}: {'missing' if not os.path.lexists(path) else 'not a regular file'}")

@@ -63,8 +63,9 @@ def _upload(store: ObjectStore, path: Path, url: str) -> str | None:
     return None
 
 
-def verify_url(manifest_url: str) -> list[str]:
+def verify_url(manifest_url: str, *, progress: bool = False) -> list[str]:
     """:func:`~dali_bridge.convert.verify_shards` for a manifest at a URL: the problems found."""
+    from .progress import progress as progress_bar
     from .ops import is_int
     from .sources import MAX_MANIFEST_BYTES, manifest_problem
     from .spec import decode_utf8
@@ -99,8 +100,13 @@ def verify_url(manifest_url: str) -> list[str]:
         return None if digest == entry["sha256"] else \
             f"{url}: sha256 {digest} differs from the manifest's {entry['sha256']}"
 
-    with ThreadPoolExecutor(max_workers=VERIFIES) as pool:
-        found = list(pool.map(check, zip(urls, entries, heads)))
+    found = []
+    with ThreadPoolExecutor(max_workers=VERIFIES) as pool, \
+            progress_bar(total=len(urls), unit="shard", description=f"verify {redact(manifest_url)}",
+                         enabled=progress) as bar:
+        for problem in pool.map(check, zip(urls, entries, heads)):
+            found.append(problem)
+            bar.update(1)
     return [redact(p if p != "missing" else f"{url}: missing") for url, p in zip(urls, found) if p]
 
 

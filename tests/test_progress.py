@@ -105,3 +105,14 @@ def test_convert_prints_progress_lines_into_a_log(sample_root, tmp_path, capfd):
 
     assert main(["convert", str(sample_root), str(tmp_path / "s-%06d.tar"), "--shard-size", "20"]) == 0
     assert "convert: 37/37 images (100 %)" in capfd.readouterr().err
+
+
+def test_verify_prints_progress_lines_into_a_log(sample_root, tmp_path, capfd):
+    from dali_bridge.cli import main
+
+    assert main(["convert", str(sample_root), str(tmp_path / "s-%06d.tar"), "--shard-size", "20", "-q"]) == 0
+    capfd.readouterr()
+    assert main(["verify", str(tmp_path / "s-%06d.tar")]) == 0
+    assert "s.manifest.json: 2/2 shards (100 %)" in capfd.readouterr().err
+    assert main(["verify", str(tmp_path / "s-%06d.tar"), "--quiet"]) == 0
+    assert "shards (100 %)" not in capfd.readouterr().err
