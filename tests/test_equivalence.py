@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CPU_BACKENDS, MEAN, STD, TRAIN, VAL
+from conftest import CPU_BACKENDS, MEAN, STD, TRAIN, VAL, torch_vector_kernels
 from dali_bridge.compare import CPU_BOUNDS, NVJPEG_BOUNDS, CompareResult, compare, compare_batches
 from dali_bridge.plan import build_plan, resize_methods
 from dali_bridge.spec import spec_from_dict
@@ -69,7 +69,9 @@ def test_shipped_val_pipeline_matches_torchvision_within_one_level(sample_root):
     # after normalisation: the level bound divided by 255 * std, per channel
     for value, std in zip(image.normalized_max_abs, STD):
         assert value <= (1.0 + 1e-3) / (255.0 * std)
-    assert 0.05 < image.mean_abs  # rounding differences exist: the comparison really ran on pixels
+    # rounding differences exist: the comparison really ran on pixels (torch's default kernels round
+    # its resize almost as DALI does, see conftest.torch_vector_kernels)
+    assert (0.05 if torch_vector_kernels() else 0.0) < image.mean_abs
 
 
 def test_shipped_train_pipeline_gives_the_same_crops_flips_and_pixels(sample_root):
