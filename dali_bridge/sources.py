@@ -315,17 +315,9 @@ def _manifest_for(pattern: str, manifest: str | None,
             return None, None
         manifest = candidate
     try:
-        data = read_manifest_json(manifest)
+        return manifest, _checked_manifest(manifest, lambda: read_manifest_json(manifest))
     except OSError as exc:
         raise SourceError(f"source.manifest: cannot read {manifest}: {exc.strerror or exc}") from None
-    except NotUtf8Error as exc:
-        raise SourceError(f"source.manifest: {exc}") from None
-    except (ValueError, RecursionError) as exc:
-        raise SourceError(f"source.manifest: {manifest} is not valid JSON: {exc}") from None
-    problem = manifest_problem(data)
-    if problem:
-        raise SourceError(f"source.manifest: {manifest} {problem} (expected a dali-bridge convert manifest)")
-    return manifest, data
 
 
 def _remote_manifest(pattern: str, manifest: str | None, store: ObjectStore) -> tuple[str | None, dict | None]:
@@ -336,16 +328,22 @@ def _remote_manifest(pattern: str, manifest: str | None, store: ObjectStore) -> 
         if answer.missing and manifest is None:
             return None, None
         raise SourceError(f"source.manifest: cannot read {answer.reason}")
+    return url, _checked_manifest(url, lambda: json.loads(decode_utf8(answer[:MAX_MANIFEST_BYTES + 1], url)))
+
+
+def _checked_manifest(where: str, read: Callable[[], Any]) -> dict:
+    """The manifest ``read()`` parses (a local file or a fetched object), checked: a
+    :class:`SourceError` naming ``where`` when it is not UTF-8, not JSON or not a converter's."""
     try:
-        data = json.loads(decode_utf8(answer[:MAX_MANIFEST_BYTES + 1], url))
+        data = read()
     except NotUtf8Error as exc:
         raise SourceError(f"source.manifest: {exc}") from None
     except (ValueError, RecursionError) as exc:
-        raise SourceError(f"source.manifest: {url} is not valid JSON: {exc}") from None
+        raise SourceError(f"source.manifest: {where} is not valid JSON: {exc}") from None
     problem = manifest_problem(data)
     if problem:
-        raise SourceError(f"source.manifest: {url} {problem} (expected a dali-bridge convert manifest)")
-    return url, data
+        raise SourceError(f"source.manifest: {where} {problem} (expected a dali-bridge convert manifest)")
+    return data
 
 
 # A converter's manifest is a few hundred bytes per shard and per class.
