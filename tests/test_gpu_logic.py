@@ -19,7 +19,8 @@ from dali_bridge.backends import dali as dali_backend
 from dali_bridge.backends import device as device_module
 from dali_bridge.backends.base import Topology
 from dali_bridge.backends.device import InFlightCopies, cuda_ordinal, dali_threads, move_output
-from dali_bridge.backends.torchvision import TorchvisionExecutor, finish_batch, prefetched
+from dali_bridge.backends.finishing import finish_batch
+from dali_bridge.backends.torchvision import TorchvisionExecutor, prefetched
 from dali_bridge.images import SampleError
 from dali_bridge.loader import Loader
 from dali_bridge.plan import build_plan

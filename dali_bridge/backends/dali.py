@@ -25,7 +25,7 @@ from .base import RawBatch, SkippedSample, Topology, default_workers
 from ..ops.base import Column
 from ..plan import Plan, graph_context, placement, roi_decode
 from ..sampling import BatchTask, draws, sample_steps
-from .torchvision import finish_batch
+from .finishing import finish_batch
 from .device import (InFlightCopies, TailStream, dali_threads, gpu_target, keep_alive, mixed_decoder_arguments,
                      move_output)
 from ..sources import Listing

@@ -23,7 +23,6 @@ import signal
 import threading
 import time
 from collections import deque
-from functools import lru_cache
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
@@ -32,14 +31,14 @@ from torch.utils.data import DataLoader, Dataset
 from ..images import ImageError, SampleError
 from .base import RawBatch, SkippedSample, Topology, default_workers
 from .device import cuda_ordinal
-from ..plan import Finish, Plan
+from .finishing import finish_batch
+from ..plan import Plan
 from ..sampling import BatchTask, draws, sample_steps
 from ..sources import Listing
 from ..spec import PipelineSpec, Problem, SpecError
 
 log = logging.getLogger("dali_bridge")
 
-_TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "uint8": torch.uint8}
 # Output buffers each worker cycles through. The DataLoader keeps at most `prefetch` batches in
 # flight per worker and the main process finishes one batch before it asks for another, so a
 # buffer is reused only after its batch was converted; two spare buffers keep a safe margin.
@@ -173,34 +172,6 @@ class _TaskSampler:
 
     def __len__(self) -> int:
         return len(self.tasks)
-
-
-def finish_batch(images: torch.Tensor, finish: Finish, device: torch.device) -> torch.Tensor:
-    """uint8 NCHW → the declared dtype and layout, normalised as (pixel/255 - mean)/std."""
-    images = images.to(device, non_blocking=True)
-    dtype = _TORCH_DTYPES[finish.dtype]
-    if finish.dtype == "uint8":
-        out = images if images.device.type == "cuda" else images.clone()
-    else:
-        # The arithmetic of torchvision's ToDtype(scale=True) + Normalize, in float32, then cast.
-        out = images.to(torch.float32).div_(255.0)
-        if not finish.identity:
-            mean, std = _normalisation(finish.mean, finish.std, out.device)
-            out.sub_(mean).div_(std)
-        if dtype != torch.float32:
-            out = out.to(dtype)
-    if finish.layout == "HWC":
-        out = out.permute(0, 2, 3, 1).contiguous()
-    return out
-
-
-@lru_cache(maxsize=16)
-def _normalisation(mean: tuple[float, ...], std: tuple[float, ...],
-                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """mean and std as [1, 3, 1, 1] float32 tensors on ``device``, made once: a per-batch
-    ``torch.tensor(..., device=cuda)`` is a pageable host-to-device copy the host waits for."""
-    return (torch.tensor(mean, dtype=torch.float32, device=device).view(1, 3, 1, 1),
-            torch.tensor(std, dtype=torch.float32, device=device).view(1, 3, 1, 1))
 
 
 def prefetched(items: Iterable[Any], *, start: Callable[[Any], Any], ready: Callable[[Any], RawBatch],

@@ -1,7 +1,7 @@
 """The finish: dtype conversion, normalisation and layout (``normalize``), and the DALI-style
 compound ``crop_mirror_normalize`` that lowers to a centre crop, a flip and the finish.
 
-On torchvision the finish runs on the whole batch (``backends.torchvision.finish_batch``, from
+On torchvision the finish runs on the whole batch (``backends.finishing.finish_batch``, from
 :attr:`dali_bridge.plan.Plan.finish`); on DALI it is one fn.crop_mirror_normalize, which also
 takes a last flip as its ``mirror`` argument.
 """
