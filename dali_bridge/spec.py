@@ -24,6 +24,7 @@ from .ops import (OPS, REQUIRED, bool_checker, choice_checker, fixed_output_size
                   size_checker, _type_name)
 from .ops.base import _shown
 from .quoting import quoted, shortened
+from .wording import problem_list
 
 FORMAT_VERSION = 1
 BACKENDS = ("auto", "dali", "dali-cpu", "torchvision")
@@ -83,9 +84,7 @@ class SpecError(ValueError):
     def __init__(self, problems: Sequence[Problem], source: str = "pipeline"):
         self.problems = list(problems)
         self.source = source
-        count = len(self.problems)
-        lines = [f"{source}: {count} problem{'s' if count != 1 else ''}:"] + [f"  {p}" for p in self.problems]
-        super().__init__("\n".join(lines))
+        super().__init__(problem_list(source, self.problems))
 
 
 @dataclass(frozen=True)

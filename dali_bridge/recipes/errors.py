@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..wording import problem_list
+
 
 class RecipeError(ValueError):
     """A transform, a timm argument or a spec that cannot be converted; ``problems`` lists each one."""
@@ -11,6 +13,4 @@ class RecipeError(ValueError):
     def __init__(self, problems: Sequence[str], source: str = "recipe"):
         self.problems = list(problems)
         self.source = source
-        count = len(self.problems)
-        lines = [f"{source}: {count} problem{'s' if count != 1 else ''}:"] + [f"  {p}" for p in self.problems]
-        super().__init__("\n".join(lines))
+        super().__init__(problem_list(source, self.problems))
