@@ -37,6 +37,15 @@ def _list(tmp_path: Path, body: bytes) -> Path:
     return path
 
 
+def _run_file_list(tmp_path: Path, path: Path) -> int:
+    """``dali-bridge run`` of a one-op pipeline over the file list at ``path``: its exit status."""
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(json.dumps({"version": 1, "batch_size": 1, "ops": [{"center_crop": 8}],
+                                    "source": {"type": "file_list", "file_list": str(path)},
+                                    "backend": "torchvision"}))
+    return main(["run", str(pipeline), "--backends", "torchvision", "-q"])
+
+
 @pytest.mark.parametrize("tail, where", [
     (b"data/class_1/img_000.jpg 1 \xe9\n", ":3:"),                 # Latin-1 in a label field
     (b"data/class_\xff/img_000.jpg 1\n", ":3:"),                    # a path that is not UTF-8
@@ -73,11 +82,7 @@ def test_labels_up_to_the_bound_make_that_many_classes(tmp_path, images):
 
 def test_cli_exits_2_on_a_file_list_that_is_not_utf8(tmp_path, images, capsys):
     path = _list(tmp_path, b"data/class_0/img_000.jpg \xff\n")
-    pipeline = tmp_path / "p.yaml"
-    pipeline.write_text(json.dumps({"version": 1, "batch_size": 1, "ops": [{"center_crop": 8}],
-                                    "source": {"type": "file_list", "file_list": str(path)},
-                                    "backend": "torchvision"}))
-    assert main(["run", str(pipeline), "--backends", "torchvision", "-q"]) == EXIT_INVALID
+    assert _run_file_list(tmp_path, path) == EXIT_INVALID
     err = capsys.readouterr().err
     assert f"{path}:1:" in err and "Traceback" not in err
 
@@ -93,11 +98,7 @@ def test_a_path_component_over_255_bytes_is_a_positioned_problem_exit_2(tmp_path
     with pytest.raises(SourceError) as info:
         list_file(path, None, DEFAULT_EXTENSIONS)
     assert f"{path}:2: file " in str(info.value) and "cannot be read: File name too long" in str(info.value)
-    pipeline = tmp_path / "p.yaml"
-    pipeline.write_text(json.dumps({"version": 1, "batch_size": 1, "ops": [{"center_crop": 8}],
-                                    "source": {"type": "file_list", "file_list": str(path)},
-                                    "backend": "torchvision"}))
-    assert main(["run", str(pipeline), "--backends", "torchvision", "-q"]) == EXIT_INVALID
+    assert _run_file_list(tmp_path, path) == EXIT_INVALID
     err = capsys.readouterr().err
     assert f"{path}:2:" in err and "Traceback" not in err
 
