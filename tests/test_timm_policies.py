@@ -232,6 +232,16 @@ def test_augmix_mixes_give_timms_pixels(monkeypatch, blended):
             assert torch.equal(mix(image, draw), _timm_mix(augment, monkeypatch, image, draw))
 
 
+def test_auto_augment_names_timms_policies_as_timm_auto_augment_holds_them():
+    from dali_bridge.ops.auto_augment import TIMM_POLICY_NAMES
+    from dali_bridge.recipes.from_timm import TIMM_POLICIES
+
+    assert tuple(POLICIES) == TIMM_POLICY_NAMES == TIMM_POLICIES
+    with pytest.raises(SpecError, match=r"auto_augment.policy: expected one of imagenet, found 'v0' \('v0' is a timm "
+                                        r"policy: write it as timm_auto_augment: \{policy: v0\}\)"):
+        plan_of([{"center_crop": 8}, {"auto_augment": {"policy": "v0"}}])
+
+
 @pytest.mark.parametrize("op, message", [
     ({"timm_auto_augment": {"policy": "imagenet"}}, "timm_auto_augment.policy: expected one of original, originalr, "
                                                     "v0, v0r, 3a, found 'imagenet'"),
@@ -239,7 +249,8 @@ def test_augmix_mixes_give_timms_pixels(monkeypatch, blended):
     ({"timm_auto_augment": {"magnitude_std": float("inf")}}, "timm_auto_augment.magnitude_std: expected a finite"),
     ({"timm_augmix": {"magnitude": 11}}, "timm_augmix.magnitude: expected a magnitude .an integer >= 0, at most 10"),
     ({"timm_augmix": {"blended": 1}}, "timm_augmix.blended: expected true or false"),
-    ({"timm_augmix": {"severity": 3}}, "timm_augmix"),
+    ({"timm_augmix": {"severity": 3}}, "timm_augmix.severity: unknown key 'severity' in op 'timm_augmix' .expected "
+                                       "one of: magnitude, mixture_width"),
 ])
 def test_spelling_mistakes_are_refused_naming_the_field(op, message):
     with pytest.raises(SpecError, match=message):

@@ -62,7 +62,7 @@ def _posterize_as(policy: _Policy, name: str) -> _Policy:
     return tuple(tuple((name if op.startswith("Posterize") else op, p, m) for op, p, m in sub) for sub in policy)
 
 
-POLICIES: dict[str, _Policy] = {
+POLICIES: dict[str, _Policy] = {  # named as timm names them (TIMM_POLICY_NAMES)
     "original": _ORIGINAL,
     "originalr": _posterize_as(_ORIGINAL, "PosterizeIncreasing"),
     "v0": _V0,
