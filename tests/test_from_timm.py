@@ -73,11 +73,58 @@ def test_rand_augment_sections_without_an_op_are_refused(config, message):
         convert(["--aa", config])
 
 
+@pytest.mark.parametrize("config, expected", [
+    ("original", {"policy": "original", "magnitude_std": 0.0}),
+    ("original-mstd0.5", {"policy": "original", "magnitude_std": 0.5}),
+    ("originalr", {"policy": "originalr", "magnitude_std": 0.0}),
+    ("v0", {"policy": "v0", "magnitude_std": 0.0}),
+    ("v0r-mstd1", {"policy": "v0r", "magnitude_std": 1.0}),
+    ("3a", {"policy": "3a", "magnitude_std": 0.0}),
+    ("v0-mstd", {"policy": "v0", "magnitude_std": 0.0}),  # timm skips a section without a number
+])
+def test_timms_auto_augment_policies_map_to_timm_auto_augment_with_timms_fill(config, expected):
+    ops = ops_of(convert(["--aa", config]))
+    assert [name for name, _ in ops] == ["random_resized_crop", "horizontal_flip", "timm_auto_augment"] + (
+        ["color_jitter"] if config == "3a" else []) + ["normalize"]  # timm keeps colour jitter for 3a only
+    assert dict(ops)["timm_auto_augment"] == expected | {"fill": TIMM_FILL}
+
+
+@pytest.mark.parametrize("config, expected", [
+    ("augmix-m5-w4-d2", {"magnitude": 5, "mixture_width": 4, "chain_depth": 2, "alpha": 1.0,
+                         "magnitude_std": math.inf, "blended": False}),
+    ("augmix", {"magnitude": 3, "mixture_width": 3, "chain_depth": -1, "alpha": 1.0, "magnitude_std": math.inf,
+                "blended": False}),
+    ("augmix-m7-mstd0.5-a0.5-b1", {"magnitude": 7, "mixture_width": 3, "chain_depth": -1, "alpha": 0.5,
+                                   "magnitude_std": 0.5, "blended": True}),
+    ("augmix-b0", {"blended": True}),  # timm: bool("0") is True
+])
+def test_timms_augmix_configs_map_to_timm_augmix_as_timm_reads_them(config, expected):
+    ops = dict(ops_of(convert(["--aa", config])))
+    assert "color_jitter" not in ops and {key: ops["timm_augmix"][key] for key in expected} == expected
+    assert ops["timm_augmix"]["fill"] == TIMM_FILL
+
+
+@pytest.mark.parametrize("config, message", [
+    ("original-m9", "unknown AutoAugment section 'm9' .timm's: mstd."),
+    ("augmix-m5-p0.5", "unknown AugMix section 'p0.5'"),
+    ("augmix-m5-w4.5", "section 'w4.5' needs a number after 'w'"),
+    ("augmix-m12", r"--aa: magnitude: expected a magnitude \(an integer >= 0, at most 10"),
+])
+def test_policy_sections_timm_would_refuse_are_refused(config, message):
+    with pytest.raises(RecipeError, match=message):
+        convert(["--aa", config])
+
+
+def test_a_fixed_train_interpolation_refuses_every_resampling_policy_but_3a():
+    for config, op in (("original", "timm_auto_augment"), ("augmix-m5", "timm_augmix")):
+        with pytest.raises(RecipeError, match=f"--aa {config} with --train-interpolation bicubic: .* {op} draws"):
+            from_timm(["--train-interpolation", "bicubic", "--aa", config], source="data")
+    ops = dict(ops_of(from_timm("--train-interpolation bicubic --aa 3a", source="data")))
+    assert ops["timm_auto_augment"]["policy"] == "3a" and ops["random_resized_crop"]["interpolation"] == "bicubic"
+
+
 @pytest.mark.parametrize("args, message", [
-    ("--aa v0", "timm's AutoAugment policy 'v0' runs timm's PIL operations"),
-    ("--aa original-mstd0.5", "timm's AutoAugment policy 'original'"),
-    ("--aa augmix-m5-w4-d2", "timm's AugMix .its own PIL operations"),
-    ("--aa trivialaugment", "not a timm policy .*trivial_augment_wide op"),
+    ("--aa trivialaugment", "not a timm policy .*'Unknown AA policy'.*trivial_augment_wide op"),
     ("--mixup 0.8 --mixup-mode pair", "--mixup-mode pair: mixing draws one λ per batch"),
     ("--cutmix 1.0 --mixup-mode elem", "--mixup-mode elem"),
     ("--reprob 0.25 --remode rand", "--remode rand: .*per-channel 'rand' has no op"),
@@ -99,7 +146,7 @@ def test_arguments_without_an_op_are_refused_by_name(args, message):
 
 def test_every_refusal_is_reported_at_once():
     with pytest.raises(RecipeError) as error:
-        convert("--aa v0 --mixup 0.8 --mixup-mode pair --reprob 0.3 --remode rand")
+        convert("--aa trivialaugment --mixup 0.8 --mixup-mode pair --reprob 0.3 --remode rand")
     assert len(error.value.problems) == 3
 
 
@@ -188,9 +235,9 @@ def test_the_cli_writes_the_pipeline_file_of_timms_arguments(tmp_path, capsys):
     spec = load_spec(tmp_path / "timm.yaml")
     assert [op.name for op in spec.ops] == ["random_resized_crop", "horizontal_flip", "rand_augment", "normalize",
                                             "random_erasing", "batch_mix"]
-    assert cli.main(["from-timm", "--source", str(tmp_path), "--", "--aa", "v0"]) == 2
+    assert cli.main(["from-timm", "--source", str(tmp_path), "--", "--aa", "v0-x1"]) == 2
     err = capsys.readouterr().err
-    assert "--train-interpolation random" in err and "--aa v0" in err
+    assert "--train-interpolation random" in err and "--aa v0-x1: unknown AutoAugment section 'x1'" in err
 
 
 def test_a_mappings_values_are_typed_as_train_py_types_them():
@@ -201,3 +248,13 @@ def test_a_mappings_values_are_typed_as_train_py_types_them():
                                     "input-size: expected int values, found [3, 'x', 2]"]
     with pytest.raises(RecipeError, match="argument --input-size: expected 3 arguments"):
         convert("--input-size 3 224")
+
+
+@pytest.mark.parametrize("config", ["original-mstd0.5", "v0r", "3a", "augmix-m5-w4-d2", "augmix-m3-mstd0.5-b1"])
+def test_the_cli_prints_timms_policies_as_a_pipeline_file_that_loads_back_the_same(tmp_path, capsys, config):
+    assert cli.main(["from-timm", "--source", str(tmp_path), "--crop-interpolation", "bicubic", "--",
+                     "--aa", config]) == 0
+    (tmp_path / "timm.yaml").write_text(capsys.readouterr().out)
+    loaded = load_spec(tmp_path / "timm.yaml")
+    assert ops_of(loaded) == ops_of(convert(["--aa", config], crop_interpolation="bicubic"))
+    assert loaded.ops[2].name == ("timm_augmix" if config.startswith("augmix") else "timm_auto_augment")

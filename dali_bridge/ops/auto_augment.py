@@ -428,6 +428,18 @@ def chain_depth_checker(value: Any) -> tuple[Any, str | None]:
     return value, f"expected an integer (> 0: that depth; <= 0: 1 to 3 at random), found {_type_name(value)} {value!r}"
 
 
+_policy_choice = choice_checker(tuple(POLICIES))
+TIMM_POLICY_NAMES = ("original", "originalr", "v0", "v0r", "3a")  # timm's, the timm_auto_augment op's
+
+
+def policy_checker(value: Any) -> tuple[Any, str | None]:
+    """torchvision's policy; timm's names are another op's, and the message says which."""
+    value, problem = _policy_choice(value)
+    if problem and value in TIMM_POLICY_NAMES:
+        problem += f" ('{value}' is a timm policy: write it as timm_auto_augment: {{policy: {value}}})"
+    return value, problem
+
+
 _INTERPOLATION = Param("interpolation", "nearest", choice_checker(("nearest", "bilinear")),
                        "resampling of shear, translate and rotate: nearest | bilinear (default nearest)")
 _FILL = Param("fill", None, fill_checker,
@@ -467,7 +479,7 @@ RAND_AUGMENT = RandAugment(
 
 AUTO_AUGMENT = AutoAugment(
     "auto_augment", "pixel", (
-        Param("policy", "imagenet", choice_checker(tuple(POLICIES)), "the learned policy: imagenet (default)"),
+        Param("policy", "imagenet", policy_checker, "the learned policy: imagenet (default)"),
         _INTERPOLATION, _FILL),
     "Apply one of the policy's 25 sub-policies of two operations, each with its probability and "
     "magnitude (torchvision's AutoAugment). On DALI backends it runs in torch right after the DALI graph.",

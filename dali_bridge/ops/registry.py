@@ -30,6 +30,8 @@ _MODULES = (
     "gaussian_blur",
     "color_jitter",
     "auto_augment",      # trivial_augment_wide, rand_augment, auto_augment, augmix
+    "timm_auto_augment",
+    "timm_augmix",
     "finish",            # normalize, crop_mirror_normalize
     "erasing",           # random_erasing (after the finish)
     "mixing",            # mixup, cutmix, batch_mix (on the batch, last)

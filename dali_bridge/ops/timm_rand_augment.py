@@ -16,6 +16,9 @@ CPU (a GPU tail brings its batch to the host once; the finish takes it back). On
 posterize keeping 0 bits (timm's ``Posterize`` at magnitude below 2.5, ``PosterizeIncreasing`` at
 10, which magnitude noise reaches) makes the image black, what Pillow's posterize formula gives for
 0 bits (each level & ~255); Pillow 13 rejects 0 bits with a ValueError, so timm itself fails on those draws.
+
+The level arguments, the per-operation draws (``timm_operation``) and the PIL kernels here are timm's
+for every operation its policies use; timm_auto_augment and timm_augmix share them.
 """
 from __future__ import annotations
 
@@ -58,8 +61,9 @@ def _signed(value: float, u_sign: float) -> float:
     return -value if u_sign > 0.5 else value  # timm's _randomly_negate: random.random() > 0.5
 
 
-def level_argument(name: str, magnitude: float, u_sign: float) -> float | int | None:
-    """timm's LEVEL_TO_ARG for ``name`` at a (clipped) magnitude, negated by ``u_sign`` where timm negates."""
+def level_argument(name: str, magnitude: float, u_sign: float, translate_pct: float = 0.45) -> float | int | None:
+    """timm's LEVEL_TO_ARG for ``name`` at a (clipped) magnitude, negated by ``u_sign`` where timm negates;
+    ``translate_pct``: timm's hparam of that name (0.45 by default; its AugMix in create_transform: 0.3)."""
     level = magnitude / LEVEL_DENOMINATOR
     if name in ("AutoContrast", "Equalize", "Invert"):
         return None
@@ -68,15 +72,19 @@ def level_argument(name: str, magnitude: float, u_sign: float) -> float | int | 
     if name in ("ShearX", "ShearY"):
         return _signed(level * 0.3, u_sign)
     if name in ("TranslateXRel", "TranslateYRel"):
-        return _signed(level * 0.45, u_sign)  # timm's default translate_pct
+        return _signed(level * translate_pct, u_sign)
     if name.startswith("Posterize"):
         bits = int(level * 4)
-        return 4 - bits if name.endswith("Increasing") else bits
+        return {"PosterizeIncreasing": 4 - bits, "PosterizeOriginal": bits + 4}.get(name, bits)
     if name.startswith("Solarize") and name != "SolarizeAdd":
         threshold = min(256, int(level * 256))
         return 256 - threshold if name.endswith("Increasing") else threshold
     if name == "SolarizeAdd":
         return min(128, int(level * 110))
+    if name == "Desaturate":  # timm's _minmax_level_to_arg(min_val=0.5, max_val=1.0)
+        return max(0.5, min(1.0, 0.5 + 0.5 * level))
+    if name == "GaussianBlurRand":  # _minmax_level_to_arg(0, 1): the factor of the radius' upper bound
+        return max(0.0, min(1.0, level))
     if name.endswith("Increasing"):  # ColorIncreasing, ContrastIncreasing, ...
         return max(0.1, 1.0 + _signed(level * 0.9, u_sign))
     return level * 1.8 + 0.1  # Color, Contrast, Brightness, Sharpness
@@ -92,6 +100,19 @@ def noisy_magnitude(magnitude: float, std: float, u: float) -> float:
     return max(0.0, min(magnitude, LEVEL_DENOMINATOR))
 
 
+def timm_operation(name: str, magnitude: float, std: float, u: Any, translate_pct: float = 0.45) -> TimmOperation:
+    """One timm ``AugmentOp`` once it applies, from 4 uniforms in the order of timm's random calls:
+    the magnitude noise, the sign, the resampling filter (shear, translate, rotate), and
+    ``GaussianBlurRand``'s radius (``random.uniform(0.1, 2 * factor)`` in its kernel; the operation's
+    argument is then that radius). ``u`` may hold only the first 3 for an operation set without it."""
+    noisy = noisy_magnitude(magnitude, std, u[0])
+    resample = ("bilinear", "bicubic")[min(int(u[2] * 2), 1)] if name in _RESAMPLED else None
+    argument = level_argument(name, noisy, u[1], translate_pct)
+    if name == "GaussianBlurRand":
+        argument = 0.1 + (2.0 * argument - 0.1) * u[3]  # Python's random.uniform(a, b): a + (b - a) * random()
+    return TimmOperation(name, argument, resample)
+
+
 def draw_layers(params: Any, u: Any) -> tuple[TimmOperation, ...]:
     """The applied operations of ``num_ops`` layers from 5 uniforms each (see the module docstring)."""
     names = OPERATIONS[bool(params["increasing"])]
@@ -101,9 +122,7 @@ def draw_layers(params: Any, u: Any) -> tuple[TimmOperation, ...]:
         name = names[min(int(pick * len(names)), len(names) - 1)]
         if apply > TIMM_PROBABILITY:
             continue
-        magnitude = noisy_magnitude(params["magnitude"], params["magnitude_std"], noise)
-        resample = ("bilinear", "bicubic")[min(int(filter_ * 2), 1)] if name in _RESAMPLED else None
-        found.append(TimmOperation(name, level_argument(name, magnitude, sign), resample))
+        found.append(timm_operation(name, params["magnitude"], params["magnitude_std"], (noise, sign, filter_)))
     return tuple(found)
 
 
@@ -115,23 +134,40 @@ def fill_colour(fill: Any) -> tuple[int, int, int]:
     return tuple(int(round(v)) for v in values)
 
 
-def apply_timm(image: Any, draw: TimmDraw) -> Any:
-    """timm's PIL operations on a CHW uint8 tensor in host memory (a GPU tail brings its batch there
-    once: ``kernel_on_host``), giving one there too."""
+def to_picture(image: Any) -> Any:
+    """A CHW uint8 tensor in host memory as the RGB PIL image timm's operations take."""
     import numpy as np
-    import torch
     from PIL import Image
 
-    if not draw.operations:
-        return image
-    picture = Image.fromarray(np.ascontiguousarray(image.permute(1, 2, 0).numpy()))
-    for operation in draw.operations:
-        picture = _pil_operation(picture, operation, draw.fill)
+    return Image.fromarray(np.ascontiguousarray(image.permute(1, 2, 0).numpy()))
+
+
+def from_picture(picture: Any) -> Any:
+    """An RGB PIL image as a CHW uint8 tensor."""
+    import numpy as np
+    import torch
+
     return torch.from_numpy(np.array(picture)).permute(2, 0, 1).contiguous()
 
 
-def _pil_operation(picture: Any, operation: TimmOperation, fill: tuple[int, int, int]) -> Any:
-    from PIL import Image, ImageEnhance, ImageOps
+def apply_timm(image: Any, draw: TimmDraw) -> Any:
+    """timm's PIL operations on a CHW uint8 tensor in host memory (a GPU tail brings its batch there
+    once: ``kernel_on_host``), giving one there too."""
+    if not draw.operations:
+        return image
+    return from_picture(apply_operations(to_picture(image), draw.operations, draw.fill))
+
+
+def apply_operations(picture: Any, operations: Any, fill: tuple[int, int, int]) -> Any:
+    """timm's operations applied in turn to a PIL image."""
+    for operation in operations:
+        picture = pil_operation(picture, operation, fill)
+    return picture
+
+
+def pil_operation(picture: Any, operation: TimmOperation, fill: tuple[int, int, int]) -> Any:
+    """One of timm's operations (its ``NAME_TO_OP`` function) on a PIL image."""
+    from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 
     name, argument = operation.name, operation.argument
     moved = dict(resample={"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}.get(operation.resample),
@@ -155,6 +191,10 @@ def _pil_operation(picture: Any, operation: TimmOperation, fill: tuple[int, int,
         return picture.point([min(255, i + argument) if i < 128 else i for i in range(256)] * 3)
     if name.startswith("Solarize"):
         return ImageOps.solarize(picture, argument)
+    if name == "Desaturate":  # colour enhance by 1 - level: 0 is grey
+        return ImageEnhance.Color(picture).enhance(min(1.0, max(0.0, 1.0 - argument)))
+    if name == "GaussianBlurRand":  # the argument is the radius drawn (timm_operation)
+        return picture.filter(ImageFilter.GaussianBlur(radius=argument))
     enhancer = {"Color": ImageEnhance.Color, "Contrast": ImageEnhance.Contrast,
                 "Brightness": ImageEnhance.Brightness, "Sharpness": ImageEnhance.Sharpness}
     return enhancer[name.removesuffix("Increasing")](picture).enhance(argument)

@@ -2,8 +2,10 @@
 
 The pipeline is what timm's ``transforms_imagenet_train`` and train.py build from the arguments:
 ``RandomResizedCropAndInterpolation(size, scale, ratio)``, flips, the ``--aa`` policy (``rand-*``:
-timm's RandAugment, the ``rand_augment`` op's ``variant: timm``, fill the mean colour as timm's
-``img_mean``), ``ColorJitter(cj, cj, cj)`` only without ``--aa`` (timm disables it then), ``Normalize``,
+timm's RandAugment, the ``rand_augment`` op's ``variant: timm``; ``augmix-*``: ``timm_augmix``;
+``original``, ``originalr``, ``v0``, ``v0r``, ``3a``: ``timm_auto_augment``; fill the mean colour as
+timm's ``img_mean``), ``ColorJitter(cj, cj, cj)`` only without ``--aa`` or with ``3a`` (timm disables
+it otherwise), ``Normalize``,
 timm's ``RandomErasing`` (``--remode pixel``: per-pixel normal noise, ``const``: zeros; area
 [0.02, 1/3], aspect [0.3, 1/0.3]), then ``Mixup`` on the batch (``--mixup``, ``--cutmix``,
 ``--mixup-prob``, ``--mixup-switch-prob``) with ``--smoothing`` in the targets, and
@@ -250,28 +252,62 @@ def rand_augment_params(config: str, fill: list[int]) -> tuple[dict[str, Any] | 
     return (None if problems else params), problems
 
 
+def _sections(config: str, kind: str, readers: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """timm's ``-``-separated config sections (the first is the policy's name) read by key as timm
+    reads them: a key, then a number (``re.split(r'(\\d.*)', ...)``); sections without one are skipped."""
+    found, problems = {}, []
+    for section in config.split("-")[1:]:
+        parts = re.split(r"(\d.*)", section)
+        if len(parts) < 2:
+            continue  # as timm
+        key, value = parts[:2]
+        if key not in readers:
+            problems.append(f"--aa {config}: unknown {kind} section '{section}' (timm's: {', '.join(readers)})")
+            continue
+        try:
+            found[key] = readers[key](value)
+        except ValueError:
+            problems.append(f"--aa {config}: section '{section}' needs a number after '{key}'")
+    return found, problems
+
+
+def auto_augment_params(config: str, fill: list[int]) -> tuple[dict[str, Any] | None, list[str]]:
+    """timm's ``auto_augment_transform`` config (``original-mstd0.5``) as the timm_auto_augment op."""
+    sections, problems = _sections(config, "AutoAugment", {"mstd": float})
+    params = {"policy": config.split("-")[0], "magnitude_std": sections.get("mstd", 0.0), "fill": fill}
+    return (None if problems else params), problems
+
+
+def augmix_params(config: str, fill: list[int]) -> tuple[dict[str, Any] | None, list[str]]:
+    """timm's ``augment_and_mix_transform`` config (``augmix-m5-w4-d2``) as the timm_augmix op: m
+    magnitude (default 3), w chains (3), d depth (-1: 1 to 3), a alpha (1.0), b blended, mstd (default
+    infinite: uniform magnitudes)."""
+    readers = {"mstd": float, "m": int, "w": int, "d": int, "a": float, "b": bool}  # timm: bool("0") is True too
+    sections, problems = _sections(config, "AugMix", readers)
+    names = {"mstd": "magnitude_std", "m": "magnitude", "w": "mixture_width", "d": "chain_depth", "a": "alpha",
+             "b": "blended"}
+    params = {"magnitude": 3, "mixture_width": 3, "chain_depth": -1, "alpha": 1.0, "magnitude_std": float("inf"),
+              "blended": False, "fill": fill} | {names[key]: value for key, value in sections.items()}
+    return (None if problems else params), problems
+
+
 def _policy(aa: str, interpolation: str, fill: list[int]) -> tuple[dict | None, list[str]]:
     """The ``--aa`` op, or why it has none."""
-    if aa.startswith("rand"):
-        if interpolation != "random":
-            return None, [f"--aa {aa} with --train-interpolation {interpolation}: timm's RandAugment then resamples "
-                          f"shear, translate and rotate with {interpolation} only; rand_augment's timm variant draws "
-                          f"bilinear or bicubic per operation (timm's 'random'): use --train-interpolation random "
-                          f"with crop_interpolation"]
-        params, problems = rand_augment_params(aa, fill)
-        return ({"rand_augment": params} if params else None), problems
-    if aa.startswith("augmix"):
-        return None, [f"--aa {aa}: timm's AugMix (its own PIL operations, magnitude noise and blend) has no op; the "
-                      f"augmix op is torchvision's AugMix: use from_torchvision with v2.AugMix, or write "
-                      f"'- augmix: {{severity: ..., mixture_width: ..., chain_depth: ...}}', knowing it is "
-                      f"torchvision's"]
-    if aa.split("-")[0] in TIMM_POLICIES:
-        return None, [f"--aa {aa}: timm's AutoAugment policy '{aa.split('-')[0]}' runs timm's PIL operations at timm's "
-                      f"magnitudes and has no op; the auto_augment op is torchvision's AutoAugment (imagenet policy): "
-                      f"use from_torchvision with v2.AutoAugment, or --aa rand-m9-mstd0.5-inc1"]
-    return None, [f"--aa {aa}: not a timm policy (timm knows rand-*, augmix-*, {', '.join(TIMM_POLICIES)}); "
-                  f"torchvision's TrivialAugmentWide is the trivial_augment_wide op: from_torchvision with "
-                  f"v2.TrivialAugmentWide()"]
+    name = aa.split("-")[0]
+    kinds = {"rand": ("RandAugment", "rand_augment", rand_augment_params),
+             "augmix": ("AugMix", "timm_augmix", augmix_params)}
+    kinds.update({policy: ("AutoAugment", "timm_auto_augment", auto_augment_params) for policy in TIMM_POLICIES})
+    if name not in kinds and not aa.startswith("rand"):
+        return None, [f"--aa {aa}: not a timm policy (timm knows rand-*, augmix-*, {', '.join(TIMM_POLICIES)}; "
+                      f"its create_transform fails on others: 'Unknown AA policy'); torchvision's TrivialAugmentWide "
+                      f"is the trivial_augment_wide op: from_torchvision with v2.TrivialAugmentWide()"]
+    kind, op, read = kinds["rand" if aa.startswith("rand") else name]
+    if interpolation != "random" and name != "3a":  # 3a has no operation that resamples
+        return None, [f"--aa {aa} with --train-interpolation {interpolation}: timm's {kind} then resamples "
+                      f"shear, translate and rotate with {interpolation} only; {op} draws bilinear or bicubic per "
+                      f"operation (timm's 'random'): use --train-interpolation random with crop_interpolation"]
+    params, problems = read(aa, fill)
+    return ({op: params} if params else None), problems
 
 
 def _mixing(ns: argparse.Namespace) -> dict[str, Any] | None:
@@ -309,7 +345,7 @@ def _ops(ns: argparse.Namespace, crop_interpolation: str | None) -> tuple[list[t
         problems += policy_problems
         if policy:
             ops.append((policy, "--aa"))
-    elif ns.color_jitter:  # timm drops colour jitter when --aa is set
+    if ns.color_jitter and (not ns.aa or "3a" in ns.aa):  # timm drops colour jitter when --aa is set, but for 3a
         jitter = float(ns.color_jitter)
         ops.append(({"color_jitter": {"brightness": jitter, "contrast": jitter, "saturation": jitter}},
                     "--color-jitter"))
