@@ -263,9 +263,12 @@ class CachedShardSamples(RemoteShardSamples):
         self.shard_bytes = shard_bytes
         self.sha256s = sha256s
 
+    def cached_shard(self, shard: int) -> CachedShard:
+        """What the cache must know of shard number ``shard``."""
+        return CachedShard(self.shards[shard], self.shard_bytes[shard], self.etags[shard], self.sha256s[shard])
+
     def _cached(self, shard: int) -> Path:
-        return self.cache.ensure(CachedShard(self.shards[shard], self.shard_bytes[shard], self.etags[shard],
-                                             self.sha256s[shard]))
+        return self.cache.ensure(self.cached_shard(shard))
 
     def prefetch(self, indices: Iterable[int]) -> None:
         """Bring the batch's shards into the cache (each downloaded once per node)."""

@@ -472,3 +472,86 @@ def test_a_sample_twice_in_a_batch_is_fetched_once(s3_shards, moto_endpoint, fau
     listing.prefetch([3, 5, 3])  # a padded batch, or repeated augmentation
     assert listing.read(3) == listing.read(3) and len(listing.read(5)) > 0
     assert proxy.requests["GET"] == 2
+
+
+# ---- read-ahead into the cache (shuffle: shards)
+
+SHARD_ORDER = {"loader.workers": 0, "loader.shuffle": "shards", "loader.shuffle_window": 1}
+
+
+def is_cached(samples, shard: int) -> bool:
+    return samples.cache.path_for(samples.cached_shard(shard)).exists()
+
+
+def test_the_next_shard_is_read_ahead_into_the_cache_before_its_first_batch(local_shards, s3_shards, moto_endpoint,
+                                                                             fault_proxy, tmp_path):
+    from dali_bridge.shard_cache import cache_usage
+
+    largest = max(p.stat().st_size for p in local_shards.glob("*.tar"))
+    bound = 2 * largest + 1000
+    proxy = fault_proxy(moto_endpoint)
+    loader = build_loader(TRAIN, "torchvision", overrides=cached_overrides(s3_shards, proxy, tmp_path / "c", bound,
+                                                                           **SHARD_ORDER))
+    samples = loader.listing.shards
+    proxy.requests.clear()
+    got, read_ahead = [], []
+    for number, batch in enumerate(loader):  # workers 0: batch k+1 is not read before it is asked for
+        got.append(tuple(t.clone() for t in batch))
+        loader.read_ahead.wait()
+        ahead = loader.read_ahead
+        upcoming = [s for s in ahead.order if ahead.first[s] > number]
+        if upcoming:
+            assert is_cached(samples, upcoming[0]), f"after batch {number}, shard {upcoming[0]} is not cached yet"
+            read_ahead.append(upcoming[0])
+        assert cache_usage(tmp_path / "c") <= bound
+    loader.close()
+    assert_same_batches(got, local_batches(local_shards, "torchvision", **SHARD_ORDER))
+    assert len(set(read_ahead)) == 3 and set(read_ahead) <= set(ahead.fetched)  # every shard after the first
+    assert proxy.requests["GET"] == 4  # each shard downloaded once: by the read-ahead, or at first touch
+
+
+def test_the_read_ahead_never_evicts_a_shard_still_in_use(s3_shards, moto_endpoint, fault_proxy, tmp_path):
+    from dali_bridge.shard_cache import cache_usage
+    from dali_bridge.shard_read_ahead import ShardReadAhead
+
+    proxy = fault_proxy(moto_endpoint)
+    probe = build_loader(TRAIN, "torchvision", overrides=cached_overrides(s3_shards, proxy, tmp_path / "c", "1GB",
+                                                                          **SHARD_ORDER))
+    plan = ShardReadAhead(probe.listing.shards, [t.indices for t in probe.tasks(0)], ahead=1)
+    first, target = plan.order[0], plan.targets(1)[0]
+    assert first in plan.in_use(1, target)  # every shard holds more than one batch: still in use after batch 0
+    sizes = probe.listing.shards.shard_bytes
+    bound = sizes[first] + sizes[target] - 1  # the next shard fits only by evicting the current one
+    loader = build_loader(TRAIN, "torchvision", overrides=cached_overrides(s3_shards, proxy, tmp_path / "c", bound,
+                                                                           **SHARD_ORDER))
+    samples = loader.listing.shards
+    iterator = iter(loader)
+    next(iterator)
+    loader.read_ahead.wait()
+    assert is_cached(samples, first) and not is_cached(samples, target) and loader.read_ahead.fetched == []
+    assert cache_usage(tmp_path / "c") <= bound
+    loader.close()
+
+
+def test_a_failed_read_ahead_is_fetched_again_at_first_touch(local_shards, s3_shards, moto_endpoint, fault_proxy,
+                                                             tmp_path):
+    proxy = fault_proxy(moto_endpoint)
+    overrides_ = cached_overrides(s3_shards, proxy, tmp_path / "c", "1GB", **SHARD_ORDER)
+    overrides_["source"]["timeout"] = 3.0
+    loader = build_loader(TRAIN, "torchvision", overrides=overrides_)
+    samples = loader.listing.shards
+    tasks = loader.tasks(0)
+    shard_order = list(dict.fromkeys(int(samples.shard[i]) for task in tasks for i in task.indices))
+    second = shard_order[1]
+    whole = f"bytes=0-{samples.shard_bytes[second] - 1}"
+    assert whole != f"bytes=0-{samples.shard_bytes[shard_order[0]] - 1}"
+    proxy.by_range[whole] = "500"  # the second shard's download fails, every attempt
+    iterator = iter(loader)
+    got = [tuple(t.clone() for t in next(iterator))]
+    loader.read_ahead.wait()
+    assert loader.read_ahead.failed == [second] and not is_cached(samples, second)
+    proxy.by_range.clear()  # the store works again: the first touch fetches the shard
+    got += [tuple(t.clone() for t in batch) for batch in iterator]
+    loader.close()
+    assert_same_batches(got, local_batches(local_shards, "torchvision", **SHARD_ORDER))
+    assert loader.skipped == [] and is_cached(samples, second)
