@@ -4,6 +4,7 @@ a sample error, a server that is gone an error within the timeout; listings cach
 and ETag; credentials never shown. Servers run on 127.0.0.1 only (tests/s3_fixtures.py)."""
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import sys
@@ -203,7 +204,7 @@ def test_listing_is_cached_by_url_size_and_etag_and_redone_when_an_object_change
     proxy = fault_proxy(moto_endpoint)
     store = ObjectStore("s3", {"endpoint_url": proxy.endpoint})
     first = list_webdataset(f"{prefix}/{SHARDS}", DEFAULT_IMAGE_KEYS, store=store)
-    assert proxy.requests["GET"] == 4 + 37 + 1  # 4 indexes, 37 labels, the manifest
+    assert proxy.requests["GET"] == 4 + 1  # 4 indexes, the manifest (labels: the manifest's)
     names = sorted(p.name for p in (private_listing_cache / "dali-bridge" / "listings").iterdir())
     assert len(names) == 4 and all(len(name) == 64 + len(".json") for name in names)  # hashed names
     proxy.requests.clear()
@@ -215,6 +216,55 @@ def test_listing_is_cached_by_url_size_and_etag_and_redone_when_an_object_change
     proxy.requests.clear()
     with pytest.raises(SourceError, match="train-000003.tar"):
         list_webdataset(f"{prefix}/{SHARDS}", DEFAULT_IMAGE_KEYS, store=store)
+
+
+def test_listing_a_converted_set_reads_only_the_manifest_and_the_indexes(local_shards, s3_shards, moto_endpoint,
+                                                                          fault_proxy, caplog):
+    proxy = fault_proxy(moto_endpoint)
+    with caplog.at_level(logging.WARNING, logger="dali_bridge"):
+        remote = list_webdataset(f"{s3_shards}/{SHARDS}", DEFAULT_IMAGE_KEYS,
+                                 store=ObjectStore("s3", {"endpoint_url": proxy.endpoint}))
+    assert proxy.ranged == 0 and proxy.requests == {"HEAD": 8, "GET": 1 + 4}  # no GET per sample
+    assert "ranged GET per sample" not in caplog.text
+    local = list_webdataset(str(local_shards / SHARDS), DEFAULT_IMAGE_KEYS)
+    assert remote.paths == tuple(p.replace(str(local_shards), s3_shards) for p in local.paths)
+    assert remote.labels.tolist() == local.labels.tolist()
+    assert remote.shards.offset.tolist() == local.shards.offset.tolist()
+
+
+def without_manifest_labels(local_shards: Path, out: Path) -> Path:
+    """The shards with the manifest an older convert wrote: no labels, no index digests."""
+    shutil.copytree(local_shards, out)
+    manifest = json.loads((out / "train.manifest.json").read_text())
+    for entry in manifest["shards"]:
+        del entry["labels"], entry["index_sha256"]
+    (out / "train.manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def test_a_manifest_without_labels_still_lists_reading_each_label_with_a_warning(local_shards, moto_endpoint,
+                                                                                 fault_proxy, tmp_path, caplog):
+    prefix = upload_folder(moto_endpoint, without_manifest_labels(local_shards, tmp_path / "old"), "old-bucket")
+    proxy = fault_proxy(moto_endpoint)
+    with caplog.at_level(logging.WARNING, logger="dali_bridge"):
+        remote = list_webdataset(f"{prefix}/{SHARDS}", DEFAULT_IMAGE_KEYS,
+                                 store=ObjectStore("s3", {"endpoint_url": proxy.endpoint}))
+    assert proxy.ranged == 37
+    assert "4 shards (train-000000.tar ...) listed with one ranged GET per sample for its label, 37 GETs" \
+        in caplog.text and "records no labels" in caplog.text
+    local = list_webdataset(str(local_shards / SHARDS), DEFAULT_IMAGE_KEYS)
+    assert remote.labels.tolist() == local.labels.tolist()
+
+
+def test_an_index_other_than_the_one_the_manifest_records_is_checked_against_the_shard(local_shards,
+                                                                                       moto_endpoint, tmp_path):
+    swapped = tmp_path / "swapped"
+    shutil.copytree(local_shards, swapped)
+    assert (local_shards / "train-000001.tar").stat().st_size < (local_shards / "train-000000.tar").stat().st_size
+    shutil.copy(local_shards / "train-000001.idx", swapped / "train-000000.idx")  # a smaller shard's index
+    prefix = upload_folder(moto_endpoint, swapped, "swapped-bucket")
+    with pytest.raises(SourceError, match="train-000000.idx disagrees with train-000000.tar"):
+        list_webdataset(f"{prefix}/{SHARDS}", DEFAULT_IMAGE_KEYS, store=ObjectStore("s3"))
 
 
 def test_a_shard_without_an_index_is_downloaded_once_with_a_warning(moto_endpoint, local_shards, caplog):
@@ -271,7 +321,7 @@ def test_url_shards_are_kept_as_urls_and_storage_keys_are_checked(tmp_path):
     assert "'secret' looks like a credential" in message and "'client_kwargs.token' looks like a credential" in message
     assert "hunter2-value" not in message and "t0k" not in message
     assert "source.max_requests" in message and "source.timeout" in message
-    with pytest.raises(SpecError, match="applies to shards at a URL"):
+    with pytest.raises(SpecError, match="applies to a source at a URL"):
         spec(shards=str(tmp_path / SHARDS), max_requests=4)
 
 
