@@ -605,3 +605,22 @@ def test_a_failed_read_ahead_is_fetched_again_at_first_touch(local_shards, s3_sh
     loader.close()
     assert_same_batches(got, local_batches(local_shards, "torchvision", **SHARD_ORDER))
     assert loader.skipped == [] and is_cached(samples, second)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_reading_ahead_keeps_the_local_shards_batches_and_the_bound_with_workers(backend, local_shards, s3_shards,
+                                                                                 moto_endpoint, fault_proxy, tmp_path):
+    from dali_bridge.shard_cache import cache_usage
+
+    largest = max(p.stat().st_size for p in local_shards.glob("*.tar"))
+    bound = 2 * largest + 1000
+    extra = {**SHARD_ORDER, "loader.workers": 1}
+    loader = build_loader(TRAIN, backend, overrides=cached_overrides(
+        s3_shards, fault_proxy(moto_endpoint), tmp_path / "c", bound, **extra))
+    got = []
+    for batch in loader:  # the executor reads ahead of the consumer too: the shards race the read-ahead
+        got.append(tuple(t.cpu().clone() for t in batch))
+        assert cache_usage(tmp_path / "c") <= bound
+    loader.close()
+    assert_same_batches(got, local_batches(local_shards, backend, **extra))
+    assert loader.read_ahead.failed == []
