@@ -1,12 +1,15 @@
 """WebDataset shards in object storage: listed from their indexes without reading the data, each
 sample then one ranged GET of exactly its bytes, a batch's samples fetched together.
 
-Listing a URL pattern costs one HEAD per shard and per index, one GET per index and one small
-ranged GET per label member, all concurrent (``source.max_requests`` in flight), and is cached
-locally keyed by the shard's URL, size and ETag, so the next run on the node lists from disk. A
-shard without a usable index is downloaded whole once to be scanned (a warning names the cost).
-Each label GET includes the tar header before the label, so an index that does not describe its
-shard is refused, as a local one is.
+Listing a URL pattern costs one HEAD per shard and per index, the manifest and one GET per
+index, all concurrent (``source.max_requests`` in flight): the labels come from the manifest,
+which ``dali-bridge convert`` writes with each shard's labels and its index's sha256. A shard
+the manifest does not describe so (an older manifest, none, another index) costs one small
+ranged GET per label member instead, with a warning naming the cost; each includes the tar
+header before the label, so an index that does not describe its shard is refused, as a local
+one is. Listings are cached locally keyed by the shard's URL, size and ETag, so the next run on
+the node lists from disk. A shard without a usable index is downloaded whole once to be scanned
+(a warning names the cost).
 Every ranged GET carries the ETag seen at listing (``If-Match``): an object replaced since then
 is an error naming it, never other bytes under the old offsets.
 """
