@@ -331,8 +331,9 @@ def parquet_spec(source: dict, base_dir: Path):
 
 def test_parquet_at_a_url_names_a_missing_file_and_keeps_urls_in_the_spec(s3_parquet, tmp_path):
     files = [f"{s3_parquet}/train-00000-of-00002.parquet", f"{s3_parquet}/train-00009-of-00002.parquet"]
-    with pytest.raises(SourceError, match=r"train-00009-of-00002.parquet does not exist"):
+    with pytest.raises(SourceError, match=r"train-00009-of-00002.parquet does not exist") as caught:
         list_source(parquet_spec({"type": "parquet", "files": files}, tmp_path).source)
+    assert s3_fixtures.PLANTED_SECRET not in str(caught.value) and s3_fixtures.PLANTED_KEY_ID not in str(caught.value)
     pattern = f"{s3_parquet}/train-{{00000..00001}}-of-00002.parquet"
     spec = parquet_spec({"type": "parquet", "files": pattern, "max_requests": 8}, tmp_path)
     assert spec.source.files == (pattern,) and spec.source.max_requests == 8
@@ -342,3 +343,19 @@ def test_parquet_at_a_url_names_a_missing_file_and_keeps_urls_in_the_spec(s3_par
         parquet_spec({"type": "parquet", "files": [f"{s3_parquet}/a.parquet", "b.parquet"]}, tmp_path)
     with pytest.raises(SpecError, match="applies to a source at a URL"):
         parquet_spec({"type": "parquet", "files": "b.parquet", "timeout": 3}, tmp_path)
+
+
+def test_a_row_group_that_keeps_failing_at_a_url_is_a_sample_error_without_credentials(s3_parquet, moto_endpoint,
+                                                                                       fault_proxy):
+    proxy = fault_proxy(moto_endpoint)
+    remote = {"type": "parquet", "files": f"{s3_parquet}/train-00000-of-00002.parquet",
+              "storage_options": {"endpoint_url": proxy.endpoint}, "timeout": 5}
+    loader = build_loader(TRAIN, "torchvision", overrides=loader_overrides(
+        remote, **{"loader.workers": 0, "loader.on_error": "skip", "loader.shuffle": False}))
+    proxy.every = (1, ["500"])  # after listing: every read of a row group fails
+    seen = [i for _, _, indices in epoch(loader) for i in indices]
+    loader.close()
+    assert seen == [] and len(loader.skipped) == 20
+    reason = loader.skipped[0].reason
+    assert "cannot read row group 0 of s3://parquet-bucket/data/train-00000-of-00002.parquet" in reason
+    assert s3_fixtures.PLANTED_SECRET not in reason and s3_fixtures.PLANTED_KEY_ID not in reason
