@@ -490,6 +490,14 @@ def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = 
     return Listing(tuple(names), np.asarray(labels, dtype=np.int64), classes, pattern, ignored, samples)
 
 
+def _source_store(source: SourceSpec, location: str, key: str) -> ObjectStore:
+    """The process's client for a source at a URL, with the source's settings."""
+    try:
+        return store_for(location, dict(source.storage_options), source.max_requests, source.timeout)
+    except StorageError as exc:
+        raise SourceError(f"source.{key}: {exc}") from None
+
+
 def list_source(source: SourceSpec) -> Listing:
     """The listing of a validated source (its samples read with the source's pixel and byte caps)."""
     if source.type == "folder":
@@ -499,22 +507,15 @@ def list_source(source: SourceSpec) -> Listing:
     elif source.type == "webdataset":
         store, cache = None, None
         if is_url(source.shards):
-            try:
-                store = store_for(source.shards, dict(source.storage_options), source.max_requests, source.timeout)
-            except StorageError as exc:
-                raise SourceError(f"source.shards: {exc}") from None
+            store = _source_store(source, source.shards, "shards")
             if source.cache_dir is not None:
                 cache = ShardCache(source.cache_dir, source.cache_max_bytes, store)
         listing = list_webdataset(source.shards, source.image_keys, source.label_key, source.manifest, store, cache)
     elif source.type == "parquet":
         from .parquet import list_parquet
 
-        store = None
-        if source.files and is_url(source.files[0]):  # all local or all at URLs of one scheme (the spec checks)
-            try:
-                store = store_for(source.files[0], dict(source.storage_options), source.max_requests, source.timeout)
-            except StorageError as exc:
-                raise SourceError(f"source.files: {exc}") from None
+        at_url = bool(source.files) and is_url(source.files[0])   # all local or all at URLs of one scheme
+        store = _source_store(source, source.files[0], "files") if at_url else None
         listing = list_parquet(source.files, source.image_column, source.label_column, store)
     else:
         raise SourceError(f"source.type: unsupported source type {source.type!r}")
