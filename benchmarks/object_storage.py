@@ -1,31 +1,43 @@
-"""Shards in object storage against the same shards on local disk: images/s and first batch.
+"""Shards in object storage against the same shards on local disk: images/s, first batch, memory,
+ranged-read rate per client and listing time.
 
 Starts moto's S3 server on 127.0.0.1 and, in front of it, the tests' fault proxy adding a fixed
-latency to every request (0 and 20 ms by default), converts the sample set to shards, uploads
-them, and runs one epoch of a pipeline per (latency, mode, backend):
+latency to every request (0 and 20 ms by default), converts an image folder to shards, uploads
+them, and measures, for each latency:
 
-* ``local``: the shards on local disk (the reference);
-* ``ranged``: ``s3://`` shards, each sample one ranged GET, a batch's GETs concurrent;
-* ``cache``: ``s3://`` shards through ``source.cache`` (a cold cache at the start of the run).
+* **epochs** of a pipeline (``imagenet_train``) per backend and mode, each in a process of its
+  own (so its peak RSS is its own): ``local`` (the shards on local disk, the reference),
+  ``ranged`` (``s3://`` shards, each sample one ranged GET, a batch's GETs concurrent) and
+  ``cache`` (``source.cache``, cold at the start of the run): images/s over the epoch, seconds
+  from ``iter()`` to the first batch, peak RSS of the process and its workers;
+* **ranged reads**: the samples' byte ranges read with ``max_requests`` in flight through the
+  bridge's client (fsspec + s3fs) and, when it is installed, through obstore: ranges/s and MiB/s;
+* **listing** ``--listing-shards`` shards (1,024 by default) of one small sample each: a cold
+  listing (no listing cache) and a warm one, with the requests each made.
 
-For each it records images/s over the epoch, the seconds to the first batch and the process's
-peak RSS, and writes them with the machine and the command to ``--out`` (JSON). Goals: at 20 ms
-without a cache at least 90 % of local images/s, first batch within 2 s, memory bounded by
-``max_requests`` × sample size.
+It writes one results file (``--out``, by default ``benchmarks/results/object_storage.json``)
+with the machine and the command, which ``python -m dali_bridge.bench readme`` renders. Goals:
+at 20 ms without a cache at least 90 % of local images/s, the first batch within 2 s, memory
+bounded by ``max_requests`` × sample size.
 
     .venv/bin/python benchmarks/object_storage.py --data data/sample
-    .venv/bin/python benchmarks/object_storage.py --latency-ms 0,20 --backends torchvision --max-requests 64
+    .venv/bin/python benchmarks/object_storage.py --quick --data DIR --out /tmp/object_storage.json  # smoke run
 
-Needs the test extra (moto[server], s3fs). Run it on an otherwise idle machine: figures taken
+``--quick`` (one latency, one backend, 16 listing shards, few ranges) only checks that the script
+works: its figures say nothing, and the report says so. Needs moto[server] and s3fs (the test
+extra; obstore optional: the bench extra). Run it on an otherwise idle machine: figures taken
 under load say nothing.
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import multiprocessing
 import os
 import platform
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -38,11 +50,23 @@ sys.path.insert(0, str(REPO / "tests"))  # the loopback servers live with the te
 from s3_fixtures import FaultProxy, upload_folder  # noqa: E402
 
 from dali_bridge import build_loader  # noqa: E402
+from dali_bridge.bench.storage_report import OBJECT_STORAGE_FORMAT  # noqa: E402
 from dali_bridge.convert import convert  # noqa: E402
+from dali_bridge.sources import list_webdataset  # noqa: E402
+from dali_bridge.spec import DEFAULT_IMAGE_KEYS  # noqa: E402
+from dali_bridge.storage import ObjectStore, Range  # noqa: E402
+
+BUCKET = "bench-bucket"
 
 
-def epoch(pipeline: Path, backend: str, source: dict[str, Any], batch_size: int) -> dict[str, float]:
-    loader = build_loader(pipeline, backend, overrides={"source": source, "batch_size": batch_size})
+def _peak_rss_mib() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, workers) / 1024   # Linux reports KiB
+
+
+def _epoch_in_child(pipeline: str, backend: str, overrides: dict[str, Any], queue: Any) -> None:
+    loader = build_loader(pipeline, backend, overrides=overrides)
     started = time.perf_counter()
     first = None
     images = 0
@@ -52,8 +76,104 @@ def epoch(pipeline: Path, backend: str, source: dict[str, Any], batch_size: int)
             first = time.perf_counter() - started
     seconds = time.perf_counter() - started
     loader.close()
-    return {"images": images, "seconds": seconds, "images_per_s": images / seconds, "first_batch_s": first or 0.0,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    queue.put({"images": images, "seconds": seconds, "images_per_s": images / seconds,
+               "first_batch_s": first or 0.0, "peak_rss_mib": _peak_rss_mib()})
+
+
+def epoch(pipeline: Path, backend: str, overrides: dict[str, Any]) -> dict[str, float]:
+    """One epoch in a spawned process of its own: its figures, or why it failed."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=_epoch_in_child, args=(str(pipeline), backend, overrides, queue))
+    child.start()
+    child.join()
+    if child.exitcode != 0 or queue.empty():
+        return {"error": f"the epoch's process ended with exit code {child.exitcode}"}
+    return queue.get()
+
+
+def ranged_reads_s3fs(ranges: list[Range], endpoint: str, max_requests: int) -> float:
+    store = ObjectStore("s3", {"endpoint_url": endpoint}, max_requests=max_requests)
+    store.info([ranges[0].url])   # the client and its connections made before the clock starts
+    started = time.perf_counter()
+    answers = store.fetch(ranges)
+    seconds = time.perf_counter() - started
+    if any(not isinstance(a, bytes) for a in answers):
+        raise RuntimeError("a ranged read through s3fs failed")
+    return seconds
+
+
+def ranged_reads_obstore(ranges: list[Range], endpoint: str, max_requests: int) -> float:
+    from obstore import get_range_async
+    from obstore.store import S3Store
+
+    store = S3Store(BUCKET, endpoint=endpoint, region="us-east-1", client_options={"allow_http": True},
+                    virtual_hosted_style_request=False)
+    keys = [r.url.split(f"s3://{BUCKET}/", 1)[1] for r in ranges]
+
+    async def run() -> float:
+        limit = asyncio.Semaphore(max_requests)
+
+        async def one(key: str, request: Range) -> int:
+            async with limit:
+                data = await get_range_async(store, key, start=request.start, length=request.size)
+                return len(data)
+
+        await one(keys[0], ranges[0])   # connections made before the clock starts
+        started = time.perf_counter()
+        sizes = await asyncio.gather(*(one(k, r) for k, r in zip(keys, ranges)))
+        seconds = time.perf_counter() - started
+        if sizes != [r.size for r in ranges]:
+            raise RuntimeError("a ranged read through obstore returned other bytes")
+        return seconds
+
+    return asyncio.run(run())
+
+
+def ranged_read_rates(ranges: list[Range], endpoint: str, max_requests: int, latency_ms: float) -> list[dict]:
+    total = sum(r.size for r in ranges)
+    rows = []
+    clients = {"fsspec + s3fs (the bridge's)": ranged_reads_s3fs, "obstore": ranged_reads_obstore}
+    for client, read in clients.items():
+        row: dict[str, Any] = {"latency_ms": latency_ms, "client": client, "ranges": len(ranges),
+                               "max_requests": max_requests}
+        try:
+            seconds = read(ranges, endpoint, max_requests)
+        except ImportError as exc:
+            rows.append({**row, "skipped": f"not installed ({exc.name}): pip install 'dali-bridge[bench]'"})
+            continue
+        rows.append({**row, "seconds": seconds, "ranges_per_s": len(ranges) / seconds,
+                     "mib_per_s": total / seconds / 2**20})
+    return rows
+
+
+def listing_set(image: Path, count: int, scratch: Path) -> Path:
+    """``count`` shards of one sample each (``image``), with their indexes and manifest."""
+    folder = scratch / "listing-images" / "class_0"
+    folder.mkdir(parents=True)
+    for number in range(count):
+        shutil.copyfile(image, folder / f"img_{number:06d}{image.suffix}")
+    out = scratch / "listing-shards"
+    out.mkdir()
+    convert(folder.parent, str(out / "train-%06d.tar"), shard_size=1)
+    return out
+
+
+def listing_times(shards: Path, count: int, endpoint: str, proxy: FaultProxy, latency_ms: float,
+                  scratch: Path) -> dict[str, Any]:
+    prefix = f"s3://{BUCKET}/listing"
+    pattern = f"{prefix}/train-{{000000..{count - 1:06d}}}.tar"
+    store = ObjectStore("s3", {"endpoint_url": endpoint})
+    os.environ["XDG_CACHE_HOME"] = str(scratch / f"listing-cache-{latency_ms:g}")
+    row: dict[str, Any] = {"latency_ms": latency_ms, "shards": count}
+    for kind in ("cold", "warm"):   # the warm listing finds each shard's in the node's listing cache
+        proxy.requests.clear()
+        started = time.perf_counter()
+        listing = list_webdataset(pattern, DEFAULT_IMAGE_KEYS, store=store)
+        row[f"{kind}_s"] = time.perf_counter() - started
+        row[f"{kind}_requests"] = dict(proxy.requests)
+    row["samples"] = len(listing)
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,45 +185,75 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-requests", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--shard-size", type=int, default=250)
+    parser.add_argument("--workers", type=int, default=None, help="loader.workers (default: the pipeline's)")
+    parser.add_argument("--ranges", type=int, default=2000, help="ranged reads per client and latency")
+    parser.add_argument("--listing-shards", type=int, default=1024)
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 0 ms only, torchvision, batch 8, no workers, 16 listing shards, "
+                             "64 ranges")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "object_storage.json"))
     args = parser.parse_args(argv)
+    if args.quick:
+        args.latency_ms, args.backends, args.batch_size, args.shard_size = "0", "torchvision", 8, 10
+        args.ranges, args.listing_shards, args.workers = 64, 16, 0
 
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
     os.environ.update(AWS_ACCESS_KEY_ID="benchmark-key-id", AWS_SECRET_ACCESS_KEY="benchmark-secret",
-                      AWS_DEFAULT_REGION="us-east-1")
-    runs = []
-    with tempfile.TemporaryDirectory(prefix="dali-bridge-bench-s3-") as scratch:
-        shards = Path(scratch) / "shards"
-        shards.mkdir()
-        result = convert(args.data, str(shards / "train-%06d.tar"), shard_size=args.shard_size)
-        prefix = upload_folder(endpoint, shards, "bench-bucket", "train")
-        pattern = Path(result.pattern).name
-        os.environ["XDG_CACHE_HOME"] = str(Path(scratch) / "listing-cache")
-        for latency_ms in (float(x) for x in args.latency_ms.split(",")):
-            proxy = FaultProxy(f"{host}:{port}", latency=latency_ms / 1000)
-            remote = {"type": "webdataset", "shards": f"{prefix}/{pattern}", "max_requests": args.max_requests,
-                      "storage_options": {"endpoint_url": proxy.endpoint}}
-            modes = {"local": {"type": "webdataset", "shards": str(shards / pattern)}, "ranged": remote,
-                     "cache": {**remote, "cache": {"dir": str(Path(scratch) / f"cache-{latency_ms:g}"),
-                                                   "max_bytes": "100GB"}}}
-            for backend in args.backends.split(","):
-                for mode, source in modes.items():
-                    figures = epoch(Path(args.pipeline), backend, source, args.batch_size)
-                    runs.append({"latency_ms": latency_ms, "mode": mode, "backend": backend, **figures})
-                    print(json.dumps(runs[-1]))
-            proxy.close()
-    server.stop()
-    record = {"command": " ".join(["benchmarks/object_storage.py", *(argv or sys.argv[1:])]),
-              "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                          "load_average": os.getloadavg()}, "runs": runs}
+                      AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=f"http://{host}:{port}")
+    record: dict[str, Any] = {"format": OBJECT_STORAGE_FORMAT, "quick": args.quick,
+                              "command": " ".join(["benchmarks/object_storage.py", *(argv or sys.argv[1:])]),
+                              "pipeline": Path(args.pipeline).stem, "batch_size": args.batch_size,
+                              "max_requests": args.max_requests, "epochs": [], "ranged_reads": [], "listing": []}
+    try:
+        with tempfile.TemporaryDirectory(prefix="dali-bridge-bench-s3-") as scratch_dir:
+            run_all(args, Path(scratch_dir), host, port, record)
+    finally:
+        server.stop()
+    record["machine"] = {"platform": platform.platform(), "python": platform.python_version(),
+                         "cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()]}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0
+
+
+def run_all(args: argparse.Namespace, scratch: Path, host: str, port: int, record: dict[str, Any]) -> None:
+    shards = scratch / "shards"
+    shards.mkdir()
+    result = convert(args.data, str(shards / "train-%06d.tar"), shard_size=args.shard_size)
+    record["samples"] = json.loads(Path(result.manifest).read_text())["samples"]
+    os.environ["XDG_CACHE_HOME"] = str(scratch / "cache-home")   # listings cached here, never in ~/.cache
+    prefix = upload_folder(f"http://{host}:{port}", shards, BUCKET, "train")
+    pattern = Path(result.pattern).name
+    image = next(p for p in sorted(Path(args.data).rglob("*")) if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
+    listing_shards = listing_set(image, args.listing_shards, scratch)
+    upload_folder(f"http://{host}:{port}", listing_shards, BUCKET, "listing")
+    remote_listing = list_webdataset(f"{prefix}/{pattern}", DEFAULT_IMAGE_KEYS, store=ObjectStore("s3"))
+    samples = remote_listing.shards
+    ranges = [Range(samples.shards[int(samples.shard[i])], int(samples.offset[i]), int(samples.size[i]))
+              for i in range(min(args.ranges, len(samples)))]
+    for latency_ms in (float(x) for x in args.latency_ms.split(",")):
+        proxy = FaultProxy(f"{host}:{port}", latency=latency_ms / 1000)
+        os.environ["XDG_CACHE_HOME"] = str(scratch / f"cache-home-{latency_ms:g}")
+        remote = {"type": "webdataset", "shards": f"{prefix}/{pattern}", "max_requests": args.max_requests,
+                  "storage_options": {"endpoint_url": proxy.endpoint}}
+        modes = {"local": {"type": "webdataset", "shards": str(shards / pattern)}, "ranged": remote,
+                 "cache": {**remote, "cache": {"dir": str(scratch / f"cache-{latency_ms:g}"), "max_bytes": "100GB"}}}
+        for backend in args.backends.split(","):
+            for mode, source in modes.items():
+                overrides = {"source": source, "batch_size": args.batch_size,
+                             **({"loader.workers": args.workers} if args.workers is not None else {})}
+                figures = epoch(Path(args.pipeline), backend, overrides)
+                record["epochs"].append({"latency_ms": latency_ms, "mode": mode, "backend": backend, **figures})
+                print(json.dumps(record["epochs"][-1]), flush=True)
+        record["ranged_reads"] += ranged_read_rates(ranges, proxy.endpoint, args.max_requests, latency_ms)
+        record["listing"].append(listing_times(listing_shards, args.listing_shards, proxy.endpoint, proxy,
+                                               latency_ms, scratch))
+        proxy.close()
 
 
 if __name__ == "__main__":

@@ -328,13 +328,25 @@ def _write_tar(handle: BinaryIO, entries: Iterator[tuple[str, str, bytes, int]],
 def _write_shard(path: str, entries: Iterator[tuple[str, str, bytes, int]], staging: _Staging) -> dict[str, Any]:
     """Write one shard and its DALI index as temporary files of ``staging``; its manifest entry."""
     index_lines: list[str] = []
-    written, sha256 = _write_tar(staging.create(path), entries, index_lines)
+    labels: list[int] = []
+
+    def recorded() -> Iterator[tuple[str, str, bytes, int]]:
+        for entry in entries:
+            labels.append(entry[3])
+            yield entry
+
+    written, sha256 = _write_tar(staging.create(path), recorded(), index_lines)
     index = index_path(path)
+    index_bytes = (f"{DALI_INDEX_VERSION} {len(index_lines)}\n".encode() + "\n".join(index_lines).encode("utf-8")
+                   + b"\n")
     with staging.create(index) as handle:
-        handle.write(f"{DALI_INDEX_VERSION} {len(index_lines)}\n".encode() + "\n".join(index_lines).encode("utf-8")
-                     + b"\n")
+        handle.write(index_bytes)
+    # The labels (in tar order) and the index's digest let a reader at a URL list the shard from
+    # the manifest and the index alone, instead of one ranged GET per sample for its label. One
+    # string of class numbers, not a JSON list: the indented manifest would give each its own line.
     return {"file": os.path.basename(path), "index_file": os.path.basename(index), "samples": len(index_lines),
-            "bytes": written, "sha256": sha256}
+            "bytes": written, "sha256": sha256, "index_sha256": hashlib.sha256(index_bytes).hexdigest(),
+            "labels": " ".join(map(str, labels))}
 
 
 # A bigger file is not packed: no image a loader decodes comes near it, and each one is held

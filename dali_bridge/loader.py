@@ -25,6 +25,7 @@ from .quoting import safe_name
 from .resume import STATE_FORMAT, Identity, check_identity, listing_fingerprint, merge_states, read_state
 from .sampling import BatchTask, batch_count, check_epoch, entries_consumed, rank_batches
 from .shard_order import windows_of
+from .shard_read_ahead import ShardReadAhead, read_ahead_for
 from .sources import Listing, list_source
 from .stats import StepClock
 from .spec import PipelineSpec, Problem, SpecError, coerce_spec
@@ -74,6 +75,8 @@ class Loader:
         self._post_finish = PostFinish(plan, spec.seed, topology.rank, num_classes=len(listing.classes),
                                        label_smoothing=spec.label_smoothing, wants_target="target" in spec.outputs)
         self._clock = StepClock(backend=backend, workers=spec.loader.workers, report=spec.loader.report_starvation)
+        # The iteration's downloads of the next shards into source.cache (shuffle: shards), or None.
+        self.read_ahead: ShardReadAhead | None = None
 
     # ---- properties users read
     @property
@@ -188,9 +191,12 @@ class Loader:
         epoch = self._epoch
         self._clock.asked(name=self.spec.name, epoch=epoch)
         batches = self._executor.run(tasks)
+        self.read_ahead = ahead = read_ahead_for(self.listing, self.spec.loader, [t.indices for t in tasks])
         try:
-            for raw in batches:
+            for taken, raw in enumerate(batches, start=1):
                 self._batches_done += 1
+                if ahead is not None:
+                    ahead.advance(taken)
                 if raw.skipped:
                     self._record_skips(raw.skipped)
                 if len(raw.indices) == 0:
@@ -214,6 +220,8 @@ class Loader:
                 self._exhausted = True   # closed after its last batch: as good as run to the end
             raise
         finally:
+            if ahead is not None:
+                ahead.close()
             close = getattr(batches, "close", None)
             if close:
                 close()

@@ -14,7 +14,14 @@ handed to the decoders as stored — the same byte checks, pixel cap and ``on_er
 any file. Shuffled epochs read about one row group per sample once the dataset is larger than
 the cache: for large shuffled training, ``dali-bridge convert`` the files to shards first.
 
-Needs pyarrow (the ``[parquet]`` extra).
+Files at a URL (``s3://``, ``gs://``, ``http(s)://``; globs and brace patterns as for local
+files) are read through the storage layer of shards at URLs (:mod:`dali_bridge.storage`): the
+footer and each row group's image column are ranged GETs of exactly the bytes pyarrow asks for,
+through a file object whose client is the process's own (a request at a time per file, each
+bounded by ``source.timeout``; s3fs and gcsfs retry throttling and connection errors themselves);
+a read that still fails is a sample error under ``on_error``, redacted of credentials.
+
+Needs pyarrow (the ``[parquet]`` extra), and the scheme's client for URLs (``[s3]``...).
 """
 from __future__ import annotations
 
@@ -23,13 +30,16 @@ import json
 import os
 import threading
 from collections import Counter, OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .images import ImageError
+from .remote_shards import LISTING_THREADS
 from .shards import expand_braces
+from .storage import FetchError, ObjectStore, StorageError, redact
 from .wording import plural
 
 # Row groups' image columns kept per process (each DataLoader worker has its own cache).
@@ -51,13 +61,15 @@ def _pyarrow():
     return pyarrow, pyarrow.parquet
 
 
-def expand_files(files: tuple[str, ...]) -> list[str]:
+def expand_files(files: tuple[str, ...], store: ObjectStore | None = None) -> list[str]:
     """The Parquet files ``files`` names: each entry brace-expanded, then globbed (sorted) when it has
-    ``*``, ``?`` or ``[``; a plain name must exist. Raises :class:`~dali_bridge.sources.SourceError`."""
+    ``*``, ``?`` or ``[``; a plain name must exist (with ``store``: objects at URLs, HEADed together).
+    Raises :class:`~dali_bridge.sources.SourceError`."""
     from .sources import SourceError
 
     found: list[str] = []
     problems: list[str] = []
+    plain: list[str] = []   # URLs to HEAD
     for entry in files:
         try:
             names = expand_braces(entry)
@@ -65,14 +77,19 @@ def expand_files(files: tuple[str, ...]) -> list[str]:
             raise SourceError(f"source.files: {exc}") from None
         for name in names:
             if _GLOB & set(name):
-                matches = sorted(path for path in glob.glob(name) if os.path.isfile(path))
+                matches = _glob(name, store, problems)
                 if not matches:
                     problems.append(f"{name} matches no file")
                 found.extend(matches)
+            elif store is not None:
+                plain.append(name)
+                found.append(name)
             elif not os.path.isfile(name):
                 problems.append(f"{name} {'is not a regular file' if os.path.exists(name) else 'does not exist'}")
             else:
                 found.append(name)
+    if store is not None:
+        problems.extend(answer.reason for answer in store.info(plain) if isinstance(answer, FetchError))
     repeated = [name for name, count in Counter(found).items() if count > 1]
     if repeated:
         problems.append(f"{plural(len(repeated), 'file')} named more than once (each sample must be listed once): "
@@ -80,6 +97,28 @@ def expand_files(files: tuple[str, ...]) -> list[str]:
     if problems:
         raise SourceError(f"source.files: {len(problems)} problem(s):\n  " + "\n  ".join(problems[:50]))
     return found
+
+
+def _glob(pattern: str, store: ObjectStore | None, problems: list[str]) -> list[str]:
+    if store is None:
+        return sorted(path for path in glob.glob(pattern) if os.path.isfile(path))
+    try:
+        return store.glob(pattern)
+    except StorageError as exc:
+        problems.append(str(exc))
+        return []
+
+
+def _open(path: str, store: ObjectStore | None) -> Any:
+    """``path``'s pyarrow ParquetFile: a local file, or an object read by ranged GETs through ``store``."""
+    pq = _pyarrow()[1]
+    return pq.ParquetFile(path if store is None else store.open(path))
+
+
+def _read_errors(store: ObjectStore | None) -> tuple[type[BaseException], ...]:
+    """What reading a file may raise: a local file's OS and Arrow errors; at a URL, whatever the
+    client raises through pyarrow (its errors have no common base)."""
+    return (Exception,) if store is not None else (OSError, _pyarrow()[0].ArrowException)
 
 
 def class_names(metadata: dict[bytes, bytes] | None, label_column: str) -> tuple[str, ...] | None:
@@ -133,8 +172,9 @@ class ParquetSamples:
     size = None
 
     def __init__(self, files: tuple[str, ...], group_file: np.ndarray, group_number: np.ndarray,
-                 group_start: np.ndarray, image_column: str, kinds: tuple[str, ...]):
+                 group_start: np.ndarray, image_column: str, kinds: tuple[str, ...], store: ObjectStore | None = None):
         self.files = files
+        self.store = store   # files at URLs: read through it (its client made in each process)
         self.group_file = np.asarray(group_file, dtype=np.int32)
         self.group_number = np.asarray(group_number, dtype=np.int32)
         self.group_start = np.asarray(group_start, dtype=np.int64)
@@ -151,7 +191,7 @@ class ParquetSamples:
 
     def __getstate__(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in ("files", "group_file", "group_number", "group_start",
-                                                      "image_column", "kinds")}
+                                                      "image_column", "kinds", "store")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(**state)
@@ -184,9 +224,9 @@ class ParquetSamples:
         file = int(self.group_file[group])
         try:
             table = self._file(file).read_row_group(int(self.group_number[group]), columns=[self.image_column])
-        except (OSError, _pyarrow()[0].ArrowException) as exc:   # a damaged or changed file
-            raise ImageError(f"cannot read row group {int(self.group_number[group])} of {self.files[file]}: "
-                             f"{' '.join(str(exc).split())}") from None
+        except _read_errors(self.store) as exc:   # a damaged or changed file, a store that keeps failing
+            raise ImageError(redact(f"cannot read row group {int(self.group_number[group])} of {self.files[file]}: "
+                                    f"{' '.join(str(exc).split())}")) from None
         column = table.column(self.image_column).combine_chunks()
         if self.kinds[file] == "struct":
             column = _struct_bytes(column)
@@ -199,7 +239,7 @@ class ParquetSamples:
     def _file(self, file: int) -> Any:
         handle = self._open.get(file)
         if handle is None:
-            handle = _pyarrow()[1].ParquetFile(self.files[file])
+            handle = _open(self.files[file], self.store)
             self._open[file] = handle
             if len(self._open) > MAX_OPEN_FILES:
                 self._open.popitem(last=False)[1].close()
@@ -231,13 +271,13 @@ class _FileScan:
     problems: list[str] = field(default_factory=list)
 
 
-def _scan_file(path: str, image_column: str, label_column: str) -> _FileScan:
-    pa, pq = _pyarrow()
+def _scan_file(path: str, image_column: str, label_column: str, store: ObjectStore | None = None) -> _FileScan:
+    pa = _pyarrow()[0]
     scan = _FileScan()
     try:
-        handle = pq.ParquetFile(path)
-    except (OSError, pa.ArrowException) as exc:
-        scan.problems.append(f"{path}: not a readable Parquet file: {exc}")
+        handle = _open(path, store)
+    except _read_errors(store) as exc:
+        scan.problems.append(redact(f"{path}: not a readable Parquet file: {exc}"))
         return scan
     with handle:
         schema = handle.schema_arrow
@@ -254,8 +294,8 @@ def _scan_file(path: str, image_column: str, label_column: str) -> _FileScan:
             return scan
         try:
             column = handle.read(columns=[label_column]).column(label_column)
-        except (OSError, pa.ArrowException) as exc:
-            scan.problems.append(f"{path}: cannot read label column '{label_column}': {exc}")
+        except _read_errors(store) as exc:
+            scan.problems.append(redact(f"{path}: cannot read label column '{label_column}': {exc}"))
             return scan
         scan.group_rows = [handle.metadata.row_group(g).num_rows for g in range(handle.metadata.num_row_groups)]
     if column.null_count:
@@ -273,8 +313,10 @@ def _scan_file(path: str, image_column: str, label_column: str) -> _FileScan:
     return scan
 
 
-def list_parquet(files: tuple[str, ...], image_column: str = "image", label_column: str = "label"):
-    """The :class:`~dali_bridge.sources.Listing` of the Parquet files ``files`` names (see the module).
+def list_parquet(files: tuple[str, ...], image_column: str = "image", label_column: str = "label",
+                 store: ObjectStore | None = None):
+    """The :class:`~dali_bridge.sources.Listing` of the Parquet files ``files`` names (see the module);
+    with ``store``, files at URLs read through it (their footers and label columns fetched together).
 
     Reads each file's footer and label column; every problem (missing file or column, wrong column
     type, null or negative label, labels outside the class names, files that disagree on the class
@@ -283,8 +325,12 @@ def list_parquet(files: tuple[str, ...], image_column: str = "image", label_colu
     from .sources import Listing, SourceError, sparse_labels
 
     _pyarrow()   # the missing extra first, before any file is looked at
-    paths = expand_files(files)
-    scans = [_scan_file(path, image_column, label_column) for path in paths]
+    paths = expand_files(files, store)
+    if store is None:
+        scans = [_scan_file(path, image_column, label_column) for path in paths]
+    else:  # each file a few round trips (footer, label column chunks): the files' latencies overlap
+        with ThreadPoolExecutor(max_workers=min(LISTING_THREADS, max(1, len(paths)))) as pool:
+            scans = list(pool.map(lambda path: _scan_file(path, image_column, label_column, store), paths))
     problems = [problem for scan in scans for problem in scan.problems]
     named = [(path, scan.classes) for path, scan in zip(paths, scans) if scan.classes is not None]
     classes = named[0][1] if named else None
@@ -308,7 +354,7 @@ def list_parquet(files: tuple[str, ...], image_column: str = "image", label_colu
     group_number = [group for scan in scans for group in range(len(scan.group_rows))]
     group_start = np.cumsum([0] + [rows for scan in scans for rows in scan.group_rows])[:-1]
     samples = ParquetSamples(tuple(paths), np.asarray(group_file), np.asarray(group_number), group_start,
-                             image_column, tuple(scan.kind for scan in scans))
+                             image_column, tuple(scan.kind for scan in scans), store)
     if classes is None:
         classes = tuple(str(c) for c in range(int(labels.max()) + 1))
     return Listing(tuple(names), labels, classes, ", ".join(files), shards=samples)

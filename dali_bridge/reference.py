@@ -79,12 +79,14 @@ def _key_rows() -> list[tuple[str, str, str]]:
         ("source.label_column", "string", f"`{source.label_column}`",
          "`parquet`: the integer labels; class names from the file's Hugging Face `ClassLabel` names when present"),
         ("source.storage_options", "mapping", "`{}`",
-         "shards at a URL: fsspec's non-secret client settings (credentials come from the environment; "
+         "shards or Parquet files at a URL: fsspec's non-secret client settings (credentials come from the "
+         "environment; "
          "[Object storage](object-storage.md))"),
         ("source.max_requests", "integer >= 1", f"`{source.max_requests}`",
-         "shards at a URL: ranged GETs in flight per process"),
+         "shards or Parquet files at a URL: ranged GETs in flight per process"),
         ("source.timeout", "seconds in (0, 3600]", f"`{source.timeout:g}`",
-         "shards at a URL: the time one sample's read may take, retries included; then it is a sample error"),
+         "shards or Parquet files at a URL: the time one sample's read may take, retries included; then it is a "
+         "sample error"),
         ("source.cache", "`{dir: path, max_bytes: size}`", "none (ranged reads)",
          "shards at a URL: download each shard whole on first touch into a node-wide cache bounded by "
          "`max_bytes` (bytes, or text like `200GB`), least recently used evicted"),

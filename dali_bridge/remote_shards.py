@@ -1,12 +1,15 @@
 """WebDataset shards in object storage: listed from their indexes without reading the data, each
 sample then one ranged GET of exactly its bytes, a batch's samples fetched together.
 
-Listing a URL pattern costs one HEAD per shard and per index, one GET per index and one small
-ranged GET per label member, all concurrent (``source.max_requests`` in flight), and is cached
-locally keyed by the shard's URL, size and ETag, so the next run on the node lists from disk. A
-shard without a usable index is downloaded whole once to be scanned (a warning names the cost).
-Each label GET includes the tar header before the label, so an index that does not describe its
-shard is refused, as a local one is.
+Listing a URL pattern costs one HEAD per shard and per index, the manifest and one GET per
+index, all concurrent (``source.max_requests`` in flight): the labels come from the manifest,
+which ``dali-bridge convert`` writes with each shard's labels and its index's sha256. A shard
+the manifest does not describe so (an older manifest, none, another index) costs one small
+ranged GET per label member instead, with a warning naming the cost; each includes the tar
+header before the label, so an index that does not describe its shard is refused, as a local
+one is. Listings are cached locally keyed by the shard's URL, size and ETag, so the next run on
+the node lists from disk. A shard without a usable index is downloaded whole once to be scanned
+(a warning names the cost).
 Every ranged GET carries the ETag seen at listing (``If-Match``): an object replaced since then
 is an error naming it, never other bytes under the old offsets.
 """
@@ -22,7 +25,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -81,13 +84,17 @@ def _store_scan(path: Path, scan: ShardScan) -> None:
 
 
 def _scan_from_index(store: ObjectStore, url: str, info: ObjectInfo, text: str, image_keys: tuple[str, ...],
-                     label_key: str) -> ShardScan | None:
-    """A shard's scan from its index text and label GETs; None if the index is not usable."""
+                     label_key: str, known_labels: list[int] | None = None) -> ShardScan | None:
+    """A shard's scan from its index text and label GETs (or the manifest's ``known_labels``, and no
+    GET); None if the index is not usable."""
     scan = ShardScan(from_index=True)
     name = split_url(url)[1]
     members = parse_index(text, split_url(index_path(url))[1], name, info.size, scan)
     if members is None:
         return None
+    if known_labels is not None:
+        scan_members(name, members, image_keys, label_key, scan, known_labels=known_labels)
+        return scan
 
     def read_labels(labels: list[Member]) -> list[bytes | None]:
         # Each label with the tar header before it: the header must name the member the index
@@ -143,11 +150,31 @@ def _scan_by_download(store: ObjectStore, url: str, info: ObjectInfo, image_keys
         return scan_shard(local, image_keys, label_key, use_index=False)
 
 
+def manifest_labels(manifest: dict | None, label_key: str) -> dict[str, tuple[str, list[int]]]:
+    """Shard file name → (its index's sha256, its samples' labels in tar order), for the shards whose
+    manifest entry records both (``dali-bridge convert`` writes them) under this label key."""
+    if manifest is None or manifest.get("label_key", "cls") != label_key:
+        return {}
+    known = {}
+    for entry in manifest.get("shards", []):
+        digest, text = entry.get("index_sha256"), entry.get("labels")
+        if not isinstance(digest, str) or not isinstance(text, str):
+            continue
+        words = text.split()
+        if len(words) == entry["samples"] and all(w.isascii() and w.isdigit() for w in words):
+            known[entry["file"]] = (digest, [int(w) for w in words])
+    return known
+
+
 def list_remote_shards(store: ObjectStore, urls: list[str], image_keys: tuple[str, ...], label_key: str,
-                       cache_dir: Path | None = None) -> tuple[list[ShardScan], list[ObjectInfo], list[str]]:
+                       cache_dir: Path | None = None, manifest: Callable[[], dict | None] = lambda: None
+                       ) -> tuple[list[ShardScan], list[ObjectInfo], list[str]]:
     """Every shard's scan, HEAD (size, ETag) and the problems that stop the listing (missing
-    shards), in the order of ``urls``. Indexes are HEADed and fetched concurrently; a shard
-    whose index is absent or unusable is downloaded and scanned, with a warning."""
+    shards), in the order of ``urls``. Indexes are HEADed and fetched concurrently; labels come
+    from the ``manifest()`` (read once the shards answer) when it records them for an index of
+    the same digest, else from one
+    ranged GET per sample (with a warning naming the cost); a shard whose index is absent or
+    unusable is downloaded and scanned, with a warning."""
     cache_dir = cache_dir or listing_cache_dir()
     heads = store.info(urls + [index_path(u) for u in urls])
     shard_heads, index_heads = heads[:len(urls)], heads[len(urls):]
@@ -166,6 +193,9 @@ def list_remote_shards(store: ObjectStore, urls: list[str], image_keys: tuple[st
     usable = [n for n in wanted if isinstance(index_heads[n], ObjectInfo)]
     texts = store.get([index_path(urls[n]) for n in usable])
     indexed = {n: t for n, t in zip(usable, texts) if not isinstance(t, FetchError)}
+    recorded = manifest()
+    known = manifest_labels(recorded, label_key)
+    label_gets: list[int] = []   # shards whose labels are read one GET per sample
 
     def from_index(number: int) -> None:
         text = indexed[number]
@@ -173,10 +203,15 @@ def list_remote_shards(store: ObjectStore, urls: list[str], image_keys: tuple[st
             decoded = text.decode("utf-8")
         except UnicodeDecodeError:
             return
-        scans[number] = _scan_from_index(store, urls[number], infos[number], decoded, image_keys, label_key)
+        digest, labels = known.get(split_url(urls[number])[1], (None, None))
+        if digest != hashlib.sha256(text).hexdigest():
+            labels = None   # no labels recorded, or for another index: read them from the shard
+            label_gets.append(number)
+        scans[number] = _scan_from_index(store, urls[number], infos[number], decoded, image_keys, label_key, labels)
 
     with ThreadPoolExecutor(max_workers=min(LISTING_THREADS, max(1, len(indexed)))) as pool:
         list(pool.map(from_index, list(indexed)))
+    _warn_label_gets(urls, [n for n in label_gets if scans[n] is not None], scans, recorded is not None)
     unindexed = [n for n in wanted if scans[n] is None]
     if unindexed:
         total = sum(infos[n].size for n in unindexed)
@@ -193,6 +228,18 @@ def list_remote_shards(store: ObjectStore, urls: list[str], image_keys: tuple[st
     for number in wanted:
         _store_scan(_cache_file(cache_dir, urls[number], infos[number], image_keys, label_key), scans[number])
     return scans, infos, []  # type: ignore[return-value]
+
+
+def _warn_label_gets(urls: list[str], numbers: list[int], scans: list[ShardScan | None], manifest: bool) -> None:
+    """Say what listing these shards from their labels' GETs cost, and how to avoid it."""
+    if not numbers:
+        return
+    gets = sum(len(scans[n].keys) for n in numbers)  # type: ignore[union-attr]
+    why = ("the manifest records no labels for them (written by an older dali-bridge convert) or for other "
+           "indexes" if manifest else "there is no manifest beside them")
+    log.warning("dali-bridge: %s (%s ...) listed with one ranged GET per sample for its label, %s in all: %s; "
+                "convert them again (dali-bridge convert) to list from the manifest and the indexes alone",
+                plural(len(numbers), "shard"), split_url(urls[numbers[0]])[1], plural(gets, "GET"), why)
 
 
 class RemoteShardSamples:
@@ -263,9 +310,12 @@ class CachedShardSamples(RemoteShardSamples):
         self.shard_bytes = shard_bytes
         self.sha256s = sha256s
 
+    def cached_shard(self, shard: int) -> CachedShard:
+        """What the cache must know of shard number ``shard``."""
+        return CachedShard(self.shards[shard], self.shard_bytes[shard], self.etags[shard], self.sha256s[shard])
+
     def _cached(self, shard: int) -> Path:
-        return self.cache.ensure(CachedShard(self.shards[shard], self.shard_bytes[shard], self.etags[shard],
-                                             self.sha256s[shard]))
+        return self.cache.ensure(self.cached_shard(shard))
 
     def prefetch(self, indices: Iterable[int]) -> None:
         """Bring the batch's shards into the cache (each downloaded once per node)."""

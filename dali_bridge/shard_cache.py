@@ -18,6 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from filelock import FileLock
 
@@ -33,6 +34,10 @@ _EVICTION_LOCK = ".eviction.lock"
 
 class CacheError(StorageError):
     """A shard cannot be cached: larger than the bound, or damaged every time it is fetched."""
+
+
+class CacheFull(CacheError):
+    """A shard does not fit now without evicting shards that must stay (a read-ahead gives up on it)."""
 
 
 @dataclass(frozen=True)
@@ -86,8 +91,12 @@ class ShardCache:
         key = f"{shard.url}\n{shard.size}\n{shard.etag}".encode()
         return self.folder / (hashlib.sha256(key).hexdigest()[:40] + _SHARD_SUFFIX)
 
-    def ensure(self, shard: CachedShard) -> Path:
-        """The local path of ``shard``, downloaded (once per node) if it is not cached yet."""
+    def ensure(self, shard: CachedShard, *, keep: Iterable[CachedShard] = (), wait: bool = True) -> Path:
+        """The local path of ``shard``, downloaded (once per node) if it is not cached yet.
+
+        ``keep``: shards that must not be evicted to make room for it (a read-ahead spares the shards
+        still in use); ``wait=False``: raise :class:`CacheFull` at once, instead of waiting for other
+        downloads, when it does not fit without evicting them."""
         if self._pid != os.getpid():
             self._checked, self._lock, self._pid = set(), threading.Lock(), os.getpid()
         path = self.path_for(shard)
@@ -101,8 +110,9 @@ class ShardCache:
         with FileLock(str(path) + _LOCK_SUFFIX):
             if self._usable(path, shard):  # another process fetched it while this one waited
                 return path
+            spared = {self.path_for(kept) for kept in keep}
             for _ in range(2):
-                self._download(shard, path)
+                self._download(shard, path, spared, wait)
                 if self._usable(path, shard):
                     return path
                 log.warning("dali-bridge: %s was damaged after download (sha256 or size); fetching it again",
@@ -125,20 +135,21 @@ class ShardCache:
         path.unlink(missing_ok=True)
         return False
 
-    def _download(self, shard: CachedShard, path: Path) -> None:
+    def _download(self, shard: CachedShard, path: Path, spared: set[Path], wait: bool) -> None:
         partial = Path(f"{path}{_PARTIAL}{os.getpid()}")
         try:
-            self._reserve(partial, shard.size, keep=path)
+            self._reserve(partial, shard.size, keep=spared | {path}, wait=wait)
             self.store.download(shard.url, str(partial), shard.size, shard.etag)
             os.replace(partial, path)
         finally:
             partial.unlink(missing_ok=True)
 
-    def _reserve(self, partial: Path, size: int, keep: Path) -> None:
+    def _reserve(self, partial: Path, size: int, keep: set[Path], wait: bool) -> None:
         """Make room for ``size`` bytes and claim it: ``partial`` is created at its full size (sparse),
         so every process that trims the folder counts it. Least recently used shards are evicted
-        first; partial downloads are never evicted (their owners are writing them) — when only they
-        stand in the way, wait for them up to ``source.timeout``."""
+        first, never those in ``keep``; partial downloads are never evicted (their owners are
+        writing them) — when only they stand in the way, wait for them up to ``source.timeout``
+        (or, without ``wait``, raise :class:`CacheFull`)."""
         deadline = time.monotonic() + self.store.timeout
         while True:
             with FileLock(str(self.folder / _EVICTION_LOCK)):  # one process trims and claims at a time
@@ -146,13 +157,17 @@ class ShardCache:
                     with open(partial, "wb") as handle:
                         handle.truncate(size)
                     return
+            if not wait:
+                raise CacheFull(f"source.cache.max_bytes ({self.max_bytes:,}) cannot hold {size:,} more bytes "
+                                f"without evicting shards in use")
             if time.monotonic() > deadline:
                 raise CacheError(f"source.cache.max_bytes ({self.max_bytes:,}) cannot hold {size:,} more bytes "
                                  f"while other downloads fill {self.folder}: raise the bound")
             time.sleep(0.1)
 
-    def _trim(self, incoming: int, keep: Path) -> int:
-        """Evict least recently used shards until ``incoming`` more bytes fit; the bytes then used."""
+    def _trim(self, incoming: int, keep: set[Path]) -> int:
+        """Evict least recently used shards (not those in ``keep``) until ``incoming`` more bytes fit;
+        the bytes then used. Nothing is evicted when even that would not make room."""
         entries = []
         for entry in os.scandir(self.folder):
             if entry.name.endswith(_LOCK_SUFFIX) or not entry.is_file():
@@ -163,13 +178,21 @@ class ShardCache:
                 continue
             entries.append((status.st_mtime, entry.path, status.st_size, _PARTIAL in entry.name))
         used = sum(size for _, _, size, _ in entries)
+        kept = {str(path) for path in keep}
+        victims = []
         for _, victim, size, partial in sorted(entries):
             if used + incoming <= self.max_bytes:
                 break
-            if partial or victim == str(keep):
+            if partial or victim in kept:
                 continue
-            Path(victim).unlink(missing_ok=True)  # a reader holding it open keeps its bytes
+            victims.append((victim, size))
             used -= size
+        if used + incoming > self.max_bytes:
+            # Evicting would not make room (partial downloads or kept shards stand in the way):
+            # keep every shard rather than lose some for nothing.
+            return used + sum(size for _, size in victims)
+        for victim, _ in victims:
+            Path(victim).unlink(missing_ok=True)  # a reader holding it open keeps its bytes
         return used
 
 

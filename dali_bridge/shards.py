@@ -444,12 +444,14 @@ def scan_shard(path: str, image_keys: tuple[str, ...], label_key: str, use_index
 
 
 def scan_members(name: str, members: list[Member], image_keys: tuple[str, ...], label_key: str, scan: ShardScan,
-                 read_labels: Callable[[list[Member]], Sequence[bytes | None]]) -> None:
+                 read_labels: Callable[[list[Member]], Sequence[bytes | None]] | None = None,
+                 known_labels: Sequence[int] | None = None) -> None:
     """Group a shard's members into samples and add them to ``scan`` (see :func:`scan_shard`).
 
     ``read_labels`` gets every label member small enough to be a label at once and returns their
     payloads in order (a positioned read each from a local shard; concurrent ranged GETs from
-    object storage), None for one that could not be read.
+    object storage), None for one that could not be read. ``known_labels`` instead gives the
+    samples' labels in tar order (from the converter's manifest): nothing is read.
     """
     seen: set[str] = set()
     pairs: list[tuple[str, Member, Member]] = []
@@ -462,10 +464,19 @@ def scan_members(name: str, members: list[Member], image_keys: tuple[str, ...], 
         pair = _sample_members(name, key, group, image_keys, label_key, scan)
         if pair is not None:
             pairs.append((key, *pair))
-    readable = [label for _, _, label in pairs if label[2] <= MAX_LABEL_BYTES]
-    payloads = dict(zip((m[1] for m in readable), read_labels(readable)))
-    for key, image, label_member in pairs:
-        label = _label(payloads.get(label_member[1]), name, label_member, scan)
+    if known_labels is not None:
+        if len(known_labels) != len(pairs):
+            if not scan.problems:
+                scan.problems.append(f"{name}: the manifest records {len(known_labels)} labels, the index "
+                                     f"{len(pairs)} samples (a stale manifest or index): convert again")
+            return
+        labels: Sequence[int | None] = known_labels
+    else:
+        assert read_labels is not None, "scan_members needs read_labels or known_labels"
+        readable = [label for _, _, label in pairs if label[2] <= MAX_LABEL_BYTES]
+        payloads = dict(zip((m[1] for m in readable), read_labels(readable)))
+        labels = [_label(payloads.get(m[1]), name, m, scan) for _, _, m in pairs]
+    for (key, image, _), label in zip(pairs, labels):
         if label is None:
             continue
         scan.keys.append(key)

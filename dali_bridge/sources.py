@@ -10,6 +10,7 @@ and :meth:`Listing.read` fetches the bytes with one positioned read (see :mod:`d
 from __future__ import annotations
 
 import errno
+import functools
 import io
 import json
 import logging
@@ -401,9 +402,9 @@ def _local_scans(paths: list[str], image_keys: tuple[str, ...], label_key: str) 
 
 
 def _remote_scans(paths: list[str], image_keys: tuple[str, ...], label_key: str,
-                  store: ObjectStore) -> tuple[list[ShardScan], list[ObjectInfo]]:
+                  store: ObjectStore, manifest: Callable[[], dict | None]) -> tuple[list[ShardScan], list[ObjectInfo]]:
     """Scans of shards at URLs (:func:`~dali_bridge.remote_shards.list_remote_shards`) and their HEADs."""
-    scans, infos, problems = list_remote_shards(store, paths, image_keys, label_key)
+    scans, infos, problems = list_remote_shards(store, paths, image_keys, label_key, manifest=manifest)
     if problems:
         shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
         raise SourceError(f"source.shards: {len(problems)} of {len(paths)} shard(s) cannot be listed:\n  "
@@ -430,8 +431,12 @@ def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = 
     infos: list[ObjectInfo] = []
     if store is None:
         scans = _local_scans(paths, image_keys, label_key)
+        manifest_file, manifest_data = _manifest_for(pattern, manifest, store)
     else:
-        scans, infos = _remote_scans(paths, image_keys, label_key, store)
+        # Read once the shards answer (missing shards are the first thing to say): its labels spare GETs.
+        read_manifest = functools.cache(lambda: _manifest_for(pattern, manifest, store))
+        scans, infos = _remote_scans(paths, image_keys, label_key, store, lambda: read_manifest()[1])
+        manifest_file, manifest_data = read_manifest()
     names, labels, shard_ids, offsets, sizes = [], [], [], [], []
     problems: list[str] = []
     ignored: Counter = Counter()
@@ -445,7 +450,6 @@ def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = 
         shard_ids.extend([number] * len(scan.keys))
         offsets.extend(scan.offsets)
         sizes.extend(scan.sizes)
-    manifest_file, manifest_data = _manifest_for(pattern, manifest, store)
     if manifest_data is None and not problems:
         problems.extend(sparse_labels(labels, lambda i: f"{os.path.basename(paths[shard_ids[i]])}: "
                                                         f"{names[i].rsplit('#', 1)[1]}"))
@@ -486,6 +490,14 @@ def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = 
     return Listing(tuple(names), np.asarray(labels, dtype=np.int64), classes, pattern, ignored, samples)
 
 
+def _source_store(source: SourceSpec, location: str, key: str) -> ObjectStore:
+    """The process's client for a source at a URL, with the source's settings."""
+    try:
+        return store_for(location, dict(source.storage_options), source.max_requests, source.timeout)
+    except StorageError as exc:
+        raise SourceError(f"source.{key}: {exc}") from None
+
+
 def list_source(source: SourceSpec) -> Listing:
     """The listing of a validated source (its samples read with the source's pixel and byte caps)."""
     if source.type == "folder":
@@ -495,17 +507,16 @@ def list_source(source: SourceSpec) -> Listing:
     elif source.type == "webdataset":
         store, cache = None, None
         if is_url(source.shards):
-            try:
-                store = store_for(source.shards, dict(source.storage_options), source.max_requests, source.timeout)
-            except StorageError as exc:
-                raise SourceError(f"source.shards: {exc}") from None
+            store = _source_store(source, source.shards, "shards")
             if source.cache_dir is not None:
                 cache = ShardCache(source.cache_dir, source.cache_max_bytes, store)
         listing = list_webdataset(source.shards, source.image_keys, source.label_key, source.manifest, store, cache)
     elif source.type == "parquet":
         from .parquet import list_parquet
 
-        listing = list_parquet(source.files, source.image_column, source.label_column)
+        at_url = bool(source.files) and is_url(source.files[0])   # all local or all at URLs of one scheme
+        store = _source_store(source, source.files[0], "files") if at_url else None
+        listing = list_parquet(source.files, source.image_column, source.label_column, store)
     else:
         raise SourceError(f"source.type: unsupported source type {source.type!r}")
     return replace(listing, max_pixels=source.max_pixels, max_bytes=source.max_bytes)

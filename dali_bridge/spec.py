@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import yaml
 
 from .formats import DEFAULT_MAX_PIXELS
-from .storage import DEFAULT_MAX_REQUESTS, DEFAULT_TIMEOUT, is_url, secret_option
+from .storage import DEFAULT_MAX_REQUESTS, DEFAULT_TIMEOUT, is_url, scheme_of, secret_option
 from .ops import (OPS, REQUIRED, bool_checker, choice_checker, fixed_output_size, is_int, is_number, op_names,
                   size_checker, _type_name)
 from .ops.base import _shown
@@ -189,6 +189,9 @@ class PipelineSpec:
         elif self.source.type == "parquet":
             source.update(files=list(self.source.files or ()), image_column=self.source.image_column,
                           label_column=self.source.label_column)
+            if any(is_url(f) for f in self.source.files or ()):
+                source.update(storage_options=copy.deepcopy(dict(self.source.storage_options)),
+                              max_requests=self.source.max_requests, timeout=self.source.timeout)
         else:
             source["extensions"] = list(self.source.extensions)
         if self.source.max_pixels != DEFAULT_MAX_PIXELS:
@@ -732,7 +735,8 @@ def _check_webdataset(chk: _Checker, src: dict, resolved: dict[str, Any], base_d
         out["image_keys" if key == "image_key" else key] = keys if key == "image_key" else keys[0]
     if out["label_key"] in out["image_keys"]:
         chk.add(("source", "label_key"), f"label_key '{out['label_key']}' is also an image key")
-    out.update(_check_storage(chk, src, base_dir))
+    shards = src.get("shards")
+    out.update(_check_storage(chk, src, base_dir, at_url=isinstance(shards, str) and is_url(shards)))
     return out
 
 
@@ -758,7 +762,11 @@ def _check_parquet(chk: _Checker, src: dict, base_dir: Path) -> dict[str, Any]:
                 expand_braces(entry)
             except ValueError as exc:
                 chk.add(("source", "files"), str(exc))
-        out["files"] = tuple(_resolve_path(entry, base_dir) for entry in entries)
+        if len({scheme_of(e) for e in entries}) > 1:
+            chk.add(("source", "files"), "expected files all local or all at URLs of one scheme (s3://, gs://, "
+                                         "http(s)://), found a mix: list each set as a source of its own")
+        # an object in storage is not a path against the file's folder
+        out["files"] = tuple(entry if is_url(entry) else _resolve_path(entry, base_dir) for entry in entries)
     for key in ("image_column", "label_column"):
         value = src.get(key, key.split("_")[0])
         if not isinstance(value, str) or not value:
@@ -767,11 +775,13 @@ def _check_parquet(chk: _Checker, src: dict, base_dir: Path) -> dict[str, Any]:
             out[key] = value
     if out.get("image_column") is not None and out.get("image_column") == out.get("label_column"):
         chk.add(("source", "label_column"), f"label_column '{out['label_column']}' is also the image column")
+    out.update(_check_storage(chk, src, base_dir, at_url=any(is_url(e) for e in out.get("files", ()))))
     return out
 
 
-def _check_storage(chk: _Checker, src: dict, base_dir: Path) -> dict[str, Any]:
-    """``storage_options`` (non-secret client settings), ``max_requests``, ``timeout`` and ``cache`` of URL shards."""
+def _check_storage(chk: _Checker, src: dict, base_dir: Path, at_url: bool) -> dict[str, Any]:
+    """``storage_options`` (non-secret client settings), ``max_requests``, ``timeout`` and ``cache`` of a
+    source ``at_url`` (shards or Parquet files)."""
     out: dict[str, Any] = {"max_requests": _check_int(chk, src, "max_requests", ("source",), DEFAULT_MAX_REQUESTS, 1,
                                                       maximum=(MAX_REQUESTS, "each request in flight holds a "
                                                                "connection and a sample's bytes"))}
@@ -795,11 +805,11 @@ def _check_storage(chk: _Checker, src: dict, base_dir: Path) -> dict[str, Any]:
             chk.add(("source", "storage_options"), f"'{name}': expected text, a number, true/false or null")
     out["storage_options"] = options
     out.update(_check_cache(chk, src, base_dir))
-    if not is_url(src.get("shards", "") if isinstance(src.get("shards"), str) else ""):
+    if not at_url:
+        what = "source.shards is a local path" if "shards" in src else "source.files are local paths"
         for key in ("storage_options", "max_requests", "timeout", "cache"):
             if key in src:
-                chk.add(("source", key), f"'{key}' applies to shards at a URL (s3://, gs://, http(s)://); "
-                                         f"source.shards is a local path")
+                chk.add(("source", key), f"'{key}' applies to a source at a URL (s3://, gs://, http(s)://); {what}")
     return out
 
 
@@ -869,7 +879,8 @@ def _check_source_type(chk: _Checker, src: dict) -> tuple[Any, tuple[str, ...]]:
                "file_list": ("type", "file_list", "root", "extensions", "max_pixels", "max_bytes"),
                "webdataset": ("type", "shards", "image_key", "label_key", "manifest", "max_pixels", "max_bytes",
                               "storage_options", "max_requests", "timeout", "cache"),
-               "parquet": ("type", "files", "image_column", "label_column", "max_pixels", "max_bytes"),
+               "parquet": ("type", "files", "image_column", "label_column", "max_pixels", "max_bytes",
+                           "storage_options", "max_requests", "timeout"),
                }.get(stype, ("type",))
     if stype in SOURCE_TYPES:
         chk.unknown_keys(src, allowed, ("source",), f"a '{stype}' source")

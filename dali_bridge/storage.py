@@ -291,6 +291,27 @@ class ObjectStore:
         except Exception as exc:  # the clients' errors have no common base; all become one message
             raise StorageError(redact(f"cannot write {url}: {_describe(exc)}")) from None
 
+    def open(self, url: str, size: int | None = None) -> Any:
+        """A seekable binary file object on ``url`` whose every read is one ranged GET of the bytes
+        asked for (no read-ahead buffer: Parquet readers ask for exactly the column chunks they
+        need); ``size`` from the listing spares a HEAD. :class:`StorageError`, redacted."""
+        try:
+            return self._filesystem().open(url, "rb", cache_type="none",
+                                           **({"size": size} if size is not None else {}))
+        except FileNotFoundError:
+            raise StorageError(f"{url} does not exist") from None
+        except Exception as exc:  # the clients' errors have no common base; all become one message
+            raise StorageError(redact(f"cannot open {url}: {_describe(exc)}")) from None
+
+    def glob(self, pattern: str) -> list[str]:
+        """The objects ``pattern`` (``*``, ``?``, ``[...]`` in its last parts) matches, as URLs, sorted."""
+        fs = self._filesystem()
+        try:
+            found = fs.glob(pattern)
+        except Exception as exc:  # the clients' errors have no common base; all become one message
+            raise StorageError(redact(f"cannot list {pattern}: {_describe(exc)}")) from None
+        return sorted(path if is_url(path) else f"{self.scheme}://{path}" for path in found)
+
     async def _fetch_one(self, request: Range) -> bytes | FetchError:
         end = request.start + request.size - 1
         what = f"GET {request.url} bytes {request.start}-{end}"

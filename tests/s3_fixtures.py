@@ -152,7 +152,7 @@ class FaultProxy:
     whole range, half the body comes, the connection closes), ``"stall"`` (no answer for
     ``stall_s``). ``latency`` seconds are added before every request. ``every`` makes a fault
     recur on every n-th matching request instead; ``by_range`` gives one range's requests a fault
-    every time. ``requests`` counts requests by method.
+    every time. ``requests`` counts requests by method, ``ranged`` the ranged GETs among them.
     """
 
     def __init__(self, upstream: str, latency: float = 0.0):
@@ -164,6 +164,7 @@ class FaultProxy:
         self.stall_s = 30.0
         self.ranged_only = True
         self.requests: collections.Counter = collections.Counter()
+        self.ranged = 0
         self.injected: collections.Counter = collections.Counter()
         self.lock = threading.Lock()
         self._matching = 0
@@ -201,6 +202,7 @@ class FaultProxy:
         with self.lock:
             self.requests[handler.command] += 1
             ranged = handler.command == "GET" and "Range" in handler.headers
+            self.ranged += ranged
             if self.ranged_only and not ranged:
                 return None
             self._matching += 1

@@ -4,6 +4,7 @@ a sample error, a server that is gone an error within the timeout; listings cach
 and ETag; credentials never shown. Servers run on 127.0.0.1 only (tests/s3_fixtures.py)."""
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import sys
@@ -203,7 +204,7 @@ def test_listing_is_cached_by_url_size_and_etag_and_redone_when_an_object_change
     proxy = fault_proxy(moto_endpoint)
     store = ObjectStore("s3", {"endpoint_url": proxy.endpoint})
     first = list_webdataset(f"{prefix}/{SHARDS}", DEFAULT_IMAGE_KEYS, store=store)
-    assert proxy.requests["GET"] == 4 + 37 + 1  # 4 indexes, 37 labels, the manifest
+    assert proxy.requests["GET"] == 4 + 1  # 4 indexes, the manifest (labels: the manifest's)
     names = sorted(p.name for p in (private_listing_cache / "dali-bridge" / "listings").iterdir())
     assert len(names) == 4 and all(len(name) == 64 + len(".json") for name in names)  # hashed names
     proxy.requests.clear()
@@ -215,6 +216,55 @@ def test_listing_is_cached_by_url_size_and_etag_and_redone_when_an_object_change
     proxy.requests.clear()
     with pytest.raises(SourceError, match="train-000003.tar"):
         list_webdataset(f"{prefix}/{SHARDS}", DEFAULT_IMAGE_KEYS, store=store)
+
+
+def test_listing_a_converted_set_reads_only_the_manifest_and_the_indexes(local_shards, s3_shards, moto_endpoint,
+                                                                          fault_proxy, caplog):
+    proxy = fault_proxy(moto_endpoint)
+    with caplog.at_level(logging.WARNING, logger="dali_bridge"):
+        remote = list_webdataset(f"{s3_shards}/{SHARDS}", DEFAULT_IMAGE_KEYS,
+                                 store=ObjectStore("s3", {"endpoint_url": proxy.endpoint}))
+    assert proxy.ranged == 0 and proxy.requests == {"HEAD": 8, "GET": 1 + 4}  # no GET per sample
+    assert "ranged GET per sample" not in caplog.text
+    local = list_webdataset(str(local_shards / SHARDS), DEFAULT_IMAGE_KEYS)
+    assert remote.paths == tuple(p.replace(str(local_shards), s3_shards) for p in local.paths)
+    assert remote.labels.tolist() == local.labels.tolist()
+    assert remote.shards.offset.tolist() == local.shards.offset.tolist()
+
+
+def without_manifest_labels(local_shards: Path, out: Path) -> Path:
+    """The shards with the manifest an older convert wrote: no labels, no index digests."""
+    shutil.copytree(local_shards, out)
+    manifest = json.loads((out / "train.manifest.json").read_text())
+    for entry in manifest["shards"]:
+        del entry["labels"], entry["index_sha256"]
+    (out / "train.manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def test_a_manifest_without_labels_still_lists_reading_each_label_with_a_warning(local_shards, moto_endpoint,
+                                                                                 fault_proxy, tmp_path, caplog):
+    prefix = upload_folder(moto_endpoint, without_manifest_labels(local_shards, tmp_path / "old"), "old-bucket")
+    proxy = fault_proxy(moto_endpoint)
+    with caplog.at_level(logging.WARNING, logger="dali_bridge"):
+        remote = list_webdataset(f"{prefix}/{SHARDS}", DEFAULT_IMAGE_KEYS,
+                                 store=ObjectStore("s3", {"endpoint_url": proxy.endpoint}))
+    assert proxy.ranged == 37
+    assert "4 shards (train-000000.tar ...) listed with one ranged GET per sample for its label, 37 GETs" \
+        in caplog.text and "records no labels" in caplog.text
+    local = list_webdataset(str(local_shards / SHARDS), DEFAULT_IMAGE_KEYS)
+    assert remote.labels.tolist() == local.labels.tolist()
+
+
+def test_an_index_other_than_the_one_the_manifest_records_is_checked_against_the_shard(local_shards,
+                                                                                       moto_endpoint, tmp_path):
+    swapped = tmp_path / "swapped"
+    shutil.copytree(local_shards, swapped)
+    assert (local_shards / "train-000001.tar").stat().st_size < (local_shards / "train-000000.tar").stat().st_size
+    shutil.copy(local_shards / "train-000001.idx", swapped / "train-000000.idx")  # a smaller shard's index
+    prefix = upload_folder(moto_endpoint, swapped, "swapped-bucket")
+    with pytest.raises(SourceError, match="train-000000.idx disagrees with train-000000.tar"):
+        list_webdataset(f"{prefix}/{SHARDS}", DEFAULT_IMAGE_KEYS, store=ObjectStore("s3"))
 
 
 def test_a_shard_without_an_index_is_downloaded_once_with_a_warning(moto_endpoint, local_shards, caplog):
@@ -271,7 +321,7 @@ def test_url_shards_are_kept_as_urls_and_storage_keys_are_checked(tmp_path):
     assert "'secret' looks like a credential" in message and "'client_kwargs.token' looks like a credential" in message
     assert "hunter2-value" not in message and "t0k" not in message
     assert "source.max_requests" in message and "source.timeout" in message
-    with pytest.raises(SpecError, match="applies to shards at a URL"):
+    with pytest.raises(SpecError, match="applies to a source at a URL"):
         spec(shards=str(tmp_path / SHARDS), max_requests=4)
 
 
@@ -472,3 +522,105 @@ def test_a_sample_twice_in_a_batch_is_fetched_once(s3_shards, moto_endpoint, fau
     listing.prefetch([3, 5, 3])  # a padded batch, or repeated augmentation
     assert listing.read(3) == listing.read(3) and len(listing.read(5)) > 0
     assert proxy.requests["GET"] == 2
+
+
+# ---- read-ahead into the cache (shuffle: shards)
+
+SHARD_ORDER = {"loader.workers": 0, "loader.shuffle": "shards", "loader.shuffle_window": 1}
+
+
+def is_cached(samples, shard: int) -> bool:
+    return samples.cache.path_for(samples.cached_shard(shard)).exists()
+
+
+def test_the_next_shard_is_read_ahead_into_the_cache_before_its_first_batch(local_shards, s3_shards, moto_endpoint,
+                                                                             fault_proxy, tmp_path):
+    from dali_bridge.shard_cache import cache_usage
+
+    largest = max(p.stat().st_size for p in local_shards.glob("*.tar"))
+    bound = 2 * largest + 1000
+    proxy = fault_proxy(moto_endpoint)
+    loader = build_loader(TRAIN, "torchvision", overrides=cached_overrides(s3_shards, proxy, tmp_path / "c", bound,
+                                                                           **SHARD_ORDER))
+    samples = loader.listing.shards
+    proxy.requests.clear()
+    got, read_ahead = [], []
+    for number, batch in enumerate(loader):  # workers 0: batch k+1 is not read before it is asked for
+        got.append(tuple(t.clone() for t in batch))
+        loader.read_ahead.wait()
+        ahead = loader.read_ahead
+        upcoming = [s for s in ahead.order if ahead.first[s] > number]
+        if upcoming:
+            assert is_cached(samples, upcoming[0]), f"after batch {number}, shard {upcoming[0]} is not cached yet"
+            read_ahead.append(upcoming[0])
+        assert cache_usage(tmp_path / "c") <= bound
+    loader.close()
+    assert_same_batches(got, local_batches(local_shards, "torchvision", **SHARD_ORDER))
+    assert len(set(read_ahead)) == 3 and set(read_ahead) <= set(ahead.fetched)  # every shard after the first
+    assert proxy.requests["GET"] == 4  # each shard downloaded once: by the read-ahead, or at first touch
+
+
+def test_the_read_ahead_never_evicts_a_shard_still_in_use(s3_shards, moto_endpoint, fault_proxy, tmp_path):
+    from dali_bridge.shard_cache import cache_usage
+    from dali_bridge.shard_read_ahead import ShardReadAhead
+
+    proxy = fault_proxy(moto_endpoint)
+    probe = build_loader(TRAIN, "torchvision", overrides=cached_overrides(s3_shards, proxy, tmp_path / "c", "1GB",
+                                                                          **SHARD_ORDER))
+    plan = ShardReadAhead(probe.listing.shards, [t.indices for t in probe.tasks(0)], ahead=1)
+    first, target = plan.order[0], plan.targets(1)[0]
+    assert first in plan.in_use(1, target)  # every shard holds more than one batch: still in use after batch 0
+    sizes = probe.listing.shards.shard_bytes
+    bound = sizes[first] + sizes[target] - 1  # the next shard fits only by evicting the current one
+    loader = build_loader(TRAIN, "torchvision", overrides=cached_overrides(s3_shards, proxy, tmp_path / "c", bound,
+                                                                           **SHARD_ORDER))
+    samples = loader.listing.shards
+    iterator = iter(loader)
+    next(iterator)
+    loader.read_ahead.wait()
+    assert is_cached(samples, first) and not is_cached(samples, target) and loader.read_ahead.fetched == []
+    assert cache_usage(tmp_path / "c") <= bound
+    loader.close()
+
+
+def test_a_failed_read_ahead_is_fetched_again_at_first_touch(local_shards, s3_shards, moto_endpoint, fault_proxy,
+                                                             tmp_path):
+    proxy = fault_proxy(moto_endpoint)
+    overrides_ = cached_overrides(s3_shards, proxy, tmp_path / "c", "1GB", **SHARD_ORDER)
+    overrides_["source"]["timeout"] = 3.0
+    loader = build_loader(TRAIN, "torchvision", overrides=overrides_)
+    samples = loader.listing.shards
+    tasks = loader.tasks(0)
+    shard_order = list(dict.fromkeys(int(samples.shard[i]) for task in tasks for i in task.indices))
+    second = shard_order[1]
+    whole = f"bytes=0-{samples.shard_bytes[second] - 1}"
+    assert whole != f"bytes=0-{samples.shard_bytes[shard_order[0]] - 1}"
+    proxy.by_range[whole] = "500"  # the second shard's download fails, every attempt
+    iterator = iter(loader)
+    got = [tuple(t.clone() for t in next(iterator))]
+    loader.read_ahead.wait()
+    assert loader.read_ahead.failed == [second] and not is_cached(samples, second)
+    proxy.by_range.clear()  # the store works again: the first touch fetches the shard
+    got += [tuple(t.clone() for t in batch) for batch in iterator]
+    loader.close()
+    assert_same_batches(got, local_batches(local_shards, "torchvision", **SHARD_ORDER))
+    assert loader.skipped == [] and is_cached(samples, second)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_reading_ahead_keeps_the_local_shards_batches_and_the_bound_with_workers(backend, local_shards, s3_shards,
+                                                                                 moto_endpoint, fault_proxy, tmp_path):
+    from dali_bridge.shard_cache import cache_usage
+
+    largest = max(p.stat().st_size for p in local_shards.glob("*.tar"))
+    bound = 2 * largest + 1000
+    extra = {**SHARD_ORDER, "loader.workers": 1}
+    loader = build_loader(TRAIN, backend, overrides=cached_overrides(
+        s3_shards, fault_proxy(moto_endpoint), tmp_path / "c", bound, **extra))
+    got = []
+    for batch in loader:  # the executor reads ahead of the consumer too: the shards race the read-ahead
+        got.append(tuple(t.cpu().clone() for t in batch))
+        assert cache_usage(tmp_path / "c") <= bound
+    loader.close()
+    assert_same_batches(got, local_batches(local_shards, backend, **extra))
+    assert loader.read_ahead.failed == []

@@ -292,3 +292,70 @@ def test_a_damaged_row_group_is_a_sample_error_for_its_rows_only(tmp_path, hf_da
         reasons = {item.index: item.reason for item in loader.skipped}
     assert kept == [4, 5, 6, 7] and sorted(reasons) == [0, 1, 2, 3]
     assert reasons[0].startswith(f"cannot read row group 0 of {path}: ") and "\n" not in reasons[0]
+
+
+# ---- Parquet files at a URL (moto's S3 server on 127.0.0.1, tests/s3_fixtures.py)
+
+import s3_fixtures  # noqa: E402
+from conftest import CPU_BACKENDS  # noqa: E402
+
+moto_endpoint, fault_proxy = s3_fixtures.moto_endpoint, s3_fixtures.fault_proxy
+
+
+@pytest.fixture(scope="module")
+def s3_parquet(moto_endpoint, hf_dataset) -> str:
+    """The two Parquet files uploaded to s3://parquet-bucket/data; the prefix's URL."""
+    return s3_fixtures.upload_folder(moto_endpoint, hf_dataset[0], "parquet-bucket", "data")
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_parquet_at_a_url_gives_the_local_files_batches_with_faults_retried(hf_dataset, s3_parquet, moto_endpoint,
+                                                                            fault_proxy, backend):
+    proxy = fault_proxy(moto_endpoint)
+    proxy.every = (4, ["503", "reset"])  # every fourth ranged GET fails: footers, labels and images alike
+    remote = {"type": "parquet", "files": f"{s3_parquet}/train-*.parquet",
+              "storage_options": {"endpoint_url": proxy.endpoint}, "timeout": 30}
+    with build_loader(TRAIN, backend, overrides=loader_overrides(remote)) as loader:
+        from_url = epoch(loader)
+        assert loader.listing.paths[0] == f"{s3_parquet}/train-00000-of-00002.parquet#0"
+    with build_loader(TRAIN, backend, overrides=loader_overrides(parquet_source(hf_dataset[0]))) as loader:
+        from_disk = epoch(loader)
+    assert from_url == from_disk and len(from_url) == 8
+    assert proxy.ranged > 0 and set(proxy.injected) == {"503", "reset"}
+
+
+def parquet_spec(source: dict, base_dir: Path):
+    return spec_from_dict({"version": 1, "batch_size": 2, "ops": [{"center_crop": 8}], "source": source},
+                          base_dir=base_dir)
+
+
+def test_parquet_at_a_url_names_a_missing_file_and_keeps_urls_in_the_spec(s3_parquet, tmp_path):
+    files = [f"{s3_parquet}/train-00000-of-00002.parquet", f"{s3_parquet}/train-00009-of-00002.parquet"]
+    with pytest.raises(SourceError, match=r"train-00009-of-00002.parquet does not exist") as caught:
+        list_source(parquet_spec({"type": "parquet", "files": files}, tmp_path).source)
+    assert s3_fixtures.PLANTED_SECRET not in str(caught.value) and s3_fixtures.PLANTED_KEY_ID not in str(caught.value)
+    pattern = f"{s3_parquet}/train-{{00000..00001}}-of-00002.parquet"
+    spec = parquet_spec({"type": "parquet", "files": pattern, "max_requests": 8}, tmp_path)
+    assert spec.source.files == (pattern,) and spec.source.max_requests == 8
+    assert spec_from_dict(spec.to_dict(), base_dir=tmp_path).source == spec.source
+    assert len(list_source(spec.source)) == 37
+    with pytest.raises(SpecError, match="all local or all at URLs"):
+        parquet_spec({"type": "parquet", "files": [f"{s3_parquet}/a.parquet", "b.parquet"]}, tmp_path)
+    with pytest.raises(SpecError, match="applies to a source at a URL"):
+        parquet_spec({"type": "parquet", "files": "b.parquet", "timeout": 3}, tmp_path)
+
+
+def test_a_row_group_that_keeps_failing_at_a_url_is_a_sample_error_without_credentials(s3_parquet, moto_endpoint,
+                                                                                       fault_proxy):
+    proxy = fault_proxy(moto_endpoint)
+    remote = {"type": "parquet", "files": f"{s3_parquet}/train-00000-of-00002.parquet",
+              "storage_options": {"endpoint_url": proxy.endpoint}, "timeout": 5}
+    loader = build_loader(TRAIN, "torchvision", overrides=loader_overrides(
+        remote, **{"loader.workers": 0, "loader.on_error": "skip", "loader.shuffle": False}))
+    proxy.every = (1, ["500"])  # after listing: every read of a row group fails
+    seen = [i for _, _, indices in epoch(loader) for i in indices]
+    loader.close()
+    assert seen == [] and len(loader.skipped) == 20
+    reason = loader.skipped[0].reason
+    assert "cannot read row group 0 of s3://parquet-bucket/data/train-00000-of-00002.parquet" in reason
+    assert s3_fixtures.PLANTED_SECRET not in reason and s3_fixtures.PLANTED_KEY_ID not in reason

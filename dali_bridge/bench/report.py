@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .results import BenchError, BenchReport
+from .storage_report import OBJECT_STORAGE_FORMAT, object_storage_section
 
 TABLE_COLUMNS = [("candidate", "candidate"), ("threads", "threads"), ("images_per_s", "img/s"),
                  ("spread_pct", "spread %"), ("megapixels_per_s", "MP/s"), ("cpu_ms_per_image", "CPU ms/img"),
@@ -325,7 +326,10 @@ def render_file(path: str | Path, *, out_dir: str | Path = ".") -> str:
     title, runs = load_runs(path)
     first = runs[0]["report"]
     heading = f"## {title or first.get('settings', {}).get('pipeline_name', path.stem)} ({path.name})"
-    if "settings" in first and len(runs) == 1 and runs[0]["label"] is None:
+    if first.get("format") == OBJECT_STORAGE_FORMAT:
+        heading = f"## Shards in object storage ({path.name})"
+        body = object_storage_section(first)
+    elif "settings" in first and len(runs) == 1 and runs[0]["label"] is None:
         png = path.with_suffix(".png")
         plot = os.path.relpath(png, out_dir) if png.is_file() else None
         body = _bench_section(first, command=bench_command(first), plot=plot)

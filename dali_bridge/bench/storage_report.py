@@ -1,0 +1,73 @@
+"""The object-storage benchmark's results file (``benchmarks/object_storage.py``) as a section of
+the benchmarks page: epochs per latency, mode and backend against local disk, ranged-read rates
+per client, listing times — with the goals beside the figures."""
+from __future__ import annotations
+
+from typing import Any
+
+OBJECT_STORAGE_FORMAT = "dali-bridge-object-storage/1"
+GOAL_SHARE = 0.90        # of local-disk images/s, at 20 ms added latency, ranged reads
+GOAL_FIRST_BATCH_S = 2.0
+
+
+def _num(value: Any, digits: int = 0) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def _epochs(report: dict[str, Any]) -> list[str]:
+    lines = ["| added latency (ms) | backend | mode | img/s | of local | first batch (s) | peak RSS (MiB) |",
+             "|--:|---|---|--:|--:|--:|--:|"]
+    local = {(r["latency_ms"], r["backend"]): r.get("images_per_s") for r in report["epochs"] if r["mode"] == "local"}
+    for run in report["epochs"]:
+        if "error" in run:
+            lines.append(f"| {run['latency_ms']:g} | {run['backend']} | {run['mode']} | {run['error']} | | | |")
+            continue
+        reference = local.get((run["latency_ms"], run["backend"]))
+        share = f"{run['images_per_s'] / reference:.0%}" if reference else "–"
+        lines.append(f"| {run['latency_ms']:g} | {run['backend']} | {run['mode']} | {_num(run['images_per_s'])} | "
+                     f"{share} | {_num(run['first_batch_s'], 2)} | {_num(run['peak_rss_mib'])} |")
+    return lines
+
+
+def _ranged_reads(report: dict[str, Any]) -> list[str]:
+    lines = ["| added latency (ms) | client | ranges | in flight | ranges/s | MiB/s |", "|--:|---|--:|--:|--:|--:|"]
+    for row in report["ranged_reads"]:
+        if "skipped" in row:
+            lines.append(f"| {row['latency_ms']:g} | {row['client']} | {row['skipped']} | | | |")
+            continue
+        lines.append(f"| {row['latency_ms']:g} | {row['client']} | {row['ranges']:,} | {row['max_requests']} | "
+                     f"{_num(row['ranges_per_s'])} | {_num(row['mib_per_s'], 1)} |")
+    return lines
+
+
+def _requests(counts: dict[str, int]) -> str:
+    return ", ".join(f"{count:,} {method}" for method, count in sorted(counts.items())) or "none"
+
+
+def _listing(report: dict[str, Any]) -> list[str]:
+    lines = ["| added latency (ms) | shards | cold (s) | its requests | warm (s) | its requests |",
+             "|--:|--:|--:|---|--:|---|"]
+    for row in report["listing"]:
+        lines.append(f"| {row['latency_ms']:g} | {row['shards']:,} | {_num(row['cold_s'], 2)} | "
+                     f"{_requests(row['cold_requests'])} | {_num(row['warm_s'], 2)} | "
+                     f"{_requests(row['warm_requests'])} |")
+    return lines
+
+
+def object_storage_section(report: dict[str, Any]) -> list[str]:
+    """The markdown lines of one object-storage results file."""
+    machine = report.get("machine", {})
+    lines = [f"`{report['command']}`", "",
+             f"{report['pipeline']}, {report.get('samples', '?')} samples, batch {report['batch_size']}, "
+             f"{report['max_requests']} requests in flight per process; moto's S3 server on 127.0.0.1 behind a "
+             f"proxy adding the latency to every request. Machine: {machine.get('platform', '?')}, "
+             f"{machine.get('cpus', '?')} CPUs, load average {machine.get('load_average', '?')}.", ""]
+    if report.get("quick"):
+        lines += ["**A smoke run (`--quick`): these figures only show that the script works; they measure "
+                  "nothing.**", ""]
+    lines += [f"Goals: at 20 ms added latency, ranged reads (no cache) at least {GOAL_SHARE:.0%} of local-disk "
+              f"img/s; the first batch within {GOAL_FIRST_BATCH_S:g} s; memory bounded by max_requests × sample "
+              f"size.", "", *_epochs(report), "", "Ranged reads of the samples' byte ranges, per client:", "",
+              *_ranged_reads(report), "", "Listing (one sample per shard; warm: the node's listing cache):", "",
+              *_listing(report)]
+    return lines
