@@ -117,6 +117,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         rows = [{"stage": s.stage, "implementation": s.implementation, "device": s.device}
                 for s in placement(plan, backend, cuda=_cuda())]
         print(format_table(rows, [("stage", "stage"), ("device", "device"), ("implementation", "implementation")]))
+        if backend == "torchvision":
+            from .region_decode import describe_decode
+            print(f"  decoder here: {describe_decode(plan)}")
     if args.order:
         _show_order(spec)
     return 0
