@@ -648,8 +648,9 @@ def _add_bench_command(add: AddCommand) -> None:
     p.add_argument("--backends", default="available",
                    help="comma-separated backends, 'available' or 'none' (default: available)")
     p.add_argument("--baselines", default="default",
-                   help="comma-separated references: ceiling, torchvision, torchvision-pil, dali-cpu, dali; "
-                        "'none'; default: the ceiling and the hand-written counterpart of each backend")
+                   help="comma-separated references: ceiling, torchvision, torchvision-pil, dali-cpu, dali, spdl, "
+                        "spdl-torchvision (the spdl ones need the [bench] extra); 'none'; default: the ceiling "
+                        "and the hand-written counterpart of each backend")
     p.add_argument("--threads", metavar="N[,N...]",
                    help="thread/worker counts to measure, e.g. 1,2 (default: the cores available)")
     p.add_argument("--batches", type=int, default=8, help="batches per timed window (default 8)")
