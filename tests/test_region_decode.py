@@ -217,3 +217,28 @@ def test_show_names_the_decoder_the_torchvision_backend_runs(capsys, no_cuda, mo
     assert main(["show", str(TRAIN)]) == 0
     assert "  decoder here: torchvision.io full decode, then crop (nvImageCodec, which decodes only the window, " \
            "does not load: ImportError: no nvimgcodec" in capsys.readouterr().out
+
+
+@needs_region_decoder
+def test_the_torchvision_loader_decodes_a_first_crops_window_alone_with_the_same_batch(sample_root, monkeypatch):
+    from dali_bridge.loader import build_loader
+
+    overrides = {"source": {"type": "folder", "root": str(sample_root)}, "batch_size": 6,
+                 "loader": {"workers": 0}, "outputs": ["image", "index"]}
+
+    def first_batch():
+        loader = build_loader(TRAIN, "torchvision", overrides=overrides)
+        try:
+            return next(iter(loader))
+        finally:
+            loader.close()
+
+    region, full_decode = region_decode._region, region_decode.decode_checked
+    monkeypatch.setattr(region_decode, "_region", lambda data, window: None)  # every window decoded whole
+    whole, indices = first_batch()
+    calls = []
+    monkeypatch.setattr(region_decode, "_region", lambda data, window: calls.append("window") or region(data, window))
+    monkeypatch.setattr(region_decode, "decode_checked", lambda data: calls.append("whole") or full_decode(data))
+    alone, same_indices = first_batch()
+    assert calls == ["window"] * 6  # each sample of the batch decoded as its window alone
+    assert torch.equal(same_indices, indices) and torch.equal(alone, whole)
