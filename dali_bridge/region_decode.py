@@ -77,8 +77,9 @@ def _decoder() -> tuple[Any, Any] | None:
         # One CPU thread: the DataLoader worker (or the loader's thread) is the unit of parallelism.
         decoder = module.Decoder(device_id=module.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=1,
                                  backends=[module.Backend(module.BackendKind.CPU_ONLY)])
-        # Planar RGB is CHW, torchvision's layout; orientation is left out (only orientation-1 files come here).
-        params = module.DecodeParams(color_spec=module.SRGB, sample_format=module.P_RGB,
+        # Interleaved RGB, libjpeg-turbo's own output (planar costs nvImageCodec a conversion pass);
+        # orientation is left out (only orientation-1 files come here).
+        params = module.DecodeParams(color_spec=module.SRGB, sample_format=module.I_RGB,
                                      apply_exif_orientation=False)
         held = _state.held = (os.getpid(), decoder, params)
     return held[1], held[2]
@@ -102,7 +103,9 @@ def _region(data: bytes, window: Crop) -> Any:
     image = decoder.decode(stream.get_sub_code_stream(region=region), params=params)
     if image is None:  # nvImageCodec logs its reason and returns nothing
         return None
-    return torch.from_numpy(np.asarray(image))  # the array keeps nvImageCodec's host buffer alive
+    # HWC seen as CHW: the memory layout torchvision's decode_image returns, so the kernels after the
+    # decode take the same paths. The array keeps nvImageCodec's host buffer alive.
+    return torch.from_numpy(np.asarray(image)).permute(2, 0, 1)
 
 
 def decode_window(data: bytes, *, info: ImageInfo, window: Crop):

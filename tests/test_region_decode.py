@@ -136,6 +136,7 @@ def test_a_jpeg_window_is_decoded_alone_without_the_full_decoder(photos, monkeyp
     monkeypatch.setattr(region_decode, "decode_checked", no_full_decode)
     got = decode_region(photos["astronaut_q75.jpg"], 33, 65, 101, 77)
     assert torch.equal(got, full[:, 33:134, 65:142])
+    assert got.permute(1, 2, 0).is_contiguous() and full.permute(1, 2, 0).is_contiguous()  # torchvision's layout
     assert region_decoder().startswith("nvImageCodec ")
 
 
