@@ -6,24 +6,28 @@ rest of the image away. libjpeg-turbo can skip the rows above and below the wind
 as DALI's CPU decoder does. nvImageCodec's CPU decoder (its libjpeg-turbo extension; the
 ``nvidia-nvimgcodec`` wheel DALI installs) exposes that as a region of a code stream, and its
 pixels equal torchvision's full decode then crop bit for bit (``tests/test_region_decode.py``
-pins it for every row span and column span of real and progressive JPEGs, colour and grey).
+pins it for every row span and column span of small baseline and progressive JPEGs, every window
+of a tiny one, and edge windows and drawn crops of real photos, colour and grey).
 
 Everything else is decoded whole by :func:`~dali_bridge.images.decode_checked` and cropped, which
 gives the same pixels at the usual cost: nvImageCodec missing, a PNG or WebP, a JPEG with an EXIF
 orientation (the window is in oriented coordinates), a four-channel JPEG (CMYK and YCCK colour
-conversions are each decoder's own), or a JPEG the region decoder refuses (it then names nothing:
-the full decode reports the error, as without this module).
+conversions are each decoder's own), or a JPEG the region decoder refuses (the full decode then
+reports any error, as it would without this module).
 """
 from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .formats import ImageInfo, inspect_image
 from .images import decode_checked
 from .ops.geometry import Crop
 from .plan import Plan
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["decode_region", "decode_steps", "decode_window", "decoded_window", "describe_decode",
            "region_decode_available", "region_decoder"]
@@ -108,7 +112,7 @@ def _region(data: bytes, window: Crop) -> Any:
     return torch.from_numpy(np.asarray(image)).permute(2, 0, 1)
 
 
-def decode_window(data: bytes, *, info: ImageInfo, window: Crop):
+def decode_window(data: bytes, *, info: ImageInfo, window: Crop) -> torch.Tensor:
     """Pixels of ``window`` (inside the image as decoded) of bytes that passed
     :func:`~dali_bridge.formats.inspect_image` with result ``info``: a uint8 CHW RGB tensor equal to
     :func:`~dali_bridge.images.decode_rgb` then crop, decoding only the window where it can."""
@@ -118,8 +122,9 @@ def decode_window(data: bytes, *, info: ImageInfo, window: Crop):
         raise ValueError(f"window {window.height}x{window.width} at ({window.top}, {window.left}) is not inside "
                          f"the {height}x{width} image: only a window inside it can be decoded alone")
     if info.format == "jpeg" and info.orientation == 1:
-        # libjpeg-turbo upsamples a 4:2:0 chroma column of a one-pixel-wide output differently from the
-        # same column inside a wider one: such a window is decoded two columns wide, then cut.
+        # The region decoder upsamples the 4:2:0 chroma of a one-pixel-wide output differently from the
+        # same column inside a wider one (the tests found it): such a window is decoded two columns
+        # wide, then cut.
         narrow = window.width == 1 and width > 1
         left = min(window.left, width - 2) if narrow else window.left
         wider = Crop(window.top, left, window.height, 2 if narrow else window.width)
@@ -130,7 +135,8 @@ def decode_window(data: bytes, *, info: ImageInfo, window: Crop):
     return image[:, window.top:window.top + window.height, window.left:window.left + window.width]
 
 
-def decode_region(data: bytes, top: int, left: int, height: int, width: int, *, max_pixels: int | None = None):
+def decode_region(data: bytes, top: int, left: int, height: int, width: int, *,
+                  max_pixels: int | None = None) -> torch.Tensor:
     """Rows [top, top+height) and columns [left, left+width) of the encoded image ``data`` as a uint8
     CHW RGB tensor: :func:`~dali_bridge.images.decode_rgb` then crop, pixel for pixel. The bytes are
     checked first, as :func:`~dali_bridge.images.decode_rgb` checks them."""
@@ -152,7 +158,7 @@ def decoded_window(plan: Plan, per_step: list) -> Crop | None:
     return crop if inside else None
 
 
-def decode_steps(data: bytes, *, info: ImageInfo, plan: Plan, per_step: list) -> tuple[Any, list]:
+def decode_steps(data: bytes, *, info: ImageInfo, plan: Plan, per_step: list) -> tuple[torch.Tensor, list]:
     """The sample's image as its steps need it, and the steps to apply to it: the first step's window
     alone (:func:`decode_window`) with that step's crop made the identity window over it, else the
     whole image and ``per_step`` unchanged. ``data`` passed :func:`~dali_bridge.formats.inspect_image`
