@@ -61,8 +61,10 @@ def _open_candidate(config: dict[str, Any]):
     if name in ("dali-cpu", "dali"):
         return dali_baseline(spec, listing, plan, threads, gpu=name == "dali")
     if name in ("spdl", "spdl-torchvision"):
+        import torch
+
         from .spdl_baseline import spdl_baseline
-        return spdl_baseline(spec, listing, plan, threads, name=name)
+        return spdl_baseline(spec, listing, plan, threads, name=name, cuda=torch.cuda.is_available())
     raise BenchError(f"unknown candidate {kind}:{name}")
 
 

@@ -166,8 +166,9 @@ def _torchvision_stages(listing, plan):
     return decode, collate
 
 
-def spdl_baseline(spec, listing, plan, threads: int, *, name: str):
-    """The stream of (images, indices) of the ``spdl`` or ``spdl-torchvision`` baseline, and its closer."""
+def spdl_baseline(spec, listing, plan, threads: int, *, name: str, cuda: bool = False):
+    """The stream of (images, indices) of the ``spdl`` or ``spdl-torchvision`` baseline, and its closer;
+    with ``cuda`` each batch is copied to the GPU, as the hand-written torchvision baseline's is."""
     try:
         from spdl.pipeline import PipelineBuilder
     except ImportError as exc:
@@ -187,6 +188,7 @@ def spdl_baseline(spec, listing, plan, threads: int, *, name: str):
     pipeline.start()
 
     def stream() -> Iterator[tuple[Any, np.ndarray]]:
-        yield from pipeline.get_iterator()
+        for images, indices in pipeline.get_iterator():
+            yield (images.to("cuda", non_blocking=True) if cuda else images), indices
 
     return stream(), pipeline.stop
