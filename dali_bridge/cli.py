@@ -117,6 +117,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         rows = [{"stage": s.stage, "implementation": s.implementation, "device": s.device}
                 for s in placement(plan, backend, cuda=_cuda())]
         print(format_table(rows, [("stage", "stage"), ("device", "device"), ("implementation", "implementation")]))
+        if backend == "torchvision":
+            from .region_decode import describe_decode
+            print(f"  decoder here: {describe_decode(plan)}")
     if args.order:
         _show_order(spec)
     return 0
@@ -645,8 +648,9 @@ def _add_bench_command(add: AddCommand) -> None:
     p.add_argument("--backends", default="available",
                    help="comma-separated backends, 'available' or 'none' (default: available)")
     p.add_argument("--baselines", default="default",
-                   help="comma-separated references: ceiling, torchvision, torchvision-pil, dali-cpu, dali; "
-                        "'none'; default: the ceiling and the hand-written counterpart of each backend")
+                   help="comma-separated references: ceiling, torchvision, torchvision-pil, dali-cpu, dali, spdl, "
+                        "spdl-torchvision (the spdl ones need the [bench] extra); 'none'; default: the ceiling "
+                        "and the hand-written counterpart of each backend")
     p.add_argument("--threads", metavar="N[,N...]",
                    help="thread/worker counts to measure, e.g. 1,2 (default: the cores available)")
     p.add_argument("--batches", type=int, default=8, help="batches per timed window (default 8)")

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .formats import DEFAULT_MAX_PIXELS, inspect_image, without_webp_exif
+from .formats import DEFAULT_MAX_PIXELS, ImageInfo, inspect_image, without_webp_exif
 from .images import ImageError, check_encoded, decode_rgb, read_file, too_many_bytes
 from .remote_shards import CachedShardSamples, RemoteShardSamples, list_remote_shards
 from .shard_cache import ShardCache
@@ -81,6 +81,12 @@ class Listing:
         """Sample ``index`` as a uint8 CHW RGB tensor (:func:`~dali_bridge.images.decode_rgb`), its bytes
         checked once, with this source's pixel cap — as :meth:`read` would, without checking twice."""
         return decode_rgb(self._raw(index), max_pixels=self.max_pixels)
+
+    def read_info(self, index: int) -> tuple[bytes, ImageInfo]:
+        """Sample ``index``'s bytes and their :class:`~dali_bridge.formats.ImageInfo` (format, size, EXIF
+        orientation), checked as :meth:`read` checks them, from one walk of the header."""
+        data = self._raw(index)
+        return data, inspect_image(data, max_pixels=self.max_pixels)
 
     def read_sized(self, index: int) -> tuple[bytes, tuple[int, int]]:
         """:meth:`read` and the decoded (height, width), from one walk of the header — the bytes as

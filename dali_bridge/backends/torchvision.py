@@ -33,6 +33,7 @@ from .base import RawBatch, SkippedSample, Topology, default_workers
 from .device import cuda_ordinal
 from .finishing import finish_batch
 from ..plan import Plan
+from ..region_decode import decode_steps
 from ..sampling import BatchTask, draws, sample_steps
 from ..sources import Listing
 from ..spec import PipelineSpec, Problem, SpecError
@@ -105,9 +106,9 @@ class BatchDataset(Dataset):
         for row, index in enumerate(task.indices.tolist()):
             path = self.paths[index]
             try:
-                image = self.listing.decode(index)
-                per_step = sample_steps(self.plan, image.shape[-2], image.shape[-1],
-                                        {k: v[row] for k, v in sample_draws.items()})
+                data, info = self.listing.read_info(index)
+                per_step = sample_steps(self.plan, *info.size, {k: v[row] for k, v in sample_draws.items()})
+                image, per_step = decode_steps(data, info=info, plan=self.plan, per_step=per_step)
             except ImageError as exc:  # unreadable, or no geometry fits it (too thin for a max_size resize)
                 if self.on_error == "raise":
                     return {"error": (index, path, str(exc))}

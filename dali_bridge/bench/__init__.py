@@ -16,9 +16,10 @@ simulated model step) and measures how long it waits for data.
 
 The package, by concern: ``results`` (what is recorded: candidates, their rows, the machine,
 the JSON), ``procstats`` (CPU and memory of a process tree), ``baselines`` (the hand-written
-loaders and the decode ceiling), ``measure`` (the measuring process), ``runner`` (the parent
-that starts and monitors them), ``report`` (the printed table, stability warnings, the markdown
-of ``benchmarks/README.md``: ``python -m dali_bridge.bench readme``) and ``plot`` (the PNG).
+loaders and the decode ceiling; ``spdl_baseline``: the SPDL thread-pool one), ``measure`` (the
+measuring process), ``runner`` (the parent that starts and monitors them), ``report`` (the
+printed table, stability warnings, the markdown of ``benchmarks/README.md``: ``python -m
+dali_bridge.bench readme``) and ``plot`` (the PNG).
 """
 from __future__ import annotations
 

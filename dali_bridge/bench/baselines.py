@@ -13,6 +13,10 @@ built inside the measuring process:
   ``fn.decoders.image_random_crop`` (ROI decode) + ``fn.resize`` + ``fn.crop_mirror_normalize``
   (with DALI's own random draws), on the CPU / with ``mixed`` decode on the GPU.
 
+* ``spdl`` / ``spdl-torchvision``: a thread-pool loader written as SPDL's examples write one
+  (:mod:`dali_bridge.bench.spdl_baseline`): ``spdl.io``'s FFmpeg decode and filters, or
+  torchvision's decode and ``transforms.v2`` in SPDL's threads.
+
 The baselines' "label" is the sample's index (the same int the label would be, so the same cost):
 it tells which samples each batch holds, so pixel counts are exact for every candidate.
 """
@@ -23,6 +27,29 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from .results import BenchError
+
+
+_REFERENCES = {
+    "ceiling": "read + torchvision.io full decode on a pool of {threads}; no augmentation, no batching",
+    "torchvision": "DataLoader with {workers}: torchvision.io.decode_image + the pipeline's transforms.v2 Compose, "
+                   "default collate",
+    "torchvision-pil": "DataLoader with {workers}: ImageFolder's PIL loader + the pipeline's transforms.v2 Compose, "
+                       "default collate",
+    "dali-cpu": "plain DALI pipeline on the CPU ({threads}): fn.readers.file, ROI decode of DALI's own random crop, "
+                "fn.resize, fn.crop_mirror_normalize",
+    "dali": "plain DALI pipeline on the GPU ({threads}): fn.readers.file, nvJPEG ROI decode of DALI's own random "
+            "crop, fn.resize, fn.crop_mirror_normalize",
+}
+
+
+def reference_description(kind: str, name: str, threads: int) -> str:
+    """What a reference candidate is, as the bench table says it (the SPDL one as it runs here)."""
+    if name.startswith("spdl"):
+        from .spdl_baseline import spdl_configuration
+        return spdl_configuration(name, threads)
+    counted = {"threads": f"{threads} thread{'s' if threads != 1 else ''}",
+               "workers": f"{threads} worker{'s' if threads != 1 else ''}"}
+    return _REFERENCES["ceiling" if kind == "ceiling" else name].format(**counted)
 
 
 class _EpochOrderSampler:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .baselines import ceiling, dali_baseline, torchvision_baseline
+from .baselines import ceiling, dali_baseline, reference_description, torchvision_baseline
 from .procstats import tree_cpu_seconds, tree_memory_mib
 from .results import PROTOCOL_FD_ENV, BenchError
 
@@ -60,6 +60,11 @@ def _open_candidate(config: dict[str, Any]):
                                     cuda=torch.cuda.is_available())
     if name in ("dali-cpu", "dali"):
         return dali_baseline(spec, listing, plan, threads, gpu=name == "dali")
+    if name in ("spdl", "spdl-torchvision"):
+        import torch
+
+        from .spdl_baseline import spdl_baseline
+        return spdl_baseline(spec, listing, plan, threads, name=name, cuda=torch.cuda.is_available())
     raise BenchError(f"unknown candidate {kind}:{name}")
 
 
@@ -70,6 +75,9 @@ def _preimport(config: dict[str, Any]) -> None:
     if "dali" in config["name"]:
         import nvidia.dali  # noqa: F401
         import nvidia.dali.plugin.pytorch  # noqa: F401
+    if config["name"].startswith("spdl"):
+        from .spdl_baseline import spdl_io_problem
+        spdl_io_problem()  # imports spdl and loads FFmpeg (when it loads)
 
 
 def _gpu_used_mib() -> float | None:
@@ -121,6 +129,8 @@ def _measure(config: dict[str, Any], tick: Callable[[], None]) -> dict[str, Any]
         first_batch_s = time.perf_counter() - start
         tick()
         output: dict[str, Any] = {"batch_size": len(indices)}
+        if config["kind"] != "backend":
+            output["description"] = reference_description(config["kind"], config["name"], config["threads"])
         if isinstance(images, torch.Tensor):
             output.update(shape=list(images.shape), dtype=str(images.dtype).replace("torch.", ""),
                           device=str(images.device))

@@ -58,11 +58,17 @@ def format_report(report: BenchReport) -> str:
     if report.settings.get("model_ms"):
         lines.append(f"data wait %: share of step time the consumer waited for data with a "
                      f"{report.settings['model_ms']:g} ms model step per batch ({report.settings['model_ms_method']})")
+    lines += [f"reference {line}" for line in reference_lines(good)]
     for row in report.rows:
         if "error" in row:
             lines.append(f"{row['candidate']} x{row['threads']}: FAILED: {row['error']}")
     lines += [f"warning: {text}" for text in stability_warnings(report.settings, report.rows, report.machine)]
     return "\n".join(lines)
+
+
+def reference_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """``candidate × threads: what it is`` for each reference row that recorded its description."""
+    return [f"{r['candidate']} × {r['threads']}: {r['description']}" for r in rows if r.get("description")]
 
 
 def _first(values: list[float]) -> str:
@@ -212,6 +218,8 @@ def bench_table(report: dict[str, Any]) -> str:
         cells += [_num(r.get("gpu_mib"))] if gpu else []
         cells += [_num(r.get("data_wait_pct"))] if model_ms else []
         lines.append("| " + " | ".join(cells) + " |")
+    described = reference_lines(rows)
+    lines += ["", "What each reference is, as it ran:", "", *[f"* {line}" for line in described]] if described else []
     for r in report["results"]:
         if "error" in r:
             lines.append(f"\n{r['candidate']} × {r['threads']} failed: {r['error'].splitlines()[0]}")

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 PROTOCOL_FD_ENV = "DALI_BRIDGE_BENCH_FD"
-BASELINE_NAMES = ("torchvision", "torchvision-pil", "dali-cpu", "dali")
+BASELINE_NAMES = ("torchvision", "torchvision-pil", "dali-cpu", "dali", "spdl", "spdl-torchvision")
 REFERENCE_NAMES = ("ceiling",) + BASELINE_NAMES
 SAMPLE_SET = {"images": 2000, "classes": 10, "seed": 0}   # the generated set `--data sample` reads
 
@@ -35,7 +35,8 @@ class Candidate:
         if self.kind == "ceiling":
             return "decode-only ceiling"
         return {"torchvision": "hand-written torchvision", "torchvision-pil": "hand-written torchvision (PIL)",
-                "dali-cpu": "hand-written DALI (cpu)", "dali": "hand-written DALI (gpu)"}[self.name]
+                "dali-cpu": "hand-written DALI (cpu)", "dali": "hand-written DALI (gpu)",
+                "spdl": "hand-written SPDL", "spdl-torchvision": "hand-written SPDL (torchvision)"}[self.name]
 
 
 @dataclass
@@ -56,6 +57,8 @@ class CandidateResult:
         """The row of the table: medians and spreads over the windows."""
         c = self.candidate
         row: dict[str, Any] = {"candidate": c.label, "kind": c.kind, "name": c.name, "threads": c.threads}
+        if self.output.get("description"):  # what a reference is, as its measuring process ran it
+            row["description"] = self.output["description"]
         if self.error:
             return {**row, "error": self.error}
         rates = [w["images"] / w["seconds"] for w in self.windows]
