@@ -285,7 +285,7 @@ def test_bench_reads_the_pipelines_own_source_by_default(sample_root, tmp_path, 
 
 def test_data_option_keeps_the_source_reads_a_folder_or_makes_the_sample_set(tmp_path, monkeypatch):
     made = []
-    monkeypatch.setattr("dali_bridge.samples.ensure_sample_data", lambda root, **kwargs: made.append((root, kwargs)))
+    monkeypatch.setattr("dali_bridge.synthetic.ensure_sample_data", lambda root, **kwargs: made.append((root, kwargs)))
     monkeypatch.setenv("DALI_BRIDGE_SAMPLES", str(tmp_path / "generated"))
     assert bench.data_overrides(None) == {} and bench.data_overrides("source") == {}
     assert made == []

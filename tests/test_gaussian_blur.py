@@ -116,7 +116,7 @@ def _blur_on_dali_cpu(step, images: list[np.ndarray], sigmas: list[float]) -> li
 
 def _test_images() -> list[np.ndarray]:
     """HWC uint8: noise (every level next to every other), a photo-like scene, a grey one, flat and edges."""
-    from dali_bridge.samples import sample_image
+    from dali_bridge.synthetic import sample_image
 
     rng = np.random.default_rng(0)
     scene = np.asarray(sample_image(3, 0, size=(61, 83)))

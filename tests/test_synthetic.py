@@ -1,4 +1,4 @@
-"""Tests for the synthetic sample dataset generator (dali_bridge.samples)."""
+"""Tests for the synthetic sample dataset generator (dali_bridge.synthetic)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image, JpegImagePlugin
 
-from dali_bridge import samples
-from dali_bridge.samples import (
+from dali_bridge import synthetic
+from dali_bridge.synthetic import (
     MANIFEST_NAME,
     SampleSetInfo,
     ensure_sample_data,
@@ -224,10 +224,10 @@ def test_interrupted_run_leaves_no_partial_file_and_resumes(tmp_path: Path, monk
             raise KeyboardInterrupt
         return real_replace(src, dst)
 
-    monkeypatch.setattr(samples.os, "replace", failing_replace)
+    monkeypatch.setattr(synthetic.os, "replace", failing_replace)
     with pytest.raises(KeyboardInterrupt):
         generate_sample_data(root, images=6, classes=2, workers=1)
-    monkeypatch.setattr(samples.os, "replace", real_replace)
+    monkeypatch.setattr(synthetic.os, "replace", real_replace)
 
     assert not (root / "class_001" / "img_00003.jpg").exists()
     assert not [p for p in root.rglob("*") if ".tmp-" in p.name]
@@ -255,7 +255,7 @@ def test_invalid_arguments(tmp_path: Path, kwargs: dict) -> None:
 _GENERATE_AND_HASH = """
 import hashlib, sys
 from pathlib import Path
-from dali_bridge.samples import generate_sample_data
+from dali_bridge.synthetic import generate_sample_data
 root = Path(sys.argv[1])
 generate_sample_data(root, images=40, classes=3, seed=1, workers=1)
 for path in sorted(root.rglob('*.jpg')):
