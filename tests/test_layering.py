@@ -6,7 +6,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "dali_bridge"
+from conftest import REPO
+
+PACKAGE = REPO / "dali_bridge"
 BACKENDS = PACKAGE / "backends"
 EXECUTORS = ("dali", "torchvision")
 # Modules at the bottom: they import nothing of the project but one another.
@@ -49,3 +51,14 @@ def test_no_spec_module_is_over_500_lines_nor_a_function_over_60():
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 assert node.end_lineno - node.lineno + 1 <= 60, f"{path.name}: {node.name}"
+
+
+def test_every_relative_import_names_a_module_that_exists():
+    # Imports inside functions run only when called: one that moved with its module must still resolve.
+    for path in sorted(PACKAGE.rglob("*.py")):
+        package = path.relative_to(REPO).with_suffix("").parts[:-1]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level and node.module:
+                target = REPO.joinpath(*package[: len(package) - node.level + 1], *node.module.split("."))
+                assert target.with_suffix(".py").is_file() or (target / "__init__.py").is_file(), \
+                    f"{path.relative_to(REPO)}:{node.lineno}: from {'.' * node.level}{node.module}"

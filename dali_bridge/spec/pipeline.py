@@ -107,7 +107,7 @@ class PipelineSpec:
         """The equivalent ``transforms.v2.Compose``, for uint8 CHW tensors (``pil``: ``PILToTensor`` after the
         uint8 ops): each op's counterpart; a batch-level op is refused unless ``skip_batch_ops``
         (:func:`dali_bridge.recipes.to_torchvision`, :func:`dali_bridge.recipes.batch_transform`)."""
-        from .recipes.to_torchvision import to_torchvision
+        from ..recipes.to_torchvision import to_torchvision
 
         return to_torchvision(self, pil=pil, skip_batch_ops=skip_batch_ops)
 
