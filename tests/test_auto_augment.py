@@ -168,6 +168,7 @@ def test_rand_augment_operations_and_signs_follow_torchvision_chi_square():
         assert _same_distribution([ops[n].magnitude for ops in ours], [ops[n].magnitude for ops in theirs]) > 0.001
 
 
+@pytest.mark.slow
 def test_auto_augment_sub_policies_and_their_operations_follow_torchvision_chi_square():
     from torchvision.transforms import v2
 
@@ -205,6 +206,7 @@ def test_policy_equals_torchvision_exactly_on_dali_cpu(mixed_root, name):
 
 @needs_cpu_backends
 @pytest.mark.parametrize("name", list(POLICY_OPS))
+@pytest.mark.slow
 def test_policy_after_a_random_resized_crop_equals_torchvision_under_exact_parity(sample_root, name):
     """Under ``parity: exact`` (the default) the resize before a policy runs as torchvision's kernel in the
     torch tail, so the policy sees torchvision's pixels and gives them back to the level."""
@@ -219,6 +221,7 @@ def test_policy_after_a_random_resized_crop_equals_torchvision_under_exact_parit
 @pytest.mark.parametrize("name, max_levels, mean_levels", [
     ("trivial_augment_wide", 68, 0.19), ("rand_augment", 103, 0.27), ("auto_augment", 146, 0.42),
     ("augmix", 73, 0.22)])
+@pytest.mark.slow
 def test_policy_after_a_dali_resize_amplifies_its_rounding_within_the_pinned_bound(sample_root, name,
                                                                                   max_levels, mean_levels):
     """Under ``parity: fast`` the resize stays in DALI, up to 1 level off torchvision's in rounding (more at
@@ -269,6 +272,7 @@ def _torchvision_augmix_draws(transform, image: torch.Tensor, count: int, apply_
 
 @pytest.mark.parametrize("params", [{}, {"mixture_width": 2, "chain_depth": 2, "alpha": 0.5, "all_ops": False,
                                          "interpolation": "nearest", "fill": [255, 0, 9]}])
+@pytest.mark.slow
 def test_augmix_kernel_equals_torchvision_augmix_given_the_same_draws(params):
     from dali_bridge.ops.auto_augment import AugMixDraw
 
@@ -283,6 +287,7 @@ def test_augmix_kernel_equals_torchvision_augmix_given_the_same_draws(params):
             assert torch.equal(step.op.torchvision_kernel(image, (draw,)), output)
 
 
+@pytest.mark.slow
 def test_augmix_draws_follow_torchvision_kolmogorov_smirnov_and_chi_square():
     from scipy.stats import ks_2samp
     from torchvision.transforms import v2
@@ -316,6 +321,7 @@ def test_augmix_gamma_variates_are_the_gamma_inverse_cdf_of_their_uniform(alpha)
     assert np.max(np.abs(gamma_quantiles(alpha, u) - want) / want) < 1e-12
 
 
+@pytest.mark.slow
 def test_augmix_weights_at_alpha_1_are_the_same_whatever_simd_kernels_the_cpu_picks(tmp_path):
     """The Dirichlet weights of AugMix's default alpha come from -log(1 - u): with numpy's or torch's
     exp/log they moved in the last bit with the CPU's vector features (another draw on another machine)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import CPU_BACKENDS, TRAIN
+from conftest import CPU_BACKENDS, REPO, TRAIN
 from dali_bridge import bench
 from dali_bridge.bench import runner
 from dali_bridge.cli import main
@@ -51,6 +51,7 @@ def _expected_window_samples(sample_root: Path) -> list[np.ndarray]:
     return windows
 
 
+@pytest.mark.slow
 def test_bench_runs_every_candidate_and_exits_zero(bench_run):
     rows = bench_run["report"]["results"]
     assert bench_run["status"] == 0
@@ -61,6 +62,7 @@ def test_bench_runs_every_candidate_and_exits_zero(bench_run):
     assert all(r["threads"] == 1 and r["windows"] == REPEAT for r in rows)
 
 
+@pytest.mark.slow
 def test_every_candidate_counts_the_same_images_and_source_pixels(bench_run, sample_root):
     windows = _expected_window_samples(sample_root)
     listing = list_source(load_spec(TRAIN, {"source": {"type": "folder", "root": str(sample_root)}}).source)
@@ -76,6 +78,7 @@ def test_every_candidate_counts_the_same_images_and_source_pixels(bench_run, sam
     assert report["data"]["mean_megapixels"] == pytest.approx(pixels.mean() / 1e6)
 
 
+@pytest.mark.slow
 def test_json_describes_machine_settings_and_positive_measurements(bench_run):
     report = bench_run["report"]
     assert report["format"] == "dali-bridge-bench/1"
@@ -98,6 +101,7 @@ def test_json_describes_machine_settings_and_positive_measurements(bench_run):
         {b for b in CPU_BACKENDS if b in bench_run["baselines"]}
 
 
+@pytest.mark.slow
 def test_plot_is_a_png_of_the_default_size(bench_run):
     from PIL import Image
 
@@ -107,6 +111,7 @@ def test_plot_is_a_png_of_the_default_size(bench_run):
         assert len(image.getcolors(maxcolors=100_000)) > 5  # bars, text and lines were drawn
 
 
+@pytest.mark.slow
 def test_unavailable_gpu_baseline_fails_its_row_and_the_exit_status(sample_root, tmp_path, capsys):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
@@ -248,6 +253,7 @@ def test_plot_refuses_a_report_where_everything_failed(tmp_path):
         bench.plot_report(report, tmp_path / "p.png")
 
 
+@pytest.mark.slow
 def test_a_silent_candidate_is_killed_and_reported(tmp_path, monkeypatch):
     """A candidate that yields no batch (here: its pipeline file is a FIFO nobody writes, as on a
     hung file system) is killed with its process group after the stall limit, and reported."""
@@ -268,6 +274,7 @@ def test_a_silent_candidate_is_killed_and_reported(tmp_path, monkeypatch):
 
 # ---- where the bench reads its images
 
+@pytest.mark.slow
 def test_bench_reads_the_pipelines_own_source_by_default(sample_root, tmp_path, monkeypatch):
     """Without --data the bench measures the pipeline's source, as every other command does, and
     generates nothing in the current folder."""
@@ -345,7 +352,7 @@ def test_the_printed_report_ends_with_the_warnings():
 
 # ---- the benchmarks page, from the recorded JSON
 
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+RESULTS = REPO / "benchmarks" / "results"
 
 
 def test_benchmarks_readme_is_the_one_the_recorded_json_gives():

@@ -12,13 +12,12 @@ import os
 import subprocess
 import sys
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import CPU_BACKENDS, backend_params
+from conftest import CPU_BACKENDS, REPO, backend_params
 from hostile import png_chunk, tiny_jpeg, write_image_folder
 from test_fuzz_decode import crashed, run_worker
 
@@ -28,7 +27,7 @@ from dali_bridge.images import ImageError, SampleError
 from dali_bridge.spec import DEFAULT_MAX_BYTES, SpecError, spec_from_dict
 
 # Child processes import this checkout's package.
-_ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def jpeg_claiming(width: int, height: int, **save) -> bytes:
@@ -94,6 +93,7 @@ def _bomb_folder(root):
 
 
 @pytest.mark.skipif(not CPU_BACKENDS, reason="no CPU backend")
+@pytest.mark.slow
 def test_bombs_are_skipped_alike_in_bounded_memory_on_each_cpu_backend(tmp_path):
     _bomb_folder(tmp_path / "data")
     pipeline = {"version": 1, "name": "bombs", "source": {"type": "folder", "root": str(tmp_path / "data")},
@@ -205,6 +205,7 @@ def test_source_max_bytes_caps_shard_members_from_the_index(tmp_path, backend):
     assert all(reason.startswith("file too large: ") for _, reason in skipped)
 
 
+@pytest.mark.slow
 def test_an_over_size_file_is_refused_from_its_size_without_being_read(tmp_path):
     """A sparse 1 TiB file under a 1 GiB address-space cap: reading it would die of MemoryError."""
     files = write_image_folder(tmp_path / "data", classes=1, per_class=2)

@@ -59,6 +59,7 @@ def test_show_reports_a_backend_forced_with_set(capsys):
         in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_run_iterates_each_pipeline_on_each_available_backend(capsys, sample_root, tmp_path):
     out = tmp_path / "rows.json"
     code = main(["run", str(TRAIN), str(VAL), "--data", str(sample_root), "--backends", "available",
@@ -100,6 +101,7 @@ def test_run_on_a_missing_folder_exits_2_naming_it(capsys, tmp_path):
     assert f"folder {missing} does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_sample_data_writes_a_set_and_if_absent_keeps_it(capsys, tmp_path):
     target = tmp_path / "set"
     assert main(["sample-data", str(target), "--images", "6", "--classes", "2", "--seed", "3", "-q"]) == 0
@@ -111,6 +113,7 @@ def test_sample_data_writes_a_set_and_if_absent_keeps_it(capsys, tmp_path):
     assert [p.stat().st_mtime_ns for p in files] == stamps
 
 
+@pytest.mark.slow
 def test_doctor_json_is_machine_readable(capsys):
     assert main(["doctor", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
@@ -125,6 +128,7 @@ def _console_script() -> str | None:
 
 @pytest.mark.skipif(_console_script() is None,
                     reason="the dali-bridge console script is not installed (a PYTHONPATH-only checkout)")
+@pytest.mark.slow
 def test_console_script_runs_validate_and_show():
     script = _console_script()
     done = subprocess.run([script, "validate", str(TRAIN), "--no-source-check"], capture_output=True, text=True,

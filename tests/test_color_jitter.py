@@ -86,6 +86,7 @@ def test_color_jitter_runs_in_torch_after_the_dali_graph_which_ends_with_a_uint8
 # ---------------------------------------------------------------------------------------------
 # The kernel: torchvision's own ColorJitter given the same drawn parameters
 
+@pytest.mark.slow
 def test_kernel_equals_torchvision_color_jitter_transform_given_the_same_parameters():
     from torchvision.transforms import v2
 
@@ -121,6 +122,7 @@ def _theirs(params: dict) -> list[dict]:
     return [transform.make_params([]) for _ in range(DRAWS)]
 
 
+@pytest.mark.slow
 def test_jitter_factors_follow_torchvision_distribution_kolmogorov_smirnov():
     from scipy.stats import ks_2samp
 
@@ -136,6 +138,7 @@ def test_jitter_factors_follow_torchvision_distribution_kolmogorov_smirnov():
     assert -0.3 <= hue.min() < -0.29 and 0.29 < hue.max() <= 0.3
 
 
+@pytest.mark.slow
 def test_adjustment_order_follows_torchvision_randperm_chi_square():
     from itertools import permutations
 
@@ -159,6 +162,7 @@ def test_adjustment_order_follows_torchvision_randperm_chi_square():
     [{"color_jitter": {"brightness": [0.0, 2.0], "contrast": [0.0, 2.0], "saturation": [0.0, 3.0], "hue": 0.5}},
      {"center_crop": 64}, {"normalize": {"dtype": "uint8"}}],
 ], ids=["after-crop-and-flip", "first-extreme-factors"])
+@pytest.mark.slow
 def test_color_jitter_equals_torchvision_exactly_on_dali_cpu(mixed_root, ops):
     """Smaller and larger images than the output, grey-origin ones among them: the DALI graph's crop
     and flip are exact, so the torch tail's output equals torchvision's to the level."""
@@ -171,6 +175,7 @@ def test_color_jitter_equals_torchvision_exactly_on_dali_cpu(mixed_root, ops):
 
 
 @needs_cpu_backends
+@pytest.mark.slow
 def test_color_jitter_after_a_random_resized_crop_equals_torchvision_under_exact_parity(sample_root):
     """Under ``parity: exact`` (the default) the resize before the jitter runs in the torch tail as
     torchvision's kernel, so the jitter sees torchvision's pixels and gives them back to the level."""
@@ -183,6 +188,7 @@ def test_color_jitter_after_a_random_resized_crop_equals_torchvision_under_exact
 
 
 @needs_cpu_backends
+@pytest.mark.slow
 def test_color_jitter_after_a_dali_resize_amplifies_its_rounding_within_the_pinned_bound(sample_root):
     """Under ``parity: fast`` the resize stays in DALI, up to 1 level off torchvision's in rounding; jitter's
     factors (up to 1.4 here) and the hue round trip through HSV (a 1-level change of a nearly grey pixel

@@ -186,6 +186,7 @@ def test_compare_on_the_shipped_val_pipeline_passes_and_reports_every_output(sam
 
 
 @needs_cpu_backends
+@pytest.mark.slow
 def test_compare_save_writes_the_worst_samples_and_a_mean_heat_map(sample_root, capsys, tmp_path):
     save = tmp_path / "pictures"
     code = main(["compare", str(TRAIN), "--data", str(sample_root), "--backends", "dali-cpu,torchvision",

@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HOST_BACKENDS, backend_params
+from conftest import HOST_BACKENDS, REPO, backend_params
 from dali_bridge import build_loader
+
+pytestmark = pytest.mark.slow  # threads and forked children iterating loaders
 
 CPU = backend_params(["dali-cpu", "torchvision"])
 
 # Child processes import this checkout's package.
-_ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def _pipeline(root: Path, workers: int = 1) -> dict:

@@ -90,6 +90,7 @@ def digest(image: torch.Tensor) -> str:
 # Order
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_order_is_the_seed_epoch_permutation_and_set_epoch_selects_it(sample_root, backend):
     loader = make(sample_root, backend, seed=7)
     assert loader.backend == backend and loader.batch_size == BATCH and loader.num_samples == SAMPLES
@@ -103,6 +104,7 @@ def test_order_is_the_seed_epoch_permutation_and_set_epoch_selects_it(sample_roo
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_each_iteration_without_set_epoch_runs_the_next_epoch(sample_root, backend):
     loader = make(sample_root, backend, seed=3)
     for expected_epoch in range(3):
@@ -155,6 +157,7 @@ def rank_epochs(root: Path, backend: str, world: int, policy: str, epoch_number:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.slow
 def test_partial_gives_every_sample_exactly_once_over_all_ranks(sample_root, backend, world):
     runs = rank_epochs(sample_root, backend, world, "partial")
     everything = np.concatenate([indices(r) for r in runs])
@@ -180,6 +183,7 @@ def test_drop_yields_full_batches_and_equal_len_on_every_rank(sample_root, backe
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.slow
 def test_pad_yields_full_batches_with_identifiable_padding(sample_root, backend, world):
     runs = rank_epochs(sample_root, backend, world, "pad")
     per_rank = -(-SAMPLES // world)
@@ -207,6 +211,7 @@ def test_batch_larger_than_the_share_gives_one_partial_batch(sample_root, backen
 # Randomness: a pure function of (seed, epoch, sample index), seen through the pixels
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_same_sample_gives_same_pixels_in_any_batch_position_rank_layout_or_worker_count(sample_root, backend):
     reference = make(sample_root, backend, **UINT8_HWC)
     reference.set_epoch(2)
@@ -236,6 +241,7 @@ def test_same_sample_gives_same_pixels_in_any_batch_position_rank_layout_or_work
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_crops_and_flips_change_with_the_epoch_and_the_seed(sample_root, backend):
     runs = []
     for seed, chosen in ((0, 0), (0, 1), (1, 0)):
@@ -272,6 +278,7 @@ def test_outputs_follow_the_declared_order_dtypes_and_labels(sample_root, backen
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_layouts_and_dtypes_are_as_declared_and_consistent(sample_root, backend):
     mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
     results = {}
@@ -316,6 +323,7 @@ RESUME_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_resume_in_a_new_process_continues_with_the_next_batch(sample_root, backend, tmp_path):
     extra = {"seed": 5}
     full = make(sample_root, backend, **extra)
@@ -348,6 +356,7 @@ def test_resume_in_a_new_process_continues_with_the_next_batch(sample_root, back
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_a_resumed_loop_that_calls_set_epoch_neither_repeats_nor_loses_samples(sample_root, backend):
     source = make(sample_root, backend)
     source.set_epoch(1)
@@ -370,6 +379,7 @@ def test_a_resumed_loop_that_calls_set_epoch_neither_repeats_nor_loses_samples(s
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_state_at_the_end_of_an_epoch_resumes_at_the_next_epoch(sample_root, backend):
     loader = make(sample_root, backend)
     loader.set_epoch(4)
@@ -398,6 +408,7 @@ def test_load_state_dict_refuses_a_state_from_another_seed_or_format(sample_root
 # Lifecycle
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_breaking_out_of_an_epoch_then_iterating_the_next_fully(sample_root, backend):
     loader = make(sample_root, backend)
     for number, _ in enumerate(loader):
@@ -416,6 +427,7 @@ def test_breaking_out_of_an_epoch_then_iterating_the_next_fully(sample_root, bac
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_two_loaders_iterated_at_once_each_yield_their_own_batches(sample_root, backend):
     alone = make(sample_root, backend, seed=2)
     expected = [(b["index"].tolist(), digest(b["image"])) for b in epoch(alone)]
@@ -433,6 +445,7 @@ def test_two_loaders_iterated_at_once_each_yield_their_own_batches(sample_root, 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc to count threads")
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_collected_loader_leaves_no_threads_or_child_processes(sample_root, backend):
     import multiprocessing
     import threading
@@ -466,6 +479,7 @@ def test_close_stops_the_loader_and_iterating_a_closed_loader_fails_clearly(samp
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_plain_training_loop(sample_root, backend):
     loader = build_loader(TRAIN, backend, overrides={"source": {"type": "folder", "root": str(sample_root)},
                                                      "batch_size": 8, "ops.0.random_resized_crop.size": SIZE,

@@ -17,12 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from dali_bridge.cli import EXIT_INVALID, main
 from dali_bridge.convert import ConvertError, convert, verify_shards
 from dali_bridge.shards import manifest_path
 
+pytestmark = pytest.mark.slow  # killed converts, held locks and a full tmpfs
+
 # Child processes import this checkout's package.
-_ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 LIMIT = 120  # seconds: a convert of 37 small images that takes longer is stuck
 
 

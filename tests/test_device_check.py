@@ -27,6 +27,7 @@ def dry_run(out: Path, budget: int) -> tuple[subprocess.CompletedProcess, dict]:
     return run, json.loads((out / "device_check.json").read_text())
 
 
+@pytest.mark.slow
 def test_dry_run_runs_every_check_reports_the_gpu_ones_skipped_and_exits_0(tmp_path):
     run, report = dry_run(tmp_path / "out", budget=300)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -99,6 +100,7 @@ def test_the_work_folder_must_lie_outside_the_output_folder(tmp_path):
         module.orchestrate(tmp_path, budget=10, dry_run=True, images=4, data=None, work=tmp_path / "work")
 
 
+@pytest.mark.slow
 def test_on_a_cuda_host_where_dali_cannot_run_the_dali_checks_fail_not_skip(tmp_path, monkeypatch):
     from dali_bridge.backends import select
 

@@ -18,6 +18,8 @@ import pytest
 
 from conftest import backend_params, torchrun
 
+pytestmark = pytest.mark.slow  # starts torchrun ranks
+
 SAMPLES = 13      # odd, and not a multiple of world x batch: partial, pad and drop all differ
 BATCH = 3
 WORLD = 2

@@ -174,6 +174,7 @@ def test_a_second_change_of_world_size_in_the_same_epoch_still_gives_each_entry_
 
 
 @pytest.mark.parametrize("backend", backend_params(["dali-cpu", "torchvision"]))
+@pytest.mark.slow
 def test_changing_the_worker_count_between_save_and_resume_changes_nothing_of_the_stream(root, backend):
     with build_loader(pipeline(root, workers=1), backend) as whole:
         uninterrupted = take(whole)

@@ -177,6 +177,7 @@ print("RESULT " + json.dumps(out))
 '''
 
 
+@pytest.mark.slow
 def test_an_installed_op_is_validated_shown_documented_and_run_like_a_built_in(tmp_path, sample_root,
                                                                                  write_pipeline):
     site = install(tmp_path / "site", "invert-ops", [INVERT_ENTRY_POINT])

@@ -25,8 +25,9 @@ from dali_bridge.compare import CPU_BOUNDS, NVJPEG_BOUNDS, CompareResult, compar
 from dali_bridge.plan import build_plan, resize_methods
 from dali_bridge.spec import spec_from_dict
 
-pytestmark = pytest.mark.skipif(CPU_BACKENDS != ["dali-cpu", "torchvision"],
-                                reason=f"needs dali-cpu and torchvision; this host has {CPU_BACKENDS}")
+pytestmark = [pytest.mark.slow,  # whole epochs of the corpus on both CPU backends
+              pytest.mark.skipif(CPU_BACKENDS != ["dali-cpu", "torchvision"],
+                                  reason=f"needs dali-cpu and torchvision; this host has {CPU_BACKENDS}")]
 
 NORMALIZE = {"normalize": {"mean": MEAN, "std": STD, "dtype": "float32", "layout": "CHW"}}
 UINT8 = {"normalize": {"dtype": "uint8"}}

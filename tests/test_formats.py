@@ -13,13 +13,12 @@ import subprocess
 import sys
 import tracemalloc
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import CPU_BACKENDS
+from conftest import CPU_BACKENDS, REPO
 from hostile import _png_chunks, build_png, exif_payload, png_chunk, png_image_data, tiny_jpeg
 
 from dali_bridge.formats import ImageInfo, inspect_image, without_webp_exif
@@ -110,6 +109,7 @@ def test_damaged_png_is_refused_with_the_reason(name):
         inspect_image(data)
 
 
+@pytest.mark.slow
 def test_decoding_every_damaged_png_raises_instead_of_crashing_the_process(tmp_path):
     # In a subprocess: without the check each of these kills the interpreter inside libpng.
     for name, (data, _) in BROKEN_PNGS.items():
@@ -119,7 +119,7 @@ def test_decoding_every_damaged_png_raises_instead_of_crashing_the_process(tmp_p
             "    try:\n        decode_rgb(path.read_bytes()); out[path.stem] = 'decoded'\n"
             "    except ImageError as exc:\n        out[path.stem] = str(exc)\nprint(json.dumps(out))\n")
     result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
-                            cwd=Path(__file__).resolve().parent.parent)
+                            cwd=REPO)
     assert result.returncode == 0, result.stderr[-2000:]
     reasons = json.loads(result.stdout)
     assert set(reasons) == set(BROKEN_PNGS)

@@ -207,6 +207,7 @@ def _cli(*args: str, stdout_to: str = "") -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, executable="/bin/bash")
 
 
+@pytest.mark.slow
 def test_show_into_a_reader_that_stops_early_leaves_no_traceback():
     done = _cli("show", str(TRAIN), stdout_to="head -1")
     assert done.stdout == f"# resolved pipeline: {TRAIN}\n"
@@ -216,6 +217,7 @@ def test_show_into_a_reader_that_stops_early_leaves_no_traceback():
     assert "BrokenPipeError" not in done.stderr and done.stderr == ""
 
 
+@pytest.mark.slow
 def test_version_flag_and_python_dash_m():
     from dali_bridge import __version__
 

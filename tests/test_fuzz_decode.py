@@ -19,10 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import CPU_BACKENDS
+from conftest import CPU_BACKENDS, REPO
 from hostile import mutated_images, tiny_jpeg
 
-HERE = Path(__file__).resolve().parent
+pytestmark = pytest.mark.slow  # decodes thousands of mutated images in child processes
+
+HERE = REPO / "tests"  # the worker and the helpers it imports
 WORKER = HERE / "fuzz_decode_worker.py"
 FILES = 600  # 200 of each format: ~8 s with both decoders
 

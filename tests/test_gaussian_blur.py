@@ -157,6 +157,7 @@ def test_dali_blur_is_within_one_level_of_torchvision_at_extreme_sigmas(kernel_s
     [{"random_resized_crop": [96, 120]}, {"gaussian_blur": {"kernel_size": [23, 5], "sigma": [0.1, 8.0]}},
      {"horizontal_flip": 0.5}, {"normalize": {"mean": MEAN, "std": STD}}],
 ], ids=["center-crop-pads-small-images-uint8", "after-a-random-resized-crop-normalized"])
+@pytest.mark.slow
 def test_gaussian_blur_matches_torchvision_on_dali_cpu_over_unusual_images(corpus_root, ops):
     from corpus import KINDS
     from test_equivalence import assert_within_bounds, pipeline, run_compare

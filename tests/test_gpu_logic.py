@@ -444,6 +444,7 @@ def test_torchvision_on_a_rank_gpu_starts_its_dataloader_with_that_gpu_current(t
     assert started_on == ["cuda:1"] and current == ["cuda:0"]   # started there; the caller's device left as it was
 
 
+@pytest.mark.slow
 def test_a_zero_copy_batch_keeps_dalis_outputs_alive_as_long_as_the_tensor_and_its_views(tmp_path, monkeypatch):
     """A look-ahead consumer computes on batch k after fetching k+1: DALI's buffer must outlive the loader's
     handling of the batch, as long as the tensor (or a view of it) does."""

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from dali_bridge.cli import EXIT_INVALID, main
 from dali_bridge.convert import convert
 from dali_bridge.shards import MAX_BRACE_NAMES, brace_count, expand_braces, scan_shard
@@ -23,7 +24,7 @@ from hostile import write_image_folder
 # ---- file lists
 
 # Child processes import this checkout's package.
-_ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 @pytest.fixture
@@ -103,6 +104,7 @@ def test_a_path_component_over_255_bytes_is_a_positioned_problem_exit_2(tmp_path
     assert f"{path}:2:" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_a_huge_path_line_is_reported_shortened(tmp_path, images):
     path = _list(tmp_path, b"data/class_0/img_000.jpg 0\n" + b"y" * (20 << 20) + b".jpg 1\n")
     with pytest.raises(SourceError) as info:
@@ -162,6 +164,7 @@ def test_many_brace_groups_are_refused_not_a_recursion_error():
         expand_braces("{0..0}" * 5000)
 
 
+@pytest.mark.slow
 def test_validate_of_a_huge_brace_pattern_is_a_problem_in_bounded_memory(tmp_path):
     pipeline = tmp_path / "p.yaml"
     pipeline.write_text("version: 1\nbatch_size: 1\nops: [center_crop: 8]\n"

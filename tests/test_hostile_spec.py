@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HOST_BACKENDS, VAL
+from conftest import HOST_BACKENDS, REPO, VAL
 from dali_bridge.cli import EXIT_INVALID, main
 from dali_bridge.limits import HostLimits, largest_sample_image, loader_limit_problems
 from dali_bridge.plan import build_plan
@@ -18,7 +18,7 @@ from dali_bridge.spec import (ALIAS_NODE_BUDGET, MAX_NESTING, PipelineSpec, Spec
 BASE = "version: 1\nsource: {type: folder, root: /nonexistent}\nbatch_size: 4\nops: [center_crop: 8]\n"
 
 # Child processes import this checkout's package.
-_ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def _write(tmp_path: Path, body: str | bytes, name: str = "p.yaml") -> Path:
@@ -106,6 +106,7 @@ def test_small_aliases_keep_working(tmp_path):
     "ops: [{center_crop: 8, " + "k" * 100_000 + ": 1}]\n",    # a long key
     "ops: [{center_crop: '" + "x" * 100_000 + "'}]\n",       # a long value an op's own check quotes
 ])
+@pytest.mark.slow
 def test_messages_quote_values_shortened(tmp_path, body):
     text = BASE.replace("batch_size: 4\n", "").replace("ops: [center_crop: 8]\n", "") + body
     if "batch_size" not in body:
@@ -144,6 +145,7 @@ def test_cli_validate_exits_2_with_a_message_not_a_traceback(tmp_path, capsys, b
     assert str(path) in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_the_billion_laughs_file_validates_in_bounded_memory(tmp_path):
     """A child process with a 1 GiB address-space cap: unbounded expansion would die of MemoryError."""
     path = _write(tmp_path, BASE + _laughs(10, 10))
@@ -254,6 +256,7 @@ for problem in loader_limit_problems(spec, build_plan(spec), backend="dali-cpu",
 
 @pytest.mark.parametrize("limit, used_key, shell", [("RLIMIT_AS", "VmSize", "ulimit -v"),
                                                     ("RLIMIT_DATA", "VmData", "ulimit -d")])
+@pytest.mark.slow
 def test_the_memory_check_honours_the_process_memory_limits(limit, used_key, shell):
     # 3 batches of 256 x 3 x 224 x 224 float32 (462 MiB) fit this host, not 512 MiB of headroom.
     done = subprocess.run([sys.executable, "-c", _RLIMIT_CHILD, limit, used_key], capture_output=True, text=True,

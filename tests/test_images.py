@@ -29,6 +29,7 @@ def _with_exif_orientation(jpeg: bytes, orientation: int, byte_order: str) -> by
     return jpeg[:2] + b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload + jpeg[2:]
 
 
+@pytest.mark.slow
 def test_probe_matches_the_decoded_size_of_every_unusual_image(tmp_path):
     for kind, path in write_unusual_images(tmp_path).items():
         data = path.read_bytes()

@@ -25,6 +25,8 @@ import pytest
 
 from conftest import REPO, backend_params
 
+pytestmark = pytest.mark.slow  # kills a training process and resumes it in another
+
 EPOCHS = 2
 SAMPLES = 14
 BATCH = 3

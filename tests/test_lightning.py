@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TRAIN, torchrun
+from conftest import TRAIN, VAL, torchrun
 
 lightning = pytest.importorskip("lightning", reason="needs the [lightning] extra (pip install dali-bridge[lightning])")
 
@@ -23,7 +23,6 @@ from dali_bridge.lightning import DataModule, EpochLoader  # noqa: E402
 
 BATCH = 5          # 37 samples, drop: 7 batches an epoch
 STEPS_PER_EPOCH = 7
-VAL = Path(__file__).resolve().parents[1] / "pipelines" / "imagenet_val.yaml"
 
 
 def overrides(root: Path) -> dict:
@@ -62,6 +61,7 @@ def trainer(tmp_path: Path, **extra) -> "lightning.Trainer":
     return lightning.Trainer(**settings)
 
 
+@pytest.mark.slow
 def test_fit_iterates_each_epoch_in_the_bridges_order_without_sampler_replacement(sample_root, tmp_path, caplog):
     from dali_bridge import build_loader
 
@@ -82,6 +82,7 @@ def test_fit_iterates_each_epoch_in_the_bridges_order_without_sampler_replacemen
 
 
 @pytest.mark.parametrize("step, position", [(9, (1, 2)), (7, (1, 0))], ids=["mid-epoch", "epoch-end"])
+@pytest.mark.slow
 def test_resume_from_a_checkpoint_sees_the_remaining_indices(sample_root, tmp_path, step, position):
     saver = lightning.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=step,
                                                         save_top_k=-1, filename="{step}")
@@ -98,6 +99,7 @@ def test_resume_from_a_checkpoint_sees_the_remaining_indices(sample_root, tmp_pa
     assert resumed.seen == first.seen[step:]
 
 
+@pytest.mark.slow
 def test_a_datamodule_serves_a_second_fit_with_new_loaders(sample_root, tmp_path):
     module = DataModule(train=TRAIN, overrides=small(sample_root))
     runs = []
@@ -209,6 +211,7 @@ def test_a_train_pipeline_whose_ranks_would_step_apart_is_refused(sample_root, c
     module.teardown("fit")
 
 
+@pytest.mark.slow
 def test_without_lightning_the_import_names_the_extra():
     code = textwrap.dedent("""
         import sys

@@ -149,6 +149,7 @@ def test_mixup_lambda_fails_the_test_for_another_alpha():
 
 
 @pytest.mark.parametrize("size", [(224, 224), (30, 17)])
+@pytest.mark.slow
 def test_cutmix_corrected_lambda_and_box_follow_torchvisions_over_ten_thousand_batches(size):
     from scipy.stats import ks_2samp
     from torchvision.transforms import v2

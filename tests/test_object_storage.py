@@ -24,6 +24,8 @@ from dali_bridge.storage import ObjectStore, StorageError, redact, require_clien
 import s3_fixtures
 from s3_fixtures import PLANTED_KEY_ID, PLANTED_SECRET, free_port, s3_client, upload_folder
 
+pytestmark = pytest.mark.slow  # local S3 and HTTP servers, retries and timeouts
+
 # The loopback servers' fixtures, used by name below.
 moto_endpoint, http_folder, fault_proxy = s3_fixtures.moto_endpoint, s3_fixtures.http_folder, s3_fixtures.fault_proxy
 

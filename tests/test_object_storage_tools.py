@@ -25,6 +25,7 @@ def bucket(moto_endpoint: str, request: pytest.FixtureRequest, monkeypatch: pyte
     return name
 
 
+@pytest.mark.slow
 def test_convert_to_s3_writes_shards_indexes_and_manifest_that_list_like_local_ones(sample_root, bucket, tmp_path):
     result = convert(sample_root, f"s3://{bucket}/out/train-%06d.tar", shard_size=10)
     assert result.pattern == f"s3://{bucket}/out/train-{{000000..000003}}.tar"

@@ -43,6 +43,7 @@ def test_nearest_stays_exact_under_fast_parity():
 
 
 @pytest.mark.parametrize("backend", backend_params(["dali-cpu"]))
+@pytest.mark.slow
 def test_fast_parity_differs_from_torchvision_only_in_the_outermost_rows_and_columns(backend, sample_root):
     overrides = {"source.root": str(sample_root), "batch_size": 8, "parity": "fast", **UINT8}
     fast = [batch for batch, _ in build_loader(TRAIN, backend, overrides=overrides)]

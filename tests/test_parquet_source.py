@@ -233,6 +233,7 @@ def test_convert_packs_parquet_rows_into_shards_byte_for_byte(hf_dataset, tmp_pa
     assert shards.paths[0].endswith("#train-00000-of-00002/00000000.jpg")
 
 
+@pytest.mark.slow
 def test_without_pyarrow_the_listing_names_the_extra(tmp_path):
     code = textwrap.dedent(f"""
         import sys

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CPU_BACKENDS, needs_cpu_backends, plan_of
+from conftest import CPU_BACKENDS, REPO, needs_cpu_backends, plan_of
 from pinned_variants import VARIANTS
 
-HERE = Path(__file__).resolve().parent
+HERE = REPO / "tests"  # the worker and the pins
 WORKER = HERE / "pinned_worker.py"
 PINNED: dict[str, dict[str, list[str]]] = json.loads((HERE / "pinned_outputs.json").read_text())
 SAMPLE_SET = "c6d831f8"  # first 8 hex digits of the generated set's digest (see sample_set_digest)
@@ -89,12 +89,14 @@ def test_the_generated_sample_set_is_the_one_the_digests_were_computed_on(sample
 
 @pytest.mark.parametrize("backend", ["dali-cpu", "torchvision"])
 @pytest.mark.parametrize("name", list(VARIANTS))
+@pytest.mark.slow
 def test_pipeline_outputs_are_bit_identical_to_the_pinned_digests(pinned_run, name, backend):
     digests, out = pinned_run
     got = digests[name][backend]
     assert got == PINNED[name][backend], what_moved(out, name, backend, got)
 
 
+@pytest.mark.slow
 def test_a_moved_batch_is_reported_by_pipeline_batch_and_difference(pinned_run):
     digests, out = pinned_run
     changed = list(digests["train"]["torchvision"])

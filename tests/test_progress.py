@@ -58,6 +58,7 @@ def test_a_terminal_gets_a_tqdm_bar_and_quiet_gets_nothing():
     assert isinstance(progress(total=3, unit="batch", description="x", stream=io.StringIO()), Progress)
 
 
+@pytest.mark.slow
 def test_run_prints_progress_lines_into_a_log(sample_root, write_pipeline, capfd):
     from dali_bridge.cli import main
 

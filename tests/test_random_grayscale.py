@@ -41,6 +41,7 @@ def _colours_where_rounding_matters() -> np.ndarray:
     return np.stack([r[chosen], g[chosen], b[chosen]], axis=1).astype(np.uint8)
 
 
+@pytest.mark.slow
 def test_dali_grey_levels_equal_torchvision_rgb_to_grayscale_exactly():
     from nvidia.dali import fn, pipeline_def
     from torchvision.transforms.v2 import functional as F

@@ -76,6 +76,7 @@ def test_links_point_at_files_and_headings_that_exist(page):
             assert anchor in _anchors(path), f"{page.name} links to missing heading {target}#{anchor}"
 
 
+@pytest.mark.slow
 def test_python_loop_runs_as_printed(tmp_path, monkeypatch, capsys):
     loop = next(b for b in blocks("python") if "init_process_group" not in b)
     shutil.copytree(REPO / "pipelines", tmp_path / "pipelines")
@@ -88,6 +89,7 @@ def test_python_loop_runs_as_printed(tmp_path, monkeypatch, capsys):
     assert shape.strip() == "(24, 3, 224, 224)"
 
 
+@pytest.mark.slow
 def test_soft_target_loop_runs_as_printed(tmp_path, monkeypatch):
     loop = next(b for b in blocks("python") if "CrossEntropyLoss" in b)
     shutil.copytree(REPO / "pipelines", tmp_path / "pipelines")

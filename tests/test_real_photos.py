@@ -23,7 +23,8 @@ PHOTOS = 26
 NORMALIZE = {"normalize": {"mean": MEAN, "std": STD}}
 CROP_FLIP = [{"random_resized_crop": [96, 80]}, {"horizontal_flip": 0.5}]
 
-pytestmark = needs_cpu_backends
+pytestmark = [pytest.mark.slow,  # whole epochs of the real photos on both CPU backends
+              needs_cpu_backends]
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,8 @@ from dali_bridge.loader import Loader
 from dali_bridge.sources import SourceError
 from hostile import (BROKEN_KINDS, BROKEN_REASONS, break_file, make_unreadable, tiny_jpeg, write_image_folder)
 
+pytestmark = pytest.mark.slow  # every failure case on each backend, loaders' lifecycle
+
 BACKENDS = backend_params()
 BATCH = 4
 SIZE = 24

@@ -183,6 +183,7 @@ def test_states_saved_before_repeated_augmentation_still_load_and_a_mismatch_is_
             repeated.load_state_dict(old)
 
 
+@pytest.mark.slow
 def test_ops_after_the_finish_draw_each_repeat_anew(sample_root):
     """random_erasing runs on the finished batch in the loader: its draws key on the repeat number too."""
     from dali_bridge.loader import build_loader

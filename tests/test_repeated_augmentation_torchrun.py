@@ -18,6 +18,8 @@ import pytest
 
 from conftest import backend_params, torchrun
 
+pytestmark = pytest.mark.slow  # starts torchrun ranks
+
 SAMPLES = 13
 BATCH = 4
 WORLD = 2

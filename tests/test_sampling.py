@@ -207,6 +207,7 @@ def _torchvision_rrc(monkeypatch, height, width, u, scale, ratio):
     return params["top"], params["left"], params["height"], params["width"]
 
 
+@pytest.mark.slow
 def test_rrc_window_equals_torchvision_random_resized_crop(monkeypatch):
     rng = random.Random(0)
     cases = 0
@@ -221,6 +222,7 @@ def test_rrc_window_equals_torchvision_random_resized_crop(monkeypatch):
     assert cases == 600
 
 
+@pytest.mark.slow
 def test_rrc_window_with_imagenet_defaults_on_many_image_sizes(monkeypatch):
     scale, ratio = [0.08, 1.0], [3 / 4, 4 / 3]
     stream = uniforms(0, 0, np.arange(400), 1, 2 * RRC_ATTEMPTS + 2)

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import REPO
 from dali_bridge.spec import (OpSpec, PipelineSpec, Problem, SpecError, load_spec, parse_override,
                               spec_from_dict)
 
-REPO = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((REPO / "pipelines").glob("*.yaml"))
 
 # A small valid pipeline; tests replace parts of it.

@@ -88,6 +88,7 @@ def test_sample_image_rejects_bad_arguments() -> None:
         sample_size(0, seed=-1)
 
 
+@pytest.mark.slow
 def test_images_have_natural_statistics_not_noise() -> None:
     bpps = []
     for i in range(12):
@@ -158,6 +159,7 @@ def test_imagefolder_compatible(tmp_path: Path) -> None:
         assert int(Path(path).stem.split("_")[1]) % 3 == label
 
 
+@pytest.mark.slow
 def test_generation_is_byte_identical_and_seeded(tmp_path: Path) -> None:
     a = generate_sample_data(tmp_path / "a", images=8, classes=2, seed=11, workers=1)
     b = generate_sample_data(tmp_path / "b", images=8, classes=2, seed=11, workers=2)  # pool == serial
@@ -265,6 +267,7 @@ for path in sorted(root.rglob('*.jpg')):
 
 @pytest.mark.skipif(__import__("platform").machine() not in ("x86_64", "AMD64"),
                     reason="the optional CPU features named here are x86-64's")
+@pytest.mark.slow
 def test_the_generated_set_is_the_same_bytes_whatever_simd_kernels_numpy_dispatches_to(tmp_path):
     """numpy picks its exp/sin/power kernels by the CPU's features at run time; disabling the
     optional ones (AVX-512, AVX2: what another CPU may lack) must not change one byte of the set."""

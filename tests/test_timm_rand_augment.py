@@ -34,6 +34,7 @@ def test_timm_options_need_the_timm_variant():
     assert step.op.draw_count(step.params) == 15
 
 
+@pytest.mark.slow
 def test_level_arguments_equal_timm_level_to_arg(monkeypatch):
     augment = timm_augment()
     for name in NAMES:
@@ -156,6 +157,7 @@ def test_timm_variant_equals_torchvision_backend_exactly_on_dali_cpu(mixed_root)
 
 
 @needs_cpu_backends
+@pytest.mark.slow
 def test_timm_variant_after_a_random_resized_crop_amplifies_its_rounding_within_the_pinned_bound(sample_root):
     """As for torchvision's policies (tests/test_auto_augment.py): DALI's resize rounds up to 1 level
     differently, and solarize thresholds, posterize bits, equalize and autocontrast mappings turn some of those

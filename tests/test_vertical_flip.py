@@ -49,6 +49,7 @@ def test_flip_rate_matches_torchvision_random_vertical_flip_within_three_sigma(p
     [{"resize": 128}, {"vertical_flip": 0.5}, {"center_crop": [112, 100]},
      {"normalize": {"dtype": "float16", "layout": "HWC"}}],
 ], ids=["after-a-random-resized-crop", "between-resize-and-crop-float16-hwc"])
+@pytest.mark.slow
 def test_vertical_flip_matches_torchvision_on_dali_cpu(sample_root, ops):
     from test_equivalence import assert_within_bounds, pipeline, run_compare
 

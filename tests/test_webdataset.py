@@ -398,6 +398,7 @@ def batches(loader) -> list[tuple[torch.Tensor, ...]]:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_shards_give_the_folders_batches_pixel_for_pixel(backend, sample_root, shard_dir):
     uint8 = {"ops.2": {"normalize": {"dtype": "uint8", "layout": "HWC"}}}
     for epoch in (0, 1):
@@ -424,6 +425,7 @@ def test_ranks_read_every_shard_sample_exactly_once_per_epoch(backend, shard_dir
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_a_shard_run_resumes_mid_epoch_with_the_same_batches(backend, shard_dir):
     whole = build_loader(TRAIN, backend, overrides=shard_overrides(shard_dir))
     whole.set_epoch(2)

@@ -8,17 +8,18 @@ import logging
 import os
 import signal
 import threading
-from pathlib import Path
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 import dali_bridge.backends.torchvision as tv
-from conftest import VAL, child_processes
+from conftest import REPO, VAL, child_processes
 from dali_bridge import build_loader
 from dali_bridge.backends.torchvision import WorkerError
 from dali_bridge.spec import SpecError, load_spec
+
+pytestmark = pytest.mark.slow  # kills and stops DataLoader workers and waits out the stall bound
 
 BATCH = 2  # 37 samples: 19 batches, far more than the 2 a worker prefetches
 
@@ -148,7 +149,7 @@ def test_a_full_dev_shm_is_a_clear_error_and_leaves_no_segment_behind(sample_roo
         pytest.skip("needs util-linux unshare")
     script = tmp_path / "iterate.py"
     script.write_text(_ITERATE)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     command = (f"mount -t tmpfs -o size=1m tmpfs /dev/shm || exit 77; "
                f"{sys.executable} {script} {VAL} {sample_root}; echo left: $(ls /dev/shm)")
     done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", command], env=env,
