@@ -18,7 +18,7 @@ is about twice that, cut to what the budget has left):
                      torchvision finishing on CUDA
   sync         30 s  one batch of each shipped pipeline on ``dali`` under
                      ``torch.cuda.set_sync_debug_mode("error")``: no host sync in the bridge's code
-  pytest       90 s  tests/test_gpu.py and tests/test_gpu_logic.py (JUnit XML: pytest.xml)
+  pytest       90 s  tests/backends/test_gpu.py and tests/backends/test_gpu_logic.py (JUnit XML: pytest.xml)
   memory_bench 90 s  GPU and pinned host memory after each backend's first batch, then a short
                      ``dali-bridge bench`` (bench.json) and DALI's threads at two settings
                      (bench_threads.json)
@@ -333,7 +333,7 @@ def check_pytest(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, 
     except ImportError:
         raise Skip("pytest is not importable here (run device_check.sh --stage on the build host and carry "
                    ".dali/pysite)") from None
-    files = ["tests/test_gpu.py", "tests/test_gpu_logic.py"]
+    files = ["tests/backends/test_gpu.py", "tests/backends/test_gpu_logic.py"]
     # A dry run only collects them (the suite runs them anyway): they import and their skips are known.
     mode = ["--collect-only"] if dry_run else [f"--junitxml={out / 'pytest.xml'}"]
     run = subprocess.run([sys.executable, "-m", "pytest", *files, "-q", "-rs", "-p", "no:cacheprovider", *mode],
