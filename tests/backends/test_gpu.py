@@ -2,7 +2,7 @@
 
 Every test here needs a CUDA device (elsewhere each is skipped with a reason saying what it
 checks); the `dali` ones also need DALI able to use it. ``benchmarks/device_check.sh`` runs this
-file on a GPU machine; tests/test_gpu_logic.py pins the same decisions on a CPU host with fakes.
+file on a GPU machine; tests/backends/test_gpu_logic.py pins the same decisions on a CPU host with fakes.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The photos are scikit-image's (:mod:`real_photos`: 13 photos, 7 colour and 6 greyscale, as JPEG at
 quality 75 4:2:0 and 95 4:4:4, 26 files). Each test runs ``dali-cpu`` against ``torchvision`` over
-the whole epoch, as ``tests/test_equivalence.py`` does; the bounds that hold everywhere are checked
+the whole epoch, as ``tests/backends/test_equivalence.py`` does; the bounds that hold everywhere are checked
 on the photos and on the generated test images alike. Figures that are measurements rather than
 guarantees (``parity: fast``) are pinned at what the photos gave; the generated images' are
 pinned beside their own tests (``test_parity.py``, ``test_color_jitter.py``, ``test_auto_augment.py``).

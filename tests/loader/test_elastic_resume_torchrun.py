@@ -1,7 +1,7 @@
 """Elastic resume under torchrun: 2 ranks take a few batches, are killed, and the job comes back on
 1 rank and on 3 ranks.
 
-As tests/test_distributed.py does, the test launches ``python -m torch.distributed.run --standalone``
+As tests/loader/test_distributed.py does, the test launches ``python -m torch.distributed.run --standalone``
 on this very file. ``stop``: 2 ranks (gloo) build the loader with no rank arguments, take
 ``KEPT`` batches of epoch 0 under each last-batch policy with ``repeated_augmentations: 2``, write
 their states and the rows they yielded, meet at a barrier and SIGKILL themselves. ``resume``: 1 or 3

@@ -1,6 +1,6 @@
 """Repeated augmentation under torchrun: 2 ranks, ``loader.repeated_augmentations: 3``.
 
-As tests/test_distributed.py does, the test launches ``python -m torch.distributed.run
+As tests/loader/test_distributed.py does, the test launches ``python -m torch.distributed.run
 --standalone --nproc_per_node=2`` on this very file; each rank joins a gloo process group, builds
 the loader with no rank arguments, runs one epoch and writes each sample index it yielded with a
 digest of its pixels to ``rank<N>.json``. The parent checks that over the ranks every sample came

@@ -159,7 +159,7 @@ def test_timm_variant_equals_torchvision_backend_exactly_on_dali_cpu(mixed_root)
 @needs_cpu_backends
 @pytest.mark.slow
 def test_timm_variant_after_a_random_resized_crop_amplifies_its_rounding_within_the_pinned_bound(sample_root):
-    """As for torchvision's policies (tests/test_auto_augment.py): DALI's resize rounds up to 1 level
+    """As for torchvision's policies (tests/ops/test_auto_augment.py): DALI's resize rounds up to 1 level
     differently, and solarize thresholds, posterize bits, equalize and autocontrast mappings turn some of those
     into large steps. Measured on the 37 test images: max 206 levels, mean 0.152."""
     from test_equivalence import pipeline, run_compare
