@@ -1,8 +1,9 @@
 """The pipeline's own keys besides ``source`` and ``ops``: ``version``, ``name``, ``backend``, ``parity``,
 ``outputs``, ``target`` and ``loader``.
 
-The loader keys are a table (:data:`LOADER_KEYS`): a new key is one row there and one field of
-:class:`~dali_bridge.spec.model.LoaderSpec` (its default).
+The loader keys are a table (:data:`LOADER_KEYS`): a new key is read by one row there into the
+:class:`~dali_bridge.spec.model.LoaderSpec` field of its name (which holds its default); what is left
+is its line in :meth:`~dali_bridge.spec.PipelineSpec.to_dict` and in the reference page.
 """
 from __future__ import annotations
 
