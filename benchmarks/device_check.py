@@ -18,7 +18,7 @@ is about twice that, cut to what the budget has left):
                      torchvision finishing on CUDA
   sync         30 s  one batch of each shipped pipeline on ``dali`` under
                      ``torch.cuda.set_sync_debug_mode("error")``: no host sync in the bridge's code
-  pytest       90 s  tests/test_gpu.py and tests/test_gpu_logic.py (JUnit XML: pytest.xml)
+  pytest       90 s  tests/backends/test_gpu.py and tests/backends/test_gpu_logic.py (JUnit XML: pytest.xml)
   memory_bench 90 s  GPU and pinned host memory after each backend's first batch, then a short
                      ``dali-bridge bench`` (bench.json) and DALI's threads at two settings
                      (bench_threads.json)
@@ -156,7 +156,7 @@ def level_differences(first, second) -> dict[str, Any]:
 def broken_folder(root: Path, *, images: int = 24,
                   bad: tuple[int, ...] = (9,)) -> tuple[Path, tuple[int, ...]]:
     """A small ImageFolder whose samples ``bad`` are JPEGs cut in their header (every decoder rejects them)."""
-    from dali_bridge.samples import generate_sample_data
+    from dali_bridge.synthetic import generate_sample_data
     from dali_bridge.sources import list_source
     from dali_bridge.spec import coerce_spec
 
@@ -192,7 +192,7 @@ def check_env(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, Any
 
 
 def check_data(data: Path, work: Path, out: Path, dry_run: bool, images: int = 256) -> dict[str, Any]:
-    from dali_bridge.samples import generate_sample_data
+    from dali_bridge.synthetic import generate_sample_data
     if not data.exists():
         generate_sample_data(data, images=images, classes=8, seed=0, workers=min(8, os.cpu_count() or 1))
     files = sorted(p for p in data.rglob("*.jpg"))
@@ -333,7 +333,7 @@ def check_pytest(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, 
     except ImportError:
         raise Skip("pytest is not importable here (run device_check.sh --stage on the build host and carry "
                    ".dali/pysite)") from None
-    files = ["tests/test_gpu.py", "tests/test_gpu_logic.py"]
+    files = ["tests/backends/test_gpu.py", "tests/backends/test_gpu_logic.py"]
     # A dry run only collects them (the suite runs them anyway): they import and their skips are known.
     mode = ["--collect-only"] if dry_run else [f"--junitxml={out / 'pytest.xml'}"]
     run = subprocess.run([sys.executable, "-m", "pytest", *files, "-q", "-rs", "-p", "no:cacheprovider", *mode],

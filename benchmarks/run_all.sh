@@ -2,8 +2,8 @@
 # Re-measure the main benchmark figures from a clean clone and rewrite benchmarks/README.md:
 #   bash benchmarks/run_all.sh            (about 10 minutes on 2 cores; more cores, more candidates)
 # Writes benchmarks/results/bench_train.{json,png} and bench_val.{json,png}, records its run in
-# bench_train_fast.json (next to the longer runs recorded there) and every shipped pipeline's
-# whole-epoch compare in compare_epochs.json, then
+# bench_train_fast.json (next to the longer runs benchmarks/parity_rounds.sh records there) and
+# every shipped pipeline's whole-epoch compare in compare_epochs.json, then
 # generates benchmarks/README.md from every file in results/. Measure on a quiet machine: every
 # JSON records the 1-minute load average before and after each candidate.
 #

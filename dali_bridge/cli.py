@@ -286,7 +286,7 @@ def _run_one(spec: PipelineSpec, backend: str, args: argparse.Namespace) -> dict
 
 def cmd_sample_data(args: argparse.Namespace) -> int:
     from .progress import progress as progress_bar
-    from .samples import ensure_sample_data, generate_sample_data
+    from .synthetic import ensure_sample_data, generate_sample_data
 
     with progress_bar(total=args.images, unit="image", description=f"sample-data {args.dir}",
                       enabled=not args.quiet) as bar:

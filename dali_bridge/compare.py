@@ -54,7 +54,7 @@ CPU_BOUNDS = Bounds()
 #   * Resampling on the GPU rounds like the CPU kernels: ±1 more, so at most 4 levels per pixel.
 #   * IDCT errors are rare (a few pixels per block at most) and resampling averages them, so the
 #     mean stays below 0.5 level; PNG and other non-JPEG files decode on the CPU either way.
-# Not measured here (no CUDA on the build machine); tests/test_equivalence.py checks it on GPU hosts.
+# Not measured here (no CUDA on the build machine); tests/backends/test_equivalence.py checks it on GPU hosts.
 NVJPEG_BOUNDS = Bounds(max_abs=4.0, mean_abs=0.5,
                        reason="nvJPEG vs libjpeg-turbo: IEEE 1180 IDCT (±1 per component) through YCbCr→RGB "
                               "(up to 2.8) and rounding, ±1 resampling")

@@ -48,11 +48,12 @@ from .formats import inspect_image
 from .storage import is_url
 from .images import ImageError
 from .parquet import ParquetSamples, list_parquet
-from .ops import is_int
+from .checks import is_int
 from .quoting import safe_name
 from .sources import (Listing, SourceError, list_file, list_folder, manifest_problem,
                       read_manifest_json)
-from .spec import DEFAULT_EXTENSIONS, NotUtf8Error
+from .spec import DEFAULT_EXTENSIONS
+from .text import NotUtf8Error
 
 MANIFEST_FORMAT = "dali-bridge/webdataset"
 MANIFEST_VERSION = 1

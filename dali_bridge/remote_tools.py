@@ -66,9 +66,9 @@ def _upload(store: ObjectStore, path: Path, url: str) -> str | None:
 def verify_url(manifest_url: str, *, progress: bool = False) -> list[str]:
     """:func:`~dali_bridge.convert.verify_shards` for a manifest at a URL: the problems found."""
     from .progress import progress as progress_bar
-    from .ops import is_int
+    from .checks import is_int
     from .sources import MAX_MANIFEST_BYTES, manifest_problem
-    from .spec import decode_utf8
+    from .text import decode_utf8
 
     store = store_for(manifest_url)
     answer = store.get([manifest_url])[0]

@@ -30,9 +30,10 @@ from .remote_shards import CachedShardSamples, RemoteShardSamples, list_remote_s
 from .shard_cache import ShardCache
 from .shards import ShardSamples, ShardScan, expand_braces, manifest_path, scan_shard
 from .storage import FetchError, ObjectInfo, ObjectStore, StorageError, is_url, store_for
-from .ops import is_int
+from .checks import is_int
 from .quoting import quoted, safe_name
-from .spec import DEFAULT_MAX_BYTES, NotUtf8Error, SourceSpec, decode_utf8
+from .spec import DEFAULT_MAX_BYTES, SourceSpec
+from .text import NotUtf8Error, decode_utf8
 from .wording import plural
 
 log = logging.getLogger("dali_bridge")
@@ -359,7 +360,7 @@ MAX_MANIFEST_BYTES = 256 << 20
 
 def read_manifest_json(manifest: str | Path) -> Any:
     """A converter's manifest file as JSON, read within :data:`MAX_MANIFEST_BYTES`. Raises
-    ``OSError``, :class:`~dali_bridge.spec.NotUtf8Error`, or ``ValueError``/``RecursionError``
+    ``OSError``, :class:`~dali_bridge.text.NotUtf8Error`, or ``ValueError``/``RecursionError``
     (not JSON); each caller names the file its own way."""
     with open(manifest, "rb") as handle:
         return json.loads(decode_utf8(handle.read(MAX_MANIFEST_BYTES + 1), str(manifest)))

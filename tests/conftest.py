@@ -71,7 +71,7 @@ def backend_params(names: list[str] = ["dali-cpu", "torchvision", "dali"]) -> li
 @pytest.fixture(scope="session")
 def sample_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """37 natural-looking JPEGs in 3 classes (an odd count, so partial batches happen)."""
-    from dali_bridge.samples import generate_sample_data
+    from dali_bridge.synthetic import generate_sample_data
 
     root = tmp_path_factory.mktemp("samples")
     generate_sample_data(root, images=37, classes=3, seed=1, workers=1)

@@ -1,4 +1,4 @@
-"""Decode mutated images in this (expendable) process: run by ``tests/test_fuzz_decode.py`` in a
+"""Decode mutated images in this (expendable) process: run by ``tests/hostile/test_fuzz_decode.py`` in a
 subprocess, so that a decoder crash shows as a failed test rather than a dead pytest.
 
 * ``python fuzz_decode_worker.py decoders COUNT SEED REPORT``: each of ``COUNT`` mutated images

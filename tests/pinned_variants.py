@@ -1,4 +1,4 @@
-"""The pipelines whose outputs are pinned bit for bit (tests/test_pinned_outputs.py): the shipped
+"""The pipelines whose outputs are pinned bit for bit (tests/backends/test_pinned_outputs.py): the shipped
 pipelines and variants covering every resize method of the DALI backend, a mid-pipeline flip,
 crop_mirror_normalize and float16 HWC. Shared by the test and its worker process."""
 from __future__ import annotations

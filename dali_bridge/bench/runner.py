@@ -31,7 +31,7 @@ def data_overrides(data: str | None) -> dict[str, Any]:
     if data in (None, "source"):
         return {}
     if data == "sample":
-        from ..samples import ensure_sample_data
+        from ..synthetic import ensure_sample_data
 
         root = default_data_dir()
         ensure_sample_data(root, **SAMPLE_SET)

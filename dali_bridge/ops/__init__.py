@@ -47,9 +47,9 @@ Adding an op
    (``draws``, ``transform``) and methods, one instance built with the name, kind, parameters
    and documentation, and ``REGISTERED = (that instance,)``.
 2. Add ``"<name>"`` to ``_MODULES`` in :mod:`dali_bridge.ops.registry`.
-3. Write ``tests/test_<name>.py``: equivalence with torchvision on ``dali-cpu`` (within 1 level),
+3. Write ``tests/ops/test_<name>.py``: equivalence with torchvision on ``dali-cpu`` (within 1 level),
    the sampler's rate against torchvision's own transform (within 3 sigma), and add the op to a
-   pipeline of ``tests/test_plan.py``'s ``PIPELINES`` (the GPU graph equals the CPU graph).
+   pipeline of ``tests/backends/test_plan.py``'s ``PIPELINES`` (the GPU graph equals the CPU graph).
 
 ``vertical_flip`` (torchvision's ``RandomVerticalFlip``) and ``random_grayscale``
 (``RandomGrayscale``) are the worked examples; ``docs/adding-an-op.md`` walks through them.

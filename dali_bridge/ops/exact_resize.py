@@ -7,7 +7,7 @@ Arguments are pure numpy, built on the thread that feeds DALI; DALI is imported 
 :meth:`ResizeMethod.graph`.
 
 The torchvision backend resizes uint8 images with F.resize, whose sampling differs from a plain
-DALI fn.resize in three ways, each measured on the sample images (see tests/test_equivalence.py):
+DALI fn.resize in three ways, each measured on the sample images (see tests/backends/test_equivalence.py):
   * nearest: torchvision takes source pixel floor(x * in/out) (PyTorch's legacy "nearest"); DALI
     samples pixel centres, floor((x + 0.5) * in/out): up to 192 levels apart. Shifting DALI's
     region of interest by half an output pixel gives torchvision's grid; where x * in/out is an

@@ -12,7 +12,7 @@ the same normalised Gaussian window (its docs give the kernel, not the border; t
 as reflection without repeating the edge pixel, torch's ``reflect``, on the striped test image)
 and rounds to nearest; it runs the kernel as two 1-D passes where torch runs one 2-D convolution, so the sums
 differ in float32's last bits and a pixel sitting on a half level may round the other way. Measured
-against ``F.gaussian_blur`` on dali-cpu (tests/test_gaussian_blur.py): noise, photo-like, grey,
+against ``F.gaussian_blur`` on dali-cpu (tests/ops/test_gaussian_blur.py): noise, photo-like, grey,
 flat and striped images, kernel sizes 1 to 31, sigma 0.1 to 8: at most 1 level, mean under 0.001;
 after a centre crop over the unusual-image corpus (grayscale-origin, CMYK, PNG kinds, 1x1 to
 4000x3000): at most 1 level, mean 0.00001. That is within the project's bound (1 level, mean 0.25),

@@ -7,7 +7,7 @@ multiply-add (one rounding to float32 of ``sum + alpha * channel``; separate rou
 on 21 of the 16.7 M colours). DALI's colour-space conversion uses other coefficients, so the DALI
 fragment spells the formula out: in float64, where ``sum + alpha * channel`` is exact, rounded
 to float32 after each step as the fused multiply-add rounds, then floored — equal to torchvision
-on every one of the 16.7 M colours (tests/test_random_grayscale.py).
+on every one of the 16.7 M colours (tests/ops/test_random_grayscale.py).
 """
 from __future__ import annotations
 

@@ -1,0 +1,124 @@
+"""Problems and their collector: every problem of a pipeline file is gathered in one pass, each at
+``file:line:column`` (or the override that set it) with its key path, and raised together as one
+:class:`SpecError`; the two key readers every section uses (an integer, a choice) report through it.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from ..checks import choice_checker, is_int, shown, type_name
+from ..ops import REQUIRED  # the marker of a value with no default, for keys as for op parameters
+from ..quoting import quoted, shortened
+from ..wording import problem_list
+
+
+def format_path(path: Sequence[Any]) -> str:
+    """``("ops", 1, "resize", "size")`` → ``ops[1].resize.size``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            text = str(part)
+            out += ("." if out else "") + (text if len(text) <= 80 else quoted(text))
+    return out or "<top level>"
+
+
+MISSING_SOURCE = "missing source"  # Problem.kind of a source path that does not exist (load_spec check_sources)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation problem: where (``file:line:col`` or the override), the key path, the message;
+    ``kind`` tells apart the problems a caller may treat otherwise (:data:`MISSING_SOURCE`)."""
+    where: str
+    path: str
+    message: str
+    kind: str = field(default="", compare=False)
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.path}: {self.message}"
+
+
+class SpecError(ValueError):
+    """A pipeline file (or its overrides) is invalid; ``problems`` lists every problem found."""
+
+    def __init__(self, problems: Sequence[Problem], source: str = "pipeline"):
+        self.problems = list(problems)
+        self.source = source
+        super().__init__(problem_list(source, self.problems))
+
+
+class ProblemCollector:
+    """Collects problems; knows where each key path came from."""
+
+    def __init__(self, filename: str, marks: dict[tuple, str], override_origin: dict[tuple, str]):
+        self.filename = filename
+        self.marks = marks
+        self.override_origin = override_origin
+        self.problems: list[Problem] = []
+
+    def where(self, path: tuple) -> str:
+        # An override of a prefix replaced what the file had there, so it wins over the file's marks.
+        for n in range(len(path), -1, -1):
+            if path[:n] in self.override_origin:
+                return self.override_origin[path[:n]]
+        for n in range(len(path), -1, -1):
+            if path[:n] in self.marks:
+                return self.marks[path[:n]]
+        return self.filename
+
+    def add(self, path: tuple, message: str, kind: str = "") -> None:
+        self.problems.append(Problem(self.where(path), format_path(path), shortened(message), kind))
+
+    def unknown_keys(self, mapping: Mapping, allowed: Iterable[str], path: tuple, what: str) -> None:
+        allowed = list(allowed)
+        for key in mapping:
+            if key not in allowed:
+                hint = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+                suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
+                self.add(path + (key,), f"unknown key {quoted(str(key))} in {what} (expected one of: "
+                                        f"{', '.join(allowed)}){suggestion}")
+
+    def mapping(self, data: Any, path: tuple, what: str) -> dict | None:
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            self.add(path, f"expected {what} as a mapping, found {type_name(data)} {quoted(data)}")
+            return None
+        return data
+
+
+def check_choice(chk: ProblemCollector, mapping: dict, key: str, path: tuple, choices: tuple, default: Any) -> Any:
+    """A key whose value is one of ``choices``; ``default`` when the mapping lacks it."""
+    if key not in mapping:
+        return default
+    value, message = choice_checker(choices)(mapping[key])
+    if message:
+        chk.add(path + (key,), message)
+    return value
+
+
+def check_int(chk: ProblemCollector, mapping: dict, key: str, path: tuple, default: Any, minimum: int,
+              allow_none: bool = False, maximum: tuple[int, str] | None = None) -> Any:
+    """An integer key >= ``minimum``; ``maximum``: (the largest allowed, why) for a bounded count."""
+    if key not in mapping:
+        if default is REQUIRED:
+            chk.add(path or (key,), f"missing required key '{format_path(path + (key,))}' "
+                                    f"(expected an integer >= {minimum})")
+            return None
+        return default
+    value = mapping[key]
+    if value is None and allow_none:
+        return None
+    if not is_int(value):
+        chk.add(path + (key,), f"expected an integer >= {minimum}{' or null' if allow_none else ''}, "
+                               f"found {type_name(value)} {quoted(value)}")
+    elif value < minimum:
+        chk.add(path + (key,), f"expected an integer >= {minimum}, found {shown(value)}")
+    elif maximum is not None and value > maximum[0]:
+        chk.add(path + (key,), f"expected an integer >= {minimum}, at most {maximum[0]} ({maximum[1]}), "
+                               f"found {shown(value)}")
+    return value

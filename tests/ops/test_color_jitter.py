@@ -1,0 +1,227 @@
+"""color_jitter: torchvision's ColorJitter — its factors, order and kernels on every backend (in torch
+after the DALI graph on DALI backends), and the sampler's distribution against torchvision's own."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import MEAN, STD, needs_cpu_backends, plan_of
+
+from dali_bridge.plan import placement
+from dali_bridge.spec import SpecError
+
+DRAWS = 10_000
+JITTER = {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.1}
+
+
+
+def write_mixed_images(root: Path) -> Path:
+    """8 JPEGs smaller and larger than a 64 x 64 output, colour and grey-origin (mode L), in 2 classes."""
+    from PIL import Image
+
+    rng = np.random.default_rng(5)
+    for n, (height, width, grey) in enumerate([(40, 30, False), (300, 200, False), (48, 90, True), (180, 140, True),
+                                               (64, 64, False), (120, 50, False), (33, 200, True), (90, 90, False)]):
+        y, x = np.mgrid[0:height, 0:width]
+        base = np.stack([128 + 100 * np.sin(x / 7.0 + c) * np.cos(y / 11.0 - c) for c in range(3)], axis=2)
+        pixels = np.clip(base + rng.normal(0, 12, base.shape), 0, 255).astype(np.uint8)
+        image = Image.fromarray(pixels).convert("L") if grey else Image.fromarray(pixels)
+        folder = root / f"class_{n % 2}"
+        folder.mkdir(exist_ok=True)
+        image.save(folder / f"img_{n}.jpg", quality=90)
+    return root
+
+
+@pytest.fixture(scope="module")
+def mixed_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_mixed_images(tmp_path_factory.mktemp("jitter"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters: torchvision's ColorJitter._check_input
+
+def test_single_values_become_torchvision_ranges_and_identity_ranges_are_skipped():
+    params = plan_of([{"center_crop": 8}, {"color_jitter": {"brightness": 0.4, "contrast": 1.5, "saturation": [1, 1],
+                                                           "hue": 0.1}}]).steps[1].params
+    assert params == {"brightness": [0.6, 1.4], "contrast": [0.0, 2.5], "saturation": None, "hue": [-0.1, 0.1]}
+    assert plan_of([{"center_crop": 8}, {"color_jitter": 0.3}]).steps[1].params["brightness"] == [0.7, 1.3]
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("hue", 0.6, "within [-0.5, 0.5]"), ("brightness", -0.1, "non-negative"), ("contrast", [1.5, 0.5], "low <= high"),
+    ("saturation", "lots", "a number or [low, high]")])
+def test_bad_jitter_ranges_name_the_field_and_what_is_expected(field, value, expected):
+    with pytest.raises(SpecError) as error:
+        plan_of([{"center_crop": 8}, {"color_jitter": {field: value}}])
+    assert f"color_jitter.{field}" in str(error.value) and expected in str(error.value)
+
+
+def test_under_exact_parity_the_torch_tail_starts_at_the_resize_before_it():
+    plan = plan_of([{"center_crop": 300}, {"random_resized_crop": 224}, {"horizontal_flip": 0.5},
+                    {"color_jitter": JITTER}, {"normalize": {"mean": MEAN, "std": STD}}])
+    assert [s.kind for s in plan.dali_steps] == ["center_crop"]
+    assert [s.kind for s in plan.torch_tail] == ["random_resized_crop", "horizontal_flip", "color_jitter"]
+    no_resize = plan_of([{"center_crop": 224}, {"color_jitter": JITTER}, {"normalize": {}}])
+    assert [s.kind for s in no_resize.dali_steps] == ["center_crop"]
+
+
+def test_color_jitter_runs_in_torch_after_the_dali_graph_which_ends_with_a_uint8_finish():
+    plan = plan_of([{"random_resized_crop": 224}, {"horizontal_flip": 0.5}, {"color_jitter": JITTER},
+                    {"normalize": {"mean": MEAN, "std": STD}}], parity="fast")
+    assert [s.kind for s in plan.dali_steps] == ["random_resized_crop", "horizontal_flip"]
+    assert [s.kind for s in plan.torch_tail] == ["color_jitter"]
+    for backend, device in (("dali", "cuda"), ("dali-cpu", "cpu")):
+        stages = placement(plan, backend)
+        names = [s.stage for s in stages]
+        assert names.index("finish") < names.index("color_jitter")
+        tail = stages[names.index("color_jitter"):]
+        assert [(s.stage, s.device) for s in tail] == [("color_jitter", device), ("finish", device)]
+        assert all(s.implementation.startswith("torch after DALI") for s in tail)
+        assert stages[names.index("finish")].implementation == "fn.crop_mirror_normalize (uint8, CHW)"
+        assert any(s.implementation == "fused into fn.crop_mirror_normalize" for s in stages)
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel: torchvision's own ColorJitter given the same drawn parameters
+
+@pytest.mark.slow
+def test_kernel_equals_torchvision_color_jitter_transform_given_the_same_parameters():
+    from torchvision.transforms import v2
+
+    plan = plan_of([{"center_crop": 8}, {"color_jitter": JITTER}])
+    step = plan.steps[1]
+    transform = step.op.torchvision_transforms(step.params)[0]
+    assert isinstance(transform, v2.ColorJitter)
+    image = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (3, 37, 29), dtype=np.uint8))
+    rng = np.random.default_rng(1)
+    for u in rng.random((64, step.op.draws)):
+        (jitter,) = step.op.sample(step.params, u, 37, 29)
+        params = dict(fn_idx=torch.tensor(jitter.order), brightness_factor=jitter.brightness,
+                      contrast_factor=jitter.contrast, saturation_factor=jitter.saturation, hue_factor=jitter.hue)
+        assert torch.equal(step.op.torchvision_kernel(image, (jitter,)), transform.transform(image, params))
+
+
+# ---------------------------------------------------------------------------------------------
+# Distribution: 10,000 draws against torchvision's own make_params with its own RNG
+
+def _ours(params: dict) -> list:
+    from dali_bridge.sampling import draws
+
+    plan = plan_of([{"center_crop": 8}, {"color_jitter": params}])
+    step, rows = plan.steps[1], draws(plan, seed=0, epoch=0, indices=np.arange(DRAWS))[1]
+    return [step.op.sample(step.params, row, 8, 8)[0] for row in rows]
+
+
+def _theirs(params: dict) -> list[dict]:
+    from torchvision.transforms import v2
+
+    torch.manual_seed(0)
+    transform = v2.ColorJitter(**params)
+    return [transform.make_params([]) for _ in range(DRAWS)]
+
+
+@pytest.mark.slow
+def test_jitter_factors_follow_torchvision_distribution_kolmogorov_smirnov():
+    from scipy.stats import ks_2samp
+
+    params = {"brightness": 0.4, "contrast": [0.2, 1.8], "saturation": 0.9, "hue": 0.3}
+    ours, theirs = _ours(params), _theirs(params)
+    for name in ("brightness", "contrast", "saturation", "hue"):
+        mine = np.array([getattr(j, name) for j in ours])
+        their = np.array([p[f"{name}_factor"] for p in theirs])
+        assert ks_2samp(mine, their).pvalue > 0.001, name
+        if isinstance(params[name], list):
+            assert params[name][0] <= mine.min() and mine.max() <= params[name][1]
+    hue = np.array([j.hue for j in ours])
+    assert -0.3 <= hue.min() < -0.29 and 0.29 < hue.max() <= 0.3
+
+
+@pytest.mark.slow
+def test_adjustment_order_follows_torchvision_randperm_chi_square():
+    from itertools import permutations
+
+    from scipy.stats import chi2_contingency, chisquare
+
+    ours, theirs = _ours(JITTER), _theirs(JITTER)
+    orders = {order: n for n, order in enumerate(permutations(range(4)))}
+    mine = np.bincount([orders[j.order] for j in ours], minlength=24)
+    their = np.bincount([orders[tuple(p["fn_idx"].tolist())] for p in theirs], minlength=24)
+    assert chisquare(mine).pvalue > 0.001  # uniform over the 24 orders
+    assert chi2_contingency(np.stack([mine, their])).pvalue > 0.001  # and as torchvision's
+
+
+# ---------------------------------------------------------------------------------------------
+# On the backends
+
+@needs_cpu_backends
+@pytest.mark.parametrize("ops", [
+    [{"center_crop": 64}, {"horizontal_flip": 0.5}, {"color_jitter": JITTER},
+     {"normalize": {"mean": MEAN, "std": STD}}],
+    [{"color_jitter": {"brightness": [0.0, 2.0], "contrast": [0.0, 2.0], "saturation": [0.0, 3.0], "hue": 0.5}},
+     {"center_crop": 64}, {"normalize": {"dtype": "uint8"}}],
+], ids=["after-crop-and-flip", "first-extreme-factors"])
+@pytest.mark.slow
+def test_color_jitter_equals_torchvision_exactly_on_dali_cpu(mixed_root, ops):
+    """Smaller and larger images than the output, grey-origin ones among them: the DALI graph's crop
+    and flip are exact, so the torch tail's output equals torchvision's to the level."""
+    from test_equivalence import pipeline, run_compare
+
+    result = run_compare(pipeline(mixed_root, ops, batch_size=3))
+    image = result.output("image")
+    assert result.samples == 8 and result.passed, result.format()
+    assert image.max_abs == 0.0, result.format()
+
+
+@needs_cpu_backends
+@pytest.mark.slow
+def test_color_jitter_after_a_random_resized_crop_equals_torchvision_under_exact_parity(sample_root):
+    """Under ``parity: exact`` (the default) the resize before the jitter runs in the torch tail as
+    torchvision's kernel, so the jitter sees torchvision's pixels and gives them back to the level."""
+    from test_equivalence import pipeline, run_compare
+
+    ops = [{"random_resized_crop": [96, 80]}, {"horizontal_flip": 0.5}, {"color_jitter": JITTER},
+           {"normalize": {"mean": MEAN, "std": STD}}]
+    result = run_compare(pipeline(sample_root, ops))
+    assert result.passed and result.output("image").max_abs == 0.0, result.format()
+
+
+@needs_cpu_backends
+@pytest.mark.slow
+def test_color_jitter_after_a_dali_resize_amplifies_its_rounding_within_the_pinned_bound(sample_root):
+    """Under ``parity: fast`` the resize stays in DALI, up to 1 level off torchvision's in rounding; jitter's
+    factors (up to 1.4 here) and the hue round trip through HSV (a 1-level change of a nearly grey pixel
+    moves its hue) amplify that in a few pixels. Measured on the 37 test images: max 10 levels, mean 0.15."""
+    from test_equivalence import pipeline, run_compare
+
+    ops = [{"random_resized_crop": [96, 80]}, {"horizontal_flip": 0.5}, {"color_jitter": JITTER},
+           {"normalize": {"mean": MEAN, "std": STD}}]
+    result = run_compare({**pipeline(sample_root, ops), "parity": "fast"})
+    image = result.output("image")
+    assert result.output("index").mismatches == 0 and result.output("label").mismatches == 0
+    assert 1.0 < image.max_abs <= 12.0 and image.mean_abs <= 0.25, result.format()
+
+
+@needs_cpu_backends
+def test_skipped_samples_leave_the_torch_tail_parameters_with_their_own_images(mixed_root, tmp_path):
+    """A file that cannot be decoded is skipped: the feeder's tail parameters stay aligned with the kept
+    images, so dali-cpu still equals torchvision sample for sample."""
+    import shutil
+
+    from dali_bridge.loader import build_loader
+
+    root = tmp_path / "with_a_broken_file"
+    shutil.copytree(mixed_root, root)
+    (root / "class_0" / "img_00_broken.jpg").write_bytes(b"not a jpeg")
+    data = {"version": 1, "source": {"type": "folder", "root": str(root)}, "batch_size": 4, "seed": 11,
+            "outputs": ["image", "label", "index"], "loader": {"workers": 1, "on_error": "skip"},
+            "ops": [{"center_crop": 64}, {"color_jitter": JITTER}, "trivial_augment_wide"]}
+    found = {}
+    for backend in ("dali-cpu", "torchvision"):
+        with build_loader(data, backend) as loader:
+            batches = list(loader)
+            assert len(loader.skipped) == 1
+        found[backend] = (torch.cat([b[0] for b in batches]), torch.cat([b[2] for b in batches]))
+    assert found["dali-cpu"][1].tolist() == found["torchvision"][1].tolist() and len(found["dali-cpu"][1]) == 8
+    assert torch.equal(found["dali-cpu"][0], found["torchvision"][0])

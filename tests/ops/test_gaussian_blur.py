@@ -1,0 +1,189 @@
+"""gaussian_blur: torchvision's GaussianBlur — DALI's fn.gaussian_blur within one level of
+F.gaussian_blur given the same sigma, the same pixels on every backend, and the sampler's sigma
+distributed as torchvision's make_params draws it."""
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+import torch
+from conftest import MEAN, STD, needs_cpu_backends
+
+from dali_bridge.images import ImageError
+from dali_bridge.plan import build_plan, placement
+from dali_bridge.spec import SpecError, spec_from_dict
+
+DRAWS = 10_000
+
+
+def spec_data(ops: list) -> dict:
+    return {"version": 1, "source": {"type": "folder", "root": "/nonexistent"}, "batch_size": 2, "ops": ops}
+
+
+def plan_of(ops: list):
+    return build_plan(spec_from_dict(spec_data(ops)))
+
+
+def test_gaussian_blur_shorthand_sets_a_square_kernel_with_torchvisions_default_sigma_and_keeps_the_size():
+    plan = plan_of([{"center_crop": 8}, {"gaussian_blur": 5}])
+    step = plan.steps[1]
+    assert step.kind == "gaussian_blur" and step.random
+    assert step.params == {"kernel_size": [5, 5], "sigma": [0.1, 2.0]}
+    assert plan.output_size == (8, 8)
+    assert [s.stage for s in placement(plan, "torchvision")][3] == "gaussian_blur"
+    assert ("gaussian_blur", "gpu") in [(s.stage, s.device) for s in placement(plan, "dali")]
+
+
+def test_gaussian_blur_takes_width_and_height_kernels_and_a_fixed_sigma():
+    step = plan_of([{"center_crop": 8}, {"gaussian_blur": {"kernel_size": [3, 7], "sigma": 1.5}}]).steps[1]
+    assert step.params == {"kernel_size": [3, 7], "sigma": [1.5, 1.5]}
+    (transform,) = step.op.torchvision_transforms(step.params)
+    assert list(transform.kernel_size) == [3, 7] and list(transform.sigma) == [1.5, 1.5]
+
+
+@pytest.mark.parametrize("params, expected", [
+    ({"kernel_size": 4}, "odd positive kernel sizes"),
+    ({"kernel_size": [3, 0]}, "odd positive kernel sizes"),
+    ({"kernel_size": "5"}, "an odd kernel size in pixels"),
+    ({"kernel_size": 5, "sigma": 0}, "both ends in (0.0, inf)"),
+    ({"kernel_size": 5, "sigma": [2.0, 1.0]}, "low <= high"),
+    ({"sigma": [0.1, 2.0]}, "kernel_size"),
+])
+def test_gaussian_blur_refuses_bad_parameters_naming_the_key(params, expected):
+    with pytest.raises(SpecError) as caught:
+        spec_from_dict(spec_data([{"center_crop": 8}, {"gaussian_blur": params}]))
+    assert "ops[1]" in str(caught.value) and expected in str(caught.value)
+
+
+def test_images_too_small_for_the_reflect_padding_are_a_sample_error_naming_the_sizes():
+    step = plan_of([{"center_crop": 8}, {"gaussian_blur": [9, 5]}]).steps[1]
+    assert step.op.sample(step.params, np.array([0.5]), 3, 5)  # pads 4 across a width of 5, 2 down a height of 3
+    for height, width in [(2, 40), (40, 4)]:
+        with pytest.raises(ImageError, match=rf"too small to blur.*{height}x{width}"):
+            step.op.sample(step.params, np.array([0.5]), height, width)
+
+
+def test_sigma_is_drawn_uniformly_in_float32_as_torchvision_does():
+    step = plan_of([{"center_crop": 8}, {"gaussian_blur": {"kernel_size": 3, "sigma": [0.5, 4.0]}}]).steps[1]
+    sigmas = [step.op.sample(step.params, np.array([u]), 8, 8)[0].sigma for u in (0.0, 0.5, 0.999999)]
+    assert sigmas[0] == 0.5 and sigmas[1] == 2.25 and sigmas[2] == float(np.float32(0.5 + 3.5 * 0.999999))
+
+
+def test_sigma_distribution_matches_torchvision_make_params_by_kolmogorov_smirnov():
+    from scipy.stats import ks_2samp, kstest
+    from torchvision.transforms import v2
+
+    from dali_bridge.sampling import draws, sample_steps
+
+    low, high = 0.1, 2.0
+    plan = plan_of([{"center_crop": 8}, {"gaussian_blur": 3}])
+    sample_draws = draws(plan, seed=0, epoch=0, indices=np.arange(DRAWS))
+    ours = np.array([sample_steps(plan, 10, 10, {1: sample_draws[1][i]})[1][0][0].sigma for i in range(DRAWS)])
+    torch.manual_seed(0)
+    blur = v2.GaussianBlur(3)
+    theirs = np.array([blur.make_params([])["sigma"][0] for _ in range(DRAWS)])
+    assert ours.min() >= low and ours.max() <= high
+    assert ks_2samp(ours, theirs).pvalue > 0.001
+    assert kstest(ours, "uniform", args=(low, high - low)).pvalue > 0.001
+
+
+def _blur_on_dali_cpu(step, images: list[np.ndarray], sigmas: list[float]) -> list[np.ndarray]:
+    """The op's own DALI fragment on dali-cpu, given each HWC uint8 image's sigma."""
+    from nvidia.dali import fn, pipeline_def
+
+    from dali_bridge.ops.gaussian_blur import Blur
+    from dali_bridge.plan import graph_context
+
+    kernel_x, kernel_y = step.params["kernel_size"]
+    plan = plan_of([{"center_crop": 8}, {"gaussian_blur": step.params}])
+    ctx = graph_context(plan, "cpu")
+    ctx.position = 1
+    concrete = [(Blur(sigma, kernel_x, kernel_y),) for sigma in sigmas]
+    arguments = step.op.dali_arguments(step, concrete, [image.shape[:2] for image in images], ctx)
+
+    @pipeline_def(batch_size=len(images), num_threads=1, device_id=None)
+    def graph():
+        image = fn.external_source(source=[images], batch=True, cycle=True, layout="HWC")
+        columns = {c.name: fn.external_source(source=[arguments[c.name]], batch=True, cycle=True)
+                   for c in step.op.dali_columns(step, ctx)}
+        return step.op.dali_graph(step, image, columns, ctx)
+
+    pipe = graph()
+    pipe.build()
+    (out,) = pipe.run()
+    return [np.array(out[i]) for i in range(len(images))]
+
+
+def _test_images() -> list[np.ndarray]:
+    """HWC uint8: noise (every level next to every other), a photo-like scene, a grey one, flat and edges."""
+    from dali_bridge.synthetic import sample_image
+
+    rng = np.random.default_rng(0)
+    scene = np.asarray(sample_image(3, 0, size=(61, 83)))
+    grey = np.repeat(scene.mean(axis=2, keepdims=True).astype(np.uint8), 3, axis=2)
+    edges = np.zeros((40, 33, 3), dtype=np.uint8)
+    edges[:, ::2] = 255
+    return [rng.integers(0, 256, (37, 52, 3), dtype=np.uint8), scene, grey, edges,
+            np.full((16, 16, 3), 77, dtype=np.uint8)]
+
+
+@pytest.mark.parametrize("kernel_size", [[1, 1], [3, 3], [5, 9], [9, 1], [31, 31]])
+def test_dali_blur_is_within_one_level_of_torchvision_at_extreme_sigmas(kernel_size):
+    from torchvision.transforms.v2 import functional as F
+
+    step = plan_of([{"center_crop": 8}, {"gaussian_blur": {"kernel_size": kernel_size}}]).steps[1]
+    images = [image for image in _test_images() for _ in range(3)]
+    sigmas = [sigma for _ in _test_images() for sigma in (0.1, 1.3, 8.0)]
+    got = _blur_on_dali_cpu(step, images, sigmas)
+    differences = []
+    for image, sigma, ours in zip(images, sigmas, got):
+        want = F.gaussian_blur(torch.from_numpy(image).permute(2, 0, 1), kernel_size, [sigma, sigma])
+        assert ours.shape == image.shape and ours.dtype == np.uint8
+        differences.append(np.abs(ours.astype(int) - want.permute(1, 2, 0).numpy().astype(int)).ravel())
+    difference = np.concatenate(differences)
+    assert difference.max() <= 1 and difference.mean() <= 0.01
+    if kernel_size == [1, 1]:
+        assert difference.max() == 0  # a 1x1 Gaussian is the identity on both
+    else:
+        assert any(np.abs(image.astype(int) - ours).max() > 10 for image, ours in zip(images, got))  # it blurred
+
+
+
+
+@needs_cpu_backends
+@pytest.mark.parametrize("ops", [
+    [{"center_crop": 160}, {"gaussian_blur": {"kernel_size": 9, "sigma": [0.1, 5.0]}},
+     {"normalize": {"dtype": "uint8"}}],
+    [{"random_resized_crop": [96, 120]}, {"gaussian_blur": {"kernel_size": [23, 5], "sigma": [0.1, 8.0]}},
+     {"horizontal_flip": 0.5}, {"normalize": {"mean": MEAN, "std": STD}}],
+], ids=["center-crop-pads-small-images-uint8", "after-a-random-resized-crop-normalized"])
+@pytest.mark.slow
+def test_gaussian_blur_matches_torchvision_on_dali_cpu_over_unusual_images(corpus_root, ops):
+    from corpus import KINDS
+    from test_equivalence import assert_within_bounds, pipeline, run_compare
+
+    result = run_compare(pipeline(corpus_root, ops))
+    assert_within_bounds(result, samples=len(KINDS) + 10)
+
+
+@pytest.mark.parametrize("sigma", [[0.5, 2.0], 1.5], ids=["range", "fixed"])
+def test_plain_dali_baseline_blurs_with_a_range_or_a_fixed_sigma(sigma):
+    from nvidia.dali import fn, pipeline_def
+
+    from dali_bridge.plan import graph_context
+
+    plan = plan_of([{"center_crop": 8}, {"gaussian_blur": {"kernel_size": [5, 3], "sigma": sigma}}])
+    step, ctx = plan.steps[1], graph_context(plan, "cpu")
+    images = [np.random.default_rng(0).integers(0, 256, (20, 30, 3), dtype=np.uint8)] * 4
+
+    @pipeline_def(batch_size=len(images), num_threads=1, device_id=None)
+    def graph():
+        image = fn.external_source(source=[images], batch=True, cycle=True, layout="HWC")
+        return step.op.dali_baseline(step, image, ctx)
+
+    pipe = graph()
+    pipe.build()
+    (out,) = pipe.run()
+    for n in range(len(images)):
+        blurred = np.array(out[n]).astype(int)
+        assert blurred.shape == images[n].shape and np.abs(blurred - images[n]).mean() > 10  # sigma >= 0.5 blurs noise

@@ -1,0 +1,53 @@
+"""The header probe the DALI feeder uses must agree with what the reference decoder produces."""
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from dali_bridge.images import ImageError, decode_rgb, probe
+
+from corpus import write_unusual_images
+
+
+def _jpeg(height: int, width: int) -> bytes:
+    buffer = io.BytesIO()
+    ramp = np.linspace(0, 255, height * width * 3).reshape(height, width, 3).astype(np.uint8)
+    Image.fromarray(ramp).save(buffer, "JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def _with_exif_orientation(jpeg: bytes, orientation: int, byte_order: str) -> bytes:
+    """Insert an APP1 Exif segment holding only the orientation tag, in the given TIFF byte order."""
+    e = "<" if byte_order == "II" else ">"
+    tiff = byte_order.encode() + struct.pack(e + "HI", 42, 8) + struct.pack(e + "H", 1)
+    tiff += struct.pack(e + "HHIHH", 0x0112, 3, 1, orientation, 0) + struct.pack(e + "I", 0)
+    payload = b"Exif\x00\x00" + tiff
+    return jpeg[:2] + b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload + jpeg[2:]
+
+
+@pytest.mark.slow
+def test_probe_matches_the_decoded_size_of_every_unusual_image(tmp_path):
+    for kind, path in write_unusual_images(tmp_path).items():
+        data = path.read_bytes()
+        assert probe(data) == tuple(decode_rgb(data).shape[-2:]), kind
+
+
+@pytest.mark.parametrize("byte_order", ["II", "MM"])
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_jpeg_header_probe_applies_exif_orientation_in_either_byte_order(orientation, byte_order):
+    data = _with_exif_orientation(_jpeg(30, 50), orientation, byte_order)
+    expected = (50, 30) if orientation >= 5 else (30, 50)
+    assert probe(data) == expected
+    assert tuple(decode_rgb(data).shape[-2:]) == expected  # the reference decoder agrees
+
+
+def test_jpeg_header_probe_refuses_a_scan_without_a_frame_header_before_it():
+    data = _jpeg(30, 50)
+    sof = data.index(b"\xff\xc0")
+    with pytest.raises(ImageError, match="no frame header"):
+        probe(data[:sof] + b"\xff\xda\x00\x02" + data[-2:])
+    assert probe(data) == (30, 50)

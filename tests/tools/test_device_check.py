@@ -1,0 +1,173 @@
+"""``benchmarks/device_check.sh``: its control flow, exercised on a CPU host by ``--dry-run``, so the
+GPU check cannot rot while no GPU is around."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+SCRIPT = REPO / "benchmarks" / "device_check.sh"
+NAMES = ["env", "data", "device", "equivalence", "errors", "sync", "pytest", "memory_bench"]
+MAX_OUTPUT_FILES = 6   # what a device machine brings back: a few files, none deeper than two folders
+
+
+def dry_run(out: Path, budget: int) -> tuple[subprocess.CompletedProcess, dict]:
+    env = {**os.environ, "PYTHON": sys.executable, "CHECK_BUDGET_S": str(budget),
+           "CHECK_WORK": str(out.parent / "scratch")}
+    env.pop("OUT", None)
+    run = subprocess.run(["bash", str(SCRIPT), "--dry-run", str(out)], capture_output=True, text=True, env=env,
+                         timeout=budget + 60)
+    return run, json.loads((out / "device_check.json").read_text())
+
+
+@pytest.mark.slow
+def test_dry_run_runs_every_check_reports_the_gpu_ones_skipped_and_exits_0(tmp_path):
+    run, report = dry_run(tmp_path / "out", budget=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    by_name = {check["name"]: check for check in report["checks"]}
+    assert list(by_name) == NAMES and report["dry_run"] is True
+    assert by_name["device"]["status"] == by_name["memory_bench"]["status"] == "skipped"
+    assert by_name["device"]["reason"] == "dry run: no GPU used"
+    ran = [name for name in NAMES if by_name[name]["status"] != "skipped"]
+    assert all(by_name[name]["status"] == "passed" for name in ran), {n: by_name[n].get("reason") for n in ran}
+    assert report["summary"] == {"passed": len(ran), "failed": 0, "skipped": len(NAMES) - len(ran)}
+    if by_name["errors"]["status"] == "passed":   # raise yields the 2 batches before sample 9, skip keeps 23
+        results = by_name["errors"]["results"]
+        assert results["stand_in"] is True
+        assert results["torchvision on cpu"] == {"raise_yielded": 2, "skip_kept": 23, "skipped": [9],
+                                               "all_bad_batch_skipped": [4, 5, 6, 7]}
+    # What comes back: a few files directly in the output folder; the scratch data went elsewhere.
+    files = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert 1 <= len(files) <= MAX_OUTPUT_FILES, files
+    assert all(len(p.relative_to(tmp_path / "out").parts) <= 3 for p in files), files
+    assert {p.name for p in files} <= set(load_module().OUTPUT_FILES)
+    assert (tmp_path / "scratch" / "data").is_dir() and report["work"] == str(tmp_path / "scratch")
+    # The printed tail is a one-screen summary: a line per check with its status, then the total.
+    tail = run.stdout.strip().splitlines()[-(len(NAMES) + 2):]
+    assert "device check summary" in tail[0]
+    assert [line.split()[:2] for line in tail[1:-1]] == [[name, by_name[name]["status"]] for name in NAMES]
+    assert tail[-1].startswith("device check: ") and tail[-1].endswith(str(tmp_path / "out" / "device_check.json"))
+    assert all(len(line) <= 160 for line in tail)
+
+
+def load_module():
+    spec = importlib.util.spec_from_file_location("device_check", REPO / "benchmarks" / "device_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_checks_past_the_budget_are_skipped_and_said_so_and_limits_shrink_to_what_is_left(tmp_path, monkeypatch):
+    module = load_module()
+    clock = [0.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: clock[0])
+    limits = {}
+
+    def fake_run(name, *args, timeout, **kwargs):
+        limits[name] = timeout
+        clock[0] += 40.0                                     # every check takes 40 s
+        return {"seconds": 40.0, "status": "passed", "results": {}}
+
+    monkeypatch.setattr(module, "run_in_process", fake_run)
+    assert module.orchestrate(tmp_path / "out", budget=150, dry_run=False, images=4, data=None,
+                              work=tmp_path / "work") == 0
+    report = json.loads((tmp_path / "out" / "device_check.json").read_text())
+    # env (expects 5 s), data (15), device (30) start; equivalence expects 60 s with 30 s left: not started,
+    # while errors, which expects 30 s, still fits and runs
+    assert [c["status"] for c in report["checks"]] == ["passed"] * 3 + ["skipped", "passed"] + ["skipped"] * 3
+    assert report["checks"][3]["reason"] == "not run: expects ~60 s, 30 s of the 150 s budget left"
+    assert limits == {"env": 60, "data": 90, "device": 70, "errors": 30}   # its own limit, or what is left
+    assert sum(expected for _, _, expected, _ in module.CHECKS) <= 0.9 * 420   # well inside the default budget
+
+
+def test_the_scripts_header_gives_each_checks_expected_seconds_as_the_orchestrator_uses_them():
+    module = load_module()
+    listed = ", ".join(f"{name} {expected}" for name, _, expected, _ in module.CHECKS)
+    total = sum(expected for _, _, expected, _ in module.CHECKS)
+    assert f"#   {listed} ({total} in all)" in SCRIPT.read_text()
+
+
+def test_the_work_folder_must_lie_outside_the_output_folder(tmp_path):
+    module = load_module()
+    with pytest.raises(SystemExit, match="must be outside the output folder"):
+        module.orchestrate(tmp_path, budget=10, dry_run=True, images=4, data=None, work=tmp_path / "work")
+
+
+@pytest.mark.slow
+def test_on_a_cuda_host_where_dali_cannot_run_the_dali_checks_fail_not_skip(tmp_path, monkeypatch):
+    from dali_bridge.backends import select
+
+    module = load_module()
+    monkeypatch.setattr(module, "cuda_devices", lambda: 1)
+    monkeypatch.setattr(select, "unavailable_reason", lambda backend, host=None: "DALI not installed (pip ...)")
+    for name in ("device", "equivalence", "errors", "sync", "memory_bench"):
+        result = module.run_one(name, tmp_path / "data", tmp_path, tmp_path, False, 4)
+        assert result["status"] == "failed", (name, result)
+        assert result["reason"] == "AssertionError: 1 CUDA device(s) here, but dali cannot run: DALI not installed " \
+                                   "(pip ...)"
+    monkeypatch.setattr(module, "cuda_devices", lambda: 0)   # no CUDA at all: nothing to prove, skipped
+    assert module.run_one("device", tmp_path / "data", tmp_path, tmp_path, False, 4) == {
+        "status": "skipped", "reason": "no CUDA device here"}
+
+
+def test_the_memory_child_hands_its_result_over_in_a_file_not_on_stdout(tmp_path, monkeypatch, capsys):
+    module = load_module()
+    monkeypatch.setattr(module, "memory_of", lambda backend, data: print("a warning at exit") or {"backend": backend})
+    assert module.main(["--memory-of", "dali", "--data", str(tmp_path), "--result", str(tmp_path / "m.json")]) == 0
+    assert json.loads((tmp_path / "m.json").read_text()) == {"backend": "dali"}
+
+
+def test_exit_status_is_1_when_a_check_that_ran_failed(tmp_path, monkeypatch):
+    module = load_module()
+    outcomes = {"errors": {"status": "failed", "reason": "AssertionError: dali: yielded [] before the error"},
+                "device": {"status": "skipped", "reason": "needs a CUDA device"}}
+    monkeypatch.setattr(module, "run_in_process", lambda name, *a, **k: {"seconds": 0.0, **outcomes.get(
+        name, {"status": "passed", "results": {}})})
+    assert module.orchestrate(tmp_path / "out", budget=1000, dry_run=False, images=4, data=None,
+                              work=tmp_path / "work") == 1
+    report = json.loads((tmp_path / "out" / "device_check.json").read_text())
+    assert report["summary"] == {"passed": 6, "failed": 1, "skipped": 1} and report["exit_status"] == 1
+    monkeypatch.setattr(module, "run_in_process", lambda name, *a, **k: {"seconds": 0.0, "status": "skipped",
+                                                                         "reason": "needs a CUDA device"})
+    assert module.orchestrate(tmp_path / "out", budget=1000, dry_run=False, images=4, data=None,
+                              work=tmp_path / "work") == 0
+
+
+def test_the_bench_flags_the_check_uses_exist():
+    text = subprocess.run([sys.executable, "-m", "dali_bridge.cli", "bench", "--help"], capture_output=True,
+                          text=True, cwd=REPO).stdout
+    for flag in ("--data", "--backends", "--baselines", "--batches", "--warmup", "--repeat", "--json", "-q"):
+        assert f"{flag} " in text or f"{flag}," in text, f"dali-bridge bench has no {flag}: device_check.py uses it"
+
+
+def raised_in(*files: str) -> RuntimeError:
+    """A sync-debug error raised through frames in ``files`` (outermost first)."""
+    namespace: dict = {}
+    exec(compile("def f0():\n    raise RuntimeError('called a synchronizing CUDA operation')\n", files[-1], "exec"),
+         namespace)
+    for depth, name in enumerate(reversed(files[:-1]), 1):
+        exec(compile(f"def f{depth}():\n    f{depth - 1}()\n", name, "exec"), namespace)
+    try:
+        namespace[f"f{len(files) - 1}"]()
+    except RuntimeError as exc:
+        return exc
+    raise AssertionError("nothing raised")
+
+
+def test_the_sync_check_tells_torchvisions_kernels_from_the_bridges_code():
+    module = load_module()
+    in_torchvision = module.sync_site(raised_in("/repo/dali_bridge/ops/auto_augment.py",
+                                                "/site/torchvision/transforms/v2/functional/_geometry.py",
+                                                "/site/torch/_tensor.py"))
+    assert in_torchvision["in"] == "torchvision's kernels" and in_torchvision["bridge_frame"] == "auto_augment.py:2"
+    # the bridge's own torchvision backend module is the bridge's code, not torchvision's package
+    ours = module.sync_site(raised_in("/repo/dali_bridge/backends/torchvision.py", "/site/torch/_tensor.py"))
+    assert ours["in"] == "the bridge's code" and ours["bridge_frame"] == "torchvision.py:2"
+    assert ours["message"] == "called a synchronizing CUDA operation"

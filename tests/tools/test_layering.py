@@ -1,0 +1,64 @@
+"""Imports run one way: the executors sit side by side above what they share, and neither borrows
+from the other (what must be identical on every backend lives below both); the value checks and
+text helpers sit at the bottom, below the op layer; the spec layer is small modules."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from conftest import REPO
+
+PACKAGE = REPO / "dali_bridge"
+BACKENDS = PACKAGE / "backends"
+EXECUTORS = ("dali", "torchvision")
+# Modules at the bottom: they import nothing of the project but one another.
+LEAVES = ("checks", "text", "quoting", "wording")
+
+
+def imported_modules(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            names.add("." * node.level + (node.module or ""))
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_no_backend_executor_imports_another():
+    for name in EXECUTORS:
+        others = {f".{other}" for other in EXECUTORS if other != name} | \
+                 {f"dali_bridge.backends.{other}" for other in EXECUTORS if other != name}
+        assert not imported_modules(BACKENDS / f"{name}.py") & others, name
+
+
+def test_leaf_modules_import_nothing_of_the_project_but_one_another():
+    for name in LEAVES:
+        project = {m for m in imported_modules(PACKAGE / f"{name}.py") if m.startswith((".", "dali_bridge"))}
+        assert project <= {f".{leaf}" for leaf in LEAVES}, name
+
+
+def test_sources_and_the_converter_take_value_checks_and_utf8_from_the_leaves_not_the_op_layer():
+    for name in ("sources", "convert", "remote_tools"):
+        imported = imported_modules(PACKAGE / f"{name}.py")
+        assert not {m for m in imported if m == ".ops" or m.startswith((".ops.", "dali_bridge.ops"))}, name
+
+
+def test_no_spec_module_is_over_500_lines_nor_a_function_over_60():
+    for path in sorted((PACKAGE / "spec").glob("*.py")):
+        text = path.read_text()
+        assert len(text.splitlines()) <= 500, path.name
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert node.end_lineno - node.lineno + 1 <= 60, f"{path.name}: {node.name}"
+
+
+def test_every_relative_import_names_a_module_that_exists():
+    # Imports inside functions run only when called: one that moved with its module must still resolve.
+    for path in sorted(PACKAGE.rglob("*.py")):
+        package = path.relative_to(REPO).with_suffix("").parts[:-1]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level and node.module:
+                target = REPO.joinpath(*package[: len(package) - node.level + 1], *node.module.split("."))
+                assert target.with_suffix(".py").is_file() or (target / "__init__.py").is_file(), \
+                    f"{path.relative_to(REPO)}:{node.lineno}: from {'.' * node.level}{node.module}"
