@@ -26,6 +26,7 @@ from ..ops.base import Column
 from ..plan import Plan, graph_context, placement, roi_decode
 from ..sampling import BatchTask, draws, sample_steps
 from .finishing import finish_batch
+from .tail import run_tail
 from .device import (InFlightCopies, TailStream, dali_threads, gpu_target, keep_alive, mixed_decoder_arguments,
                      move_output)
 from ..sources import Listing
@@ -447,24 +448,20 @@ class DaliExecutor:
         return keep_alive(tensor, outputs) if tensor is view else tensor
 
     def _run_torch_tail(self, images, tail: list[list], border: list) -> torch.Tensor:
-        """The plan's torch tail on the graph's uint8 CHW output: each sample's remaining steps as their
-        torchvision kernels, with the feeder's concrete parameters (Python values: nothing per sample
-        crosses between host and device), then the finish on the batch (the torchvision backend's own)."""
+        """The plan's torch tail on the graph's uint8 CHW output: each step on the batch (:func:`run_tail`),
+        with the feeder's concrete parameters (Python values: nothing per sample crosses between host and
+        device), then the finish on the batch (the torchvision backend's own)."""
         where = self._tail_device
         if images.is_dense_tensor():  # one size: a zero-copy view, border lines patched as without a tail
             batch = torch.from_dlpack(images.as_tensor())
             if border:
                 write_border(batch, *(torch.from_dlpack(lines.as_tensor()) for lines in border), "CHW")
-            samples = list(move_output(batch, where, self._in_flight))  # one copy for the batch, if any
+            samples = move_output(batch, where, self._in_flight)  # one copy for the batch, if any
         else:  # sizes differ until a later step sets the output size (a border patch is only for a last step)
             samples = [move_output(torch.from_dlpack(images[n]), where, self._in_flight) for n in range(len(images))]
-        done = []
-        for image, per_step in zip(samples, tail):
-            for step, (concrete, _) in zip(self.plan.torch_tail, per_step):
-                image = step.op.torchvision_kernel(image, concrete)
-            done.append(image)
+        done = run_tail(self.plan.torch_tail, samples, tail)  # each step on the batch (backends/tail.py)
         # A host tail's batch goes to the loader's device as uint8, in one copy; a GPU one is finished there.
-        return finish_batch(torch.stack(done), self.plan.finish, self.device if where.type == "cpu" else where)
+        return finish_batch(done, self.plan.finish, self.device if where.type == "cpu" else where)
 
     def _end_epoch(self) -> None:
         """Consume DALI's end-of-epoch signal and rewind for the next run."""

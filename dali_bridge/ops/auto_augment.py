@@ -153,6 +153,43 @@ def apply_operation(image: Any, operation: PolicyOperation, interpolation: str, 
     return kernels[name]()
 
 
+
+# Operations whose parameter a batched kernel takes per sample (ops/batched.py): one call per operation
+# drawn, whatever the magnitudes. The others (shear, translate, rotate: torchvision's affine grid per
+# magnitude) run once per (operation, magnitude) drawn, on the stacked group.
+_PER_SAMPLE_MAGNITUDE = {
+    "Brightness": ("adjust_brightness", lambda m: 1.0 + m), "Color": ("adjust_saturation", lambda m: 1.0 + m),
+    "Contrast": ("adjust_contrast", lambda m: 1.0 + m), "Sharpness": ("adjust_sharpness", lambda m: 1.0 + m),
+    "Posterize": ("posterize", int), "Solarize": ("solarize", lambda m: 255 * m),
+}
+_NO_MAGNITUDE = frozenset({"AutoContrast", "Equalize", "Invert"})
+
+
+def apply_operations(images: Any, operations: list[PolicyOperation | None], interpolation: str, fill: Any) -> Any:
+    """:func:`apply_operation` on a batch (N x C x H x W uint8): sample n gets ``operations[n]`` (None:
+    kept). Samples are grouped by operation — and by magnitude where the kernel takes one magnitude —
+    and each group runs in one call; the pixels are the per-sample kernel's."""
+    from . import batched
+
+    groups: dict[Any, list[int]] = {}
+    for row, operation in enumerate(operations):
+        if operation is None or operation.name == "Identity":
+            continue
+        name = operation.name
+        key = name if name in _PER_SAMPLE_MAGNITUDE or name in _NO_MAGNITUDE else (name, operation.magnitude)
+        groups.setdefault(key, []).append(row)
+
+    def kernel(key: Any, group: Any, rows: list[int]) -> Any:
+        if isinstance(key, tuple):  # one magnitude for the group: torchvision's own kernel on the stack
+            return apply_operation(group, operations[rows[0]], interpolation, fill)
+        if key in _NO_MAGNITUDE:
+            return apply_operation(group, operations[rows[0]], interpolation, fill)
+        function, parameter = _PER_SAMPLE_MAGNITUDE[key]
+        return getattr(batched, function)(group, [parameter(operations[row].magnitude) for row in rows])
+
+    return batched.by_group(images, groups, kernel)
+
+
 def fill_checker(value: Any) -> tuple[Any, str | None]:
     """torchvision's ``fill``: null (zeros), one level or one per channel (R, G, B), in 0-255 levels."""
     if value is None or is_number(value):
@@ -188,6 +225,19 @@ class Policy(Op):
         for operation in draw.operations:
             image = apply_operation(image, operation, draw.interpolation, fill)
         return image
+
+    def batch_kernel(self, images, concrete):
+        from .batched import stacked
+
+        batch = stacked(images)
+        if batch is None:
+            return None
+        draws = [c[0] for c in concrete]
+        fill = list(draws[0].fill) if isinstance(draws[0].fill, tuple) else draws[0].fill  # the step's: one per plan
+        for layer in range(max((len(draw.operations) for draw in draws), default=0)):
+            layer_operations = [draw.operations[layer] if layer < len(draw.operations) else None for draw in draws]
+            batch = apply_operations(batch, layer_operations, draws[0].interpolation, fill)
+        return batch
 
     def torchvision_stage(self, params) -> str:
         return (f"torchvision's operation kernels as {self.transform} draws them "
@@ -247,6 +297,13 @@ class RandAugment(Policy):
         if isinstance(concrete[0], TimmDraw):
             return apply_timm(image, concrete[0])
         return super().torchvision_kernel(image, concrete)
+
+    def batch_kernel(self, images, concrete):
+        from .timm_rand_augment import TimmDraw
+
+        if concrete and isinstance(concrete[0][0], TimmDraw):
+            return None  # timm's operations are PIL's: per sample on the host
+        return super().batch_kernel(images, concrete)
 
     def draw_operations(self, params, u, height, width):
         names = tuple(_ORIGINAL)
@@ -378,6 +435,27 @@ class AugMix(Op):
                 augmented = apply_operation(augmented, operation, draw.interpolation, fill)
             mix.add_(augmented.to(torch.float32) * weight)
         return mix.to(image.dtype)  # truncation, as torchvision's
+
+    def batch_kernel(self, images, concrete):
+        import torch
+
+        from .batched import per_sample, stacked
+
+        batch = stacked(images)
+        if batch is None:
+            return None
+        draws = [c[0] for c in concrete]
+        fill = list(draws[0].fill) if isinstance(draws[0].fill, tuple) else draws[0].fill  # the step's: one per plan
+        # Per-sample weights as (N, 1, 1, 1) float32: the same products as by each sample's float32 scalar.
+        mix = batch.to(torch.float32) * per_sample([draw.original_weight for draw in draws], batch)
+        for chain in range(len(draws[0].chains)):
+            augmented = batch
+            for depth in range(max(len(draw.chains[chain]) for draw in draws)):
+                operations = [draw.chains[chain][depth] if depth < len(draw.chains[chain]) else None
+                              for draw in draws]
+                augmented = apply_operations(augmented, operations, draws[0].interpolation, fill)
+            mix.add_(augmented.to(torch.float32) * per_sample([draw.chain_weights[chain] for draw in draws], batch))
+        return mix.to(batch.dtype)
 
     def torchvision_transforms(self, params):
         from torchvision.transforms import v2
