@@ -14,8 +14,9 @@ import os
 import threading
 import weakref
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import replace
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -331,6 +332,11 @@ class DaliExecutor:
         self._open_runs = 0
         self._in_flight = InFlightCopies()
         self._gpu_decode_check: Any = None  # built on the first batch that fails on the GPU
+        # dali-cpu with a torch tail: the tail (and the finish) of batch k runs in a thread of its own while
+        # DALI runs batch k+1, both releasing the GIL. Only for a host target: a CUDA one is finished on
+        # the consumer's thread, where its current stream is.
+        host_tail = not gpu and bool(plan.torch_tail) and self.device.type == "cpu"
+        self._tail_thread = ThreadPoolExecutor(1, thread_name_prefix="dali-bridge-tail") if host_tail else None
 
     def _pipeline(self):
         if self.pipe is None:
@@ -346,30 +352,56 @@ class DaliExecutor:
             self.feeder.start(tasks[position:])
             self._held = None
             failure = None
+            converting: deque = deque()  # batches DALI ran, in order: see _start_converting
+            fetched = position
             try:
                 while position < len(tasks):
-                    try:
-                        meta, outputs = self._next_batch(pipe)
-                    except StopIteration:  # the feeder ended early: should not happen
-                        raise RuntimeError("DALI pipeline ended before the epoch's batches were produced") from None
-                    except Exception as exc:  # DALI failed the batch at ``position``
-                        failure = exc
+                    # With a tail thread, batch k+1's DALI run overlaps batch k's conversion there.
+                    while fetched < len(tasks) and failure is None and len(converting) < self._ahead:
+                        try:
+                            meta, outputs = self._next_batch(pipe)
+                        except StopIteration:  # the feeder ended early: should not happen
+                            raise RuntimeError("DALI pipeline ended before the epoch's batches were produced") from None
+                        except Exception as exc:  # DALI failed the batch at ``fetched``
+                            failure = exc
+                            break
+                        converting.append(self._start_converting(outputs, meta))
+                        fetched += 1
+                    if not converting:  # the batches before the failed one are all yielded
                         break
-                    if meta["error"] is not None:
-                        raise meta["error"]
                     # Not DALI's: a failure converting (the torch tail, DLPack, a CUDA allocation) is raised as it is.
-                    batch = self._convert(outputs, meta)
+                    pending = converting.popleft()
+                    batch = pending.result() if isinstance(pending, Future) else pending()
                     position, retries = position + 1, 0  # counted once it converted: a failure blames this batch
                     yield batch
             except BaseException:  # a sample error, a failure after DALI, or the consumer leaving
-                self._discard()
+                self._discard(converting)
                 raise
             if failure is None:
                 self._end_epoch()
                 return
-            self._discard()
+            self._discard(converting)
             retries += 1
             self._recover(tasks[position], failure, retries)
+
+    @property
+    def _ahead(self) -> int:
+        """Batches taken from DALI before the oldest is handed over: two with a tail thread (one converting
+        there while DALI runs the next), else one, converted when it is handed over."""
+        return 2 if self._tail_thread is not None else 1
+
+    def _start_converting(self, outputs: Any, meta: dict[str, Any]) -> "Future | Callable[[], RawBatch]":
+        """The batch's RawBatch to come: the tail thread's future when there is one, else a callable that
+        converts it; either raises its sample error (under ``raise``) or the conversion's failure."""
+        if meta["error"] is not None:
+            error = meta["error"]
+
+            def raise_error() -> RawBatch:
+                raise error
+            return raise_error
+        if self._tail_thread is None or not meta["fed"]:
+            return lambda: self._convert(outputs, meta)
+        return self._tail_thread.submit(self._convert, outputs, meta)
 
     def _next_batch(self, pipe) -> tuple[dict[str, Any], Any]:
         """The next batch's meta and DALI outputs, in the loader's order. An unfed batch (see
@@ -474,9 +506,14 @@ class DaliExecutor:
             pass
         self.pipe.reset()
 
-    def _discard(self) -> None:
-        """Throw the pipeline away after an error or an early exit (prefetched batches included)."""
+    def _discard(self, converting: deque | None = None) -> None:
+        """Throw the pipeline away after an error or an early exit (prefetched batches included), once
+        no conversion still reads its outputs in the tail thread."""
         self.feeder.stop()
+        futures = [pending for pending in converting or () if isinstance(pending, Future)]
+        for future in futures:
+            future.cancel()
+        wait(futures)
         pipe, self.pipe = self.pipe, None
         del pipe
 
@@ -504,6 +541,9 @@ class DaliExecutor:
         return self._gpu_decode_check.rejects(data)
 
     def close(self) -> None:
+        if self._tail_thread is not None:  # first: a conversion under way still reads the pipeline's outputs
+            self._tail_thread.shutdown(wait=True, cancel_futures=True)
+            self._tail_thread = None
         self._discard()
 
 
