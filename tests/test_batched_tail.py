@@ -114,6 +114,9 @@ POLICIES = {
     "color_jitter-wide": {"brightness": [0.0, 3.0], "contrast": [0.0, 4.0], "saturation": [0.0, 5.0],
                           "hue": [-0.5, 0.5]},
     "color_jitter-two": {"contrast": 0.9, "hue": 0.1},
+    "random_grayscale": {"probability": 0.5},
+    "gaussian_blur": {"kernel_size": 5, "sigma": [0.1, 2.0]},
+    "gaussian_blur-fixed": {"kernel_size": [3, 7], "sigma": 1.5},
 }
 
 
@@ -203,7 +206,7 @@ def aten_calls(step, batch: torch.Tensor, concrete: list[tuple]) -> int:
 
 
 @pytest.mark.parametrize("name", ["trivial_augment_wide", "rand_augment", "auto_augment", "augmix",
-                                  "color_jitter-wide"])
+                                  "color_jitter-wide", "random_grayscale", "gaussian_blur-fixed"])
 def test_the_tails_aten_calls_follow_the_operations_drawn_not_the_batch_size(images, name):
     op_name = name.split("-")[0]
     step, concrete = drawn(op_name, POLICIES[name], 8, 1)
@@ -232,3 +235,38 @@ def test_colour_jitters_aten_calls_per_batch_do_not_grow_with_the_batch(images):
 def test_ops_without_a_batch_kernel_fall_back_to_the_per_sample_loop(images):
     assert OPS["vertical_flip"].batch_kernel(images, []) is None
     assert OPS["horizontal_flip"].batch_kernel(images, []) is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: on a CPU host there is no CUDA "
+                                                          "arithmetic to compare the batch kernels with")
+@pytest.mark.parametrize("name", ["trivial_augment_wide", "rand_augment", "augmix", "color_jitter-wide",
+                                  "gaussian_blur"])
+def test_on_cuda_a_batch_kernel_gives_the_per_sample_cuda_kernels_pixels(images, name):
+    op_name = name.split("-")[0]
+    on_gpu = images.cuda()
+    step, concrete = drawn(op_name, POLICIES[name], len(images), 0)
+    assert_same_pixels(step.op.batch_kernel(on_gpu, concrete).cpu(), per_sample(step.op, on_gpu, concrete).cpu(),
+                       f"{name} on CUDA")
+
+
+def torchs_fused_multiply_add(base: torch.Tensor, other: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """torch's own ``base.add_(other, alpha=a)``, one scalar alpha per sample: the reference."""
+    return torch.stack([b.clone().add_(o, alpha=float(a)) for b, o, a in zip(base, other, alpha.flatten())])
+
+
+def test_the_per_sample_fused_multiply_add_rounds_as_torchs_own_on_midpoints_and_random_values():
+    from dali_bridge.ops.batched import fused_multiply_add
+
+    # Sums whose float64 value is exactly a float32 midpoint though the exact sum is not: rounding the
+    # float64 value again would round to even, the wrong way (errors of both signs).
+    a, b = 1 + 2.0 ** -23, 2.0 ** -24 * (1 + 2.0 ** -18)
+    base = torch.tensor([[a], [-a], [a], [1.0]], dtype=torch.float64).float().view(4, 1, 1, 1)
+    other = torch.tensor([1 - 2.0 ** -18, -(1 - 2.0 ** -18), 1.0, 1 - 2.0 ** -18]).float().view(4, 1, 1, 1)
+    alpha = torch.tensor([b, b, b, b]).float().view(4, 1, 1, 1)
+    assert torch.equal(fused_multiply_add(base, other, alpha), torchs_fused_multiply_add(base, other, alpha))
+    assert fused_multiply_add(base, other, alpha)[0].item() == a   # not 1 + 2**-22, the even neighbour
+    g = torch.Generator().manual_seed(0)
+    base = (torch.rand((6, 3, 8, 8), generator=g) * 300).float()
+    other = (torch.rand((6, 3, 8, 8), generator=g) * 255).floor()
+    alpha = torch.tensor([1e-9, 0.3, 1 - 2.0 ** -24, 1.7, -0.99, 2.0 ** -30]).float().view(6, 1, 1, 1)
+    assert torch.equal(fused_multiply_add(base, other, alpha), torchs_fused_multiply_add(base, other, alpha))

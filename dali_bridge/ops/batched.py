@@ -67,9 +67,11 @@ def fused_multiply_add(base: torch.Tensor, other: torch.Tensor, alpha: torch.Ten
     part = total - wide
     error = (wide - (total - part)) + (product - part)
     rounded = total.float()
+    if total.device.type == "cpu" and not bool(error.any()):  # the sum was exact: one rounding already
+        return rounded  # (checked on the CPU only: on a GPU the check would wait for the device)
     back = rounded.double()
-    neighbour = torch.where(back > total, torch.nextafter(rounded, rounded.new_tensor(-float("inf"))),
-                            torch.nextafter(rounded, rounded.new_tensor(float("inf"))))
+    infinity = torch.full_like(rounded, float("inf"))  # filled on the device: no host copy
+    neighbour = torch.where(back > total, torch.nextafter(rounded, -infinity), torch.nextafter(rounded, infinity))
     midpoint = (back + neighbour.double()) / 2 == total  # exact: two float32 values summed in float64
     upper, lower = torch.maximum(rounded, neighbour), torch.minimum(rounded, neighbour)
     return torch.where(midpoint & (error > 0), upper, torch.where(midpoint & (error < 0), lower, rounded))
@@ -130,7 +132,8 @@ def adjust_sharpness(images: torch.Tensor, factors: Sequence[float]) -> torch.Te
         return images
     a, b = 1.0 / 13.0, 5.0 / 13.0
     kernel = torch.tensor([[a, a, a], [a, b, a], [a, a, a]], dtype=torch.float32)
-    kernel = (kernel if images.device.type == "cpu" else kernel.to(images.device)).expand(channels, 1, 3, 3)
+    kernel = (kernel if images.device.type == "cpu" else kernel.to(images.device, non_blocking=True))
+    kernel = kernel.expand(channels, 1, 3, 3)
     output = images.to(dtype=torch.float32, copy=True)
     blurred = conv2d(output, kernel, groups=channels).round_()
     view = output[..., 1:-1, 1:-1]
