@@ -93,6 +93,19 @@ def test_every_policy_operation_at_every_bin_and_sign_gives_the_per_sample_kerne
             assert torch.equal(got[row], want), f"{space} {operation} ({interpolation}, fill {fill}) on row {row}"
 
 
+@pytest.mark.parametrize("interpolation", ["nearest", "bilinear"])
+def test_rotations_by_quarter_turns_of_square_images_take_torchvisions_fast_path_too(images, interpolation):
+    square = images[..., :48]
+    table = magnitudes("wide", "Rotate", 31, 48, 48)
+    assert 90.0 in table and 0.0 in table   # bins torchvision rotates by rot90 or a copy
+    operations = [PolicyOperation("Rotate", sign * m) for m in table for sign in (1, -1)]
+    for start in range(0, len(operations), len(square)):
+        chosen = operations[start:start + len(square)]
+        got = apply_operations(square[:len(chosen)], chosen, interpolation, None)
+        for row, operation in enumerate(chosen):
+            assert torch.equal(got[row], apply_operation(square[row], operation, interpolation, None)), operation
+
+
 def drawn(op_name: str, params: dict, count: int, seed: int) -> tuple:
     """The step of ``op_name`` with ``params`` and ``count`` samples' concrete parameters at SIZE."""
     plan = plan_of([{"random_resized_crop": {"size": list(SIZE)}}, {op_name: params}])

@@ -155,14 +155,58 @@ def apply_operation(image: Any, operation: PolicyOperation, interpolation: str, 
 
 
 # Operations whose parameter a batched kernel takes per sample (ops/batched.py): one call per operation
-# drawn, whatever the magnitudes. The others (shear, translate, rotate: torchvision's affine grid per
-# magnitude) run once per (operation, magnitude) drawn, on the stacked group.
+# drawn, whatever the magnitudes; shear, translate and rotate together take one matrix per sample.
 _PER_SAMPLE_MAGNITUDE = {
     "Brightness": ("adjust_brightness", lambda m: 1.0 + m), "Color": ("adjust_saturation", lambda m: 1.0 + m),
     "Contrast": ("adjust_contrast", lambda m: 1.0 + m), "Sharpness": ("adjust_sharpness", lambda m: 1.0 + m),
     "Posterize": ("posterize", int), "Solarize": ("solarize", lambda m: 255 * m),
 }
 _NO_MAGNITUDE = frozenset({"AutoContrast", "Equalize", "Invert"})
+_AFFINE = frozenset({"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"})
+
+
+def _inverse_matrix(operation: PolicyOperation, height: int, width: int) -> list[float]:
+    """The inverse affine matrix torchvision's ``affine_image``/``rotate_image`` builds for ``operation``
+    (as :func:`apply_operation` calls them), from the same private helper with the same arguments."""
+    from torchvision.transforms.v2.functional._geometry import _get_inverse_affine_matrix
+
+    name, magnitude = operation.name, operation.magnitude
+    if name == "Rotate":  # rotate_image: -angle about the centre, no expand
+        return _get_inverse_affine_matrix([0.0, 0.0], -(magnitude % 360), [0.0, 0.0], 1.0, [0.0, 0.0])
+    if name in ("ShearX", "ShearY"):  # affine_image about the top-left corner: centre [0, 0] in pixels
+        shear = math.degrees(math.atan(magnitude))
+        return _get_inverse_affine_matrix([-width * 0.5, -height * 0.5], 0.0, [0.0, 0.0], 1.0,
+                                          [shear, 0.0] if name == "ShearX" else [0.0, shear])
+    shift = [float(int(magnitude)), 0.0] if name == "TranslateX" else [0.0, float(int(magnitude))]
+    return _get_inverse_affine_matrix([0.0, 0.0], 0.0, shift, 1.0, [0.0, 0.0])
+
+
+def _rotates_by_copy(operation: PolicyOperation, height: int, width: int) -> bool:
+    """Whether torchvision's ``rotate_image`` takes a fast path (a copy or ``rot90``) for it."""
+    angle = operation.magnitude % 360
+    return operation.name == "Rotate" and (angle in (0, 180) or (height == width and angle in (90, 270)))
+
+
+def affine_operations(images: Any, operations: list[PolicyOperation], interpolation: str, fill: Any) -> Any:
+    """Shear, translate and rotate on a batch with a matrix per sample: torchvision's grid (its
+    ``_affine_grid`` arithmetic, the batch's matrices in one ``bmm``) and ``_apply_grid_transform``."""
+    import torch
+    from torchvision.transforms.v2.functional._geometry import _apply_grid_transform
+
+    def on_device(values: list) -> Any:  # built on the host, one copy per call to a GPU's batch
+        host = torch.tensor(values, dtype=torch.float32)
+        return host if images.device.type == "cpu" else host.to(images.device, non_blocking=True)
+
+    height, width = images.shape[-2:]
+    theta = on_device([_inverse_matrix(op, height, width) for op in operations]).reshape(-1, 2, 3)
+    base = torch.empty(1, height, width, 3, dtype=torch.float32, device=images.device)
+    base[..., 0].copy_(torch.linspace((1.0 - width) * 0.5, (width - 1.0) * 0.5, steps=width, device=images.device))
+    base[..., 1].copy_(torch.linspace((1.0 - height) * 0.5, (height - 1.0) * 0.5, steps=height,
+                                      device=images.device).unsqueeze_(-1))
+    base[..., 2].fill_(1)
+    rescaled = theta.transpose(1, 2).div_(on_device([0.5 * width, 0.5 * height]))
+    grid = base.view(1, height * width, 3).expand(len(operations), -1, -1).bmm(rescaled)
+    return _apply_grid_transform(images, grid.view(-1, height, width, 2), interpolation, fill=fill)
 
 
 def apply_operations(images: Any, operations: list[PolicyOperation | None], interpolation: str, fill: Any) -> Any:
@@ -176,14 +220,17 @@ def apply_operations(images: Any, operations: list[PolicyOperation | None], inte
         if operation is None or operation.name == "Identity":
             continue
         name = operation.name
-        key = name if name in _PER_SAMPLE_MAGNITUDE or name in _NO_MAGNITUDE else (name, operation.magnitude)
+        if _rotates_by_copy(operation, *images.shape[-2:]):  # torchvision's own kernel, once per angle
+            key: Any = (name, operation.magnitude)
+        else:
+            key = "affine" if name in _AFFINE else name
         groups.setdefault(key, []).append(row)
 
     def kernel(key: Any, group: Any, rows: list[int]) -> Any:
-        if isinstance(key, tuple):  # one magnitude for the group: torchvision's own kernel on the stack
+        if isinstance(key, tuple) or key in _NO_MAGNITUDE:  # one call of torchvision's own kernel on the stack
             return apply_operation(group, operations[rows[0]], interpolation, fill)
-        if key in _NO_MAGNITUDE:
-            return apply_operation(group, operations[rows[0]], interpolation, fill)
+        if key == "affine":
+            return affine_operations(group, [operations[row] for row in rows], interpolation, fill)
         function, parameter = _PER_SAMPLE_MAGNITUDE[key]
         return getattr(batched, function)(group, [parameter(operations[row].magnitude) for row in rows])
 
