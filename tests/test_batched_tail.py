@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from conftest import plan_of
+from conftest import backend_params, plan_of
 from dali_bridge.backends.tail import run_tail
 from dali_bridge.ops.auto_augment import (_SIGNED, SPACES, PolicyOperation, apply_operation, apply_operations,
                                           magnitudes)
@@ -283,3 +283,35 @@ def test_the_per_sample_fused_multiply_add_rounds_as_torchs_own_on_midpoints_and
     other = (torch.rand((6, 3, 8, 8), generator=g) * 255).floor()
     alpha = torch.tensor([1e-9, 0.3, 1 - 2.0 ** -24, 1.7, -0.99, 2.0 ** -30]).float().view(6, 1, 1, 1)
     assert torch.equal(fused_multiply_add(base, other, alpha), torchs_fused_multiply_add(base, other, alpha))
+
+
+@pytest.mark.parametrize("backend", backend_params(["dali-cpu"]))
+def test_a_dali_cpu_batchs_tail_launches_do_not_scale_with_the_batch_size(tmp_path, monkeypatch, backend):
+    from dali_bridge import build_loader
+    from dali_bridge.backends import dali as dali_backend
+    from hostile import write_image_folder
+
+    write_image_folder(tmp_path / "data", classes=2, per_class=16)
+    counts: list[int] = []
+    real = dali_backend.DaliExecutor._run_torch_tail
+
+    def counted(self, images, tail, border):
+        with AtenCalls() as calls:  # in the tail thread: dispatch modes are per thread
+            done = real(self, images, tail, border)
+        counts.append(calls.count)
+        return done
+
+    monkeypatch.setattr(dali_backend.DaliExecutor, "_run_torch_tail", counted)
+    per_batch = {}
+    for batch_size in (8, 32):
+        counts.clear()
+        # parity fast: the resize stays in DALI, so the whole tail is the policy (and the finish)
+        loader = build_loader({"version": 1, "source": {"type": "folder", "root": str(tmp_path / "data")},
+                               "batch_size": batch_size, "seed": 4, "parity": "fast",
+                               "ops": [{"random_resized_crop": {"size": 32}}, {"trivial_augment_wide": {}},
+                                       {"normalize": {}}], "loader": {"workers": 1}}, backend)
+        next(iter(loader))
+        loader.close()
+        per_batch[batch_size] = counts[0]
+    # More operations drawn in the larger batch (99 and 187 calls here), where a per-sample loop makes about 4x.
+    assert per_batch[32] < 2.5 * per_batch[8], per_batch
