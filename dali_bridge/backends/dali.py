@@ -14,8 +14,9 @@ import os
 import threading
 import weakref
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import replace
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -26,6 +27,7 @@ from ..ops.base import Column
 from ..plan import Plan, graph_context, placement, roi_decode
 from ..sampling import BatchTask, draws, sample_steps
 from .finishing import finish_batch
+from .tail import run_tail
 from .device import (InFlightCopies, TailStream, dali_threads, gpu_target, keep_alive, mixed_decoder_arguments,
                      move_output)
 from ..sources import Listing
@@ -330,6 +332,11 @@ class DaliExecutor:
         self._open_runs = 0
         self._in_flight = InFlightCopies()
         self._gpu_decode_check: Any = None  # built on the first batch that fails on the GPU
+        # dali-cpu with a torch tail: the tail (and the finish) of batch k runs in a thread of its own while
+        # DALI runs batch k+1, both releasing the GIL. Only for a host target: a CUDA one is finished on
+        # the consumer's thread, where its current stream is.
+        host_tail = not gpu and bool(plan.torch_tail) and self.device.type == "cpu"
+        self._tail_thread = ThreadPoolExecutor(1, thread_name_prefix="dali-bridge-tail") if host_tail else None
 
     def _pipeline(self):
         if self.pipe is None:
@@ -345,30 +352,56 @@ class DaliExecutor:
             self.feeder.start(tasks[position:])
             self._held = None
             failure = None
+            converting: deque = deque()  # batches DALI ran, in order: see _start_converting
+            fetched = position
             try:
                 while position < len(tasks):
-                    try:
-                        meta, outputs = self._next_batch(pipe)
-                    except StopIteration:  # the feeder ended early: should not happen
-                        raise RuntimeError("DALI pipeline ended before the epoch's batches were produced") from None
-                    except Exception as exc:  # DALI failed the batch at ``position``
-                        failure = exc
+                    # With a tail thread, batch k+1's DALI run overlaps batch k's conversion there.
+                    while fetched < len(tasks) and failure is None and len(converting) < self._ahead:
+                        try:
+                            meta, outputs = self._next_batch(pipe)
+                        except StopIteration:  # the feeder ended early: should not happen
+                            raise RuntimeError("DALI pipeline ended before the epoch's batches were produced") from None
+                        except Exception as exc:  # DALI failed the batch at ``fetched``
+                            failure = exc
+                            break
+                        converting.append(self._start_converting(outputs, meta))
+                        fetched += 1
+                    if not converting:  # the batches before the failed one are all yielded
                         break
-                    if meta["error"] is not None:
-                        raise meta["error"]
                     # Not DALI's: a failure converting (the torch tail, DLPack, a CUDA allocation) is raised as it is.
-                    batch = self._convert(outputs, meta)
+                    pending = converting.popleft()
+                    batch = pending.result() if isinstance(pending, Future) else pending()
                     position, retries = position + 1, 0  # counted once it converted: a failure blames this batch
                     yield batch
             except BaseException:  # a sample error, a failure after DALI, or the consumer leaving
-                self._discard()
+                self._discard(converting)
                 raise
             if failure is None:
                 self._end_epoch()
                 return
-            self._discard()
+            self._discard(converting)
             retries += 1
             self._recover(tasks[position], failure, retries)
+
+    @property
+    def _ahead(self) -> int:
+        """Batches taken from DALI before the oldest is handed over: two with a tail thread (one converting
+        there while DALI runs the next), else one, converted when it is handed over."""
+        return 2 if self._tail_thread is not None else 1
+
+    def _start_converting(self, outputs: Any, meta: dict[str, Any]) -> "Future | Callable[[], RawBatch]":
+        """The batch's RawBatch to come: the tail thread's future when there is one, else a callable that
+        converts it; either raises its sample error (under ``raise``) or the conversion's failure."""
+        if meta["error"] is not None:
+            error = meta["error"]
+
+            def raise_error() -> RawBatch:
+                raise error
+            return raise_error
+        if self._tail_thread is None or not meta["fed"]:
+            return lambda: self._convert(outputs, meta)
+        return self._tail_thread.submit(self._convert, outputs, meta)
 
     def _next_batch(self, pipe) -> tuple[dict[str, Any], Any]:
         """The next batch's meta and DALI outputs, in the loader's order. An unfed batch (see
@@ -447,24 +480,20 @@ class DaliExecutor:
         return keep_alive(tensor, outputs) if tensor is view else tensor
 
     def _run_torch_tail(self, images, tail: list[list], border: list) -> torch.Tensor:
-        """The plan's torch tail on the graph's uint8 CHW output: each sample's remaining steps as their
-        torchvision kernels, with the feeder's concrete parameters (Python values: nothing per sample
-        crosses between host and device), then the finish on the batch (the torchvision backend's own)."""
+        """The plan's torch tail on the graph's uint8 CHW output: each step on the batch (:func:`run_tail`),
+        with the feeder's concrete parameters (Python values: nothing per sample crosses between host and
+        device), then the finish on the batch (the torchvision backend's own)."""
         where = self._tail_device
         if images.is_dense_tensor():  # one size: a zero-copy view, border lines patched as without a tail
             batch = torch.from_dlpack(images.as_tensor())
             if border:
                 write_border(batch, *(torch.from_dlpack(lines.as_tensor()) for lines in border), "CHW")
-            samples = list(move_output(batch, where, self._in_flight))  # one copy for the batch, if any
+            samples = move_output(batch, where, self._in_flight)  # one copy for the batch, if any
         else:  # sizes differ until a later step sets the output size (a border patch is only for a last step)
             samples = [move_output(torch.from_dlpack(images[n]), where, self._in_flight) for n in range(len(images))]
-        done = []
-        for image, per_step in zip(samples, tail):
-            for step, (concrete, _) in zip(self.plan.torch_tail, per_step):
-                image = step.op.torchvision_kernel(image, concrete)
-            done.append(image)
+        done = run_tail(self.plan.torch_tail, samples, tail)  # each step on the batch (backends/tail.py)
         # A host tail's batch goes to the loader's device as uint8, in one copy; a GPU one is finished there.
-        return finish_batch(torch.stack(done), self.plan.finish, self.device if where.type == "cpu" else where)
+        return finish_batch(done, self.plan.finish, self.device if where.type == "cpu" else where)
 
     def _end_epoch(self) -> None:
         """Consume DALI's end-of-epoch signal and rewind for the next run."""
@@ -477,9 +506,14 @@ class DaliExecutor:
             pass
         self.pipe.reset()
 
-    def _discard(self) -> None:
-        """Throw the pipeline away after an error or an early exit (prefetched batches included)."""
+    def _discard(self, converting: deque | None = None) -> None:
+        """Throw the pipeline away after an error or an early exit (prefetched batches included), once
+        no conversion still reads its outputs in the tail thread."""
         self.feeder.stop()
+        futures = [pending for pending in converting or () if isinstance(pending, Future)]
+        for future in futures:
+            future.cancel()
+        wait(futures)
         pipe, self.pipe = self.pipe, None
         del pipe
 
@@ -507,6 +541,9 @@ class DaliExecutor:
         return self._gpu_decode_check.rejects(data)
 
     def close(self) -> None:
+        if self._tail_thread is not None:  # first: a conversion under way still reads the pipeline's outputs
+            self._tail_thread.shutdown(wait=True, cancel_futures=True)
+            self._tail_thread = None
         self._discard()
 
 

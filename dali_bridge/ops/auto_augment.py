@@ -153,6 +153,90 @@ def apply_operation(image: Any, operation: PolicyOperation, interpolation: str, 
     return kernels[name]()
 
 
+
+# Operations whose parameter a batched kernel takes per sample (ops/batched.py): one call per operation
+# drawn, whatever the magnitudes; shear, translate and rotate together take one matrix per sample.
+_PER_SAMPLE_MAGNITUDE = {
+    "Brightness": ("adjust_brightness", lambda m: 1.0 + m), "Color": ("adjust_saturation", lambda m: 1.0 + m),
+    "Contrast": ("adjust_contrast", lambda m: 1.0 + m), "Sharpness": ("adjust_sharpness", lambda m: 1.0 + m),
+    "Posterize": ("posterize", int), "Solarize": ("solarize", lambda m: 255 * m),
+}
+_NO_MAGNITUDE = frozenset({"AutoContrast", "Equalize", "Invert"})
+_AFFINE = frozenset({"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"})
+
+
+def _inverse_matrix(operation: PolicyOperation, height: int, width: int) -> list[float]:
+    """The inverse affine matrix torchvision's ``affine_image``/``rotate_image`` builds for ``operation``
+    (as :func:`apply_operation` calls them), from the same private helper with the same arguments."""
+    from torchvision.transforms.v2.functional._geometry import _get_inverse_affine_matrix
+
+    name, magnitude = operation.name, operation.magnitude
+    if name == "Rotate":  # rotate_image: -angle about the centre, no expand
+        return _get_inverse_affine_matrix([0.0, 0.0], -(magnitude % 360), [0.0, 0.0], 1.0, [0.0, 0.0])
+    if name in ("ShearX", "ShearY"):  # affine_image about the top-left corner: centre [0, 0] in pixels
+        shear = math.degrees(math.atan(magnitude))
+        return _get_inverse_affine_matrix([-width * 0.5, -height * 0.5], 0.0, [0.0, 0.0], 1.0,
+                                          [shear, 0.0] if name == "ShearX" else [0.0, shear])
+    shift = [float(int(magnitude)), 0.0] if name == "TranslateX" else [0.0, float(int(magnitude))]
+    return _get_inverse_affine_matrix([0.0, 0.0], 0.0, shift, 1.0, [0.0, 0.0])
+
+
+def _rotates_by_copy(operation: PolicyOperation, height: int, width: int) -> bool:
+    """Whether torchvision's ``rotate_image`` takes a fast path (a copy or ``rot90``) for it."""
+    angle = operation.magnitude % 360
+    return operation.name == "Rotate" and (angle in (0, 180) or (height == width and angle in (90, 270)))
+
+
+def affine_operations(images: Any, operations: list[PolicyOperation], interpolation: str, fill: Any) -> Any:
+    """Shear, translate and rotate on a batch with a matrix per sample: torchvision's grid (its
+    ``_affine_grid`` arithmetic, the batch's matrices in one ``bmm``) and ``_apply_grid_transform``."""
+    import torch
+    from torchvision.transforms.v2.functional._geometry import _apply_grid_transform
+
+    def on_device(values: list) -> Any:  # built on the host, one copy per call to a GPU's batch
+        host = torch.tensor(values, dtype=torch.float32)
+        return host if images.device.type == "cpu" else host.to(images.device, non_blocking=True)
+
+    height, width = images.shape[-2:]
+    theta = on_device([_inverse_matrix(op, height, width) for op in operations]).reshape(-1, 2, 3)
+    base = torch.empty(1, height, width, 3, dtype=torch.float32, device=images.device)
+    base[..., 0].copy_(torch.linspace((1.0 - width) * 0.5, (width - 1.0) * 0.5, steps=width, device=images.device))
+    base[..., 1].copy_(torch.linspace((1.0 - height) * 0.5, (height - 1.0) * 0.5, steps=height,
+                                      device=images.device).unsqueeze_(-1))
+    base[..., 2].fill_(1)
+    rescaled = theta.transpose(1, 2).div_(on_device([0.5 * width, 0.5 * height]))
+    grid = base.view(1, height * width, 3).expand(len(operations), -1, -1).bmm(rescaled)
+    return _apply_grid_transform(images, grid.view(-1, height, width, 2), interpolation, fill=fill)
+
+
+def apply_operations(images: Any, operations: list[PolicyOperation | None], interpolation: str, fill: Any) -> Any:
+    """:func:`apply_operation` on a batch (N x C x H x W uint8): sample n gets ``operations[n]`` (None:
+    kept). Samples are grouped by operation — and by magnitude where the kernel takes one magnitude —
+    and each group runs in one call; the pixels are the per-sample kernel's."""
+    from . import batched
+
+    groups: dict[Any, list[int]] = {}
+    for row, operation in enumerate(operations):
+        if operation is None or operation.name == "Identity":
+            continue
+        name = operation.name
+        if _rotates_by_copy(operation, *images.shape[-2:]):  # torchvision's own kernel, once per angle
+            key: Any = (name, operation.magnitude)
+        else:
+            key = "affine" if name in _AFFINE else name
+        groups.setdefault(key, []).append(row)
+
+    def kernel(key: Any, group: Any, rows: list[int]) -> Any:
+        if isinstance(key, tuple) or key in _NO_MAGNITUDE:  # one call of torchvision's own kernel on the stack
+            return apply_operation(group, operations[rows[0]], interpolation, fill)
+        if key == "affine":
+            return affine_operations(group, [operations[row] for row in rows], interpolation, fill)
+        function, parameter = _PER_SAMPLE_MAGNITUDE[key]
+        return getattr(batched, function)(group, [parameter(operations[row].magnitude) for row in rows])
+
+    return batched.by_group(images, groups, kernel)
+
+
 def fill_checker(value: Any) -> tuple[Any, str | None]:
     """torchvision's ``fill``: null (zeros), one level or one per channel (R, G, B), in 0-255 levels."""
     if value is None or is_number(value):
@@ -188,6 +272,19 @@ class Policy(Op):
         for operation in draw.operations:
             image = apply_operation(image, operation, draw.interpolation, fill)
         return image
+
+    def batch_kernel(self, images, concrete):
+        from .batched import stacked
+
+        batch = stacked(images)
+        if batch is None:
+            return None
+        draws = [c[0] for c in concrete]
+        fill = list(draws[0].fill) if isinstance(draws[0].fill, tuple) else draws[0].fill  # the step's: one per plan
+        for layer in range(max((len(draw.operations) for draw in draws), default=0)):
+            layer_operations = [draw.operations[layer] if layer < len(draw.operations) else None for draw in draws]
+            batch = apply_operations(batch, layer_operations, draws[0].interpolation, fill)
+        return batch
 
     def torchvision_stage(self, params) -> str:
         return (f"torchvision's operation kernels as {self.transform} draws them "
@@ -247,6 +344,13 @@ class RandAugment(Policy):
         if isinstance(concrete[0], TimmDraw):
             return apply_timm(image, concrete[0])
         return super().torchvision_kernel(image, concrete)
+
+    def batch_kernel(self, images, concrete):
+        from .timm_rand_augment import TimmDraw
+
+        if concrete and isinstance(concrete[0][0], TimmDraw):
+            return None  # timm's operations are PIL's: per sample on the host
+        return super().batch_kernel(images, concrete)
 
     def draw_operations(self, params, u, height, width):
         names = tuple(_ORIGINAL)
@@ -378,6 +482,27 @@ class AugMix(Op):
                 augmented = apply_operation(augmented, operation, draw.interpolation, fill)
             mix.add_(augmented.to(torch.float32) * weight)
         return mix.to(image.dtype)  # truncation, as torchvision's
+
+    def batch_kernel(self, images, concrete):
+        import torch
+
+        from .batched import per_sample, stacked
+
+        batch = stacked(images)
+        if batch is None:
+            return None
+        draws = [c[0] for c in concrete]
+        fill = list(draws[0].fill) if isinstance(draws[0].fill, tuple) else draws[0].fill  # the step's: one per plan
+        # Per-sample weights as (N, 1, 1, 1) float32: the same products as by each sample's float32 scalar.
+        mix = batch.to(torch.float32) * per_sample([draw.original_weight for draw in draws], batch)
+        for chain in range(len(draws[0].chains)):
+            augmented = batch
+            for depth in range(max(len(draw.chains[chain]) for draw in draws)):
+                operations = [draw.chains[chain][depth] if depth < len(draw.chains[chain]) else None
+                              for draw in draws]
+                augmented = apply_operations(augmented, operations, draws[0].interpolation, fill)
+            mix.add_(augmented.to(torch.float32) * per_sample([draw.chain_weights[chain] for draw in draws], batch))
+        return mix.to(batch.dtype)
 
     def torchvision_transforms(self, params):
         from torchvision.transforms import v2

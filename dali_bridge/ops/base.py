@@ -207,6 +207,13 @@ class Op:
         """Apply the concrete parameters to a CHW uint8 tensor (``transforms.v2.functional``)."""
         raise NotImplementedError(f"op {self.name!r} has no torchvision kernel")
 
+    def batch_kernel(self, images: Sequence[Any], concrete: Sequence[tuple]) -> Any:
+        """:meth:`torchvision_kernel` on a whole batch (CHW uint8 images: a list, or an N x C x H x W
+        tensor) in as few calls as the op can, with the same pixels; ``concrete``: each sample's.
+        None: the op has no batched kernel (or not for these images), and a DALI backend's torch tail
+        runs :meth:`torchvision_kernel` per sample (:mod:`dali_bridge.backends.tail`)."""
+        return None
+
     def kernel_on_host(self, params: Mapping[str, Any]) -> bool:
         """Whether :meth:`torchvision_kernel` needs its image in host memory (a PIL kernel): a GPU
         torch tail then brings the whole batch to the host once, not each sample there and back."""

@@ -95,6 +95,24 @@ class ColorJitter(Op):
                 image = kernels[adjustment](image, factor)
         return image
 
+    def batch_kernel(self, images, concrete):
+        from . import batched
+
+        batch = batched.stacked(images)
+        if batch is None:
+            return None
+        jitters = [c[0] for c in concrete]
+        kernels = (batched.adjust_brightness, batched.adjust_contrast, batched.adjust_saturation, batched.adjust_hue)
+        for place in range(len(ADJUSTMENTS)):  # the n-th adjustment of every sample, grouped by which it is
+            groups: dict[int, list[int]] = {}
+            for row, jitter in enumerate(jitters):
+                adjustment = jitter.order[place]
+                if getattr(jitter, ADJUSTMENTS[adjustment]) is not None:
+                    groups.setdefault(adjustment, []).append(row)
+            batch = batched.by_group(batch, groups, lambda adjustment, group, rows: kernels[adjustment](
+                group, [getattr(jitters[row], ADJUSTMENTS[adjustment]) for row in rows]))
+        return batch
+
     def torchvision_transforms(self, params):
         from torchvision.transforms import v2
 

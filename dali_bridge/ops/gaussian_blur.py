@@ -91,6 +91,21 @@ class GaussianBlur(Op):
         blur = concrete[0]
         return F.gaussian_blur(image, [blur.kernel_x, blur.kernel_y], [blur.sigma, blur.sigma])
 
+    def batch_kernel(self, images, concrete):
+        from torchvision.transforms.v2 import functional as F
+
+        from .batched import by_group, stacked
+
+        batch = stacked(images)
+        if batch is None:
+            return None
+        # One call per sigma drawn (torchvision builds one kernel per call): a fixed sigma is one call.
+        groups: dict[tuple, list[int]] = {}
+        for row, c in enumerate(concrete):
+            groups.setdefault((c[0].sigma, c[0].kernel_x, c[0].kernel_y), []).append(row)
+        return by_group(batch, groups, lambda key, group, rows: F.gaussian_blur(group, [key[1], key[2]],
+                                                                                [key[0], key[0]]))
+
     def torchvision_transforms(self, params):
         from torchvision.transforms import v2
 

@@ -39,6 +39,18 @@ class RandomGrayscale(Op):
 
         return F.rgb_to_grayscale(image, num_output_channels=3) if concrete[0].apply else image
 
+    def batch_kernel(self, images, concrete):
+        from torchvision.transforms.v2 import functional as F
+
+        from .batched import by_group, stacked
+
+        batch = stacked(images)
+        if batch is None:
+            return None
+        grey = [row for row, c in enumerate(concrete) if c[0].apply]
+        return by_group(batch, {"grey": grey},
+                        lambda _, group, rows: F.rgb_to_grayscale(group, num_output_channels=3).contiguous())
+
     def torchvision_transforms(self, params):
         from torchvision.transforms import v2
 

@@ -1,0 +1,32 @@
+"""A DALI backend's torch tail, batched: the plan's steps after the DALI graph, applied step by step
+to the whole batch.
+
+Each step runs as its op's batch kernel (:meth:`~dali_bridge.ops.Op.batch_kernel`): one call per
+operation drawn, with per-sample parameters as tensors, so the kernel launches of a batch grow with
+the operations drawn, not with the batch size. Where the op has no batch kernel, or the images do
+not all have one size yet (a tail that starts with the resize under ``parity: exact``), the step
+runs as the op's per-sample torchvision kernel in a loop. Both give the same pixels.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..ops.base import Step
+
+
+def run_tail(steps: Sequence[Step], images: Sequence[torch.Tensor], tail: Sequence[Sequence[tuple]]) -> torch.Tensor:
+    """``steps`` on ``images`` (CHW uint8: a list, or one N x C x H x W tensor); ``tail[n]`` holds
+    sample n's (concrete parameters, input size) for each step. Returns the batch as one tensor in
+    memory of its own: the input may be a view of DALI's buffer, which a step may leave unchanged."""
+    given = images
+    for position, step in enumerate(steps):
+        concrete = [sample[position][0] for sample in tail]
+        done = step.op.batch_kernel(images, concrete)
+        if done is None:  # no batched kernel for this op (or these images): torchvision's, per sample
+            done = [step.op.torchvision_kernel(image, parameters) for image, parameters in zip(images, concrete)]
+        images = done
+    if images is given:
+        return given.clone()
+    return images if isinstance(images, torch.Tensor) else torch.stack(list(images))

@@ -1,0 +1,137 @@
+"""dali-cpu's tail thread: the torch tail (and the finish) of batch k runs beside DALI's run of
+batch k+1, with the order, the errors and the end of an epoch as without it.
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from conftest import backend_params
+from dali_bridge import build_loader
+from dali_bridge.backends import dali as dali_backend
+from hostile import break_file, write_image_folder
+
+DALI_CPU = backend_params(["dali-cpu"])
+BOTH = backend_params(["dali-cpu", "torchvision"])
+
+
+def tail_pipeline(root: Path, *, on_error: str = "skip") -> dict[str, Any]:
+    """Three batches of four through a torch tail (trivial_augment_wide after the resize)."""
+    return {"version": 1, "name": "tail-thread", "source": {"type": "folder", "root": str(root)}, "batch_size": 4,
+            "seed": 3, "ops": [{"random_resized_crop": {"size": 24}}, {"trivial_augment_wide": {}},
+                               {"normalize": {"dtype": "uint8"}}],
+            "outputs": ["image", "label", "index"], "loader": {"workers": 1, "on_error": on_error, "shuffle": True}}
+
+
+def epoch(loader) -> list[tuple[list[int], torch.Tensor]]:
+    return [(index.tolist(), image.clone()) for image, _, index in loader]
+
+
+@pytest.mark.parametrize("backend", DALI_CPU)
+def test_dali_runs_the_next_batch_while_the_tail_thread_converts_this_one(tmp_path, monkeypatch, backend):
+    write_image_folder(tmp_path / "data", classes=2, per_class=6)
+    runs, tails, second_run = [], [], threading.Event()
+    real_next, real_tail = dali_backend.DaliExecutor._next_batch, dali_backend.DaliExecutor._run_torch_tail
+
+    def next_batch(self, pipe):
+        runs.append(threading.current_thread().name)
+        if len(runs) == 2:
+            second_run.set()
+        return real_next(self, pipe)
+
+    def run_tail(self, images, tail, border):
+        # The first batch's tail waits for DALI's next run: without the overlap it would wait in vain.
+        overlapped = second_run.wait(timeout=60) if not tails else True
+        tails.append((threading.current_thread().name, overlapped))
+        return real_tail(self, images, tail, border)
+
+    monkeypatch.setattr(dali_backend.DaliExecutor, "_next_batch", next_batch)
+    monkeypatch.setattr(dali_backend.DaliExecutor, "_run_torch_tail", run_tail)
+    loader = build_loader(tail_pipeline(tmp_path / "data"), backend)
+    assert len(epoch(loader)) == 3
+    assert tails[0] == ("dali-bridge-tail_0", True)
+    assert {name for name, _ in tails} == {"dali-bridge-tail_0"} and set(runs) == {threading.main_thread().name}
+    loader.close()
+
+
+@pytest.mark.parametrize("backend", DALI_CPU)
+def test_the_tail_threads_batches_come_in_order_with_torchvisions_pixels_epoch_after_epoch(tmp_path, backend):
+    write_image_folder(tmp_path / "data", classes=2, per_class=6)
+    spec = tail_pipeline(tmp_path / "data")
+    reference = build_loader(spec, "torchvision")
+    loader = build_loader(spec, backend)
+    for number in range(2):  # the end of the first epoch rewound the pipeline and the thread's queue
+        reference.set_epoch(number)
+        loader.set_epoch(number)
+        expected, got = epoch(reference), epoch(loader)
+        assert [index for index, _ in got] == [index for index, _ in expected]
+        assert all(torch.equal(a, b) for (_, a), (_, b) in zip(got, expected))
+    reference.close()
+    loader.close()
+
+
+@pytest.mark.parametrize("backend", DALI_CPU)
+@pytest.mark.parametrize("failing", [1, 2], ids=["middle-batch", "last-batch"])
+def test_a_tail_failure_in_the_thread_blames_that_batch_and_is_raised_as_it_is(tmp_path, monkeypatch, backend,
+                                                                               failing):
+    write_image_folder(tmp_path / "data", classes=2, per_class=6)
+    searched = []
+    monkeypatch.setattr(dali_backend.DaliExecutor, "_find_culprits", lambda self, task: searched.append(task) or [])
+    real_tail, calls = dali_backend.DaliExecutor._run_torch_tail, []
+
+    class TailFailure(Exception):
+        pass
+
+    def run_tail(self, images, tail, border):
+        calls.append(threading.current_thread().name)
+        if len(calls) == failing + 1:
+            raise TailFailure(f"the tail's kernel failed on batch {failing}")
+        return real_tail(self, images, tail, border)
+
+    monkeypatch.setattr(dali_backend.DaliExecutor, "_run_torch_tail", run_tail)
+    loader = build_loader({**tail_pipeline(tmp_path / "data"), "loader": {"workers": 1, "shuffle": False}}, backend)
+    seen = []
+    with pytest.raises(TailFailure, match=f"batch {failing}"):
+        for _, _, index in loader:
+            seen.append(index.tolist())
+    assert seen == [list(range(4 * n, 4 * n + 4)) for n in range(failing)]
+    assert loader.state_dict()["batch"] == failing and searched == []   # DALI did not fail: no culprit search
+    assert set(calls) == {"dali-bridge-tail_0"}
+    loader.close()
+
+
+@pytest.mark.parametrize("backend", BOTH)
+def test_a_dali_failure_behind_a_converting_batch_yields_that_batch_first_then_skips_the_culprit(
+        tmp_path, backend):
+    files = write_image_folder(tmp_path / "data", classes=2, per_class=6)
+    break_file(files[6], "bad_huffman_table")   # passes the header checks: only the decoder fails
+    spec = {**tail_pipeline(tmp_path / "data"), "loader": {"workers": 1, "on_error": "skip", "shuffle": False}}
+    loader = build_loader(spec, backend)
+    assert [index.tolist() for _, _, index in loader] == [[0, 1, 2, 3], [4, 5, 7], [8, 9, 10, 11]]
+    assert [item.index for item in loader.skipped] == [6]
+    loader.close()
+
+
+@pytest.mark.parametrize("backend", DALI_CPU)
+def test_leaving_an_epoch_early_waits_for_the_tail_thread_and_close_stops_it(tmp_path, backend):
+    write_image_folder(tmp_path / "data", classes=2, per_class=6)
+    spec = tail_pipeline(tmp_path / "data")
+    before = set(threading.enumerate())
+    loader = build_loader(spec, backend)
+    full = epoch(loader)
+    loader.set_epoch(0)
+    for _, _, _ in loader:
+        break   # the second batch is converting in the thread when the consumer leaves
+    threads = [t for t in set(threading.enumerate()) - before if t.name.startswith("dali-bridge-tail")]
+    assert len(threads) == 1
+    loader.set_epoch(0)
+    again = epoch(loader)   # epoch 0 again from its start, on a rebuilt pipeline
+    assert [index for index, _ in again] == [index for index, _ in full]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(again, full))
+    loader.close()
+    threads[0].join(timeout=30)
+    assert not threads[0].is_alive()
