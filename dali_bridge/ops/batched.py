@@ -13,6 +13,7 @@ nothing per sample crosses between host and device.
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, Hashable, Sequence
 
 import torch
@@ -55,13 +56,34 @@ def by_group(images: torch.Tensor, groups: dict[Hashable, list[int]],
     return result
 
 
+@functools.cache
+def cpu_add_rounding() -> str:
+    """How PyTorch's CPU kernel rounds ``base.add_(other, alpha=a)`` here: ``"fused"`` (one rounding, a
+    fused multiply-add: its AVX2 and AVX-512 kernels), ``"unfused"`` (the product rounded, then the sum:
+    its kernels for CPUs without FMA, ``ATEN_CPU_CAPABILITY=default``) or ``"mixed"``. Probed once on a
+    case where the two differ, over more elements than any vector width, so the vectorised body and
+    the scalar remainder both answer: the batch kernels must round as the per-sample ones do on this CPU."""
+    factor = 1.0 + 2.0 ** -12  # factor * factor = 1 + 2^-11 + 2^-24: the 2^-24 is lost unless fused
+    base = torch.full((67,), -(1.0 + 2.0 ** -11))
+    result = base.add_(torch.full((67,), factor), alpha=factor)
+    if bool((result == 2.0 ** -24).all()):
+        return "fused"
+    return "unfused" if bool((result == 0).all()) else "mixed"
+
+
 def fused_multiply_add(base: torch.Tensor, other: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """``base + alpha * other`` rounded once to float32: what PyTorch's kernel computes for
-    ``base.add_(other, alpha=a)`` with a scalar ``a`` (a fused multiply-add, on the CPU as on CUDA),
-    here with ``alpha`` per sample. Float32 operands; ``alpha * other`` is exact in float64 (two
+    """``base + alpha * other`` in float32 as PyTorch's kernel computes ``base.add_(other, alpha=a)``
+    with a scalar ``a``, here with ``alpha`` per sample. On a GPU and on CPUs whose kernel fuses
+    (:func:`cpu_add_rounding`) that is one rounding: ``alpha * other`` is exact in float64 (two
     24-bit significands), the sum is split into its float64 value and its error (Knuth's two-sum),
     and where the float64 value sits exactly on a float32 rounding midpoint the error picks the side
-    — so the result is the exact sum correctly rounded, as the fused kernel's."""
+    — so the result is the exact sum correctly rounded, as the fused kernel's. Elsewhere the product
+    is rounded first, as the unfused kernel does, or (rounding that differs between the kernel's
+    parts) each sample runs through PyTorch's own kernel."""
+    if base.device.type == "cpu" and cpu_add_rounding() != "fused":
+        if cpu_add_rounding() == "unfused":
+            return base + alpha * other
+        return torch.stack([b.clone().add_(o, alpha=float(a)) for b, o, a in zip(base, other, alpha.flatten())])
     wide, product = base.double(), alpha.double() * other.double()
     total = wide + product
     part = total - wide
