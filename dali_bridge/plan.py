@@ -11,14 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from .ops import OPS, fixed_output_size, unsupported_options
-from .ops.base import GraphContext, Step
-from .ops.exact_resize import METHODS
+from .backends.dali_plan import dali_plan
+from .ops import OPS, unsupported_options
+from .ops.base import Step
 from .ops.finish import IMPLICIT_FINISH, Finish, Normalize
 from .spec import PipelineSpec
 
-__all__ = ["Finish", "Placed", "Plan", "Step", "build_plan", "fused_mirror", "placement", "resize_method",
-           "resize_methods", "roi_decode", "unsupported_ops"]
+__all__ = ["Finish", "Placed", "Plan", "Step", "build_plan", "placement", "unsupported_ops"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,8 @@ class Plan:
         """
         tail = next((n for n, step in enumerate(self.steps) if step.op.torch_after_dali), len(self.steps))
         if tail < len(self.steps) and self.parity == "exact":
-            tail = next((n for n in range(tail - 1, -1, -1) if self.steps[n].op.resamples), tail)
+            tail = next((n for n in range(tail - 1, -1, -1)
+                         if self.steps[n].op.resize_request(self.steps[n].params) is not None), tail)
         return self.steps[:tail]
 
     @property
@@ -97,9 +97,7 @@ def build_plan(spec: PipelineSpec) -> Plan:
     for index, op in enumerate(spec.ops):
         definition = OPS[op.name]
         ops += definition.lower(dict(op.params), index)
-        value = op.params.get(definition.size_param) if definition.size_param else None
-        if value is not None and not (definition.size_rule == "resize" and isinstance(value, int)):
-            size = fixed_output_size(value)  # a shorter-side resize leaves the size open
+        size = definition.fixed_size(op.params) or size  # a shorter-side resize leaves the size open
     if not any(step.op.kind == "finish" for step in ops):
         ops += OPS["normalize"].lower(dict(IMPLICIT_FINISH), len(spec.ops))
     if size is None:
@@ -129,79 +127,6 @@ def unsupported_ops(spec: PipelineSpec, backend: str) -> list[tuple[int, str, tu
     return sorted(found, key=lambda item: item[0])
 
 
-def resize_method(interpolation: str, antialias: bool) -> str:
-    """How the DALI graph reproduces torchvision's F.resize on uint8 images (:mod:`dali_bridge.ops.exact_resize`).
-
-    ``nearest`` (torchvision ignores antialias for nearest): two half-step-shifted resizes per
-    axis blended by a mask; ``linear`` (bilinear, no antialias): plain fn.resize; ``filter_1pass``
-    (bilinear, antialias): border renormalisation, one 2-D pass; ``filter_2pass`` (bicubic,
-    antialias): renormalised width then height pass, clamped in between; ``antialias``: plain
-    antialiased fn.resize, chosen by :func:`resize_methods` where a crop hides the border.
-    Bicubic without antialias has none (see the resizing ops' ``unsupported_options``).
-    """
-    if interpolation == "nearest":
-        return "nearest"
-    if not antialias:
-        if interpolation == "bilinear":
-            return "linear"
-        raise ValueError(f"{interpolation} without antialias has no torchvision-exact DALI equivalent")
-    return "filter_1pass" if interpolation == "bilinear" else "filter_2pass"
-
-
-# Output pixels next to each border whose bilinear antialiasing filter reaches past the image:
-# 1 when downscaling ((x + 0.5) * s - s < 0 only for x = 0, likewise at the far end); none that
-# matter when upscaling (the truncated radius-1 filter equals the clamped one). One more for safety.
-_BILINEAR_BORDER = 2
-
-
-def resize_methods(plan: Plan) -> dict[int, str]:
-    """Step index of each resizing step (its op ``resamples``) → its :func:`resize_method` on DALI.
-
-    A bilinear antialiased resize to a shorter side, cropped at the centre to at most that side
-    minus 2 x 2 pixels (the shipped validation pipeline: 256 then 224), never shows its border
-    rows, where alone the renormalisation changes pixels: it runs as a plain antialiased
-    fn.resize (``antialias``), without the cost of the exact border. One to a fixed size of at
-    least 3 x 3 that is the last step (a final flip folds into crop_mirror_normalize; the shipped
-    training pipeline) runs plain too, with only its outermost rows and columns computed the
-    exact way and written over the batch's (``border_patch``).
-    """
-    methods: dict[int, str] = {}
-    steps = plan.dali_steps
-    for n, step in enumerate(steps):
-        if not step.op.resamples:
-            continue
-        p = step.params
-        method = resize_method(p["interpolation"], p["antialias"])
-        if plan.parity == "fast" and method in ("filter_1pass", "filter_2pass"):
-            method = "antialias"  # DALI's own border handling: plain fn.resize, up to a few levels off at the edges
-        following = steps[n + 1] if n + 1 < len(steps) else None
-        shorter_side = p.get("shorter_side", False)
-        if (method == "filter_1pass" and shorter_side and p["max_size"] is None and following is not None
-                and following.op.hides_border_within
-                and max(following.params["size"]) <= p["size"][0] - 2 * _BILINEAR_BORDER):
-            method = "antialias"
-        last_step = following is None or (n + 2 == len(steps) and fused_mirror(plan))
-        if method == "filter_1pass" and not shorter_side and last_step and min(p["size"]) >= 3:
-            method = "border_patch"
-        methods[n] = method
-    return methods
-
-
-def roi_decode(plan: Plan) -> bool:
-    """DALI decodes only the crop window when the first step's op crops a window (random resized crop)."""
-    return bool(plan.dali_steps) and plan.dali_steps[0].op.decodes_window
-
-
-def fused_mirror(plan: Plan) -> bool:
-    """A last step that folds into DALI's crop_mirror_normalize (a horizontal flip)."""
-    return bool(plan.dali_steps) and plan.dali_steps[-1].op.folds_into_finish
-
-
-def graph_context(plan: Plan, device: str) -> GraphContext:
-    """The context the DALI graph builder and :func:`placement` walk the plan with."""
-    return GraphContext(plan=plan, device=device, resize_methods=resize_methods(plan))
-
-
 def placement(plan: Plan, backend: str, cuda: bool = False) -> list[Placed]:
     """Where each stage runs on ``backend``.
 
@@ -211,7 +136,9 @@ def placement(plan: Plan, backend: str, cuda: bool = False) -> list[Placed]:
     targets a GPU (``cuda=True``), else in the main process.
     """
     if backend in ("dali", "dali-cpu"):
-        return _dali_placement(plan, gpu=backend == "dali")
+        device = "cuda" if backend == "dali" else "cpu"
+        return [Placed(*stage) for stage in dali_plan(plan).stages(gpu=backend == "dali")] + \
+            _post_finish_placement(plan, device)
     if backend == "torchvision":
         stages = [Placed("read", "DataLoader worker: file read", "cpu"),
                   Placed("decode", "torchvision.io.decode_image (RGB, EXIF orientation)", "cpu")]
@@ -221,33 +148,6 @@ def placement(plan: Plan, backend: str, cuda: bool = False) -> list[Placed]:
                              "cuda" if cuda else "cpu"))
         return stages + _post_finish_placement(plan, "cuda" if cuda else "cpu")
     raise ValueError(f"unknown backend {backend!r}")
-
-
-def _dali_placement(plan: Plan, gpu: bool) -> list[Placed]:
-    op_device = "gpu" if gpu else "cpu"
-    decode_device = ("mixed" if plan.decode_device == "mixed" else "cpu") if gpu else "cpu"
-    stages = [Placed("read", "fn.external_source (bridge-owned order)", "cpu")]
-    if roi_decode(plan):
-        stages.append(Placed("decode", "fn.decoders.image_slice (ROI decode of the crop window)", decode_device))
-    else:
-        stages.append(Placed("decode", "fn.decoders.image", decode_device))
-    if gpu and decode_device == "cpu":
-        stages.append(Placed("to_gpu", ".gpu()", "gpu"))
-    ctx = graph_context(plan, op_device)
-    for ctx.position, step in enumerate(plan.dali_steps):
-        stages += [Placed(stage, impl, op_device) for stage, impl in step.op.dali_stages(step, ctx)]
-    finish = plan.dali_finish_step
-    stages += [Placed(stage, impl, op_device) for stage, impl in finish.op.dali_stages(finish, ctx)]
-    for method in sorted(set(ctx.resize_methods.values())):  # stages a resize method adds after the finish
-        stages += [Placed(stage, impl, device or op_device) for stage, impl, device in
-                   METHODS[method].finish_stages("cuda" if gpu else "cpu")]
-    if plan.torch_tail:  # per sample on the loader's device (DALI's own by default), then the finish on the batch
-        tail_device = "cuda" if gpu else "cpu"
-        stages += [Placed(step.kind, f"torch after DALI: {step.op.torchvision_stage(step.params)}", tail_device)
-                   for step in plan.torch_tail]
-        finish_stage = plan.finish_step.op.torchvision_stage(plan.finish_step.params)
-        stages.append(Placed("finish", f"torch after DALI: {finish_stage}", tail_device))
-    return stages + _post_finish_placement(plan, "cuda" if gpu else "cpu")
 
 
 def _post_finish_placement(plan: Plan, device: str) -> list[Placed]:

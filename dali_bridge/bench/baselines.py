@@ -133,7 +133,7 @@ def dali_baseline_pipeline(spec, listing, plan, threads: int, gpu: bool):
     crop_mirror_normalize (taking a last centre crop and flip)."""
     from nvidia.dali import fn, pipeline_def, types
 
-    from ..plan import graph_context
+    from ..backends.dali_plan import graph_context
     from ..sampling import epoch_order
 
     order = epoch_order(len(listing), spec.seed, 0, spec.loader.shuffle).tolist()

@@ -263,6 +263,20 @@ def _registry() -> dict[str, "Op"]:
     return _REGISTRY[0]
 
 
+@dataclass(frozen=True)
+class ResizeRequest:
+    """What a resizing step asks for: torchvision's filter and ``antialias``, and ``size`` — the
+    output (height, width), or ``(shorter side,)`` with the longer side capped at ``max_size``."""
+    interpolation: str
+    antialias: bool
+    size: tuple[int, ...]
+    max_size: int | None = None
+
+    @property
+    def shorter_side(self) -> bool:
+        return len(self.size) == 1
+
+
 @dataclass
 class GraphContext:
     """What an op's DALI fragment needs besides its columns, shared along one graph.
@@ -312,9 +326,9 @@ class Op:
     draws: ClassVar[int] = 0                  # uniforms drawn per sample (see sampling.draws)
     transform: ClassVar[str] = ""             # the transforms.v2 transform it matches (from_torchvision maps it here)
     folds_into_finish: ClassVar[bool] = False  # DALI: a last step given to crop_mirror_normalize
-    decodes_window: ClassVar[bool] = False     # DALI: as the first step, its crop is the decoder's ROI
-    resamples: ClassVar[bool] = False          # runs a resize (plan.resize_methods chooses how)
-    hides_border_within: ClassVar[bool] = False  # a centre crop: keeps only the middle of its input
+    # DALI: as the first step, the names of its (anchor, shape) columns of a crop window the decoder
+    # reads as its region of interest (a random resized crop); None when it has none.
+    window_columns: ClassVar[tuple[str, str] | None] = None
     # DALI: runs as its torchvision kernel in torch on the loader's device right after the DALI graph,
     # which then ends before the first such step (the plan's torch tail; each op's docstring says why).
     torch_after_dali: ClassVar[bool] = False
@@ -339,6 +353,24 @@ class Op:
     def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
         """The plan steps of this op (sizes as (height, width) tuples)."""
         return [Step(self.name, dict(params), op_index)]
+
+    def fixed_size(self, params: Mapping[str, Any]) -> tuple[int, int] | None:
+        """The (height, width) this op sets every image to, from the spec's parameters; None when it
+        leaves the size as it is or open (a shorter-side resize), read from ``size_param``."""
+        value = params.get(self.size_param) if self.size_param else None
+        if value is None or (self.size_rule == "resize" and isinstance(value, int)):
+            return None
+        return fixed_output_size(value)
+
+    def resize_request(self, params: Mapping[str, Any]) -> ResizeRequest | None:
+        """The resize this step runs (a backend's planner chooses how), or None for an op that
+        does not resample."""
+        return None
+
+    def kept_centre(self, params: Mapping[str, Any]) -> tuple[int, int] | None:
+        """The (height, width) of the middle of its input a centre crop keeps (its border hidden);
+        None for every other op."""
+        return None
 
     # ---- per sample: pure numpy
     def draw_count(self, params: Mapping[str, Any]) -> int:

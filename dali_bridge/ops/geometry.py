@@ -3,7 +3,7 @@
 Their concrete per-sample parameters are :class:`Crop`, :class:`Resize` and :class:`Flip`
 (torchvision's own algorithms, driven by the bridge's uniforms); the DALI fragments apply them
 as per-sample arguments, and the resizes hand their arguments and graph to the method
-:func:`dali_bridge.plan.resize_methods` chose (:mod:`dali_bridge.ops.exact_resize`).
+:attr:`dali_bridge.backends.dali_plan.DaliPlan.resize_methods` chose (:mod:`dali_bridge.ops.exact_resize`).
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..images import ImageError
-from .base import (INTERPOLATIONS, REQUIRED, Column, GraphContext, Op, Param, Step, bool_checker, choice_checker,
-                   fixed_output_size, optional, probability_checker, range_checker, size_checker)
+from .base import (INTERPOLATIONS, REQUIRED, Column, GraphContext, Op, Param, ResizeRequest, Step, bool_checker,
+                   choice_checker, fixed_output_size, optional, probability_checker, range_checker, size_checker)
 from .exact_resize import METHODS
 
 RRC_ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 windows, then falls back to the centre
@@ -155,7 +155,10 @@ def _resize_kernel(image: Any, resize: Resize) -> Any:
 class _Resampling(Op):
     """What the two resizing ops share: unsupported options, the exact-resize method's columns,
     arguments, graph and stages (its column names prefixed ``resize.``)."""
-    resamples = True
+
+    def resize_request(self, params: Mapping[str, Any]) -> ResizeRequest:
+        return ResizeRequest(params["interpolation"], params["antialias"], tuple(params["size"]),
+                             params.get("max_size"))
 
     def unsupported_options(self, params: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
         """bicubic without antialias: torchvision's filter is Keys' cubic with a = -0.75 and DALI's
@@ -202,7 +205,7 @@ class _Resampling(Op):
 class RandomResizedCrop(_Resampling):
     draws = 2 * RRC_ATTEMPTS + 2  # 2 per attempt (area, log aspect ratio), then top and left
     transform = "RandomResizedCrop"
-    decodes_window = True
+    window_columns = ("crop.anchor", "crop.shape")  # as the first step, the decoder's region of interest
 
     def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
         return [Step(self.name, {**params, "size": fixed_output_size(params["size"])}, op_index)]
@@ -323,7 +326,9 @@ class ResizeOp(_Resampling):
 
 class CenterCrop(Op):
     transform = "CenterCrop"
-    hides_border_within = True
+
+    def kept_centre(self, params: Mapping[str, Any]) -> tuple[int, int]:
+        return params["size"]
 
     def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
         return [Step(self.name, {"size": fixed_output_size(params["size"])}, op_index)]
