@@ -13,7 +13,7 @@ from functools import cached_property
 
 from .backends.dali_plan import dali_plan
 from .ops import OPS, unsupported_options
-from .ops.base import Step
+from .ops.base import Category, Step
 from .ops.finish import IMPLICIT_FINISH, Finish, Normalize
 from .spec import PipelineSpec
 
@@ -31,7 +31,7 @@ class Plan:
 
     @cached_property  # a plan never changes; executors ask per sample
     def finish_position(self) -> int:
-        return next(n for n, step in enumerate(self.ops) if step.op.kind == "finish")
+        return next(n for n, step in enumerate(self.ops) if step.op.category is Category.FINISH)
 
     @cached_property
     def steps(self) -> tuple[Step, ...]:
@@ -98,7 +98,7 @@ def build_plan(spec: PipelineSpec) -> Plan:
         definition = OPS[op.name]
         ops += definition.lower(dict(op.params), index)
         size = definition.fixed_size(op.params) or size  # a shorter-side resize leaves the size open
-    if not any(step.op.kind == "finish" for step in ops):
+    if not any(step.op.category is Category.FINISH for step in ops):
         ops += OPS["normalize"].lower(dict(IMPLICIT_FINISH), len(spec.ops))
     if size is None:
         raise ValueError("plan has no fixed output size (the spec validator should have caught this)")
@@ -142,7 +142,7 @@ def placement(plan: Plan, backend: str, cuda: bool = False) -> list[Placed]:
     if backend == "torchvision":
         stages = [Placed("read", "DataLoader worker: file read", "cpu"),
                   Placed("decode", "torchvision.io.decode_image (RGB, EXIF orientation)", "cpu")]
-        stages += [Placed(step.kind, step.op.torchvision_stage(step.params), "cpu") for step in plan.steps]
+        stages += [Placed(step.name, step.op.torchvision_stage(step.params), "cpu") for step in plan.steps]
         stages.append(Placed("batch", "uint8 batch through worker queue", "cpu"))
         stages.append(Placed("finish", plan.finish_step.op.torchvision_stage(plan.finish_step.params),
                              "cuda" if cuda else "cpu"))
@@ -152,4 +152,4 @@ def placement(plan: Plan, backend: str, cuda: bool = False) -> list[Placed]:
 
 def _post_finish_placement(plan: Plan, device: str) -> list[Placed]:
     """The ops after the finish: torch on the finished batch, on the loader's device, for every backend."""
-    return [Placed(step.kind, step.op.stage(step.params), device) for _, step in plan.post_finish]
+    return [Placed(step.name, step.op.stage(step.params), device) for _, step in plan.post_finish]

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import MEAN, STD, TRAIN, VAL
 from dali_bridge.backends.dali_plan import dali_plan
+from dali_bridge.ops import OPS
 from dali_bridge.ops.exact_resize import METHODS
 from dali_bridge.plan import Finish, Placed, Step, build_plan, placement, unsupported_ops
 from dali_bridge.spec import coerce_spec, spec_from_dict
@@ -65,8 +66,8 @@ def test_val_plan_has_a_shorter_side_resize_and_a_centre_crop():
 def test_crop_mirror_normalize_lowers_to_centre_crop_flip_and_finish():
     plan = plan_of([{"resize": 256}, {"crop_mirror_normalize": {"crop": [200, 180], "mirror": 0.5, "mean": MEAN,
                                                                 "std": STD, "dtype": "float16", "layout": "HWC"}}])
-    assert plan.steps[1:] == (Step("center_crop", {"size": (200, 180)}, 1),
-                              Step("horizontal_flip", {"probability": 0.5}, 1))
+    assert plan.steps[1:] == (Step(OPS["center_crop"], {"size": (200, 180)}, 1),
+                              Step(OPS["horizontal_flip"], {"probability": 0.5}, 1))
     assert plan.finish == Finish(tuple(MEAN), tuple(STD), "float16", "HWC")
     assert plan.output_size == (200, 180) and plan.output_shape(2) == (2, 200, 180, 3)
 

@@ -23,7 +23,7 @@ import torch
 
 from ..images import ImageError, SampleError, decode_rgb
 from .base import RawBatch, SkippedSample, Topology, default_workers
-from ..ops.base import Column
+from ..ops.dali_op import Column
 from ..plan import Plan
 from ..sampling import BatchTask, draws, sample_steps
 from .dali_plan import DaliPlan, dali_plan
@@ -192,13 +192,13 @@ class ArgumentColumns:
             built[ctx.position] = step.op.dali_arguments(step, [concrete for concrete, _ in entries],
                                                          [size for _, size in entries], ctx)
             if set(built[ctx.position]) != self.names_of[ctx.position]:
-                raise RuntimeError(f"op {step.kind!r} (step {ctx.position}) built DALI columns "
+                raise RuntimeError(f"op {step.name!r} (step {ctx.position}) built DALI columns "
                                    f"{sorted(built[ctx.position])}, declared {sorted(self.names_of[ctx.position])}")
         columns = []
         for position, column in self.declared:
             problem = column.problem(built[position][column.name])
             if problem:
-                raise RuntimeError(f"op {self.plan.steps[position].kind!r} (step {position}): {problem}")
+                raise RuntimeError(f"op {self.plan.steps[position].name!r} (step {position}): {problem}")
             columns.append(built[position][column.name])
         return columns
 

@@ -15,7 +15,8 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 
-from ..ops.base import GraphContext, ResizeRequest, Step
+from ..ops.base import ResizeRequest, Step
+from ..ops.dali_op import GraphContext
 from ..ops.exact_resize import METHODS
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ class DaliPlan:
             stages += [(stage, impl, device or op_device) for stage, impl, device in
                        METHODS[method].finish_stages(torch_device)]
         if self.plan.torch_tail:  # per sample on the loader's device (DALI's own by default), then the finish
-            stages += [(step.kind, f"torch after DALI: {step.op.torchvision_stage(step.params)}", torch_device)
+            stages += [(step.name, f"torch after DALI: {step.op.torchvision_stage(step.params)}", torch_device)
                        for step in self.plan.torch_tail]
             finish = self.plan.finish_step
             stages.append(("finish", f"torch after DALI: {finish.op.torchvision_stage(finish.params)}", torch_device))

@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from .base import Column
+from .dali_op import Column
 
 _INTERP = {"nearest": "INTERP_NN", "bilinear": "INTERP_LINEAR", "bicubic": "INTERP_CUBIC"}
 Stage = tuple[str, str]  # (stage name suffix, implementation)
