@@ -22,27 +22,33 @@ __all__ = ["Finish", "Placed", "Plan", "Step", "build_plan", "placement", "unsup
 
 @dataclass(frozen=True)
 class Plan:
-    """``ops``: every op instance in order — the per-sample steps, the finish, then (when such ops
-    exist) ops after normalisation and batch-level ops (see :mod:`dali_bridge.ops`)."""
-    ops: tuple[Step, ...]
+    """``all_steps``: every step (op instance) in order — the per-sample steps (:attr:`steps`), the
+    finish, then (when such ops exist) ops after normalisation and batch-level ops (:attr:`post_finish`,
+    see :mod:`dali_bridge.ops`). A step's position in it keys its draws."""
+    all_steps: tuple[Step, ...]
     output_size: tuple[int, int]  # (height, width) in pixels
     decode_device: str            # as declared: mixed | cpu
     parity: str = "exact"         # exact: DALI reproduces torchvision's resize borders; fast: plain fn.resize
 
+    @property
+    def ops(self) -> tuple[Step, ...]:
+        """:attr:`all_steps`, under its older name."""
+        return self.all_steps
+
     @cached_property  # a plan never changes; executors ask per sample
     def finish_position(self) -> int:
-        return next(n for n, step in enumerate(self.ops) if step.op.category is Category.FINISH)
+        return next(n for n, step in enumerate(self.all_steps) if step.op.category is Category.FINISH)
 
     @cached_property
     def steps(self) -> tuple[Step, ...]:
         """The per-sample steps on uint8 images, before the finish."""
-        return self.ops[:self.finish_position]
+        return self.all_steps[:self.finish_position]
 
     @cached_property
     def post_finish(self) -> tuple[tuple[int, Step], ...]:
-        """(position in ``ops``, step) of each op after the finish: per-sample ops on the float images,
+        """(position in ``all_steps``, step) of each op after the finish: per-sample ops on the float images,
         then batch-level ops. The loader applies them (:mod:`dali_bridge.post_finish`); no executor sees them."""
-        return tuple((n, step) for n, step in enumerate(self.ops) if n > self.finish_position)
+        return tuple((n, step) for n, step in enumerate(self.all_steps) if n > self.finish_position)
 
     @cached_property
     def dali_steps(self) -> tuple[Step, ...]:
@@ -67,7 +73,7 @@ class Plan:
 
     @property
     def finish_step(self) -> Step:
-        return self.ops[self.finish_position]
+        return self.all_steps[self.finish_position]
 
     @property
     def dali_finish_step(self) -> Step:
@@ -83,7 +89,7 @@ class Plan:
 
     @property
     def random(self) -> bool:
-        return any(step.random for step in self.ops)
+        return any(step.random for step in self.all_steps)
 
     def output_shape(self, batch: int) -> tuple[int, ...]:
         h, w = self.output_size

@@ -27,7 +27,7 @@ mean/std in [0, 1] units (the DALI finish multiplies by 255).
 
 The plan
 --------
-:func:`dali_bridge.plan.build_plan` lowers a spec to ``Plan.ops``, a tuple of op instances
+:func:`dali_bridge.plan.build_plan` lowers a spec to ``Plan.all_steps``, a tuple of op instances
 (:class:`Step`: the op + resolved parameters), in this order:
 
 1. per-sample ops on uint8 images (:class:`Category` ``geometry`` or ``pixel``): decoded, then each step in
@@ -43,7 +43,7 @@ The plan
    :mod:`dali_bridge.ops.after_finish`.
 
 A step's draws are ``uniforms(seed, epoch, indices, stream=position + 1, count=op.draws)`` where
-``position`` is its place in ``Plan.ops``: adding an op to a pipeline never changes the draws
+``position`` is its place in ``Plan.all_steps``: adding an op to a pipeline never changes the draws
 of the ops before it.
 
 Adding an op
