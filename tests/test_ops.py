@@ -235,3 +235,17 @@ def test_a_column_of_the_wrong_dtype_is_reported_with_its_declaration(monkeypatc
     per_sample = [sample_steps(plan, 10, 10, {1: np.array([0.2])})]
     with pytest.raises(RuntimeError, match=r"column 'flip' declared int32 \(\), built float64"):
         ArgumentColumns(plan).build(per_sample)
+
+
+def test_an_op_whose_concrete_carries_a_size_it_does_not_declare_is_refused_saying_what_to_write():
+    from dali_bridge.ops.geometry import Crop
+
+    class Cropping(RandomPosterize):
+        def sample(self, params, u, height, width):
+            return (Crop(0, 0, 4, 4),)
+
+    op = Cropping("cropping", "geometry", (), "Crops.")
+    with pytest.raises(TypeError, match=r"op 'cropping': its concrete Crop has a height and a width, .* override "
+                                        r"output_size\(concrete, height, width\)"):
+        op.output_size(op.sample({}, None, 8, 8), 8, 8)
+

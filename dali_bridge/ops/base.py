@@ -373,7 +373,15 @@ class Op:
 
     def output_size(self, concrete: tuple, height: int, width: int) -> tuple[int, int]:
         """(height, width) after this step, given its concrete parameters and the input's size: the
-        input's, unless the op declares its own (crops and resizes do)."""
+        input's, unless the op declares its own (crops and resizes do).
+
+        An op written when the size was read off any concrete item with a height and a width is
+        refused here rather than left to keep the input's size unnoticed."""
+        sized = next((item for item in concrete if hasattr(item, "height") and hasattr(item, "width")), None)
+        if sized is not None:
+            raise TypeError(f"op {self.name!r}: its concrete {type(sized).__name__} has a height and a width, but the "
+                            f"op does not declare its size: override output_size(concrete, height, width) to return "
+                            f"the (height, width) after the op")
         return height, width
 
     # ---- torchvision
