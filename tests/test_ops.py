@@ -124,11 +124,14 @@ def test_every_op_samples_one_shape_and_size_for_every_image_size(name):
     steps = per_sample_steps(plan, list(itertools.islice(itertools.cycle(SIZES), 24)))
     assert len({tuple(tuple(type(item).__name__ for item in concrete) for concrete, _ in sample)
                 for sample in steps}) == 1
-    # each op's declared output size, step after step, ends at the plan's, whatever the input's
+    # each op's declared output size, step after step, ends at the plan's, whatever the input's,
+    # and a step that declares a fixed size (step_size) makes images of that size
     for sample, (height, width) in zip(steps, itertools.cycle(SIZES)):
         for step, (concrete, size) in zip(plan.steps, sample):
             assert size == (height, width)
             height, width = step.op.output_size(concrete, height, width)
+            fixed = step.op.step_size(step.params)
+            assert fixed is None or len(fixed) == 1 or (height, width) == fixed, (step.name, fixed)
         assert (height, width) == plan.output_size
 
 

@@ -351,6 +351,12 @@ class Op:
             return None
         return fixed_output_size(value)
 
+    def step_size(self, params: Mapping[str, Any]) -> tuple[int, ...] | None:
+        """The size a plan step of this op sets, from its lowered parameters: (height, width), or
+        ``(shorter side,)`` for a resize keeping the aspect ratio; None when it keeps the size."""
+        value = params.get(self.size_param) if self.size_param else None
+        return None if value is None else tuple(value)
+
     def resize_request(self, params: Mapping[str, Any]) -> ResizeRequest | None:
         """The resize this step runs (a backend's planner chooses how), or None for an op that
         does not resample."""
