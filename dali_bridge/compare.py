@@ -95,7 +95,7 @@ def default_bounds(spec: PipelineSpec, backends: Sequence[str]) -> Bounds:
 def fast_parity_changes_pixels(spec: PipelineSpec) -> bool:
     """Whether ``parity: fast`` makes the DALI backends run ``spec`` otherwise than ``parity: exact``
     would (a resize method, or where the torch tail starts); False under ``parity: exact``."""
-    from .plan import resize_methods
+    from .backends.dali_plan import resize_methods
 
     if spec.parity != "fast":
         return False

@@ -130,12 +130,12 @@ def largest_sample_image(plan: Plan) -> tuple[int, int | None]:
     image's own, bounded by ``source.max_pixels``. (0, None) when no step sets a size."""
     largest, where = 0, None
     for step in plan.steps:
-        key = step.op.size_param
-        size = step.params.get(key) if key else None
+        size = step.op.step_size(step.params)
         if size is None:
             continue
         if len(size) == 1:  # a shorter side
-            pixels = size[0] * (step.params.get("max_size") or size[0])
+            request = step.op.resize_request(step.params)
+            pixels = size[0] * ((request.max_size if request else None) or size[0])
         else:
             pixels = size[0] * size[1]
         if 3 * pixels > largest:

@@ -11,39 +11,44 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from .ops import OPS, fixed_output_size, unsupported_options
-from .ops.base import GraphContext, Step
-from .ops.exact_resize import METHODS
+from .backends.dali_plan import dali_plan
+from .ops import OPS, unsupported_options
+from .ops.base import Category, Step
 from .ops.finish import IMPLICIT_FINISH, Finish, Normalize
 from .spec import PipelineSpec
 
-__all__ = ["Finish", "Placed", "Plan", "Step", "build_plan", "fused_mirror", "placement", "resize_method",
-           "resize_methods", "roi_decode", "unsupported_ops"]
+__all__ = ["Finish", "Placed", "Plan", "Step", "build_plan", "placement", "unsupported_ops"]
 
 
 @dataclass(frozen=True)
 class Plan:
-    """``ops``: every op instance in order — the per-sample steps, the finish, then (when such ops
-    exist) ops after normalisation and batch-level ops (see :mod:`dali_bridge.ops`)."""
-    ops: tuple[Step, ...]
+    """``all_steps``: every step (op instance) in order — the per-sample steps (:attr:`steps`), the
+    finish, then (when such ops exist) ops after normalisation and batch-level ops (:attr:`post_finish`,
+    see :mod:`dali_bridge.ops`). A step's position in it keys its draws."""
+    all_steps: tuple[Step, ...]
     output_size: tuple[int, int]  # (height, width) in pixels
     decode_device: str            # as declared: mixed | cpu
     parity: str = "exact"         # exact: DALI reproduces torchvision's resize borders; fast: plain fn.resize
 
+    @property
+    def ops(self) -> tuple[Step, ...]:
+        """:attr:`all_steps`, under its older name."""
+        return self.all_steps
+
     @cached_property  # a plan never changes; executors ask per sample
     def finish_position(self) -> int:
-        return next(n for n, step in enumerate(self.ops) if step.op.kind == "finish")
+        return next(n for n, step in enumerate(self.all_steps) if step.op.category is Category.FINISH)
 
     @cached_property
     def steps(self) -> tuple[Step, ...]:
         """The per-sample steps on uint8 images, before the finish."""
-        return self.ops[:self.finish_position]
+        return self.all_steps[:self.finish_position]
 
     @cached_property
     def post_finish(self) -> tuple[tuple[int, Step], ...]:
-        """(position in ``ops``, step) of each op after the finish: per-sample ops on the float images,
+        """(position in ``all_steps``, step) of each op after the finish: per-sample ops on the float images,
         then batch-level ops. The loader applies them (:mod:`dali_bridge.post_finish`); no executor sees them."""
-        return tuple((n, step) for n, step in enumerate(self.ops) if n > self.finish_position)
+        return tuple((n, step) for n, step in enumerate(self.all_steps) if n > self.finish_position)
 
     @cached_property
     def dali_steps(self) -> tuple[Step, ...]:
@@ -57,7 +62,8 @@ class Plan:
         """
         tail = next((n for n, step in enumerate(self.steps) if step.op.torch_after_dali), len(self.steps))
         if tail < len(self.steps) and self.parity == "exact":
-            tail = next((n for n in range(tail - 1, -1, -1) if self.steps[n].op.resamples), tail)
+            tail = next((n for n in range(tail - 1, -1, -1)
+                         if self.steps[n].op.resize_request(self.steps[n].params) is not None), tail)
         return self.steps[:tail]
 
     @property
@@ -67,7 +73,7 @@ class Plan:
 
     @property
     def finish_step(self) -> Step:
-        return self.ops[self.finish_position]
+        return self.all_steps[self.finish_position]
 
     @property
     def dali_finish_step(self) -> Step:
@@ -83,7 +89,7 @@ class Plan:
 
     @property
     def random(self) -> bool:
-        return any(step.random for step in self.ops)
+        return any(step.random for step in self.all_steps)
 
     def output_shape(self, batch: int) -> tuple[int, ...]:
         h, w = self.output_size
@@ -97,10 +103,8 @@ def build_plan(spec: PipelineSpec) -> Plan:
     for index, op in enumerate(spec.ops):
         definition = OPS[op.name]
         ops += definition.lower(dict(op.params), index)
-        value = op.params.get(definition.size_param) if definition.size_param else None
-        if value is not None and not (definition.size_rule == "resize" and isinstance(value, int)):
-            size = fixed_output_size(value)  # a shorter-side resize leaves the size open
-    if not any(step.op.kind == "finish" for step in ops):
+        size = definition.fixed_size(op.params) or size  # a shorter-side resize leaves the size open
+    if not any(step.op.category is Category.FINISH for step in ops):
         ops += OPS["normalize"].lower(dict(IMPLICIT_FINISH), len(spec.ops))
     if size is None:
         raise ValueError("plan has no fixed output size (the spec validator should have caught this)")
@@ -129,79 +133,6 @@ def unsupported_ops(spec: PipelineSpec, backend: str) -> list[tuple[int, str, tu
     return sorted(found, key=lambda item: item[0])
 
 
-def resize_method(interpolation: str, antialias: bool) -> str:
-    """How the DALI graph reproduces torchvision's F.resize on uint8 images (:mod:`dali_bridge.ops.exact_resize`).
-
-    ``nearest`` (torchvision ignores antialias for nearest): two half-step-shifted resizes per
-    axis blended by a mask; ``linear`` (bilinear, no antialias): plain fn.resize; ``filter_1pass``
-    (bilinear, antialias): border renormalisation, one 2-D pass; ``filter_2pass`` (bicubic,
-    antialias): renormalised width then height pass, clamped in between; ``antialias``: plain
-    antialiased fn.resize, chosen by :func:`resize_methods` where a crop hides the border.
-    Bicubic without antialias has none (see the resizing ops' ``unsupported_options``).
-    """
-    if interpolation == "nearest":
-        return "nearest"
-    if not antialias:
-        if interpolation == "bilinear":
-            return "linear"
-        raise ValueError(f"{interpolation} without antialias has no torchvision-exact DALI equivalent")
-    return "filter_1pass" if interpolation == "bilinear" else "filter_2pass"
-
-
-# Output pixels next to each border whose bilinear antialiasing filter reaches past the image:
-# 1 when downscaling ((x + 0.5) * s - s < 0 only for x = 0, likewise at the far end); none that
-# matter when upscaling (the truncated radius-1 filter equals the clamped one). One more for safety.
-_BILINEAR_BORDER = 2
-
-
-def resize_methods(plan: Plan) -> dict[int, str]:
-    """Step index of each resizing step (its op ``resamples``) → its :func:`resize_method` on DALI.
-
-    A bilinear antialiased resize to a shorter side, cropped at the centre to at most that side
-    minus 2 x 2 pixels (the shipped validation pipeline: 256 then 224), never shows its border
-    rows, where alone the renormalisation changes pixels: it runs as a plain antialiased
-    fn.resize (``antialias``), without the cost of the exact border. One to a fixed size of at
-    least 3 x 3 that is the last step (a final flip folds into crop_mirror_normalize; the shipped
-    training pipeline) runs plain too, with only its outermost rows and columns computed the
-    exact way and written over the batch's (``border_patch``).
-    """
-    methods: dict[int, str] = {}
-    steps = plan.dali_steps
-    for n, step in enumerate(steps):
-        if not step.op.resamples:
-            continue
-        p = step.params
-        method = resize_method(p["interpolation"], p["antialias"])
-        if plan.parity == "fast" and method in ("filter_1pass", "filter_2pass"):
-            method = "antialias"  # DALI's own border handling: plain fn.resize, up to a few levels off at the edges
-        following = steps[n + 1] if n + 1 < len(steps) else None
-        shorter_side = p.get("shorter_side", False)
-        if (method == "filter_1pass" and shorter_side and p["max_size"] is None and following is not None
-                and following.op.hides_border_within
-                and max(following.params["size"]) <= p["size"][0] - 2 * _BILINEAR_BORDER):
-            method = "antialias"
-        last_step = following is None or (n + 2 == len(steps) and fused_mirror(plan))
-        if method == "filter_1pass" and not shorter_side and last_step and min(p["size"]) >= 3:
-            method = "border_patch"
-        methods[n] = method
-    return methods
-
-
-def roi_decode(plan: Plan) -> bool:
-    """DALI decodes only the crop window when the first step's op crops a window (random resized crop)."""
-    return bool(plan.dali_steps) and plan.dali_steps[0].op.decodes_window
-
-
-def fused_mirror(plan: Plan) -> bool:
-    """A last step that folds into DALI's crop_mirror_normalize (a horizontal flip)."""
-    return bool(plan.dali_steps) and plan.dali_steps[-1].op.folds_into_finish
-
-
-def graph_context(plan: Plan, device: str) -> GraphContext:
-    """The context the DALI graph builder and :func:`placement` walk the plan with."""
-    return GraphContext(plan=plan, device=device, resize_methods=resize_methods(plan))
-
-
 def placement(plan: Plan, backend: str, cuda: bool = False) -> list[Placed]:
     """Where each stage runs on ``backend``.
 
@@ -211,11 +142,13 @@ def placement(plan: Plan, backend: str, cuda: bool = False) -> list[Placed]:
     targets a GPU (``cuda=True``), else in the main process.
     """
     if backend in ("dali", "dali-cpu"):
-        return _dali_placement(plan, gpu=backend == "dali")
+        device = "cuda" if backend == "dali" else "cpu"
+        return [Placed(*stage) for stage in dali_plan(plan).stages(gpu=backend == "dali")] + \
+            _post_finish_placement(plan, device)
     if backend == "torchvision":
         stages = [Placed("read", "DataLoader worker: file read", "cpu"),
                   Placed("decode", "torchvision.io.decode_image (RGB, EXIF orientation)", "cpu")]
-        stages += [Placed(step.kind, step.op.torchvision_stage(step.params), "cpu") for step in plan.steps]
+        stages += [Placed(step.name, step.op.torchvision_stage(step.params), "cpu") for step in plan.steps]
         stages.append(Placed("batch", "uint8 batch through worker queue", "cpu"))
         stages.append(Placed("finish", plan.finish_step.op.torchvision_stage(plan.finish_step.params),
                              "cuda" if cuda else "cpu"))
@@ -223,33 +156,6 @@ def placement(plan: Plan, backend: str, cuda: bool = False) -> list[Placed]:
     raise ValueError(f"unknown backend {backend!r}")
 
 
-def _dali_placement(plan: Plan, gpu: bool) -> list[Placed]:
-    op_device = "gpu" if gpu else "cpu"
-    decode_device = ("mixed" if plan.decode_device == "mixed" else "cpu") if gpu else "cpu"
-    stages = [Placed("read", "fn.external_source (bridge-owned order)", "cpu")]
-    if roi_decode(plan):
-        stages.append(Placed("decode", "fn.decoders.image_slice (ROI decode of the crop window)", decode_device))
-    else:
-        stages.append(Placed("decode", "fn.decoders.image", decode_device))
-    if gpu and decode_device == "cpu":
-        stages.append(Placed("to_gpu", ".gpu()", "gpu"))
-    ctx = graph_context(plan, op_device)
-    for ctx.position, step in enumerate(plan.dali_steps):
-        stages += [Placed(stage, impl, op_device) for stage, impl in step.op.dali_stages(step, ctx)]
-    finish = plan.dali_finish_step
-    stages += [Placed(stage, impl, op_device) for stage, impl in finish.op.dali_stages(finish, ctx)]
-    for method in sorted(set(ctx.resize_methods.values())):  # stages a resize method adds after the finish
-        stages += [Placed(stage, impl, device or op_device) for stage, impl, device in
-                   METHODS[method].finish_stages("cuda" if gpu else "cpu")]
-    if plan.torch_tail:  # per sample on the loader's device (DALI's own by default), then the finish on the batch
-        tail_device = "cuda" if gpu else "cpu"
-        stages += [Placed(step.kind, f"torch after DALI: {step.op.torchvision_stage(step.params)}", tail_device)
-                   for step in plan.torch_tail]
-        finish_stage = plan.finish_step.op.torchvision_stage(plan.finish_step.params)
-        stages.append(Placed("finish", f"torch after DALI: {finish_stage}", tail_device))
-    return stages + _post_finish_placement(plan, "cuda" if gpu else "cpu")
-
-
 def _post_finish_placement(plan: Plan, device: str) -> list[Placed]:
     """The ops after the finish: torch on the finished batch, on the loader's device, for every backend."""
-    return [Placed(step.kind, step.op.stage(step.params), device) for _, step in plan.post_finish]
+    return [Placed(step.name, step.op.stage(step.params), device) for _, step in plan.post_finish]

@@ -1,8 +1,9 @@
 """The DALI backend: the plan compiled once into a DALI pipeline, fed in the bridge's order.
 
 One graph builder serves ``dali`` (nvJPEG ``mixed`` decode, ops on the GPU) and ``dali-cpu``
-(every op on the CPU); the only difference is the device each stage gets from
-:func:`dali_bridge.plan.placement`. Samples enter through an external source in the order and
+(every op on the CPU); the only difference is the device each stage gets from the plan's
+:class:`~dali_bridge.backends.dali_plan.DaliPlan`, built once per executor (and listed by
+:func:`dali_bridge.plan.placement`). Samples enter through an external source in the order and
 with the geometry the loader decided: the feeder reads each file, probes its size, and computes
 torchvision-exact crop windows, resize sizes and flips, which DALI applies as per-sample
 arguments (ROI decode of the crop window, then resize) — DALI draws no randomness of its own.
@@ -23,9 +24,10 @@ import torch
 
 from ..images import ImageError, SampleError, decode_rgb
 from .base import RawBatch, SkippedSample, Topology, default_workers
-from ..ops.base import Column
-from ..plan import Plan, graph_context, placement, roi_decode
+from ..ops.dali_op import Column
+from ..plan import Plan
 from ..sampling import BatchTask, draws, sample_steps
+from .dali_plan import DaliPlan, dali_plan
 from .finishing import finish_batch
 from .tail import run_tail
 from .device import (InFlightCopies, TailStream, dali_threads, gpu_target, keep_alive, mixed_decoder_arguments,
@@ -156,18 +158,21 @@ class ArgumentColumns:
     columns (:meth:`~dali_bridge.ops.Op.dali_columns`), each named ``<step position>.<name>``.
 
     The graph builder and the feeder both go through this one list, so a step's columns are
-    matched by name — the order of the external source's outputs is an internal detail.
+    matched by name — the order of the external source's outputs is an internal detail. It holds
+    the plan's :class:`~dali_bridge.backends.dali_plan.DaliPlan` (``dali``), built here once for the
+    executor: the builder reads its decisions from there.
     """
 
     def __init__(self, plan: Plan):
         self.plan = plan
-        self.context = graph_context(plan, "cpu")
+        self.dali: DaliPlan = dali_plan(plan)
+        self.context = self.dali.context("cpu")
         self.declared: list[tuple[int, Column]] = []
         ctx = self.context
-        for ctx.position, step in enumerate(plan.dali_steps):
+        for ctx.position, step in enumerate(self.dali.steps):
             self.declared += [(ctx.position, column) for column in step.op.dali_columns(step, ctx)]
         self.names_of = {position: {column.name for p, column in self.declared if p == position}
-                         for position in range(len(plan.dali_steps))}
+                         for position in range(len(self.dali.steps))}
 
     @property
     def names(self) -> list[str]:
@@ -184,29 +189,31 @@ class ArgumentColumns:
         sample on the feeding thread."""
         built: dict[int, dict[str, Any]] = {}
         ctx = replace(self.context)  # its own position: DALI may call the feeder from its thread
-        for ctx.position, step in enumerate(self.plan.dali_steps):
+        for ctx.position, step in enumerate(self.dali.steps):
             entries = [sample[ctx.position] for sample in per_sample]
             built[ctx.position] = step.op.dali_arguments(step, [concrete for concrete, _ in entries],
                                                          [size for _, size in entries], ctx)
             if set(built[ctx.position]) != self.names_of[ctx.position]:
-                raise RuntimeError(f"op {step.kind!r} (step {ctx.position}) built DALI columns "
+                raise RuntimeError(f"op {step.name!r} (step {ctx.position}) built DALI columns "
                                    f"{sorted(built[ctx.position])}, declared {sorted(self.names_of[ctx.position])}")
         columns = []
         for position, column in self.declared:
             problem = column.problem(built[position][column.name])
             if problem:
-                raise RuntimeError(f"op {self.plan.steps[position].kind!r} (step {position}): {problem}")
+                raise RuntimeError(f"op {self.plan.steps[position].name!r} (step {position}): {problem}")
             columns.append(built[position][column.name])
         return columns
 
 
 def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool, device_id: int | None,
                    threads: int):
-    """Compile the plan into a DALI pipeline (stage devices from ``placement``): the decoder, then
-    each step's own fragment, then the finish, every fragment reading its columns by name."""
+    """Compile the plan into a DALI pipeline (its planning and stage devices from the feeder's
+    ``DaliPlan``): the decoder, then each step's own fragment, then the finish, every fragment
+    reading its columns by name."""
     from nvidia.dali import fn, pipeline_def, types
 
-    stages = {stage.stage: stage for stage in placement(plan, "dali" if gpu else "dali-cpu")}
+    dali = feeder.columns.dali
+    devices = {stage: device for stage, _, device in dali.stages(gpu=gpu)}
     names, column_types = feeder.columns.names, feeder.columns.dali_types(types)
 
     @pipeline_def(batch_size=spec.batch_size, num_threads=threads, device_id=device_id,
@@ -216,22 +223,21 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
         outputs = fn.external_source(source=feeder, num_outputs=len(column_types), dtype=column_types,
                                      batch=True, no_copy=False)
         named = dict(zip(names, outputs))
-        decode = stages["decode"]
-        decoder_args: dict[str, Any] = dict(device=decode.device, output_type=types.RGB)
-        if decode.device == "mixed":
+        decoder_args: dict[str, Any] = dict(device=devices["decode"], output_type=types.RGB)
+        if devices["decode"] == "mixed":
             decoder_args.update(mixed_decoder_arguments())
-        if roi_decode(plan):  # the first step's crop window (its "crop.anchor" and "crop.shape" columns)
-            images = fn.decoders.image_slice(named["encoded"], named["0.crop.anchor"], named["0.crop.shape"],
-                                             axis_names="HW", normalized_anchor=False, normalized_shape=False,
-                                             **decoder_args)
+        if dali.window_columns:  # the first step's crop window, under the column names its op declared
+            anchor, shape = (named[name] for name in dali.window_columns)
+            images = fn.decoders.image_slice(named["encoded"], anchor, shape, axis_names="HW",
+                                             normalized_anchor=False, normalized_shape=False, **decoder_args)
         else:
             images = fn.decoders.image(named["encoded"], **decoder_args)
-        if gpu and decode.device == "cpu":
+        if gpu and devices["decode"] == "cpu":
             images = images.gpu()
-        ctx = graph_context(plan, "gpu" if gpu else "cpu")
-        for ctx.position, step in enumerate(plan.dali_steps):
+        ctx = dali.context("gpu" if gpu else "cpu")
+        for ctx.position, step in enumerate(dali.steps):
             images = step.op.dali_graph(step, images, _step_columns(named, ctx.position), ctx)
-        return plan.dali_finish_step.op.dali_graph(plan.dali_finish_step, images, {}, ctx)
+        return dali.finish_step.op.dali_graph(dali.finish_step, images, {}, ctx)
 
     pipe = graph()
     pipe.build()

@@ -160,7 +160,8 @@ def dali_baseline_pipeline(spec, listing, plan, threads: int, gpu: bool):
     crop_mirror_normalize (taking a last centre crop and flip)."""
     from nvidia.dali import fn, pipeline_def, types
 
-    from ..plan import graph_context
+    from ..backends.dali_plan import graph_context
+    from ..ops.dali_op import DaliOp
     from ..sampling import epoch_order
 
     order = epoch_order(len(listing), spec.seed, 0, spec.loader.shuffle).tolist()
@@ -173,12 +174,15 @@ def dali_baseline_pipeline(spec, listing, plan, threads: int, gpu: bool):
                                           random_shuffle=False, name="Reader")
         ctx = graph_context(plan, "gpu" if gpu else "cpu")
         first = plan.steps[0] if plan.steps else None
-        images = first.op.dali_baseline_decode(first, encoded, decode_device, ctx) if first else None
+        images = first.op.dali_baseline_decode(first, encoded, decode_device, ctx) \
+            if first and isinstance(first.op, DaliOp) else None
         start = 0 if images is None else 1  # the decoder did the first step (a random resized crop's window)
         if images is None:
             images = fn.decoders.image(encoded, device=decode_device, output_type=types.RGB)
         for ctx.position, step in enumerate(plan.steps):
             if ctx.position >= start:
+                if not isinstance(step.op, DaliOp):  # it runs in torch after the bridge's graph
+                    raise BenchError(f"no hand-written DALI equivalent for step {step.kind!r}")
                 try:
                     images = step.op.dali_baseline(step, images, ctx)
                 except NotImplementedError as exc:

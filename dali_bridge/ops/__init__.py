@@ -12,9 +12,14 @@ An op (:class:`~dali_bridge.ops.base.Op`) declares, in its own module:
 * ``torchvision_kernel`` (``transforms.v2.functional`` on a CHW uint8 tensor) and
   ``torchvision_transforms``, the ``transforms.v2`` transform it must match (parity tests and the
   hand-written bench baseline);
-* ``dali_columns`` (per-sample argument columns by name, dtype and shape), ``dali_arguments``
-  (the batch's columns by name) and ``dali_graph`` (its fragment, reading the columns by name);
-  ``dali_baseline``: the plain DALI a user writes (bench baseline);
+* what a backend's planner needs, declared rather than read from its parameters: the resize it
+  runs (``resize_request``), the centre it keeps (``kept_centre``), a crop window a decoder can
+  read (``window_columns``), a flip the finish can take (``folds_into_finish``);
+* on a :class:`DaliOp` (its DALI facet, :mod:`dali_bridge.ops.dali_op`): ``dali_columns``
+  (per-sample argument columns by name, dtype and shape), ``dali_arguments`` (the batch's columns
+  by name) and ``dali_graph`` (its fragment, reading the columns by name); ``dali_baseline``: the
+  plain DALI a user writes (bench baseline). A per-sample op without the facet runs on the DALI
+  backends as its torchvision kernel right after the graph;
 * ``dali_stages`` / ``torchvision_stage``: what ``dali-bridge show`` lists (placement as data).
 
 Parameter meanings and defaults follow torchvision's ``transforms.v2``; sizes are in pixels,
@@ -22,15 +27,15 @@ mean/std in [0, 1] units (the DALI finish multiplies by 255).
 
 The plan
 --------
-:func:`dali_bridge.plan.build_plan` lowers a spec to ``Plan.ops``, a tuple of op instances
-(:class:`Step`: op name + resolved parameters), in this order:
+:func:`dali_bridge.plan.build_plan` lowers a spec to ``Plan.all_steps``, a tuple of op instances
+(:class:`Step`: the op + resolved parameters), in this order:
 
-1. per-sample ops on uint8 images (``kind`` ``geometry`` or ``pixel``): decoded, then each step in
+1. per-sample ops on uint8 images (:class:`Category` ``geometry`` or ``pixel``): decoded, then each step in
    turn — in DataLoader workers on torchvision, in the DALI graph on DALI;
 2. the finish (``normalize``; an implicit uint8 one when the spec has none): dtype, normalisation,
    layout — on the batch on torchvision, crop_mirror_normalize on DALI;
-3. ops after normalisation (kind ``after_finish``, per-sample on float tensors: ``random_erasing``),
-   then at most one batch-level op (kind ``batch``: ``mixup``, ``cutmix``, ``batch_mix``) last.
+3. ops after normalisation (category ``after_finish``, per-sample on float tensors: ``random_erasing``),
+   then at most one batch-level op (category ``batch``: ``mixup``, ``cutmix``, ``batch_mix``) last.
    ``Plan.steps`` stops at the finish, so no executor sees them: the loader's post-finish stage
    (:mod:`dali_bridge.post_finish`) runs them on the whole finished batch on the loader's device,
    the same for every backend. Batch-level ops draw per batch, keyed by (seed, epoch, the batch's
@@ -38,35 +43,42 @@ The plan
    :mod:`dali_bridge.ops.after_finish`.
 
 A step's draws are ``uniforms(seed, epoch, indices, stream=position + 1, count=op.draws)`` where
-``position`` is its place in ``Plan.ops``: adding an op to a pipeline never changes the draws
+``position`` is its place in ``Plan.all_steps``: adding an op to a pipeline never changes the draws
 of the ops before it.
 
 Adding an op
 ------------
-1. Write ``dali_bridge/ops/<name>.py``: a subclass of :class:`Op` with its class attributes
-   (``draws``, ``transform``) and methods, one instance built with the name, kind, parameters
-   and documentation, and ``REGISTERED = (that instance,)``.
+1. Write ``dali_bridge/ops/<name>.py``: a subclass of :class:`DaliOp` (or of :class:`Op` for an op
+   the DALI backends run in torch) with its class attributes (``draws``, ``transform``) and
+   methods, one instance built with the name, category, parameters and documentation, and
+   ``REGISTERED = (that instance,)``.
 2. Add ``"<name>"`` to ``_MODULES`` in :mod:`dali_bridge.ops.registry`.
-3. Write ``tests/ops/test_<name>.py``: equivalence with torchvision on ``dali-cpu`` (within 1 level),
+3. Add its row to the op table of ``README.md``.
+4. Regenerate ``docs/pipeline-reference.md`` (``python -m dali_bridge.reference --write
+   docs/pipeline-reference.md``); an op without a plain DALI counterpart is named in
+   ``docs/performance.md``.
+5. Write ``tests/ops/test_<name>.py``: equivalence with torchvision on ``dali-cpu`` (within 1 level),
    the sampler's rate against torchvision's own transform (within 3 sigma), and add the op to a
-   pipeline of ``tests/backends/test_plan.py``'s ``PIPELINES`` (the GPU graph equals the CPU graph).
+   pipeline of ``tests/backends/test_plan.py``'s ``PIPELINES`` (the GPU graph equals the CPU graph). The
+   every-op tests of ``tests/ops/test_ops.py`` check it without being told of it.
 
 ``vertical_flip`` (torchvision's ``RandomVerticalFlip``) and ``random_grayscale``
 (``RandomGrayscale``) are the worked examples; ``docs/adding-an-op.md`` walks through them.
 Nothing in the loader, the executors or the spec validator changes. Another package registers
-its ops without step 2: an entry point of the group ``dali_bridge.ops`` per op, named after it
+its ops without steps 2 to 4: an entry point of the group ``dali_bridge.ops`` per op, named after it
 and pointing at its instance (:mod:`dali_bridge.ops.registry`).
 
 Pure Python at import time: no DALI or torch import, so the spec layer can validate anywhere.
 """
 from __future__ import annotations
 
-from .base import (ALL_BACKENDS, DTYPES, INTERPOLATIONS, LAYOUTS, REQUIRED, Checker, Column, GraphContext, Op,
-                   Param, Step, _type_name, bool_checker, channels_checker, choice_checker, fixed_output_size,
+from .base import (ALL_BACKENDS, DTYPES, INTERPOLATIONS, LAYOUTS, REQUIRED, Category, Checker, Op, Param,
+                   ResizeRequest, Step, _type_name, bool_checker, channels_checker, choice_checker, fixed_output_size,
                    int_checker, is_int, is_number, optional, probability_checker, range_checker, size_checker)
+from .dali_op import Column, DaliOp, GraphContext
 from .registry import OPS, op_names, unsupported_options
 
-__all__ = ["ALL_BACKENDS", "DTYPES", "INTERPOLATIONS", "LAYOUTS", "OPS", "REQUIRED", "Checker", "Column",
-           "GraphContext", "Op", "Param", "Step", "_type_name", "bool_checker", "channels_checker", "choice_checker",
-           "fixed_output_size", "int_checker", "is_int", "is_number", "op_names", "optional", "probability_checker",
-           "range_checker", "size_checker", "unsupported_options"]
+__all__ = ["ALL_BACKENDS", "DTYPES", "INTERPOLATIONS", "LAYOUTS", "OPS", "REQUIRED", "Category", "Checker", "Column",
+           "DaliOp", "GraphContext", "Op", "Param", "ResizeRequest", "Step", "_type_name", "bool_checker",
+           "channels_checker", "choice_checker", "fixed_output_size", "int_checker", "is_int", "is_number", "op_names",
+           "optional", "probability_checker", "range_checker", "size_checker", "unsupported_options"]

@@ -21,10 +21,10 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from .base import Op
+from .base import Category, Op
 
-AFTER_FINISH = "after_finish"
-BATCH = "batch"
+AFTER_FINISH = Category.AFTER_FINISH
+BATCH = Category.BATCH
 POST_FINISH_KINDS = (AFTER_FINISH, BATCH)
 
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
-from .base import Op, Param, _type_name, bool_checker, choice_checker, int_checker, is_int, is_number
+from .base import Op, Param, Step, _type_name, bool_checker, choice_checker, int_checker, is_int, is_number
+from .timm_rand_augment import TIMM_RAND_AUGMENT
 
 # (start, end) of each linspace table, or a table kind, per operation: torchvision's _AUGMENTATION_SPACE.
 # "width"/"height": end = factor x the image's width/height ("width/": width / divisor); "posterize":
@@ -309,12 +310,16 @@ class TrivialAugmentWide(Policy):
 
 
 class RandAugment(Policy):
-    """torchvision's RandAugment, or with ``variant: timm`` timm's (:mod:`dali_bridge.ops.timm_rand_augment`)."""
-    draws = 2  # per operation: which one, its sign (the magnitude bin is the parameter); timm's: 5
+    """torchvision's RandAugment; with ``variant: timm`` it lowers to timm's
+    (:class:`~dali_bridge.ops.timm_rand_augment.TimmRandAugment`)."""
+    draws = 2  # per operation: which one, its sign (the magnitude bin is the parameter)
     transform = "RandAugment"
 
+    def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
+        return [Step(TIMM_RAND_AUGMENT if params["variant"] == "timm" else self, dict(params), op_index)]
+
     def draw_count(self, params) -> int:
-        return (5 if params["variant"] == "timm" else self.draws) * params["num_ops"]
+        return self.draws * params["num_ops"]
 
     def extra_check(self, params: dict) -> list[tuple[str, str]]:
         if params.get("variant") == "timm":
@@ -328,30 +333,6 @@ class RandAugment(Policy):
                                           f"found {params['magnitude']}"))
         return problems
 
-    def sample(self, params, u, height, width) -> tuple:
-        if params["variant"] == "timm":
-            from .timm_rand_augment import TimmDraw, draw_layers, fill_colour
-
-            return (TimmDraw(draw_layers(params, u), fill_colour(params["fill"])),)
-        return super().sample(params, u, height, width)
-
-    def kernel_on_host(self, params) -> bool:
-        return params["variant"] == "timm"  # timm's operations are PIL's
-
-    def torchvision_kernel(self, image, concrete):
-        from .timm_rand_augment import TimmDraw, apply_timm
-
-        if isinstance(concrete[0], TimmDraw):
-            return apply_timm(image, concrete[0])
-        return super().torchvision_kernel(image, concrete)
-
-    def batch_kernel(self, images, concrete):
-        from .timm_rand_augment import TimmDraw
-
-        if concrete and isinstance(concrete[0][0], TimmDraw):
-            return None  # timm's operations are PIL's: per sample on the host
-        return super().batch_kernel(images, concrete)
-
     def draw_operations(self, params, u, height, width):
         names = tuple(_ORIGINAL)
         return tuple(signed_operation("original", names[pick(u[2 * n], len(names))], params["num_magnitude_bins"],
@@ -361,18 +342,9 @@ class RandAugment(Policy):
     def torchvision_transforms(self, params):
         from torchvision.transforms import v2
 
-        if params["variant"] == "timm":
-            raise NotImplementedError("rand_augment with variant timm is timm's transform, not a transforms.v2 one")
         return [v2.RandAugment(num_ops=params["num_ops"], magnitude=params["magnitude"],
                                num_magnitude_bins=params["num_magnitude_bins"],
                                interpolation=params["interpolation"], fill=params["fill"])]
-
-    def torchvision_stage(self, params) -> str:
-        if params["variant"] == "timm":
-            return (f"timm's RandAugment operations with PIL (magnitude {params['magnitude']} of 10, "
-                    f"std {params['magnitude_std']}{', increasing' if params['increasing'] else ''})")
-        return super().torchvision_stage(params)
-
 
 class AutoAugment(Policy):
     draws = 5  # the sub-policy, then per operation of it: whether it applies, its sign

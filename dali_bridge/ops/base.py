@@ -1,11 +1,12 @@
 """The op interface, the parameter checkers it re-exports and the plan's op instance.
 
 An :class:`Op` is one registry entry: a frozen dataclass holding what the spec validator reads
-(name, parameters, defaults, checks, backends) whose methods answer every other question about
-the op — its draws and how they become concrete per-sample parameters, its effect on the image
-size, its torchvision kernel and ``transforms.v2`` counterpart, its DALI graph fragment with the
-argument columns it declares by name, and the stages ``dali-bridge show`` lists for it.
-A :class:`Step` is an op instance in a plan: the op's name and its resolved parameters.
+(name, :class:`Category`, parameters, defaults, checks, backends) whose methods answer every other
+question about the op — its draws and how they become concrete per-sample parameters, its effect
+on the image size, what it asks of a backend's planner (:class:`ResizeRequest`, the centre it
+keeps), its torchvision kernel and ``transforms.v2`` counterpart, and the stage ``dali-bridge show``
+lists for it. Its DALI graph fragment is an optional facet (:mod:`dali_bridge.ops.dali_op`).
+A :class:`Step` is an op instance in a plan: the op itself and its resolved parameters.
 
 Pure Python at import time: torch, torchvision and DALI are imported inside the methods that
 need them, so the spec layer can validate anywhere.
@@ -13,6 +14,7 @@ need them, so the spec layer can validate anywhere.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
@@ -55,98 +57,89 @@ class Param:
 REQUIRED = object()
 
 
-@dataclass(frozen=True)
-class Column:
-    """A per-sample argument column an op's DALI fragment reads: its name (unique within the op),
-    numpy dtype, and per-sample shape (``None`` where a length varies from sample to sample)."""
-    name: str
-    dtype: str
-    shape: tuple[int | None, ...]
+class Category(str, Enum):
+    """What an op is, which places it in the plan (:mod:`dali_bridge.ops`): ``geometry`` moves pixels
+    (and may change the size), ``pixel`` changes values in place, ``finish`` converts dtype/layout
+    and normalises (last of the per-sample ops on uint8 images), ``compound`` lowers to several plan
+    steps; ``after_finish`` (per-sample, on the float images) and ``batch`` (on the whole batch) run
+    after the finish (:mod:`dali_bridge.ops.after_finish`). A member equals its name as a string,
+    so a pipeline file's wording and an op written with the string (``"pixel"``) both match it."""
+    GEOMETRY = "geometry"
+    PIXEL = "pixel"
+    FINISH = "finish"
+    COMPOUND = "compound"
+    AFTER_FINISH = "after_finish"
+    BATCH = "batch"
 
-    def problem(self, value: Any) -> str | None:
-        """Why a batch's column does not match this declaration, or None (checks the first sample)."""
-        first = value[0] if isinstance(value, list) else value[0] if len(value) else None
-        if first is None:
-            return None
-        first = np.asarray(first)
-        if first.dtype != np.dtype(self.dtype) or first.ndim != len(self.shape) or any(
-                want is not None and got != want for got, want in zip(first.shape, self.shape)):
-            return (f"column '{self.name}' declared {self.dtype} {self.shape}, "
-                    f"built {first.dtype} {tuple(first.shape)}")
-        return None
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 @dataclass(frozen=True)
 class Step:
-    """An op instance in a plan: the registry op ``kind`` with its resolved ``params``.
+    """An op instance in a plan: the registry :class:`Op` with its resolved ``params``.
 
     ``op_index`` is the position, in the spec, of the op that produced it (a compound op lowers
     to several steps with one index; the finish a spec leaves implicit has ``len(spec.ops)``).
+    An op's ``lower`` builds its steps with itself: ``Step(self, params, op_index)``.
     """
-    kind: str
+    op: "Op" = field(hash=False)
     params: dict[str, Any] = field(hash=False)
     op_index: int
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.op, Op):
+            raise TypeError(f"Step takes the op itself, found {type(self.op).__name__} {self.op!r}: an op's "
+                            f"lower() writes Step(self, params, op_index)")
+
+    def __hash__(self) -> int:
+        return hash((self.op.name, self.op_index))
+
     @property
-    def op(self) -> "Op":
-        return _registry()[self.kind]
+    def name(self) -> str:
+        """The op's name (``kind`` is its older spelling)."""
+        return self.op.name
+
+    @property
+    def kind(self) -> str:
+        return self.op.name
 
     @property
     def random(self) -> bool:
         return self.op.random
 
 
-_REGISTRY: list[dict[str, "Op"]] = []
+@dataclass(frozen=True)
+class ResizeRequest:
+    """What a resizing step asks for: torchvision's filter and ``antialias``, and ``size`` — the
+    output (height, width), or ``(shorter side,)`` with the longer side capped at ``max_size``."""
+    interpolation: str
+    antialias: bool
+    size: tuple[int, ...]
+    max_size: int | None = None
 
-
-def _registry() -> dict[str, "Op"]:
-    """The registry's OPS (imported on first use: it imports the op modules, which import this one)."""
-    if not _REGISTRY:
-        from .registry import OPS
-
-        _REGISTRY.append(OPS)
-    return _REGISTRY[0]
-
-
-@dataclass
-class GraphContext:
-    """What an op's DALI fragment needs besides its columns, shared along one graph.
-
-    ``device``: the ops' device (``cpu`` | ``gpu``); ``position``: the step's place in the plan;
-    ``mirror``: a per-sample flip handed to the finish (crop_mirror_normalize's ``mirror``);
-    ``side_outputs``: images a step produced beside the main one (a border patch's exact edge
-    lines), which the finish treats as images and the pipeline returns after the image — the plan
-    allows them only where no step but a flip folded into the finish follows; ``crop``: a centre
-    crop handed to the finish (the plain-DALI bench baseline only).
-    """
-    plan: Any
-    device: str
-    resize_methods: dict[int, str]
-    position: int = 0
-    mirror: Any = None
-    side_outputs: list = field(default_factory=list)
-    crop: Any = None
-
-    def is_last_step(self) -> bool:
-        """The last step of the DALI graph (a plan's torch tail runs after it, see ``Plan.dali_steps``)."""
-        return self.position == len(self.plan.dali_steps) - 1
+    @property
+    def shorter_side(self) -> bool:
+        return len(self.size) == 1
 
 
 @dataclass(frozen=True)
 class Op:
     """An op of the registry; subclasses hold one op's behaviour.
 
-    ``kind``: ``geometry`` moves pixels (and may change the size), ``pixel`` changes values in
-    place, ``finish`` converts dtype/layout and normalises (last of the per-sample ops on uint8
-    images), ``compound`` lowers to several plan steps; ``after_finish`` (per-sample, on the float
-    images) and ``batch`` (on the whole batch) run after the finish
-    (:mod:`dali_bridge.ops.after_finish`). ``primary`` is the parameter a scalar shorthand
+    ``category``: its :class:`Category` (given as the member or its string; ``kind`` is its older
+    name). An op that runs in the DALI graph is a :class:`~dali_bridge.ops.dali_op.DaliOp` (the
+    DALI hooks); any other per-sample op runs, on the DALI backends, as its torchvision kernel
+    right after the graph (the plan's torch tail). ``primary`` is the parameter a scalar shorthand
     (``- resize: 256``) sets. ``size_param``/``size_rule`` tell the validator how the op sets
     the output size: ``output`` (that size), ``resize`` (an int is a shorter side) or ``crop``
     (that size, which must fit what comes before); ``None`` when the size stays.
     """
     name: str
-    kind: str
+    category: Category
     params: tuple[Param, ...]
     doc: str
     backends: tuple[str, ...] = ALL_BACKENDS
@@ -157,12 +150,22 @@ class Op:
     draws: ClassVar[int] = 0                  # uniforms drawn per sample (see sampling.draws)
     transform: ClassVar[str] = ""             # the transforms.v2 transform it matches (from_torchvision maps it here)
     folds_into_finish: ClassVar[bool] = False  # DALI: a last step given to crop_mirror_normalize
-    decodes_window: ClassVar[bool] = False     # DALI: as the first step, its crop is the decoder's ROI
-    resamples: ClassVar[bool] = False          # runs a resize (plan.resize_methods chooses how)
-    hides_border_within: ClassVar[bool] = False  # a centre crop: keeps only the middle of its input
+    # DALI: as the first step, the names of its (anchor, shape) columns of a crop window the decoder
+    # reads as its region of interest (a random resized crop); None when it has none.
+    window_columns: ClassVar[tuple[str, str] | None] = None
     # DALI: runs as its torchvision kernel in torch on the loader's device right after the DALI graph,
     # which then ends before the first such step (the plan's torch tail; each op's docstring says why).
-    torch_after_dali: ClassVar[bool] = False
+    # True for every op but a DaliOp.
+    torch_after_dali: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.category, str) and self.category in Category._value2member_map_:
+            object.__setattr__(self, "category", Category(self.category))  # else op_problems names it
+
+    @property
+    def kind(self) -> Category:
+        """The category, under its older name."""
+        return self.category
 
     @property
     def random(self) -> bool:
@@ -183,7 +186,31 @@ class Op:
     # ---- plan
     def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
         """The plan steps of this op (sizes as (height, width) tuples)."""
-        return [Step(self.name, dict(params), op_index)]
+        return [Step(self, dict(params), op_index)]
+
+    def fixed_size(self, params: Mapping[str, Any]) -> tuple[int, int] | None:
+        """The (height, width) this op sets every image to, from the spec's parameters; None when it
+        leaves the size as it is or open (a shorter-side resize), read from ``size_param``."""
+        value = params.get(self.size_param) if self.size_param else None
+        if value is None or (self.size_rule == "resize" and isinstance(value, int)):
+            return None
+        return fixed_output_size(value)
+
+    def step_size(self, params: Mapping[str, Any]) -> tuple[int, ...] | None:
+        """The size a plan step of this op sets, from its lowered parameters: (height, width), or
+        ``(shorter side,)`` for a resize keeping the aspect ratio; None when it keeps the size."""
+        value = params.get(self.size_param) if self.size_param else None
+        return None if value is None else tuple(value)
+
+    def resize_request(self, params: Mapping[str, Any]) -> ResizeRequest | None:
+        """The resize this step runs (a backend's planner chooses how), or None for an op that
+        does not resample."""
+        return None
+
+    def kept_centre(self, params: Mapping[str, Any]) -> tuple[int, int] | None:
+        """The (height, width) of the middle of its input a centre crop keeps (its border hidden);
+        None for every other op."""
+        return None
 
     # ---- per sample: pure numpy
     def draw_count(self, params: Mapping[str, Any]) -> int:
@@ -196,10 +223,16 @@ class Op:
         return ()
 
     def output_size(self, concrete: tuple, height: int, width: int) -> tuple[int, int]:
-        """(height, width) after this step; crops and resizes give theirs."""
-        for item in reversed(concrete):
-            if hasattr(item, "height") and hasattr(item, "width"):
-                return item.height, item.width
+        """(height, width) after this step, given its concrete parameters and the input's size: the
+        input's, unless the op declares its own (crops and resizes do).
+
+        An op written when the size was read off any concrete item with a height and a width is
+        refused here rather than left to keep the input's size unnoticed."""
+        sized = next((item for item in concrete if hasattr(item, "height") and hasattr(item, "width")), None)
+        if sized is not None:
+            raise TypeError(f"op {self.name!r}: its concrete {type(sized).__name__} has a height and a width, but the "
+                            f"op does not declare its size: override output_size(concrete, height, width) to return "
+                            f"the (height, width) after the op")
         return height, width
 
     # ---- torchvision
@@ -229,30 +262,3 @@ class Op:
     def torchvision_stage(self, params: Mapping[str, Any]) -> str:
         """What ``dali-bridge show`` lists for this step on the torchvision backend."""
         raise NotImplementedError(f"op {self.name!r} has no torchvision stage")
-
-    # ---- DALI
-    def dali_columns(self, step: Step, ctx: GraphContext) -> list[Column]:
-        """The per-sample argument columns the fragment reads, declared by name."""
-        return []
-
-    def dali_arguments(self, step: Step, concrete: Sequence[tuple], sizes: Sequence[tuple[int, int]],
-                       ctx: GraphContext) -> dict[str, Any]:
-        """The batch's columns by name: an array with the batch first, or a list of per-sample arrays.
-        ``concrete``: each sample's :meth:`sample`; ``sizes``: each sample's input (height, width)."""
-        return {}
-
-    def dali_graph(self, step: Step, images: Any, columns: Mapping[str, Any], ctx: GraphContext) -> Any:
-        """Add the step to the DALI graph; ``columns`` maps the declared names to DataNodes."""
-        raise NotImplementedError(f"op {self.name!r} has no DALI graph fragment")
-
-    def dali_stages(self, step: Step, ctx: GraphContext) -> list[tuple[str, str]]:
-        """(stage, implementation) of each DALI operator the fragment adds, in graph order."""
-        raise NotImplementedError(f"op {self.name!r} has no DALI stages")
-
-    def dali_baseline_decode(self, step: Step, encoded: Any, decode_device: str, ctx: GraphContext) -> Any:
-        """As the first step of the plain-DALI bench baseline: a decoder doing this step too, or None."""
-        return None
-
-    def dali_baseline(self, step: Step, images: Any, ctx: GraphContext) -> Any:
-        """The plain DALI a user writes for this step (DALI's own random draws): the bench baseline."""
-        raise NotImplementedError(f"op {self.name!r} has no plain DALI counterpart")

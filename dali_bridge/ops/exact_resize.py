@@ -1,7 +1,7 @@
 """The torchvision-exact resize on DALI: one class per method, each owning its argument columns
 (declared by name), how it builds them, its graph and the stages it lists.
 
-:func:`dali_bridge.plan.resize_methods` chooses the method of each resizing step; the resizing
+:attr:`dali_bridge.backends.dali_plan.DaliPlan.resize_methods` chooses the method of each resizing step; the resizing
 ops (``random_resized_crop``, ``resize``) hand their arguments and graph to :data:`METHODS`.
 Arguments are pure numpy, built on the thread that feeds DALI; DALI is imported only inside
 :meth:`ResizeMethod.graph`.
@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from .base import Column
+from .dali_op import Column
 
 _INTERP = {"nearest": "INTERP_NN", "bilinear": "INTERP_LINEAR", "bicubic": "INTERP_CUBIC"}
 Stage = tuple[str, str]  # (stage name suffix, implementation)

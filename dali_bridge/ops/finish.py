@@ -12,6 +12,8 @@ from typing import Any
 
 from .base import (DTYPES, LAYOUTS, Op, Param, Step, channels_checker, choice_checker, optional,
                    probability_checker, size_checker)
+from .dali_op import DaliOp
+from .geometry import CENTER_CROP, HORIZONTAL_FLIP
 
 _DALI_DTYPES = {"float32": "FLOAT", "float16": "FLOAT16", "uint8": "UINT8"}
 
@@ -40,14 +42,14 @@ def _check_finish(params: dict) -> list[tuple[str, str]]:
     return []
 
 
-class Normalize(Op):
+class Normalize(DaliOp):
     transform = "ToDtype + Normalize"
 
     def extra_check(self, params: dict) -> list[tuple[str, str]]:
         return _check_finish(params)
 
     def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
-        return [Step(self.name, {key: params[key] for key in ("mean", "std", "dtype", "layout")}, op_index)]
+        return [Step(self, {key: params[key] for key in ("mean", "std", "dtype", "layout")}, op_index)]
 
     @staticmethod
     def finish(params: dict[str, Any]) -> Finish:
@@ -109,14 +111,12 @@ class CropMirrorNormalize(Op):
         return _check_finish(params)
 
     def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
-        from .registry import OPS
-
         steps: list[Step] = []
         if params["crop"] is not None:
-            steps += OPS["center_crop"].lower({"size": params["crop"]}, op_index)
+            steps += CENTER_CROP.lower({"size": params["crop"]}, op_index)
         if params["mirror"] > 0:
-            steps += OPS["horizontal_flip"].lower({"probability": params["mirror"]}, op_index)
-        return steps + OPS["normalize"].lower(params, op_index)
+            steps += HORIZONTAL_FLIP.lower({"probability": params["mirror"]}, op_index)
+        return steps + NORMALIZE.lower(params, op_index)
 
 
 _MEAN = Param("mean", [0.0, 0.0, 0.0], channels_checker("mean", positive=False),

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from ..images import ImageError
-from .base import REQUIRED, Column, Op, Param, _shown, _type_name, is_int, is_number, range_checker
+from .base import REQUIRED, Param, _shown, _type_name, is_int, is_number, range_checker
+from .dali_op import Column, DaliOp
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def sigma_checker(value: Any) -> tuple[Any, str | None]:
     return _sigma_range(value)
 
 
-class GaussianBlur(Op):
+class GaussianBlur(DaliOp):
     draws = 1  # one uniform per sample: sigma = low + (high - low) * u, as torchvision's uniform_(low, high)
     transform = "GaussianBlur"
 
@@ -128,7 +129,7 @@ class GaussianBlur(Op):
         return fn.gaussian_blur(images, sigma=columns["sigma"], window_size=[kernel_y, kernel_x], device=ctx.device)
 
     def dali_stages(self, step, ctx):
-        return [(step.kind, "fn.gaussian_blur (torchvision's kernel, reflect border)")]
+        return [(step.name, "fn.gaussian_blur (torchvision's kernel, reflect border)")]
 
     def dali_baseline(self, step, images, ctx):
         from nvidia.dali import fn

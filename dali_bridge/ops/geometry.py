@@ -3,7 +3,7 @@
 Their concrete per-sample parameters are :class:`Crop`, :class:`Resize` and :class:`Flip`
 (torchvision's own algorithms, driven by the bridge's uniforms); the DALI fragments apply them
 as per-sample arguments, and the resizes hand their arguments and graph to the method
-:func:`dali_bridge.plan.resize_methods` chose (:mod:`dali_bridge.ops.exact_resize`).
+:attr:`dali_bridge.backends.dali_plan.DaliPlan.resize_methods` chose (:mod:`dali_bridge.ops.exact_resize`).
 """
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..images import ImageError
-from .base import (INTERPOLATIONS, REQUIRED, Column, GraphContext, Op, Param, Step, bool_checker, choice_checker,
+from .base import (INTERPOLATIONS, REQUIRED, Param, ResizeRequest, Step, bool_checker, choice_checker,
                    fixed_output_size, optional, probability_checker, range_checker, size_checker)
+from .dali_op import Column, DaliOp, GraphContext
 from .exact_resize import METHODS
 
 RRC_ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 windows, then falls back to the centre
@@ -152,10 +153,17 @@ def _resize_kernel(image: Any, resize: Resize) -> Any:
                     antialias=resize.antialias)
 
 
-class _Resampling(Op):
+class _Resampling(DaliOp):
     """What the two resizing ops share: unsupported options, the exact-resize method's columns,
     arguments, graph and stages (its column names prefixed ``resize.``)."""
-    resamples = True
+
+    def resize_request(self, params: Mapping[str, Any]) -> ResizeRequest:
+        return ResizeRequest(params["interpolation"], params["antialias"], tuple(params["size"]),
+                             params.get("max_size"))
+
+    def output_size(self, concrete: tuple, height: int, width: int) -> tuple[int, int]:
+        resize = concrete[-1]  # its Resize comes last (after a random resized crop's window)
+        return resize.height, resize.width
 
     def unsupported_options(self, params: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
         """bicubic without antialias: torchvision's filter is Keys' cubic with a = -0.75 and DALI's
@@ -202,10 +210,10 @@ class _Resampling(Op):
 class RandomResizedCrop(_Resampling):
     draws = 2 * RRC_ATTEMPTS + 2  # 2 per attempt (area, log aspect ratio), then top and left
     transform = "RandomResizedCrop"
-    decodes_window = True
+    window_columns = ("crop.anchor", "crop.shape")  # as the first step, the decoder's region of interest
 
     def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
-        return [Step(self.name, {**params, "size": fixed_output_size(params["size"])}, op_index)]
+        return [Step(self, {**params, "size": fixed_output_size(params["size"])}, op_index)]
 
     def sample(self, params, u, height, width) -> tuple:
         top, left, crop_h, crop_w = rrc_window(height, width, u, params["scale"], params["ratio"])
@@ -245,8 +253,8 @@ class RandomResizedCrop(_Resampling):
         return self._resize_graph(step, images, columns, ctx)
 
     def dali_stages(self, step, ctx):
-        crop = [] if self._window_decoded(ctx) else [(f"{step.kind}.crop", "fn.slice")]
-        return crop + self._resize_stages(f"{step.kind}.resize", ctx)
+        crop = [] if self._window_decoded(ctx) else [(f"{step.name}.crop", "fn.slice")]
+        return crop + self._resize_stages(f"{step.name}.resize", ctx)
 
     def dali_baseline_decode(self, step: Step, encoded: Any, decode_device: str, ctx: GraphContext) -> Any:
         """DALI's own random-crop decoder, then the resize: what a DALI user writes first."""
@@ -274,7 +282,7 @@ class ResizeOp(_Resampling):
     def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
         shorter = isinstance(params["size"], int)
         size = (params["size"],) if shorter else fixed_output_size(params["size"])
-        return [Step(self.name, {**params, "size": size, "shorter_side": shorter}, op_index)]
+        return [Step(self, {**params, "size": size, "shorter_side": shorter}, op_index)]
 
     def sample(self, params, u, height, width) -> tuple:
         if params["shorter_side"]:
@@ -306,7 +314,7 @@ class ResizeOp(_Resampling):
         return self._resize_graph(step, images, columns, ctx)
 
     def dali_stages(self, step, ctx):
-        return self._resize_stages(step.kind, ctx)
+        return self._resize_stages(step.name, ctx)
 
     def dali_baseline(self, step, images, ctx):
         from nvidia.dali import fn
@@ -321,12 +329,17 @@ class ResizeOp(_Resampling):
                          antialias=p["antialias"])
 
 
-class CenterCrop(Op):
+class CenterCrop(DaliOp):
     transform = "CenterCrop"
-    hides_border_within = True
+
+    def kept_centre(self, params: Mapping[str, Any]) -> tuple[int, int]:
+        return params["size"]
+
+    def output_size(self, concrete: tuple, height: int, width: int) -> tuple[int, int]:
+        return concrete[0].height, concrete[0].width
 
     def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
-        return [Step(self.name, {"size": fixed_output_size(params["size"])}, op_index)]
+        return [Step(self, {"size": fixed_output_size(params["size"])}, op_index)]
 
     def sample(self, params, u, height, width) -> tuple:
         return (center_crop_window(height, width, *params["size"]),)
@@ -355,7 +368,7 @@ class CenterCrop(Op):
         return _slice(images, columns, ctx.device)
 
     def dali_stages(self, step, ctx):
-        return [(step.kind, "fn.slice (zero padding)")]
+        return [(step.name, "fn.slice (zero padding)")]
 
     def dali_baseline(self, step, images, ctx):
         from nvidia.dali import fn
@@ -366,7 +379,7 @@ class CenterCrop(Op):
         return fn.crop(images, crop=list(step.params["size"]), out_of_bounds_policy="pad", device=ctx.device)
 
 
-class HorizontalFlip(Op):
+class HorizontalFlip(DaliOp):
     draws = 1
     transform = "RandomHorizontalFlip"
     folds_into_finish = True
@@ -402,7 +415,7 @@ class HorizontalFlip(Op):
         return fn.flip(images, horizontal=columns["flip"], device=ctx.device)
 
     def dali_stages(self, step, ctx):
-        return [(step.kind, "fused into fn.crop_mirror_normalize" if ctx.is_last_step() else "fn.flip")]
+        return [(step.name, "fused into fn.crop_mirror_normalize" if ctx.is_last_step() else "fn.flip")]
 
     def dali_baseline(self, step, images, ctx):
         from nvidia.dali import fn

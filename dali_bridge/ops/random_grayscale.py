@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import Column, Op, Param, probability_checker
+from .base import Param, probability_checker
+from .dali_op import Column, DaliOp
 
 # torchvision's weights, as float32 (the dtype PyTorch computes a uint8 image's grey in).
 _WEIGHTS = tuple(np.float32(w) for w in (0.2989, 0.587, 0.114))
@@ -27,7 +28,7 @@ class Grayscale:
     apply: bool
 
 
-class RandomGrayscale(Op):
+class RandomGrayscale(DaliOp):
     draws = 1  # one uniform per sample: grey when below the probability, as torchvision's torch.rand(1) < p
     transform = "RandomGrayscale"
 

@@ -15,11 +15,12 @@ from importlib import import_module
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Iterable
 
-from .after_finish import AFTER_FINISH, BATCH, AfterFinishOp, BatchOp
-from .base import ALL_BACKENDS, REQUIRED, Op, Param
+from .after_finish import AfterFinishOp, BatchOp
+from .base import ALL_BACKENDS, REQUIRED, Category, Op, Param
+from .dali_op import DaliOp
 
 ENTRY_POINT_GROUP = "dali_bridge.ops"
-KINDS = ("geometry", "pixel", "finish", "compound", AFTER_FINISH, BATCH)
+KINDS = tuple(Category)
 SIZE_RULES = (None, "output", "resize", "crop")
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
@@ -80,22 +81,30 @@ def _param_problems(op: Op) -> list[str]:
     return problems
 
 
+_DALI_HOOKS = ("dali_graph", "dali_stages")
+
+
 def _method_problems(op: Op) -> list[str]:
-    """The methods its kind and backends need, each overridden (the base class's raise NotImplementedError)."""
-    if op.kind == AFTER_FINISH:
+    """The methods its category and backends need, each overridden (the base class's raise NotImplementedError)."""
+    if op.category is Category.AFTER_FINISH:
         base, needed = AfterFinishOp, ["apply", "stage"] + (["sample"] if op.draws else [])
-    elif op.kind == BATCH:
+    elif op.category is Category.BATCH:
         base, needed = BatchOp, ["apply_batch", "stage"] + (["sample_batch"] if getattr(op, "batch_draws", 0) else [])
-    elif op.kind in ("geometry", "pixel"):
+    elif op.category in (Category.GEOMETRY, Category.PIXEL):
         base, needed = Op, ["torchvision_kernel", "torchvision_stage"] + (["sample"] if op.draws else [])
         if set(op.backends) & {"dali", "dali-cpu"} and not op.torch_after_dali:
-            needed += ["dali_graph", "dali_stages"]
+            if not isinstance(op, DaliOp):  # an op written before the DALI hooks became a facet
+                return [f"does not implement {', '.join(_DALI_HOOKS)} (needed by a '{op.category}' op on "
+                        f"{', '.join(op.backends)} that sets torch_after_dali false): subclass "
+                        f"dali_bridge.ops.DaliOp and implement them there, or leave torch_after_dali at its "
+                        f"default to run the op in torch right after the DALI graph"]
+            base, needed = DaliOp, needed + list(_DALI_HOOKS)
     else:
         return []
     if not isinstance(op, base):
-        return [f"a '{op.kind}' op must be an instance of a {base.__module__}.{base.__name__} subclass"]
+        return [f"a '{op.category}' op must be an instance of a {base.__module__}.{base.__name__} subclass"]
     missing = [method for method in needed if not _overrides(op, method, base)]
-    return [f"does not implement {', '.join(missing)} (needed by a '{op.kind}' op on {', '.join(op.backends)})"] \
+    return [f"does not implement {', '.join(missing)} (needed by a '{op.category}' op on {', '.join(op.backends)})"] \
         if missing else []
 
 
@@ -108,8 +117,8 @@ def op_problems(op: Any) -> list[str]:
     problems = []
     if not (isinstance(op.name, str) and _NAME.match(op.name)):
         problems.append(f"name {op.name!r}: expected lower-case letters, digits and '_', starting with a letter")
-    if op.kind not in KINDS:
-        problems.append(f"kind {op.kind!r}: expected one of {', '.join(KINDS)}")
+    if op.category not in KINDS:
+        problems.append(f"category {op.category!r}: expected one of {', '.join(KINDS)}")
     if not (op.backends and set(op.backends) <= set(ALL_BACKENDS)):
         problems.append(f"backends {op.backends!r}: expected some of {', '.join(ALL_BACKENDS)}")
     if not (isinstance(op.doc, str) and op.doc):
@@ -119,7 +128,7 @@ def op_problems(op: Any) -> list[str]:
                         f"a rule of {', '.join(map(str, SIZE_RULES[1:]))} and the parameter it reads")
     if not (isinstance(op.draws, int) and op.draws >= 0):
         problems.append(f"draws {op.draws!r}: expected a whole number of uniforms per sample (>= 0)")
-    return problems + _param_problems(op) + (_method_problems(op) if op.kind in KINDS else [])
+    return problems + _param_problems(op) + (_method_problems(op) if op.category in KINDS else [])
 
 
 def _builtin_ops() -> dict[str, Op]:

@@ -26,6 +26,10 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
+from .base import Op
+
+LAYER_DRAWS = 5  # uniforms per layer: the operation, whether it applies, the noise, the sign, the filter
+
 LEVEL_DENOMINATOR = 10.0  # timm's magnitude scale: 0 to 10
 TIMM_PROBABILITY = 0.5   # timm's default chance of applying each layer (its 'p' config section)
 TIMM_FILL = (128, 128, 128)  # timm's default fill colour when no image mean is given
@@ -118,7 +122,7 @@ def draw_layers(params: Any, u: Any) -> tuple[TimmOperation, ...]:
     names = OPERATIONS[bool(params["increasing"])]
     found = []
     for layer in range(params["num_ops"]):
-        pick, apply, noise, sign, filter_ = u[5 * layer:5 * layer + 5]
+        pick, apply, noise, sign, filter_ = u[LAYER_DRAWS * layer:LAYER_DRAWS * (layer + 1)]
         name = names[min(int(pick * len(names)), len(names) - 1)]
         if apply > TIMM_PROBABILITY:
             continue
@@ -198,3 +202,34 @@ def pil_operation(picture: Any, operation: TimmOperation, fill: tuple[int, int, 
     enhancer = {"Color": ImageEnhance.Color, "Contrast": ImageEnhance.Contrast,
                 "Brightness": ImageEnhance.Brightness, "Sharpness": ImageEnhance.Sharpness}
     return enhancer[name.removesuffix("Increasing")](picture).enhance(argument)
+
+
+class TimmRandAugment(Op):
+    """The plan step of ``rand_augment`` with ``variant: timm`` (``RandAugment.lower``): the pipeline
+    file keeps one op name and its parameters, the plan holds timm's algorithm. Not registered:
+    the registry's ``rand_augment`` validates and documents the parameters."""
+    draws = LAYER_DRAWS  # per layer; see draw_count
+
+    def draw_count(self, params) -> int:
+        return LAYER_DRAWS * params["num_ops"]
+
+    def sample(self, params, u, height, width) -> tuple:
+        return (TimmDraw(draw_layers(params, u), fill_colour(params["fill"])),)
+
+    def kernel_on_host(self, params) -> bool:
+        return True  # timm's operations are PIL's
+
+    def torchvision_kernel(self, image, concrete):
+        return apply_timm(image, concrete[0])
+
+    def torchvision_transforms(self, params):
+        raise NotImplementedError("rand_augment with variant timm is timm's transform, not a transforms.v2 one")
+
+    def torchvision_stage(self, params) -> str:
+        return (f"timm's RandAugment operations with PIL (magnitude {params['magnitude']} of 10, "
+                f"std {params['magnitude_std']}{', increasing' if params['increasing'] else ''})")
+
+
+TIMM_RAND_AUGMENT = TimmRandAugment(
+    "rand_augment", "pixel", (),
+    "timm's RandAugment: its operations with PIL, each layer applied with chance 0.5 (rand_augment, variant timm).")

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import Column, Op, Param, probability_checker
+from .base import Param, probability_checker
+from .dali_op import Column, DaliOp
 
 
 @dataclass(frozen=True)
@@ -14,7 +15,7 @@ class VerticalFlip:
     apply: bool
 
 
-class RandomVerticalFlip(Op):
+class RandomVerticalFlip(DaliOp):
     draws = 1  # one uniform per sample: flipped when below the probability, as torchvision's torch.rand(1) < p
     transform = "RandomVerticalFlip"
 
@@ -46,7 +47,7 @@ class RandomVerticalFlip(Op):
         return fn.flip(images, horizontal=0, vertical=columns["flip"], device=ctx.device)
 
     def dali_stages(self, step, ctx):
-        return [(step.kind, "fn.flip (vertical)")]
+        return [(step.name, "fn.flip (vertical)")]
 
     def dali_baseline(self, step, images, ctx):
         from nvidia.dali import fn

@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 
 from conftest import MEAN, STD, TRAIN, VAL
+from dali_bridge.backends.dali_plan import dali_plan
+from dali_bridge.ops import OPS
 from dali_bridge.ops.exact_resize import METHODS
-from dali_bridge.plan import Finish, Placed, Step, build_plan, fused_mirror, placement, roi_decode, unsupported_ops
+from dali_bridge.plan import Finish, Placed, Step, build_plan, placement, unsupported_ops
 from dali_bridge.spec import coerce_spec, spec_from_dict
 
 
@@ -64,8 +66,8 @@ def test_val_plan_has_a_shorter_side_resize_and_a_centre_crop():
 def test_crop_mirror_normalize_lowers_to_centre_crop_flip_and_finish():
     plan = plan_of([{"resize": 256}, {"crop_mirror_normalize": {"crop": [200, 180], "mirror": 0.5, "mean": MEAN,
                                                                 "std": STD, "dtype": "float16", "layout": "HWC"}}])
-    assert plan.steps[1:] == (Step("center_crop", {"size": (200, 180)}, 1),
-                              Step("horizontal_flip", {"probability": 0.5}, 1))
+    assert plan.steps[1:] == (Step(OPS["center_crop"], {"size": (200, 180)}, 1),
+                              Step(OPS["horizontal_flip"], {"probability": 0.5}, 1))
     assert plan.finish == Finish(tuple(MEAN), tuple(STD), "float16", "HWC")
     assert plan.output_size == (200, 180) and plan.output_shape(2) == (2, 200, 180, 3)
 
@@ -115,8 +117,16 @@ def test_torchvision_finishes_on_cuda_only_when_the_loader_targets_a_gpu():
     assert "uint8" in on_gpu[4].implementation
 
 
+def roi_decode(plan) -> bool:
+    return dali_plan(plan).window_columns is not None
+
+
+def fused_mirror(plan) -> bool:
+    return dali_plan(plan).fused_mirror
+
+
 def test_roi_decode_only_when_the_first_op_is_a_random_resized_crop():
-    assert roi_decode(plan_of(TRAIN_OPS))
+    assert dali_plan(plan_of(TRAIN_OPS)).window_columns == ("0.crop.anchor", "0.crop.shape")
     assert placement(plan_of(TRAIN_OPS), "dali")[1].implementation.startswith("fn.decoders.image_slice")
     later = plan_of([{"resize": 300}, {"random_resized_crop": 224}, {"normalize": {}}])
     assert not roi_decode(later) and not roi_decode(plan_of(VAL_OPS))

@@ -1,0 +1,159 @@
+"""DALI's planning of a plan: how each resize runs, whether the decoder crops, where a flip folds,
+and the stages ``dali-bridge show`` lists — computed once into a frozen :class:`DaliPlan`.
+
+The plan (:mod:`dali_bridge.plan`) says what runs; this module says how the DALI graph runs it.
+It reads no op's parameters: an op declares what the planner needs — the resize it asks for
+(:meth:`~dali_bridge.ops.Op.resize_request`), the centre it keeps (:meth:`~dali_bridge.ops.Op.kept_centre`),
+the crop window columns a decoder can read (``window_columns``), a flip the finish takes
+(``folds_into_finish``). Pure Python: the graph builder (:mod:`dali_bridge.backends.dali`) and the
+placement (:func:`dali_bridge.plan.placement`) both read the one value, so neither imports DALI to plan.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Mapping
+
+from ..ops.base import ResizeRequest, Step
+from ..ops.dali_op import GraphContext
+from ..ops.exact_resize import METHODS
+
+if TYPE_CHECKING:
+    from ..plan import Plan
+
+__all__ = ["DaliPlan", "dali_plan", "graph_context", "resize_method", "resize_methods"]
+
+# Output pixels next to each border whose bilinear antialiasing filter reaches past the image:
+# 1 when downscaling ((x + 0.5) * s - s < 0 only for x = 0, likewise at the far end); none that
+# matter when upscaling (the truncated radius-1 filter equals the clamped one). One more for safety.
+_BILINEAR_BORDER = 2
+
+
+def resize_method(interpolation: str, antialias: bool) -> str:
+    """How the DALI graph reproduces torchvision's F.resize on uint8 images (:mod:`dali_bridge.ops.exact_resize`).
+
+    ``nearest`` (torchvision ignores antialias for nearest): two half-step-shifted resizes per
+    axis blended by a mask; ``linear`` (bilinear, no antialias): plain fn.resize; ``filter_1pass``
+    (bilinear, antialias): border renormalisation, one 2-D pass; ``filter_2pass`` (bicubic,
+    antialias): renormalised width then height pass, clamped in between; ``antialias``: plain
+    antialiased fn.resize, chosen by :attr:`DaliPlan.resize_methods` where a crop hides the border.
+    Bicubic without antialias has none (see the resizing ops' ``unsupported_options``).
+    """
+    if interpolation == "nearest":
+        return "nearest"
+    if not antialias:
+        if interpolation == "bilinear":
+            return "linear"
+        raise ValueError(f"{interpolation} without antialias has no torchvision-exact DALI equivalent")
+    return "filter_1pass" if interpolation == "bilinear" else "filter_2pass"
+
+
+@dataclass(frozen=True)
+class DaliPlan:
+    """What the DALI graph of ``plan`` does, computed once (the executor's feeder holds it).
+
+    ``steps``: the steps the graph runs (``Plan.dali_steps``); ``finish_step``: its last operator
+    (``Plan.dali_finish_step``).
+    """
+    plan: "Plan"
+
+    @cached_property
+    def steps(self) -> tuple[Step, ...]:
+        return self.plan.dali_steps
+
+    @cached_property
+    def finish_step(self) -> Step:
+        return self.plan.dali_finish_step
+
+    @cached_property
+    def fused_mirror(self) -> bool:
+        """A last step that folds into DALI's crop_mirror_normalize (a horizontal flip)."""
+        return bool(self.steps) and self.steps[-1].op.folds_into_finish
+
+    @cached_property
+    def window_columns(self) -> tuple[str, str] | None:
+        """The external source's (anchor, shape) columns of the crop window the decoder reads as its
+        region of interest (``fn.decoders.image_slice``): the first step's, when its op declares them."""
+        declared = self.steps[0].op.window_columns if self.steps else None
+        return None if declared is None else (f"0.{declared[0]}", f"0.{declared[1]}")
+
+    @cached_property
+    def resize_methods(self) -> Mapping[int, str]:
+        """Step index of each resizing step (one that makes a :class:`ResizeRequest`) → its
+        :func:`resize_method` on DALI.
+
+        A bilinear antialiased resize to a shorter side, cropped at the centre to at most that side
+        minus 2 x 2 pixels (the shipped validation pipeline: 256 then 224), never shows its border
+        rows, where alone the renormalisation changes pixels: it runs as a plain antialiased
+        fn.resize (``antialias``), without the cost of the exact border. One to a fixed size of at
+        least 3 x 3 that is the last step (a final flip folds into crop_mirror_normalize; the shipped
+        training pipeline) runs plain too, with only its outermost rows and columns computed the
+        exact way and written over the batch's (``border_patch``).
+        """
+        methods: dict[int, str] = {}
+        for n, step in enumerate(self.steps):
+            request = step.op.resize_request(step.params)
+            if request is not None:
+                methods[n] = self._method(n, request)
+        return MappingProxyType(methods)
+
+    def _method(self, n: int, request: ResizeRequest) -> str:
+        method = resize_method(request.interpolation, request.antialias)
+        if self.plan.parity == "fast" and method in ("filter_1pass", "filter_2pass"):
+            return "antialias"  # DALI's own border handling: plain fn.resize, up to a few levels off at the edges
+        following = self.steps[n + 1] if n + 1 < len(self.steps) else None
+        kept = following.op.kept_centre(following.params) if following is not None else None
+        if (method == "filter_1pass" and request.shorter_side and request.max_size is None and kept is not None
+                and max(kept) <= request.size[0] - 2 * _BILINEAR_BORDER):
+            return "antialias"
+        last_step = following is None or (n + 2 == len(self.steps) and self.fused_mirror)
+        if method == "filter_1pass" and not request.shorter_side and last_step and min(request.size) >= 3:
+            return "border_patch"
+        return method
+
+    def context(self, device: str) -> GraphContext:
+        """A fresh context to walk the graph's steps with on ``device`` (``cpu`` | ``gpu``)."""
+        return GraphContext(plan=self.plan, device=device, resize_methods=self.resize_methods)
+
+    def stages(self, *, gpu: bool) -> list[tuple[str, str, str]]:
+        """(stage, implementation, device) of each stage of the DALI backends, the torch tail included
+        (``dali`` when ``gpu``, else ``dali-cpu``); :func:`dali_bridge.plan.placement` lists them."""
+        op_device = "gpu" if gpu else "cpu"
+        decode_device = ("mixed" if self.plan.decode_device == "mixed" else "cpu") if gpu else "cpu"
+        stages = [("read", "fn.external_source (bridge-owned order)", "cpu")]
+        if self.window_columns:
+            stages.append(("decode", "fn.decoders.image_slice (ROI decode of the crop window)", decode_device))
+        else:
+            stages.append(("decode", "fn.decoders.image", decode_device))
+        if gpu and decode_device == "cpu":
+            stages.append(("to_gpu", ".gpu()", "gpu"))
+        ctx = self.context(op_device)
+        for ctx.position, step in enumerate(self.steps):
+            stages += [(stage, impl, op_device) for stage, impl in step.op.dali_stages(step, ctx)]
+        stages += [(stage, impl, op_device) for stage, impl in self.finish_step.op.dali_stages(self.finish_step, ctx)]
+        torch_device = "cuda" if gpu else "cpu"
+        for method in sorted(set(self.resize_methods.values())):  # stages a resize method adds after the finish
+            stages += [(stage, impl, device or op_device) for stage, impl, device in
+                       METHODS[method].finish_stages(torch_device)]
+        if self.plan.torch_tail:  # per sample on the loader's device (DALI's own by default), then the finish
+            stages += [(step.name, f"torch after DALI: {step.op.torchvision_stage(step.params)}", torch_device)
+                       for step in self.plan.torch_tail]
+            finish = self.plan.finish_step
+            stages.append(("finish", f"torch after DALI: {finish.op.torchvision_stage(finish.params)}", torch_device))
+        return stages
+
+
+def dali_plan(plan: "Plan") -> DaliPlan:
+    """DALI's planning of ``plan`` (build it once and keep it: its answers are cached on it)."""
+    return DaliPlan(plan)
+
+
+def resize_methods(plan: "Plan") -> dict[int, str]:
+    """:attr:`DaliPlan.resize_methods` of ``plan``, as a plain dict."""
+    return dict(dali_plan(plan).resize_methods)
+
+
+def graph_context(plan: "Plan", device: str) -> GraphContext:
+    """A context for one walk of ``plan``'s DALI steps (the bench baseline, tests of one fragment)."""
+    return dali_plan(plan).context(device)
