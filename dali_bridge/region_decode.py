@@ -1,6 +1,6 @@
 """Decoding only the window a sample's first crop keeps: the torchvision backend's region of interest.
 
-A first step that crops a window (a random resized crop: its op's ``decodes_window``) throws the
+A first step that crops a window (a random resized crop: its op declares ``window_columns``) throws the
 rest of the image away. libjpeg-turbo can skip the rows above and below the window
 (``jpeg_skip_scanlines``) and decode only the columns of blocks it spans (``jpeg_crop_scanline``),
 as DALI's CPU decoder does. nvImageCodec's CPU decoder (its libjpeg-turbo extension; the
@@ -65,7 +65,7 @@ def region_decoder() -> str:
 
 def describe_decode(plan: Plan) -> str:
     """What decodes each sample of ``plan`` on the torchvision backend (``dali-bridge show``)."""
-    if plan.steps and plan.steps[0].op.decodes_window:
+    if plan.steps and plan.steps[0].op.window_columns:
         return region_decoder()
     return "torchvision.io full decode (the first step needs the whole image)"
 
@@ -147,8 +147,8 @@ def decode_region(data: bytes, top: int, left: int, height: int, width: int, *,
 def decoded_window(plan: Plan, per_step: list) -> Crop | None:
     """The window the plan's first step keeps of the image (``per_step``: the sample's
     :func:`~dali_bridge.sampling.sample_steps`) when it may be decoded alone, else None: the step's
-    op crops a window first (``decodes_window``) and the window lies inside the image."""
-    if not plan.steps or not plan.steps[0].op.decodes_window:
+    op crops a window first (it declares ``window_columns``) and the window lies inside the image."""
+    if not plan.steps or not plan.steps[0].op.window_columns:
         return None
     concrete, (height, width) = per_step[0]
     crop = concrete[0] if concrete else None

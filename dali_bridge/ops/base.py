@@ -150,8 +150,9 @@ class Op:
     draws: ClassVar[int] = 0                  # uniforms drawn per sample (see sampling.draws)
     transform: ClassVar[str] = ""             # the transforms.v2 transform it matches (from_torchvision maps it here)
     folds_into_finish: ClassVar[bool] = False  # DALI: a last step given to crop_mirror_normalize
-    # DALI: as the first step, the names of its (anchor, shape) columns of a crop window the decoder
-    # reads as its region of interest (a random resized crop); None when it has none.
+    # As the first step, the names of its (anchor, shape) columns of a crop window the decoder reads as
+    # its region of interest (a random resized crop): DALI's decoder, and the torchvision backend's
+    # window decode (dali_bridge.region_decode), which decodes only that window; None when it has none.
     window_columns: ClassVar[tuple[str, str] | None] = None
     # DALI: runs as its torchvision kernel in torch on the loader's device right after the DALI graph,
     # which then ends before the first such step (the plan's torch tail; each op's docstring says why).
