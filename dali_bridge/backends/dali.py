@@ -25,6 +25,7 @@ from .base import RawBatch, SkippedSample, Topology, default_workers
 from ..ops.base import Column
 from ..plan import Plan, graph_context, placement, roi_decode
 from ..sampling import BatchTask, draws, sample_steps
+from ..dtypes import torch_dtype
 from .finishing import finish_batch
 from .device import (InFlightCopies, TailStream, dali_threads, gpu_target, keep_alive, mixed_decoder_arguments,
                      move_output)
@@ -422,7 +423,7 @@ class DaliExecutor:
         rows = meta["rows"]
         if not meta["fed"]:
             tensor = torch.empty((0,) + tuple(self.plan.output_shape(0)[1:]),
-                                 dtype=_torch_dtype(self.plan.finish.dtype), device=self.device)
+                                 dtype=torch_dtype(self.plan.finish.dtype), device=self.device)
         elif self.plan.torch_tail:
             images, *border = outputs
             if self._tail_stream is None:
@@ -525,6 +526,3 @@ def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, l
     images[:, :, ::height - 1, :] = rows
     images[:, :, 1:-1, ::width - 1] = cols
 
-
-def _torch_dtype(name: str) -> torch.dtype:
-    return {"float32": torch.float32, "float16": torch.float16, "uint8": torch.uint8}[name]
