@@ -14,8 +14,8 @@ import stat
 from .formats import ImageError, inspect_image
 from .quoting import safe_name
 
-__all__ = ["ImageError", "SampleError", "check_encoded", "decode_rgb", "inspect_encoded", "probe", "read_bytes",
-           "read_file", "too_many_bytes"]
+__all__ = ["ImageError", "SampleError", "check_encoded", "decode_checked", "decode_rgb", "inspect_encoded", "probe",
+           "read_bytes", "read_file", "too_many_bytes"]
 
 
 class SampleError(RuntimeError):
@@ -115,10 +115,17 @@ def decode_rgb(data: bytes, *, max_pixels: int | None = None):
     torchvision's PNG decoder crashes the process on damage it reports, so nothing unchecked
     reaches it.
     """
+    check_encoded(data, max_pixels=max_pixels)
+    return decode_checked(data)
+
+
+def decode_checked(data: bytes):
+    """:func:`decode_rgb` for bytes that :func:`check_encoded` (or
+    :func:`~dali_bridge.formats.inspect_image`) already passed: the per-sample core checks each
+    sample's bytes once, when it reads their size."""
     import torch
     from torchvision.io import ImageReadMode, decode_image
 
-    check_encoded(data, max_pixels=max_pixels)
     try:
         image = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB,
                              apply_exif_orientation=True)

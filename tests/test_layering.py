@@ -24,3 +24,17 @@ def test_no_backend_executor_imports_another():
         others = {f".{other}" for other in EXECUTORS if other != name} | \
                  {f"dali_bridge.backends.{other}" for other in EXECUTORS if other != name}
         assert not imported_modules(BACKENDS / f"{name}.py") & others, name
+
+
+def imported_names(path: Path, module: str) -> set[str]:
+    """The names ``path`` imports from ``module`` (as spelled in its ``from ... import``)."""
+    return {alias.name for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and ("." * node.level + (node.module or "")) == module
+            for alias in node.names}
+
+
+def test_the_per_sample_loop_lives_in_the_core_alone():
+    # Draws and a sample's steps are computed in one place (backends/per_sample.py), under one error policy.
+    for name in EXECUTORS:
+        assert not imported_names(BACKENDS / f"{name}.py", "..sampling") & {"draws", "sample_steps"}, name
+        assert ".per_sample" in imported_modules(BACKENDS / f"{name}.py"), name

@@ -1,9 +1,11 @@
 """The torchvision backend: the CPU fallback on torch's DataLoader.
 
-Workers decode with torchvision.io (libjpeg-turbo, the decoder DALI's CPU path also uses), apply
-each step's kernel with the parameters the loader computed (``transforms.v2.functional`` on
-uint8 tensors) and ship whole uint8 batches — a quarter of the bytes of float32 — through the
-worker queue into shared-memory buffers they reuse. Dtype conversion and normalisation run on the
+Workers take each sample through the per-sample core (:mod:`dali_bridge.backends.per_sample`:
+read, size, draws, the error policy), decode it with torchvision.io (libjpeg-turbo, the decoder
+DALI's CPU path also uses) at one decode point (:func:`decode_sample`), apply each step's kernel
+with the parameters the core computed (``transforms.v2.functional`` on uint8 tensors) and ship
+whole uint8 batches — a quarter of the bytes of float32 — through the worker queue into
+shared-memory buffers they reuse. Dtype conversion and normalisation run on the
 batch: on the GPU when the loader targets one (copy on a side stream, overlapped with the
 consumer's work), else in the main process.
 
@@ -28,12 +30,13 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..images import ImageError, SampleError
-from .base import RawBatch, SkippedSample, Topology, default_workers
+from ..images import SampleError, decode_checked
+from .base import RawBatch, Topology, default_workers
 from .device import cuda_ordinal
 from .finishing import finish_batch
+from .per_sample import PreparedBatch, SampleCore
 from ..plan import Plan
-from ..sampling import BatchTask, draws, sample_steps
+from ..sampling import BatchTask
 from ..sources import Listing
 from ..spec import PipelineSpec, Problem, SpecError
 
@@ -54,6 +57,13 @@ class WorkerError(RuntimeError):
     """A DataLoader worker died, or cannot go on (shared memory full): which, why, and what to do."""
 
 
+def decode_sample(data: bytes, steps: list) -> tuple[torch.Tensor, list]:
+    """The decode point: a kept sample's checked bytes as the uint8 CHW image its steps start from,
+    and those steps. Here the whole image and the steps as drawn; a decoder that reads only the
+    first step's window returns that region and the steps adjusted to it (the same pixels)."""
+    return decode_checked(data), steps
+
+
 def apply_steps(image: torch.Tensor, plan: Plan, per_step: list) -> torch.Tensor:
     """Apply one sample's steps (:func:`~dali_bridge.sampling.sample_steps`) to a CHW uint8 tensor,
     each with its op's torchvision kernel."""
@@ -62,15 +72,36 @@ def apply_steps(image: torch.Tensor, plan: Plan, per_step: list) -> torch.Tensor
     return image
 
 
+def transformed(plan: Plan) -> Callable[[bytes, list], torch.Tensor]:
+    """The per-sample core's ``load`` on this backend: decode, then every step's kernel."""
+    def load(data: bytes, steps: list) -> torch.Tensor:
+        image, steps = decode_sample(data, steps)
+        return apply_steps(image, plan, steps)
+    return load
+
+
+def as_item(batch: PreparedBatch, out: Callable[[int], torch.Tensor], number: int) -> dict[str, Any]:
+    """A prepared batch as the item an executor hands on: its images copied into ``out(count)``,
+    the kept rows, the skipped samples; or the sample error under ``raise`` as data (a worker's
+    exception would reach the main process as torch's traceback text, not as a SampleError)."""
+    if batch.error is not None:
+        return {"error": (batch.error.index, batch.error.path, batch.error.reason)}
+    try:
+        image = out(len(batch.items))
+    except _SharedMemoryFull as exc:  # as data, not raised: the main process says it without a traceback
+        return {"fatal": str(exc)}
+    for slot, item in enumerate(batch.items):
+        image[slot].copy_(item)
+    return {"image": image, "rows": batch.rows, "skipped": batch.skipped, "number": number}
+
+
 class BatchDataset(Dataset):
     """Indexed by :class:`BatchTask`: returns the uint8 NCHW batch of the task's samples."""
 
     def __init__(self, spec: PipelineSpec, listing: Listing, plan: Plan, spare_buffers: int):
-        self.listing = listing  # read(i): a file, or a positioned read from a shard
-        self.paths = listing.paths
+        self.core = SampleCore(spec, listing, plan)
+        self.load = transformed(plan)
         self.plan = plan
-        self.seed = spec.seed
-        self.on_error = spec.loader.on_error
         self.batch_size = spec.batch_size
         self.ring_size = spare_buffers
         self._ring: list[torch.Tensor] = []
@@ -97,31 +128,7 @@ class BatchDataset(Dataset):
         return buffer[:count]
 
     def __getitem__(self, task: BatchTask) -> dict[str, Any]:
-        sample_draws = draws(self.plan, self.seed, task.epoch, task.indices, task.repeats)
-        images: list[torch.Tensor] = []
-        rows: list[int] = []
-        skipped: list[tuple[int, str, str]] = []
-        self.listing.prefetch(task.indices.tolist())  # shards at a URL: the batch's GETs in flight together
-        for row, index in enumerate(task.indices.tolist()):
-            path = self.paths[index]
-            try:
-                image = self.listing.decode(index)
-                per_step = sample_steps(self.plan, image.shape[-2], image.shape[-1],
-                                        {k: v[row] for k, v in sample_draws.items()})
-            except ImageError as exc:  # unreadable, or no geometry fits it (too thin for a max_size resize)
-                if self.on_error == "raise":
-                    return {"error": (index, path, str(exc))}
-                skipped.append((index, path, str(exc)))
-                continue
-            images.append(apply_steps(image, self.plan, per_step))
-            rows.append(row)
-        try:
-            out = self._buffer(len(images))
-        except _SharedMemoryFull as exc:  # as data, not raised: the main process says it without a traceback
-            return {"fatal": str(exc)}
-        for slot, image in enumerate(images):
-            out[slot].copy_(image)
-        return {"image": out, "rows": rows, "skipped": skipped, "number": task.number}
+        return as_item(self.core.prepare(task, self.load), self._buffer, task.number)
 
 
 class _SharedMemoryFull(RuntimeError):
@@ -326,8 +333,7 @@ class TorchvisionExecutor:
             raise SampleError(index, path, reason)
         task = by_number[item["number"]]
         rows = item["rows"]
-        skipped = [SkippedSample(index, path, task.epoch, reason) for index, path, reason in item["skipped"]]
-        return RawBatch(image, task.indices[rows], task.valid[rows], skipped, repeats=task.repeats[rows])
+        return RawBatch(image, task.indices[rows], task.valid[rows], item["skipped"], repeats=task.repeats[rows])
 
     def close(self) -> None:
         iterator = getattr(self.dataloader, "_iterator", None)
