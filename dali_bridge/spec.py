@@ -33,6 +33,7 @@ PLANNED_SOURCE_TYPES: tuple[str, ...] = ()
 OUTPUTS = ("image", "label", "index", "valid", "target")
 LAST_BATCH = ("partial", "drop", "pad")
 ON_ERROR = ("raise", "skip")
+EXECUTORS = ("processes", "threads")  # how the torchvision backend runs its workers
 DECODE_DEVICES = ("mixed", "cpu")
 PARITY = ("exact", "fast")
 DEFAULT_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
@@ -150,6 +151,7 @@ class LoaderSpec:
     repeated_augmentations: int = 1   # each sample r times per epoch, each repeat with its own draws
     report_starvation: bool = False   # log the data-bound / compute-bound verdict at each epoch's end
     shuffle_window: int = DEFAULT_SHUFFLE_WINDOW   # shards whose samples `shuffle: shards` mixes at once
+    executor: str = "processes"       # torchvision backend: DataLoader worker processes, or threads of this one
 
 
 @dataclass(frozen=True)
@@ -217,6 +219,7 @@ class PipelineSpec:
                 **({"report_starvation": True} if self.loader.report_starvation else {}),
                 # only where it applies: a dump of any other pipeline reads as before
                 **({"shuffle_window": self.loader.shuffle_window} if self.loader.shuffle == "shards" else {}),
+                **({"executor": self.loader.executor} if self.loader.executor != "processes" else {}),
             },
         }
 
@@ -956,7 +959,7 @@ def _check_loader(chk: _Checker, data: dict) -> LoaderSpec:
     raw_loader = chk.mapping(data.get("loader"), ("loader",), "the loader settings") or {}
     lp = ("loader",)
     chk.unknown_keys(raw_loader, ("workers", "prefetch", "last_batch", "on_error", "shuffle", "repeated_augmentations",
-                                  "report_starvation", "shuffle_window"), lp, "loader")
+                                  "report_starvation", "shuffle_window", "executor"), lp, "loader")
     workers = raw_loader.get("workers")
     if workers == "auto":
         workers = None
@@ -981,6 +984,7 @@ def _check_loader(chk: _Checker, data: dict) -> LoaderSpec:
         report_starvation=report,
         shuffle_window=_check_int(chk, raw_loader, "shuffle_window", lp, DEFAULT_SHUFFLE_WINDOW, 1,
                                   maximum=(MAX_SHUFFLE_WINDOW, "a window of every shard is a global shuffle")),
+        executor=_check_choice(chk, raw_loader, "executor", lp, EXECUTORS, "processes"),
     )
 
 

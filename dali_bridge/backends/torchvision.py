@@ -35,6 +35,7 @@ from .base import RawBatch, Topology, default_workers
 from .device import cuda_ordinal
 from .finishing import finish_batch
 from .per_sample import PreparedBatch, SampleCore
+from .thread_pool import OrderedPool
 from ..plan import Plan
 from ..sampling import BatchTask
 from ..sources import Listing
@@ -128,7 +129,11 @@ class BatchDataset(Dataset):
         return buffer[:count]
 
     def __getitem__(self, task: BatchTask) -> dict[str, Any]:
-        return as_item(self.core.prepare(task, self.load), self._buffer, task.number)
+        return self.batch(task, self._buffer)
+
+    def batch(self, task: BatchTask, buffer: Callable[[int], torch.Tensor]) -> dict[str, Any]:
+        """The task's batch as an item (see :func:`as_item`), its images in ``buffer(count)``."""
+        return as_item(self.core.prepare(task, self.load), buffer, task.number)
 
 
 class _SharedMemoryFull(RuntimeError):
@@ -230,30 +235,58 @@ class TorchvisionExecutor:
         self.sampler = _TaskSampler()
         cuda = self.device.type == "cuda"
         self.dataset = BatchDataset(spec, listing, plan, spare_buffers=spec.loader.prefetch + _SPARE_BUFFERS)
+        # loader.executor: threads runs the workers as threads of this process; with 0 workers both
+        # executors prepare each batch in the calling thread, through the DataLoader's own loop.
+        threads = spec.loader.executor == "threads" and self.workers > 0
+        self.pool = OrderedPool(self.workers, name="dali-bridge-sample") if threads else None
+        self.dataloader = None if threads else self._dataloader(pin_memory=cuda)
+        self.stream = torch.cuda.Stream(self.device) if cuda else None
+
+    def _dataloader(self, *, pin_memory: bool) -> DataLoader:
+        """The DataLoader whose worker processes (or, with 0 workers, the calling thread) make the batches."""
+        spec = self.spec
         if self.workers > 0 and multiprocessing.current_process().daemon:
             raise SpecError([Problem(spec.origin, "loader.workers",
                                      f"{self.workers} worker processes cannot be started here: this loader is built "
                                      f"inside a daemonic process (a DataLoader worker, a multiprocessing pool), "
                                      f"which may not have children; set loader.workers: 0 for a loader built "
-                                     f"there")], spec.origin)
+                                     f"there, or loader.executor: threads")], spec.origin)
         kwargs: dict[str, Any] = {}
         if self.workers > 0:
             kwargs.update(prefetch_factor=spec.loader.prefetch, persistent_workers=True)
-        self.dataloader = DataLoader(self.dataset, batch_size=None, sampler=self.sampler, num_workers=self.workers,
-                                     collate_fn=_identity, pin_memory=cuda, **kwargs)
-        self.stream = torch.cuda.Stream(self.device) if cuda else None
+        return DataLoader(self.dataset, batch_size=None, sampler=self.sampler, num_workers=self.workers,
+                          collate_fn=_identity, pin_memory=pin_memory, **kwargs)
 
     def run(self, tasks: list[BatchTask]) -> Iterator[RawBatch]:
-        self.sampler.tasks = list(tasks)
         by_number = {task.number: task for task in tasks}
-        items = self._watched() if self.workers > 0 else self._started()
-        if self.stream is None:
-            yield from prefetched(items, start=lambda item: self._finish_here(item, by_number),
-                                  ready=lambda raw: raw, lookahead=0)
+        if self.pool is not None:
+            # As many batches in flight as DataLoader's workers would hold: prefetch per worker.
+            items = self.pool.map(self._threaded_batch, tasks, in_flight=self.workers * self.spec.loader.prefetch)
         else:
-            # GPU: copy + finish batch k+1 on a side stream while the consumer works on batch k.
-            yield from prefetched(items, start=lambda item: self._finish_on_side_stream(item, by_number),
-                                  ready=self._ready, lookahead=1)
+            self.sampler.tasks = list(tasks)
+            items = self._watched() if self.workers > 0 else self._started()
+        try:
+            if self.stream is None:
+                yield from prefetched(items, start=lambda item: self._finish_here(item, by_number),
+                                      ready=lambda raw: raw, lookahead=0)
+            else:
+                # GPU: copy + finish batch k+1 on a side stream while the consumer works on batch k.
+                yield from prefetched(items, start=lambda item: self._finish_on_side_stream(item, by_number),
+                                      ready=self._ready, lookahead=1)
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:  # threads: the batches still in flight are cancelled or waited for now
+                close()
+
+    def _threaded_batch(self, task: BatchTask) -> dict[str, Any]:
+        """One batch made in a pool thread, in a buffer of its own (several are in flight at once;
+        pinned when the loader targets a GPU, as DataLoader's pin-memory thread would)."""
+        height, width = self.plan.output_size
+
+        def buffer(count: int) -> torch.Tensor:
+            return torch.empty((count, 3, height, width), dtype=torch.uint8, pin_memory=self.stream is not None)
+
+        return self.dataset.batch(task, buffer)
 
     def _started(self) -> Iterator[dict[str, Any]]:
         """The DataLoader's iterator, started with the loader's GPU current: its pin-memory thread
@@ -301,7 +334,7 @@ class TorchvisionExecutor:
                 exc = again
 
     def _workers(self) -> list[Any]:
-        """The DataLoader's worker processes (empty before they start)."""
+        """The DataLoader's worker processes (empty before they start, and under threads)."""
         return list(getattr(getattr(self.dataloader, "_iterator", None), "_workers", None) or [])
 
     def _finish_here(self, item: dict[str, Any], by_number: dict[int, BatchTask]) -> RawBatch:
@@ -336,6 +369,9 @@ class TorchvisionExecutor:
         return RawBatch(image, task.indices[rows], task.valid[rows], item["skipped"], repeats=task.repeats[rows])
 
     def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            return
         iterator = getattr(self.dataloader, "_iterator", None)
         if iterator is not None and hasattr(iterator, "_shutdown_workers"):
             iterator._shutdown_workers()
