@@ -122,6 +122,20 @@ def test_a_loader_in_a_daemonic_process_may_use_threads(sample_root, monkeypatch
         assert len(batches(loader, limit=1)) == 1
 
 
+def test_an_unknown_executor_is_a_positioned_spec_error_naming_the_choices():
+    from dali_bridge.spec import SpecError, coerce_spec
+
+    with pytest.raises(SpecError, match=r"loader.executor: expected one of processes, threads, found 'fork'"):
+        coerce_spec(TRAIN, {"loader.executor": "fork"})
+
+
+def test_the_executor_key_is_dumped_only_when_it_is_not_the_default():
+    from dali_bridge.spec import coerce_spec
+
+    assert "executor" not in coerce_spec(TRAIN).to_dict()["loader"]
+    assert coerce_spec(TRAIN, {"loader.executor": "threads"}).to_dict()["loader"]["executor"] == "threads"
+
+
 # ---- the pool itself
 
 def test_the_pool_yields_in_item_order_whatever_order_the_work_ends_in():
