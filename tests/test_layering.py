@@ -38,3 +38,9 @@ def test_the_per_sample_loop_lives_in_the_core_alone():
     for name in EXECUTORS:
         assert not imported_names(BACKENDS / f"{name}.py", "..sampling") & {"draws", "sample_steps"}, name
         assert ".per_sample" in imported_modules(BACKENDS / f"{name}.py"), name
+
+
+def test_what_the_executors_share_imports_neither_executor():
+    executors = {f".{name}" for name in EXECUTORS} | {f"dali_bridge.backends.{name}" for name in EXECUTORS}
+    for shared in ("base", "finishing", "per_sample", "thread_pool"):
+        assert not imported_modules(BACKENDS / f"{shared}.py") & executors, shared
