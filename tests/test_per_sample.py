@@ -56,3 +56,18 @@ def test_a_load_that_refuses_a_sample_meets_the_error_policy(sample_root, on_err
         assert (batch.error.index, batch.error.path, batch.error.reason) == \
             (9, listing.paths[9], "decode failed: refused by the test")
         assert len(loaded) == 2  # stops at the failing sample: the rest is not read
+
+
+def test_the_torchvision_dataset_pickles_for_workers_started_by_spawn(sample_root):
+    import pickle
+
+    import torch
+
+    from dali_bridge import build_loader
+
+    with build_loader(TRAIN, "torchvision", overrides={"source": {"type": "folder", "root": str(sample_root)},
+                                                       "loader.workers": 1}) as loader:
+        dataset = pickle.loads(pickle.dumps(loader._executor.dataset))
+        task, size = loader.tasks(0)[0], loader.plan.output_size
+        item = dataset.batch(task, lambda count: torch.empty((count, 3, *size), dtype=torch.uint8))
+        assert item["rows"] == list(range(len(task.indices)))

@@ -73,14 +73,6 @@ def apply_steps(image: torch.Tensor, plan: Plan, per_step: list) -> torch.Tensor
     return image
 
 
-def transformed(plan: Plan) -> Callable[[bytes, list], torch.Tensor]:
-    """The per-sample core's ``load`` on this backend: decode, then every step's kernel."""
-    def load(data: bytes, steps: list) -> torch.Tensor:
-        image, steps = decode_sample(data, steps)
-        return apply_steps(image, plan, steps)
-    return load
-
-
 def as_item(batch: PreparedBatch, out: Callable[[int], torch.Tensor], number: int) -> dict[str, Any]:
     """A prepared batch as the item an executor hands on: its images copied into ``out(count)``,
     the kept rows, the skipped samples; or the sample error under ``raise`` as data (a worker's
@@ -101,7 +93,6 @@ class BatchDataset(Dataset):
 
     def __init__(self, spec: PipelineSpec, listing: Listing, plan: Plan, spare_buffers: int):
         self.core = SampleCore(spec, listing, plan)
-        self.load = transformed(plan)
         self.plan = plan
         self.batch_size = spec.batch_size
         self.ring_size = spare_buffers
@@ -134,6 +125,12 @@ class BatchDataset(Dataset):
     def batch(self, task: BatchTask, buffer: Callable[[int], torch.Tensor]) -> dict[str, Any]:
         """The task's batch as an item (see :func:`as_item`), its images in ``buffer(count)``."""
         return as_item(self.core.prepare(task, self.load), buffer, task.number)
+
+    def load(self, data: bytes, steps: list) -> torch.Tensor:
+        """The per-sample core's ``load`` on this backend: decode, then every step's kernel. A method,
+        not a closure: the dataset is pickled for workers started by spawn or forkserver."""
+        image, steps = decode_sample(data, steps)
+        return apply_steps(image, self.plan, steps)
 
 
 class _SharedMemoryFull(RuntimeError):
