@@ -12,6 +12,7 @@ import math
 import resource
 from dataclasses import dataclass
 
+from .dtypes import item_bytes
 from .ops.base import _shown
 from .plan import Plan
 from .spec import PipelineSpec, Problem, SpecError
@@ -27,7 +28,6 @@ FDS_PER_WORKER = 6
 FDS_RESERVED = 256
 # Output buffers may take at most this share of the memory available.
 MEMORY_SHARE = 0.5
-_ITEM_BYTES = {"float32": 4, "float16": 2, "uint8": 1}
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ def _memory_problem(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostL
     hand over uint8 batches, ``prefetch`` + 2 per worker.
     """
     prefetch, batch = spec.loader.prefetch, spec.batch_size
-    item = _ITEM_BYTES[plan.finish.dtype] if backend != "torchvision" else 1  # workers hold uint8 batches
+    item = item_bytes(plan.finish.dtype) if backend != "torchvision" else 1  # workers hold uint8 batches
     batch_bytes = math.prod(plan.output_shape(batch)) * item
     step_bytes, position = largest_sample_image(plan)
     if backend == "torchvision":

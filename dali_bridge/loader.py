@@ -12,12 +12,13 @@ import os
 import threading
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 import torch
 
 from .backends.base import Executor, RawBatch, SkippedSample, Topology, resolve_topology
+from .dataloader_keywords import unexpected_keywords_message
 from .limits import check_loader_limits
 from .plan import Plan, build_plan, unsupported_ops
 from .post_finish import PostFinish
@@ -349,83 +350,6 @@ class _Closed:
         pass
 
 
-# DataLoader / DistributedSampler keywords a PyTorch user guesses → the pipeline key that does the job
-# (and how their value reads there), or why there is nothing to set.
-_DATALOADER_KEYS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "num_workers": ("loader.workers", lambda v: v),
-    "workers": ("loader.workers", lambda v: v),
-    "batch_size": ("batch_size", lambda v: v),
-    "shuffle": ("loader.shuffle", lambda v: v),
-    "drop_last": ("loader.last_batch", lambda v: "drop" if v else "partial"),
-    "last_batch": ("loader.last_batch", lambda v: v),
-    "prefetch_factor": ("loader.prefetch", lambda v: v),
-    "prefetch": ("loader.prefetch", lambda v: v),
-    "on_error": ("loader.on_error", lambda v: v),
-    "seed": ("seed", lambda v: v),
-}
-_DATALOADER_WITHOUT_KEY = {
-    "pin_memory": "batches land on the loader's device already (pass device=...; the copy to a GPU is pinned)",
-    "persistent_workers": "workers live as long as the loader (loader.close() or a with block stops them)",
-    "sampler": "the loader owns the order: loader.shuffle and seed in the pipeline, rank= and world_size= here",
-    "batch_sampler": "the loader owns the order: batch_size, loader.last_batch and seed in the pipeline",
-    "collate_fn": "batches are tensors in the order of the pipeline's outputs",
-    "generator": "every random draw comes from the pipeline's seed",
-    "worker_init_fn": "workers draw no randomness of their own (the pipeline's seed decides every draw)",
-    "num_replicas": "pass world_size= (it defaults to torch.distributed or torchrun's WORLD_SIZE)",
-}
-
-
-def _literal(value: Any) -> str:
-    return f'"{value}"' if isinstance(value, str) else repr(value)
-
-
-def unexpected_keywords_message(keywords: Mapping[str, Any]) -> str:
-    """What to write instead of each keyword ``build_loader`` does not take."""
-    import difflib
-
-    lines, settings = [], {}
-    for name, value in keywords.items():
-        if name in _DATALOADER_KEYS:
-            key, convert = _DATALOADER_KEYS[name]
-            settings[key] = _literal(convert(value))
-            lines.append(f"'{name}': a pipeline setting; pass overrides={{\"{key}\": {settings[key]}}} "
-                         f"(or set {key} in the pipeline file)")
-        elif name in _DATALOADER_WITHOUT_KEY:
-            lines.append(f"'{name}': nothing to set: {_DATALOADER_WITHOUT_KEY[name]}")
-        else:
-            known = ["backend", "overrides", "rank", "world_size", "device", *_DATALOADER_KEYS]
-            hint = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-            lines.append(f"'{name}': not a keyword of build_loader (it takes backend, overrides, rank, world_size, "
-                         f"device){f'; did you mean {hint[0]!r}?' if hint else ''}")
-    if len(settings) > 1:
-        lines.append("together: overrides={" + ", ".join(f'"{k}": {v}' for k, v in settings.items()) + "}")
-    return "build_loader() got unexpected keyword argument(s):\n  " + "\n  ".join(lines)
-
-
-def check_device(device: str | torch.device | None) -> torch.device | None:
-    """The ``device`` argument as a torch.device, refused here (not deep in an executor) when it names
-    a CUDA device this host does not have."""
-    from .backends.select import BackendUnavailable, probe
-
-    if device is None:
-        return None
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device {device!r} is not a torch device (expected e.g. 'cuda', 'cuda:0' or 'cpu'): "
-                         f"{exc}") from None
-    if resolved.type != "cuda":
-        return resolved
-    host = probe()
-    if not host.cuda_devices:
-        raise BackendUnavailable(f"device {str(device)!r} cannot be used here: {host.cuda_reason or 'no CUDA device'}; "
-                                 f"leave device unset (batches then land on the CPU) or run on a host with CUDA")
-    if resolved.index is not None and resolved.index >= host.cuda_devices:
-        raise BackendUnavailable(f"device {str(device)!r} cannot be used here: this host has {host.cuda_devices} "
-                                 f"CUDA device(s), cuda:0 to cuda:{host.cuda_devices - 1}")
-    return resolved
-
-
 def check_epoch_has_batches(spec: PipelineSpec, *, num_samples: int, topology: Topology) -> None:
     """Refuse a loader whose epoch would yield no batch on this rank: a training loop over it would
     silently do nothing (and in a distributed job, wait forever for this rank's collectives)."""
@@ -467,7 +391,7 @@ def build_loader(spec_or_path: PipelineSpec | str | Path | Mapping, backend: str
     change them with ``overrides={"loader.workers": 4}``; DataLoader's keywords raise a TypeError
     naming the key to override.
     """
-    from .backends.select import BackendUnavailable, choose_backend
+    from .backends.select import BackendUnavailable, build_executor, check_device, choose_backend
 
     if unexpected:
         raise TypeError(unexpected_keywords_message(unexpected))
@@ -481,17 +405,11 @@ def build_loader(spec_or_path: PipelineSpec | str | Path | Mapping, backend: str
         raise BackendUnavailable(f"{spec.origin}: backend '{choice.backend}' cannot run this pipeline: {details}")
     device = check_device(device)
     topology = resolve_topology(rank, world_size)
-    check_loader_limits(spec, build_plan(spec), backend=choice.backend)  # before listing: it may take a while
+    plan = build_plan(spec)
+    check_loader_limits(spec, plan, backend=choice.backend)  # before listing: it may take a while
     listing = list_source(spec.source)
     # Ignored non-image files are a warning: a wrong `source.extensions` would otherwise drop data quietly.
     log.log(logging.WARNING if listing.ignored else logging.INFO, "dali-bridge %s: %s", spec.name, listing.describe())
     check_epoch_has_batches(spec, num_samples=len(listing), topology=topology)
-    plan = build_plan(spec)
-    if choice.backend in ("dali", "dali-cpu"):
-        from .backends.dali import DaliExecutor
-        executor: Executor = DaliExecutor(spec, listing, plan, gpu=choice.backend == "dali",
-                                          topology=topology, device=device)
-    else:
-        from .backends.torchvision import TorchvisionExecutor
-        executor = TorchvisionExecutor(spec, listing, plan, topology=topology, device=device)
+    executor = build_executor(choice.backend, spec, listing, plan, topology=topology, device=device)
     return Loader(spec, listing, plan, executor, choice.backend, topology, choice.reason)

@@ -120,6 +120,10 @@ def _key_rows() -> list[tuple[str, str, str]]:
          "(cores ÷ processes on this node; `dali-bridge show` prints the figure and why); `0` runs torchvision "
          "in the main process"),
         ("loader.prefetch", "integer >= 1", f"`{loader.prefetch}`", "batches prepared ahead"),
+        ("loader.executor", _choices(s.EXECUTORS), f"`{loader.executor}`",
+         "how the `torchvision` backend runs its workers: DataLoader worker processes, or threads of the "
+         "loader's process (nothing pickled, no shared memory, no worker start-up; the same batches); the "
+         "DALI backends run their own threads"),
         ("loader.last_batch", _choices(s.LAST_BATCH), f"`{loader.last_batch}`",
          "`partial`: every sample once, the last batch may be smaller; `drop`: full batches only; `pad`: full "
          "batches, the shortfall repeated from the epoch's start and marked `valid: false`"),

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .formats import DEFAULT_MAX_PIXELS, ImageInfo, inspect_image, without_webp_exif
-from .images import ImageError, check_encoded, decode_rgb, read_file, too_many_bytes
+from .images import ImageError, check_encoded, read_file, too_many_bytes
 from .remote_shards import CachedShardSamples, RemoteShardSamples, list_remote_shards
 from .shard_cache import ShardCache
 from .shards import ShardSamples, ShardScan, expand_braces, manifest_path, scan_shard
@@ -78,24 +78,19 @@ class Listing:
         if isinstance(self.shards, RemoteShardSamples):
             self.shards.prefetch(indices)
 
-    def decode(self, index: int):
-        """Sample ``index`` as a uint8 CHW RGB tensor (:func:`~dali_bridge.images.decode_rgb`), its bytes
-        checked once, with this source's pixel cap — as :meth:`read` would, without checking twice."""
-        return decode_rgb(self._raw(index), max_pixels=self.max_pixels)
-
     def read_info(self, index: int) -> tuple[bytes, ImageInfo]:
-        """Sample ``index``'s bytes and their :class:`~dali_bridge.formats.ImageInfo` (format, size, EXIF
-        orientation), checked as :meth:`read` checks them, from one walk of the header."""
-        data = self._raw(index)
-        return data, inspect_image(data, max_pixels=self.max_pixels)
-
-    def read_sized(self, index: int) -> tuple[bytes, tuple[int, int]]:
-        """:meth:`read` and the decoded (height, width), from one walk of the header — the bytes as
-        the DALI decoder must get them: a WebP without its EXIF chunk, whose orientation no backend
-        applies (see :mod:`dali_bridge.formats`)."""
+        """Sample ``index``'s bytes, checked as :meth:`read` checks them, and their
+        :class:`~dali_bridge.formats.ImageInfo` (format, decoded size, EXIF orientation), from one walk
+        of the header — the bytes as every decoder gets them: a WebP without its EXIF chunk, whose
+        orientation no backend applies (see :mod:`dali_bridge.formats`)."""
         data = self._raw(index)
         info = inspect_image(data, max_pixels=self.max_pixels)
-        return (without_webp_exif(data) if info.format == "webp" else data), info.size
+        return (without_webp_exif(data) if info.format == "webp" else data), info
+
+    def read_sized(self, index: int) -> tuple[bytes, tuple[int, int]]:
+        """:meth:`read_info` with the decoded (height, width) alone."""
+        data, info = self.read_info(index)
+        return data, info.size
 
     def signature(self, index: int) -> tuple[int, int] | None:
         """(modification time in ns, size) of sample ``index``'s file, to notice that it changed;

@@ -22,13 +22,16 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
+from ..formats import ImageInfo
 from ..images import ImageError, SampleError, decode_rgb
-from .base import RawBatch, SkippedSample, Topology, default_workers
+from .base import RawBatch, Topology, default_workers
 from ..ops.dali_op import Column
 from ..plan import Plan
-from ..sampling import BatchTask, draws, sample_steps
+from ..sampling import BatchTask
+from ..dtypes import torch_dtype
 from .dali_plan import DaliPlan, dali_plan
 from .finishing import finish_batch
+from .per_sample import SampleCore
 from .tail import run_tail
 from .device import (InFlightCopies, TailStream, dali_threads, gpu_target, keep_alive, mixed_decoder_arguments,
                      move_output)
@@ -82,11 +85,15 @@ class _Feeder:
         self.position = 0
         self.stopped = True
         self.pending: deque = deque()
-        # sample index → (reason, file signature then), found by a failed DALI run: skipped without
-        # another failed run while the file stays as it was, read again once it changed.
-        self.bad: dict[int, tuple[str, tuple[int, int] | None]] = {}
+        self.core = SampleCore(spec, listing, plan)
         self.lock = threading.Lock()
         self.columns = ArgumentColumns(plan)  # fixed per plan: not recomputed per batch
+
+    @property
+    def bad(self) -> dict[int, tuple[str, tuple[int, int] | None]]:
+        """Samples a failed DALI run found undecodable: skipped without another failed run while the
+        file stays as it was, read again once it changed (see :class:`SampleCore`)."""
+        return self.core.bad
 
     def start(self, tasks: list[BatchTask]) -> None:
         with self.lock:
@@ -114,43 +121,21 @@ class _Feeder:
                 return inputs
 
     def prepare(self, task: BatchTask) -> tuple[list, dict[str, Any]]:
-        """Read, probe and compute geometry for one batch; apply the error policy to failures.
-        The inputs are empty when no sample is left to feed (``meta["fed"]`` False)."""
-        sample_draws = draws(self.plan, self.spec.seed, task.epoch, task.indices, task.repeats)
-        encoded: list[np.ndarray] = []
-        per_sample: list[list] = []  # each kept sample's sample_steps
-        kept: list[int] = []
-        skipped: list[SkippedSample] = []
-        error: SampleError | None = None
-        self.listing.prefetch(task.indices.tolist())  # shards at a URL: the batch's GETs in flight together
-        for row, index in enumerate(task.indices.tolist()):
-            path = self.listing.paths[index]
-            try:
-                if index in self.bad:
-                    reason, signature = self.bad[index]
-                    if self.listing.signature(index) == signature:
-                        raise ImageError(reason)
-                    del self.bad[index]  # replaced or gone since it failed: read it again, as torchvision would
-                data, (height, width) = self.listing.read_sized(index)
-                steps = sample_steps(self.plan, height, width, {k: v[row] for k, v in sample_draws.items()})
-            except ImageError as exc:  # unreadable, or no geometry fits it (too thin for a max_size resize)
-                if self.spec.loader.on_error == "raise":
-                    # Raised when the consumer reaches this batch, not now: DALI prefetches, and the
-                    # batches before this one must still be yielded (as on the torchvision backend).
-                    error = SampleError(index, path, str(exc))
-                    encoded, per_sample, kept = [], [], []
-                    break
-                skipped.append(SkippedSample(index, path, task.epoch, str(exc)))
-                continue
-            encoded.append(np.frombuffer(data, dtype=np.uint8))
-            per_sample.append(steps)
-            kept.append(row)
+        """One batch through the per-sample core (the encoded bytes of each kept sample), then its
+        argument columns. The inputs are empty when no sample is left to feed (``meta["fed"]`` False)."""
+        batch = self.core.prepare(task, _encoded)
         # The torch tail's concrete parameters travel with the batch, computed here with the rest.
-        tail = [steps[len(self.plan.dali_steps):] for steps in per_sample]
-        meta = {"task": task, "rows": kept, "skipped": skipped, "fed": bool(kept), "error": error, "tail": tail}
-        if not kept:  # nothing for DALI: the executor answers this batch without it
+        tail = [steps[len(self.plan.dali_steps):] for steps in batch.steps]
+        meta = {"task": task, "rows": batch.rows, "skipped": batch.skipped, "fed": bool(batch.rows),
+                "error": batch.error, "tail": tail}
+        if not batch.rows:  # nothing for DALI: the executor answers this batch without it
             return [], meta
-        return [encoded] + self.columns.build(per_sample), meta
+        return [batch.items] + self.columns.build(batch.steps), meta
+
+
+def _encoded(data: bytes, info: ImageInfo, steps: list) -> np.ndarray:
+    """What the graph's decoder takes of a kept sample: its bytes, as the external source's uint8 array."""
+    return np.frombuffer(data, dtype=np.uint8)
 
 
 class ArgumentColumns:
@@ -461,7 +446,7 @@ class DaliExecutor:
         rows = meta["rows"]
         if not meta["fed"]:
             tensor = torch.empty((0,) + tuple(self.plan.output_shape(0)[1:]),
-                                 dtype=_torch_dtype(self.plan.finish.dtype), device=self.device)
+                                 dtype=torch_dtype(self.plan.finish.dtype), device=self.device)
         elif self.plan.torch_tail:
             images, *border = outputs
             if self._tail_stream is None:
@@ -568,6 +553,3 @@ def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, l
     images[:, :, ::height - 1, :] = rows
     images[:, :, 1:-1, ::width - 1] = cols
 
-
-def _torch_dtype(name: str) -> torch.dtype:
-    return {"float32": torch.float32, "float16": torch.float16, "uint8": torch.uint8}[name]

@@ -7,17 +7,16 @@ from functools import lru_cache
 
 import torch
 
+from ..dtypes import torch_dtype
 from ..plan import Finish
 
 __all__ = ["finish_batch"]
-
-_TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "uint8": torch.uint8}
 
 
 def finish_batch(images: torch.Tensor, finish: Finish, device: torch.device) -> torch.Tensor:
     """uint8 NCHW → the declared dtype and layout, normalised as (pixel/255 - mean)/std."""
     images = images.to(device, non_blocking=True)
-    dtype = _TORCH_DTYPES[finish.dtype]
+    dtype = torch_dtype(finish.dtype)
     if finish.dtype == "uint8":
         out = images if images.device.type == "cuda" else images.clone()
     else:

@@ -1,10 +1,20 @@
-"""Which backends can run on this host, and what ``auto`` picks — every answer with its reason."""
+"""Which backends can run on this host, what ``auto`` picks — every answer with its reason — and
+the executor that runs the chosen one."""
 from __future__ import annotations
 
 import logging
 import os
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is imported when a device is checked or an executor built, not to probe
+    import torch
+
+    from ..plan import Plan
+    from ..sources import Listing
+    from ..spec import PipelineSpec
+    from .base import Executor, Topology
 
 log = logging.getLogger("dali_bridge")
 
@@ -227,3 +237,37 @@ def available_backends(host: Probe | None = None) -> list[str]:
     """Every backend that can run on this host, in preference order."""
     host = host or probe()
     return [name for name in BACKEND_NAMES if unavailable_reason(name, host) is None]
+
+
+def check_device(device: str | torch.device | None) -> torch.device | None:
+    """The ``device`` argument as a torch.device, refused here (not deep in an executor) when it names
+    a CUDA device this host does not have."""
+    import torch
+
+    if device is None:
+        return None
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device {device!r} is not a torch device (expected e.g. 'cuda', 'cuda:0' or 'cpu'): "
+                         f"{exc}") from None
+    if resolved.type != "cuda":
+        return resolved
+    host = probe()
+    if not host.cuda_devices:
+        raise BackendUnavailable(f"device {str(device)!r} cannot be used here: {host.cuda_reason or 'no CUDA device'}; "
+                                 f"leave device unset (batches then land on the CPU) or run on a host with CUDA")
+    if resolved.index is not None and resolved.index >= host.cuda_devices:
+        raise BackendUnavailable(f"device {str(device)!r} cannot be used here: this host has {host.cuda_devices} "
+                                 f"CUDA device(s), cuda:0 to cuda:{host.cuda_devices - 1}")
+    return resolved
+
+
+def build_executor(backend: str, spec: PipelineSpec, listing: Listing, plan: Plan, *, topology: Topology,
+                   device: torch.device | None) -> Executor:
+    """The executor of ``backend`` (as :func:`choose_backend` resolved it) for this plan and listing."""
+    if backend in ("dali", "dali-cpu"):
+        from .dali import DaliExecutor
+        return DaliExecutor(spec, listing, plan, gpu=backend == "dali", topology=topology, device=device)
+    from .torchvision import TorchvisionExecutor
+    return TorchvisionExecutor(spec, listing, plan, topology=topology, device=device)

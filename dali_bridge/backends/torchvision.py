@@ -1,9 +1,12 @@
 """The torchvision backend: the CPU fallback on torch's DataLoader.
 
-Workers decode with torchvision.io (libjpeg-turbo, the decoder DALI's CPU path also uses), apply
-each step's kernel with the parameters the loader computed (``transforms.v2.functional`` on
-uint8 tensors) and ship whole uint8 batches — a quarter of the bytes of float32 — through the
-worker queue into shared-memory buffers they reuse. Dtype conversion and normalisation run on the
+Workers take each sample through the per-sample core (:mod:`dali_bridge.backends.per_sample`:
+read, size, draws, the error policy), decode it with torchvision.io (libjpeg-turbo, the decoder
+DALI's CPU path also uses; only a first crop's window where it can be decoded alone:
+:mod:`dali_bridge.region_decode`) at one decode point (:meth:`BatchDataset.load`), apply each step's kernel
+with the parameters the core computed (``transforms.v2.functional`` on uint8 tensors) and ship
+whole uint8 batches — a quarter of the bytes of float32 — through the worker queue into
+shared-memory buffers they reuse. Dtype conversion and normalisation run on the
 batch: on the GPU when the loader targets one (copy on a side stream, overlapped with the
 consumer's work), else in the main process.
 
@@ -28,13 +31,16 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..images import ImageError, SampleError
-from .base import RawBatch, SkippedSample, Topology, default_workers
+from ..formats import ImageInfo
+from ..images import SampleError
+from .base import RawBatch, Topology, default_workers
 from .device import cuda_ordinal
 from .finishing import finish_batch
+from .per_sample import PreparedBatch, SampleCore
+from .thread_pool import OrderedPool
 from ..plan import Plan
 from ..region_decode import decode_steps
-from ..sampling import BatchTask, draws, sample_steps
+from ..sampling import BatchTask
 from ..sources import Listing
 from ..spec import PipelineSpec, Problem, SpecError
 
@@ -63,15 +69,27 @@ def apply_steps(image: torch.Tensor, plan: Plan, per_step: list) -> torch.Tensor
     return image
 
 
+def as_item(batch: PreparedBatch, out: Callable[[int], torch.Tensor], number: int) -> dict[str, Any]:
+    """A prepared batch as the item an executor hands on: its images copied into ``out(count)``,
+    the kept rows, the skipped samples; or the sample error under ``raise`` as data (a worker's
+    exception would reach the main process as torch's traceback text, not as a SampleError)."""
+    if batch.error is not None:
+        return {"error": (batch.error.index, batch.error.path, batch.error.reason)}
+    try:
+        image = out(len(batch.items))
+    except _SharedMemoryFull as exc:  # as data, not raised: the main process says it without a traceback
+        return {"fatal": str(exc)}
+    for slot, item in enumerate(batch.items):
+        image[slot].copy_(item)
+    return {"image": image, "rows": batch.rows, "skipped": batch.skipped, "number": number}
+
+
 class BatchDataset(Dataset):
     """Indexed by :class:`BatchTask`: returns the uint8 NCHW batch of the task's samples."""
 
     def __init__(self, spec: PipelineSpec, listing: Listing, plan: Plan, spare_buffers: int):
-        self.listing = listing  # read(i): a file, or a positioned read from a shard
-        self.paths = listing.paths
+        self.core = SampleCore(spec, listing, plan)
         self.plan = plan
-        self.seed = spec.seed
-        self.on_error = spec.loader.on_error
         self.batch_size = spec.batch_size
         self.ring_size = spare_buffers
         self._ring: list[torch.Tensor] = []
@@ -98,31 +116,18 @@ class BatchDataset(Dataset):
         return buffer[:count]
 
     def __getitem__(self, task: BatchTask) -> dict[str, Any]:
-        sample_draws = draws(self.plan, self.seed, task.epoch, task.indices, task.repeats)
-        images: list[torch.Tensor] = []
-        rows: list[int] = []
-        skipped: list[tuple[int, str, str]] = []
-        self.listing.prefetch(task.indices.tolist())  # shards at a URL: the batch's GETs in flight together
-        for row, index in enumerate(task.indices.tolist()):
-            path = self.paths[index]
-            try:
-                data, info = self.listing.read_info(index)
-                per_step = sample_steps(self.plan, *info.size, {k: v[row] for k, v in sample_draws.items()})
-                image, per_step = decode_steps(data, info=info, plan=self.plan, per_step=per_step)
-            except ImageError as exc:  # unreadable, or no geometry fits it (too thin for a max_size resize)
-                if self.on_error == "raise":
-                    return {"error": (index, path, str(exc))}
-                skipped.append((index, path, str(exc)))
-                continue
-            images.append(apply_steps(image, self.plan, per_step))
-            rows.append(row)
-        try:
-            out = self._buffer(len(images))
-        except _SharedMemoryFull as exc:  # as data, not raised: the main process says it without a traceback
-            return {"fatal": str(exc)}
-        for slot, image in enumerate(images):
-            out[slot].copy_(image)
-        return {"image": out, "rows": rows, "skipped": skipped, "number": task.number}
+        return self.batch(task, self._buffer)
+
+    def batch(self, task: BatchTask, buffer: Callable[[int], torch.Tensor]) -> dict[str, Any]:
+        """The task's batch as an item (see :func:`as_item`), its images in ``buffer(count)``."""
+        return as_item(self.core.prepare(task, self.load), buffer, task.number)
+
+    def load(self, data: bytes, info: ImageInfo, steps: list) -> torch.Tensor:
+        """The per-sample core's ``load`` on this backend: decode (only the first step's window where
+        it can be decoded alone: :func:`~dali_bridge.region_decode.decode_steps`), then every step's
+        kernel. A method, not a closure: the dataset is pickled for workers started by spawn or forkserver."""
+        image, steps = decode_steps(data, info=info, plan=self.plan, per_step=steps)
+        return apply_steps(image, self.plan, steps)
 
 
 class _SharedMemoryFull(RuntimeError):
@@ -224,30 +229,58 @@ class TorchvisionExecutor:
         self.sampler = _TaskSampler()
         cuda = self.device.type == "cuda"
         self.dataset = BatchDataset(spec, listing, plan, spare_buffers=spec.loader.prefetch + _SPARE_BUFFERS)
+        # loader.executor: threads runs the workers as threads of this process; with 0 workers both
+        # executors prepare each batch in the calling thread, through the DataLoader's own loop.
+        threads = spec.loader.executor == "threads" and self.workers > 0
+        self.pool = OrderedPool(self.workers, name="dali-bridge-sample") if threads else None
+        self.dataloader = None if threads else self._dataloader(pin_memory=cuda)
+        self.stream = torch.cuda.Stream(self.device) if cuda else None
+
+    def _dataloader(self, *, pin_memory: bool) -> DataLoader:
+        """The DataLoader whose worker processes (or, with 0 workers, the calling thread) make the batches."""
+        spec = self.spec
         if self.workers > 0 and multiprocessing.current_process().daemon:
             raise SpecError([Problem(spec.origin, "loader.workers",
                                      f"{self.workers} worker processes cannot be started here: this loader is built "
                                      f"inside a daemonic process (a DataLoader worker, a multiprocessing pool), "
                                      f"which may not have children; set loader.workers: 0 for a loader built "
-                                     f"there")], spec.origin)
+                                     f"there, or loader.executor: threads")], spec.origin)
         kwargs: dict[str, Any] = {}
         if self.workers > 0:
             kwargs.update(prefetch_factor=spec.loader.prefetch, persistent_workers=True)
-        self.dataloader = DataLoader(self.dataset, batch_size=None, sampler=self.sampler, num_workers=self.workers,
-                                     collate_fn=_identity, pin_memory=cuda, **kwargs)
-        self.stream = torch.cuda.Stream(self.device) if cuda else None
+        return DataLoader(self.dataset, batch_size=None, sampler=self.sampler, num_workers=self.workers,
+                          collate_fn=_identity, pin_memory=pin_memory, **kwargs)
 
     def run(self, tasks: list[BatchTask]) -> Iterator[RawBatch]:
-        self.sampler.tasks = list(tasks)
         by_number = {task.number: task for task in tasks}
-        items = self._watched() if self.workers > 0 else self._started()
-        if self.stream is None:
-            yield from prefetched(items, start=lambda item: self._finish_here(item, by_number),
-                                  ready=lambda raw: raw, lookahead=0)
+        if self.pool is not None:
+            # As many batches in flight as DataLoader's workers would hold: prefetch per worker.
+            items = self.pool.map(self._threaded_batch, tasks, in_flight=self.workers * self.spec.loader.prefetch)
         else:
-            # GPU: copy + finish batch k+1 on a side stream while the consumer works on batch k.
-            yield from prefetched(items, start=lambda item: self._finish_on_side_stream(item, by_number),
-                                  ready=self._ready, lookahead=1)
+            self.sampler.tasks = list(tasks)
+            items = self._watched() if self.workers > 0 else self._started()
+        try:
+            if self.stream is None:
+                yield from prefetched(items, start=lambda item: self._finish_here(item, by_number),
+                                      ready=lambda raw: raw, lookahead=0)
+            else:
+                # GPU: copy + finish batch k+1 on a side stream while the consumer works on batch k.
+                yield from prefetched(items, start=lambda item: self._finish_on_side_stream(item, by_number),
+                                      ready=self._ready, lookahead=1)
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:  # threads: the batches still in flight are cancelled or waited for now
+                close()
+
+    def _threaded_batch(self, task: BatchTask) -> dict[str, Any]:
+        """One batch made in a pool thread, in a buffer of its own (several are in flight at once;
+        pinned when the loader targets a GPU, as DataLoader's pin-memory thread would)."""
+        height, width = self.plan.output_size
+
+        def buffer(count: int) -> torch.Tensor:
+            return torch.empty((count, 3, height, width), dtype=torch.uint8, pin_memory=self.stream is not None)
+
+        return self.dataset.batch(task, buffer)
 
     def _started(self) -> Iterator[dict[str, Any]]:
         """The DataLoader's iterator, started with the loader's GPU current: its pin-memory thread
@@ -295,7 +328,7 @@ class TorchvisionExecutor:
                 exc = again
 
     def _workers(self) -> list[Any]:
-        """The DataLoader's worker processes (empty before they start)."""
+        """The DataLoader's worker processes (empty before they start, and under threads)."""
         return list(getattr(getattr(self.dataloader, "_iterator", None), "_workers", None) or [])
 
     def _finish_here(self, item: dict[str, Any], by_number: dict[int, BatchTask]) -> RawBatch:
@@ -327,10 +360,12 @@ class TorchvisionExecutor:
             raise SampleError(index, path, reason)
         task = by_number[item["number"]]
         rows = item["rows"]
-        skipped = [SkippedSample(index, path, task.epoch, reason) for index, path, reason in item["skipped"]]
-        return RawBatch(image, task.indices[rows], task.valid[rows], skipped, repeats=task.repeats[rows])
+        return RawBatch(image, task.indices[rows], task.valid[rows], item["skipped"], repeats=task.repeats[rows])
 
     def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            return
         iterator = getattr(self.dataloader, "_iterator", None)
         if iterator is not None and hasattr(iterator, "_shutdown_workers"):
             iterator._shutdown_workers()

@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..dtypes import dali_type, torch_dtype
 from .base import (DTYPES, LAYOUTS, Op, Param, Step, channels_checker, choice_checker, optional,
                    probability_checker, size_checker)
 from .dali_op import DaliOp
 from .geometry import CENTER_CROP, HORIZONTAL_FLIP
-
-_DALI_DTYPES = {"float32": "FLOAT", "float16": "FLOAT16", "uint8": "UINT8"}
 
 
 @dataclass(frozen=True)
@@ -56,12 +55,10 @@ class Normalize(DaliOp):
         return Finish(tuple(params["mean"]), tuple(params["std"]), params["dtype"], params["layout"])
 
     def torchvision_transforms(self, params):
-        import torch
         from torchvision.transforms import v2
 
         finish = self.finish(params)
-        found = [v2.ToDtype({"float32": torch.float32, "float16": torch.float16, "uint8": torch.uint8}[finish.dtype],
-                            scale=True)]
+        found = [v2.ToDtype(torch_dtype(finish.dtype), scale=True)]
         if not finish.identity:
             found.append(v2.Normalize(list(finish.mean), list(finish.std)))
         if finish.layout != "CHW":
@@ -72,10 +69,8 @@ class Normalize(DaliOp):
         return f"to {params['dtype']}, normalise, {params['layout']} on the batch"
 
     def _arguments(self, step: Step, ctx: Any) -> dict[str, Any]:
-        from nvidia.dali import types
-
         finish = self.finish(step.params)
-        args: dict[str, Any] = dict(dtype=getattr(types, _DALI_DTYPES[finish.dtype]), output_layout=finish.layout,
+        args: dict[str, Any] = dict(dtype=dali_type(finish.dtype), output_layout=finish.layout,
                                     device=ctx.device)
         if finish.dtype != "uint8":  # float outputs are pixel/255 even with the default mean 0, std 1
             args.update(mean=[m * 255.0 for m in finish.mean], std=[s * 255.0 for s in finish.std])

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ..text import NotUtf8Error, decode_utf8, text_problem
 from .model import (BACKENDS, DECODE_DEVICES, DEFAULT_EXTENSIONS, DEFAULT_IMAGE_KEYS, DEFAULT_MAX_BYTES,
-                    DEFAULT_SHUFFLE_WINDOW, FORMAT_VERSION, LAST_BATCH, MAX_OPS, MAX_REPEATED_AUGMENTATIONS,
+                    DEFAULT_SHUFFLE_WINDOW, EXECUTORS, FORMAT_VERSION, LAST_BATCH, MAX_OPS, MAX_REPEATED_AUGMENTATIONS,
                     MAX_REQUESTS, MAX_SEED, MAX_SHUFFLE_WINDOW, ON_ERROR, OUTPUTS, PARITY, PLANNED_SOURCE_TYPES,
                     SOURCE_TYPES, LoaderSpec, OpSpec, SourceSpec)
 from .overrides import SetFlags, apply_overrides, parse_override, parse_overrides
@@ -30,7 +30,8 @@ from .problems import MISSING_SOURCE, Problem, SpecError, format_path
 from .reading import ALIAS_NODE_BUDGET, MAX_NESTING
 
 __all__ = ["ALIAS_NODE_BUDGET", "BACKENDS", "DECODE_DEVICES", "DEFAULT_EXTENSIONS", "DEFAULT_IMAGE_KEYS",
-           "DEFAULT_MAX_BYTES", "DEFAULT_SHUFFLE_WINDOW", "FORMAT_VERSION", "LAST_BATCH", "MAX_NESTING", "MAX_OPS",
+           "DEFAULT_MAX_BYTES", "DEFAULT_SHUFFLE_WINDOW", "EXECUTORS", "FORMAT_VERSION", "LAST_BATCH", "MAX_NESTING",
+           "MAX_OPS",
            "MAX_REPEATED_AUGMENTATIONS", "MAX_REQUESTS", "MAX_SEED", "MAX_SHUFFLE_WINDOW", "MISSING_SOURCE",
            "NotUtf8Error", "ON_ERROR", "OUTPUTS", "PARITY", "PLANNED_SOURCE_TYPES", "SOURCE_TYPES", "LoaderSpec",
            "OpSpec", "PipelineSpec", "Problem", "SetFlags", "SourceSpec", "SpecError", "apply_overrides",

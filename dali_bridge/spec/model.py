@@ -19,6 +19,7 @@ PLANNED_SOURCE_TYPES: tuple[str, ...] = ()
 OUTPUTS = ("image", "label", "index", "valid", "target")
 LAST_BATCH = ("partial", "drop", "pad")
 ON_ERROR = ("raise", "skip")
+EXECUTORS = ("processes", "threads")  # how the torchvision backend runs its workers
 DECODE_DEVICES = ("mixed", "cpu")
 PARITY = ("exact", "fast")
 DEFAULT_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
@@ -100,3 +101,4 @@ class LoaderSpec:
     repeated_augmentations: int = 1   # each sample r times per epoch, each repeat with its own draws
     report_starvation: bool = False   # log the data-bound / compute-bound verdict at each epoch's end
     shuffle_window: int = DEFAULT_SHUFFLE_WINDOW   # shards whose samples `shuffle: shards` mixes at once
+    executor: str = "processes"       # torchvision backend: DataLoader worker processes, or threads of this one

@@ -95,6 +95,7 @@ class PipelineSpec:
                 **({"report_starvation": True} if self.loader.report_starvation else {}),
                 # only where it applies: a dump of any other pipeline reads as before
                 **({"shuffle_window": self.loader.shuffle_window} if self.loader.shuffle == "shards" else {}),
+                **({"executor": self.loader.executor} if self.loader.executor != "processes" else {}),
             },
         }
 

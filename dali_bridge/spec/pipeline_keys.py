@@ -15,8 +15,8 @@ from ..checks import bool_checker, is_number, type_name
 from ..ops import OPS
 from ..quoting import quoted
 from ..text import text_problem
-from .model import (BACKENDS, FORMAT_VERSION, LAST_BATCH, MAX_REPEATED_AUGMENTATIONS, MAX_SHUFFLE_WINDOW, ON_ERROR,
-                    OUTPUTS, PARITY, LoaderSpec, OpSpec)
+from .model import (BACKENDS, EXECUTORS, FORMAT_VERSION, LAST_BATCH, MAX_REPEATED_AUGMENTATIONS, MAX_SHUFFLE_WINDOW,
+                    ON_ERROR, OUTPUTS, PARITY, LoaderSpec, OpSpec)
 from .problems import ProblemCollector, check_choice, check_int
 
 
@@ -125,6 +125,7 @@ LOADER_KEYS: dict[str, KeyReader] = {
                                                    "times; each repeat is another pass over the data")),
     "report_starvation": _flag,
     "shuffle_window": _integer(1, maximum=(MAX_SHUFFLE_WINDOW, "a window of every shard is a global shuffle")),
+    "executor": _choice(EXECUTORS),
 }
 _LOADER_DEFAULTS = LoaderSpec()
 

@@ -62,3 +62,23 @@ def test_every_relative_import_names_a_module_that_exists():
                 target = REPO.joinpath(*package[: len(package) - node.level + 1], *node.module.split("."))
                 assert target.with_suffix(".py").is_file() or (target / "__init__.py").is_file(), \
                     f"{path.relative_to(REPO)}:{node.lineno}: from {'.' * node.level}{node.module}"
+
+
+def imported_names(path: Path, module: str) -> set[str]:
+    """The names ``path`` imports from ``module`` (as spelled in its ``from ... import``)."""
+    return {alias.name for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and ("." * node.level + (node.module or "")) == module
+            for alias in node.names}
+
+
+def test_the_per_sample_loop_lives_in_the_core_alone():
+    # Draws and a sample's steps are computed in one place (backends/per_sample.py), under one error policy.
+    for name in EXECUTORS:
+        assert not imported_names(BACKENDS / f"{name}.py", "..sampling") & {"draws", "sample_steps"}, name
+        assert ".per_sample" in imported_modules(BACKENDS / f"{name}.py"), name
+
+
+def test_what_the_executors_share_imports_neither_executor():
+    executors = {f".{name}" for name in EXECUTORS} | {f"dali_bridge.backends.{name}" for name in EXECUTORS}
+    for shared in ("base", "finishing", "per_sample", "thread_pool"):
+        assert not imported_modules(BACKENDS / f"{shared}.py") & executors, shared

@@ -1,0 +1,73 @@
+"""The per-sample core both executors share: the size it reads from a header is the size the
+decoder gives (the steps are computed before decoding), and a failure of what an executor loads
+meets the same error policy as a failure to read."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import TRAIN
+from dali_bridge.backends.per_sample import SampleCore
+from dali_bridge.images import ImageError, decode_checked
+from dali_bridge.plan import build_plan
+from dali_bridge.sampling import BatchTask
+from dali_bridge.sources import list_source
+from dali_bridge.spec import coerce_spec
+
+
+def core_for(root, on_error: str):
+    spec = coerce_spec(TRAIN, {"source": {"type": "folder", "root": str(root)}, "loader.on_error": on_error})
+    listing = list_source(spec.source)
+    return SampleCore(spec, listing, build_plan(spec)), listing
+
+
+def task_of(indices: list[int]) -> BatchTask:
+    count = len(indices)
+    return BatchTask(number=0, epoch=0, indices=np.array(indices, dtype=np.int64), valid=np.ones(count, dtype=bool),
+                     repeats=np.zeros(count, dtype=np.int64))
+
+
+def test_the_size_read_from_the_header_is_the_decoded_size_for_every_corpus_image(corpus_root):
+    _, listing = core_for(corpus_root, "skip")
+    for index in range(len(listing)):
+        data, size = listing.read_sized(index)
+        assert tuple(decode_checked(data).shape[-2:]) == size, listing.paths[index]
+
+
+@pytest.mark.parametrize("on_error", ["skip", "raise"])
+def test_a_load_that_refuses_a_sample_meets_the_error_policy(sample_root, on_error):
+    core, listing = core_for(sample_root, on_error)
+
+    def load(data: bytes, info, steps: list) -> int:
+        if len(loaded) == 1:
+            loaded.append(None)
+            raise ImageError("decode failed: refused by the test")
+        loaded.append(len(data))
+        return len(data)
+
+    loaded: list = []
+    batch = core.prepare(task_of([4, 9, 2]), load)
+    if on_error == "skip":
+        assert batch.rows == [0, 2] and len(batch.items) == len(batch.steps) == 2 and batch.error is None
+        assert [(s.index, s.path, s.epoch, s.reason) for s in batch.skipped] == \
+            [(9, listing.paths[9], 0, "decode failed: refused by the test")]
+    else:
+        assert batch.rows == [] and batch.items == [] and batch.skipped == []
+        assert (batch.error.index, batch.error.path, batch.error.reason) == \
+            (9, listing.paths[9], "decode failed: refused by the test")
+        assert len(loaded) == 2  # stops at the failing sample: the rest is not read
+
+
+def test_the_torchvision_dataset_pickles_for_workers_started_by_spawn(sample_root):
+    import pickle
+
+    import torch
+
+    from dali_bridge import build_loader
+
+    with build_loader(TRAIN, "torchvision", overrides={"source": {"type": "folder", "root": str(sample_root)},
+                                                       "loader.workers": 1}) as loader:
+        dataset = pickle.loads(pickle.dumps(loader._executor.dataset))
+        task, size = loader.tasks(0)[0], loader.plan.output_size
+        item = dataset.batch(task, lambda count: torch.empty((count, 3, *size), dtype=torch.uint8))
+        assert item["rows"] == list(range(len(task.indices)))
