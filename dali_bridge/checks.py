@@ -6,6 +6,7 @@ without the op layer.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable
 
@@ -64,23 +65,31 @@ def shown(number: int) -> str:
     return text if len(text) <= 20 else f"{text[:8]}...({len(text)} digits)"
 
 
+# The checker factories return partials of module-level functions, not closures: an op holds its
+# checkers, a plan's steps hold their ops, and a plan is pickled into DataLoader workers started by
+# spawn or forkserver.
+
 def int_checker(low: int, high: int, what: str, why: str) -> Checker:
     """An integer from ``low`` to ``high``; ``why`` says what the upper bound comes from (the message
     quotes it, and docs/errors.md lists every bound)."""
-    def check(value: Any) -> tuple[Any, str | None]:
-        if is_int(value) and low <= value <= high:
-            return value, None
-        found = shown(value) if is_int(value) else f"{type_name(value)} {value!r}"
-        return value, f"expected {what} (an integer >= {low}, at most {high}: {why}), found {found}"
-    return check
+    return functools.partial(_check_int, low=low, high=high, what=what, why=why)
+
+
+def _check_int(value: Any, *, low: int, high: int, what: str, why: str) -> tuple[Any, str | None]:
+    if is_int(value) and low <= value <= high:
+        return value, None
+    found = shown(value) if is_int(value) else f"{type_name(value)} {value!r}"
+    return value, f"expected {what} (an integer >= {low}, at most {high}: {why}), found {found}"
 
 
 def choice_checker(choices: tuple[str, ...]) -> Checker:
-    def check(value: Any) -> tuple[Any, str | None]:
-        if isinstance(value, str) and value in choices:
-            return value, None
-        return value, f"expected one of {', '.join(choices)}, found {value!r}"
-    return check
+    return functools.partial(_check_choice, choices=choices)
+
+
+def _check_choice(value: Any, *, choices: tuple[str, ...]) -> tuple[Any, str | None]:
+    if isinstance(value, str) and value in choices:
+        return value, None
+    return value, f"expected one of {', '.join(choices)}, found {value!r}"
 
 
 def probability_checker(value: Any) -> tuple[Any, str | None]:
@@ -99,41 +108,47 @@ def bool_checker(value: Any) -> tuple[Any, str | None]:
 
 def range_checker(lo_bound: float, hi_bound: float | None, what: str) -> Checker:
     """[low, high] with lo_bound < low <= high (<= hi_bound when given)."""
-    def check(value: Any) -> tuple[Any, str | None]:
-        if not (isinstance(value, list) and len(value) == 2 and all(is_number(v) for v in value)):
-            return value, f"expected [low, high] {what}, found {type_name(value)} {value!r}"
-        lo, hi = float(value[0]), float(value[1])
-        if lo > hi:
-            return value, f"expected low <= high, found {value}"
-        if lo <= lo_bound or (hi_bound is not None and hi > hi_bound):
-            upper = f", {hi_bound}]" if hi_bound is not None else ", inf)"
-            return value, f"expected both ends in ({lo_bound}{upper}, found {value}"
-        return [lo, hi], None
-    return check
+    return functools.partial(_check_range, lo_bound=lo_bound, hi_bound=hi_bound, what=what)
+
+
+def _check_range(value: Any, *, lo_bound: float, hi_bound: float | None, what: str) -> tuple[Any, str | None]:
+    if not (isinstance(value, list) and len(value) == 2 and all(is_number(v) for v in value)):
+        return value, f"expected [low, high] {what}, found {type_name(value)} {value!r}"
+    lo, hi = float(value[0]), float(value[1])
+    if lo > hi:
+        return value, f"expected low <= high, found {value}"
+    if lo <= lo_bound or (hi_bound is not None and hi > hi_bound):
+        upper = f", {hi_bound}]" if hi_bound is not None else ", inf)"
+        return value, f"expected both ends in ({lo_bound}{upper}, found {value}"
+    return [lo, hi], None
 
 
 def channels_checker(what: str, positive: bool) -> Checker:
     """Three per-channel (R, G, B) numbers in [0, 1] units; std must be > 0."""
-    def check(value: Any) -> tuple[Any, str | None]:
-        if is_number(value):
-            value = [value] * 3
-        if not (isinstance(value, list) and all(is_number(v) for v in value)):
-            return value, f"expected {what} as 3 numbers (R, G, B) in [0, 1] units, found {type_name(value)} {value!r}"
-        if len(value) != 3:
-            return value, f"expected 3 values (R, G, B) for {what}, found {len(value)}: {value}"
-        if positive and any(v <= 0 for v in value):
-            return value, f"expected every {what} value > 0, found {value}"
-        if any(abs(v) > 1.0 for v in value):
-            return value, (f"expected {what} in [0, 1] units like torchvision's (e.g. 0.229, not 58.4), "
-                           f"found {value}")
-        return [float(v) for v in value], None
-    return check
+    return functools.partial(_check_channels, what=what, positive=positive)
+
+
+def _check_channels(value: Any, *, what: str, positive: bool) -> tuple[Any, str | None]:
+    if is_number(value):
+        value = [value] * 3
+    if not (isinstance(value, list) and all(is_number(v) for v in value)):
+        return value, f"expected {what} as 3 numbers (R, G, B) in [0, 1] units, found {type_name(value)} {value!r}"
+    if len(value) != 3:
+        return value, f"expected 3 values (R, G, B) for {what}, found {len(value)}: {value}"
+    if positive and any(v <= 0 for v in value):
+        return value, f"expected every {what} value > 0, found {value}"
+    if any(abs(v) > 1.0 for v in value):
+        return value, (f"expected {what} in [0, 1] units like torchvision's (e.g. 0.229, not 58.4), "
+                       f"found {value}")
+    return [float(v) for v in value], None
 
 
 def optional(checker: Checker) -> Checker:
-    def check(value: Any) -> tuple[Any, str | None]:
-        return (None, None) if value is None else checker(value)
-    return check
+    return functools.partial(_check_optional, checker=checker)
+
+
+def _check_optional(value: Any, *, checker: Checker) -> tuple[Any, str | None]:
+    return (None, None) if value is None else checker(value)
 
 
 def _yaml_number(value: float) -> str:

@@ -54,7 +54,18 @@ class Param:
         return self.check(value)
 
 
-REQUIRED = object()
+class _Required:
+    """The default of a parameter that has none: one object, after pickling too (a plan's steps hold
+    their ops, and a plan travels to DataLoader workers started by spawn), so ``is REQUIRED`` holds."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+    def __reduce__(self) -> str:
+        return "REQUIRED"  # pickled by name: unpickling finds this module's one instance
+
+
+REQUIRED = _Required()
 
 
 class Category(str, Enum):

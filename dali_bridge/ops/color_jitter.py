@@ -17,6 +17,8 @@ torchvision by construction.
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,26 +34,27 @@ def jitter_checker(name: str) -> Any:
     """torchvision's ``ColorJitter._check_input``: a number ``v`` means [max(0, 1 - v), 1 + v] (hue:
     [-v, v]); [low, high] is taken as given; within bounds, low <= high. The identity range
     (every factor 1; hue 0) becomes null: that adjustment is skipped, as torchvision skips it."""
+    return functools.partial(_check_jitter, name=name)  # not a closure: ops are pickled into workers
+
+
+def _check_jitter(value: Any, *, name: str) -> tuple[Any, str | None]:
     hue = name == "hue"
     centre, bounds = (0.0, (-0.5, 0.5)) if hue else (1.0, (0.0, float("inf")))
-
-    def check(value: Any) -> tuple[Any, str | None]:
-        if value is None:
-            return None, None
-        if is_number(value):
-            if value < 0:
-                return value, f"expected a non-negative number (or [low, high]), found {value}"
-            low, high = centre - value, centre + value
-            low = low if hue else max(low, 0.0)
-        elif isinstance(value, list) and len(value) == 2 and all(is_number(v) for v in value):
-            low, high = float(value[0]), float(value[1])
-        else:
-            return value, f"expected a number or [low, high], found {_type_name(value)} {value!r}"
-        if not bounds[0] <= low <= high <= bounds[1]:
-            where = "[-0.5, 0.5]" if hue else "[0, inf)"
-            return value, f"expected {name} factors within {where} with low <= high, found [{low}, {high}]"
-        return (None if low == high == centre else [float(low), float(high)]), None
-    return check
+    if value is None:
+        return None, None
+    if is_number(value):
+        if value < 0:
+            return value, f"expected a non-negative number (or [low, high]), found {value}"
+        low, high = centre - value, centre + value
+        low = low if hue else max(low, 0.0)
+    elif isinstance(value, list) and len(value) == 2 and all(is_number(v) for v in value):
+        low, high = float(value[0]), float(value[1])
+    else:
+        return value, f"expected a number or [low, high], found {_type_name(value)} {value!r}"
+    if not bounds[0] <= low <= high <= bounds[1]:
+        where = "[-0.5, 0.5]" if hue else "[0, inf)"
+        return value, f"expected {name} factors within {where} with low <= high, found [{low}, {high}]"
+    return (None if low == high == centre else [float(low), float(high)]), None
 
 
 @dataclass(frozen=True)

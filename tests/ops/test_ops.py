@@ -96,6 +96,18 @@ def test_every_op_documents_its_parameters(name):
 
 
 @every_op
+def test_every_op_and_a_plan_around_it_survive_pickling_for_workers_started_by_spawn(name):
+    import pickle
+
+    plan = plan_around(name)  # a step holds its op, and its op its parameters' checkers
+    again = pickle.loads(pickle.dumps(plan))
+    assert [(step.name, step.params) for step in again.all_steps] == [(step.name, step.params) for step in plan.all_steps]
+    for param in pickle.loads(pickle.dumps(OPS[name])).params:
+        if param.default is not REQUIRED and param.default is not None:
+            assert param.check(param.default) == (param.default, None)
+
+
+@every_op
 def test_every_op_lowers_to_steps_drawing_the_uniforms_their_ops_declare(name):
     plan = plan_around(name)
     position = next(n for n, op in enumerate(pipeline_around(name)[0]) if name in op)
