@@ -101,7 +101,8 @@ def test_every_op_and_a_plan_around_it_survive_pickling_for_workers_started_by_s
 
     plan = plan_around(name)  # a step holds its op, and its op its parameters' checkers
     again = pickle.loads(pickle.dumps(plan))
-    assert [(step.name, step.params) for step in again.all_steps] == [(step.name, step.params) for step in plan.all_steps]
+    steps = [(step.name, step.params) for step in plan.all_steps]
+    assert [(step.name, step.params) for step in again.all_steps] == steps
     for param in pickle.loads(pickle.dumps(OPS[name])).params:
         if param.default is not REQUIRED and param.default is not None:
             assert param.check(param.default) == (param.default, None)
