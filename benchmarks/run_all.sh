@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Re-measure the main benchmark figures from a clean clone and rewrite benchmarks/README.md:
-#   bash benchmarks/run_all.sh            (about 10 minutes on 2 cores; more cores, more candidates)
+#   bash benchmarks/run_all.sh            (about 30 minutes on 2 cores; more cores, more candidates)
 # Writes benchmarks/results/bench_train.{json,png} and bench_val.{json,png}, records its run in
 # bench_train_fast.json (next to the longer runs benchmarks/parity_rounds.sh records there) and
-# every shipped pipeline's whole-epoch compare in compare_epochs.json, then
+# every shipped pipeline's whole-epoch compare in compare_epochs.json, the recipe pipelines in
+# bench_recipes.json, the torchvision backend's two executors in bench_executors.json and, with
+# moto and s3fs installed, shards in object storage in object_storage.json, then
 # generates benchmarks/README.md from every file in results/. Measure on a quiet machine: every
 # JSON records the 1-minute load average before and after each candidate.
 #
@@ -25,6 +27,9 @@ ROUNDS="${ROUNDS:-2}"
 BASELINES="ceiling,torchvision,torchvision-pil,dali-cpu"
 if "$PY" -c 'import sys; from dali_bridge.backends.select import unavailable_reason; sys.exit(unavailable_reason("dali") is not None)'; then
   BASELINES="$BASELINES,dali"   # a usable GPU: the hand-written mixed-decode DALI pipeline too
+fi
+if "$PY" -c 'import spdl.pipeline' 2> /dev/null; then
+  BASELINES="$BASELINES,spdl,spdl-torchvision"   # the [bench] extra: SPDL's thread-pool loader
 fi
 
 echo "load average before: $(cat /proc/loadavg 2> /dev/null || echo n/a)"
@@ -49,6 +54,14 @@ echo "load average before: $(cat /proc/loadavg 2> /dev/null || echo n/a)"
 
 # The recipe pipelines (augmentation policies, random erasing, batch mixing).
 bash benchmarks/bench_recipes.sh
+
+# The torchvision backend's worker processes against its threads.
+bash benchmarks/bench_executors.sh
+
+# Shards in object storage (moto's S3 server on loopback) against the same shards on disk.
+if "$PY" -c 'import moto.server, s3fs' 2> /dev/null; then
+  "$PY" benchmarks/object_storage.py --data data/sample
+fi
 
 # Equivalence over whole epochs of every shipped pipeline (stops the script on a FAIL).
 bash benchmarks/compare_epochs.sh
