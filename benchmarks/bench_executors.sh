@@ -5,15 +5,7 @@
 # DataLoader and the SPDL thread-pool baseline, at 1 and all cores. Recorded under each executor's
 # name in benchmarks/results/bench_executors.json.
 #   bash benchmarks/bench_executors.sh          (about 4 minutes on 2 cores)
-set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PY="${PYTHON:-.venv/bin/python}"
-[ -x "$PY" ] || PY=python3
-OUT=benchmarks/results
-SCRATCH=$(mktemp -d)
-trap 'rm -rf "$SCRATCH"' EXIT
-CORES=$("$PY" -c 'import os; print(len(os.sched_getaffinity(0)))')
-THREADS="${THREADS:-$( [ "$CORES" -gt 1 ] && echo "1,$CORES" || echo 1 )}"
+source "$(dirname "${BASH_SOURCE[0]}")/script_env.sh"
 BASELINES="ceiling,torchvision"
 if "$PY" -c 'import spdl.pipeline' 2> /dev/null; then
   BASELINES="$BASELINES,spdl"   # the [bench] extra: SPDL's thread pool (spdl.io where FFmpeg loads)

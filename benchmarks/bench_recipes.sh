@@ -4,14 +4,7 @@
 # transforms.v2 has the same transforms, a hand-written DataLoader doing them. Recorded under each
 # pipeline's name in benchmarks/results/bench_recipes.json.
 #   bash benchmarks/bench_recipes.sh          (about 4 minutes on 2 cores)
-set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PY="${PYTHON:-.venv/bin/python}"
-[ -x "$PY" ] || PY=python3
-OUT=benchmarks/results
-SCRATCH=$(mktemp -d)
-trap 'rm -rf "$SCRATCH"' EXIT
-CORES=$("$PY" -c 'import os; print(len(os.sched_getaffinity(0)))')
+source "$(dirname "${BASH_SOURCE[0]}")/script_env.sh"
 "$PY" -m dali_bridge.cli sample-data data/sample --images 2000 --classes 10 --seed 0 --if-absent -q
 # timm's RandAugment variant has no transforms.v2 counterpart: its hand-written baseline is timm's own code.
 for spec in "torchvision_recipe_train:ceiling,torchvision" "timm_train:ceiling"; do

@@ -4,13 +4,7 @@
 # benchmarks/results/compare_epochs.json (the test suite's small samples cannot see a 1-in-640
 # pixel off by 2 levels; a whole epoch can). Exits non-zero on the first FAIL.
 #   bash benchmarks/compare_epochs.sh          (about 3 minutes on 2 cores)
-set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PY="${PYTHON:-.venv/bin/python}"
-[ -x "$PY" ] || PY=python3
-OUT=benchmarks/results
-SCRATCH=$(mktemp -d)
-trap 'rm -rf "$SCRATCH"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/script_env.sh"
 "$PY" -m dali_bridge.cli sample-data data/sample --images 2000 --classes 10 --seed 0 --if-absent -q
 for pipeline in pipelines/*.yaml; do
   name=$(basename "$pipeline" .yaml)

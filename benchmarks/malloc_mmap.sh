@@ -4,13 +4,8 @@
 # MALLOC_MMAP_THRESHOLD_=131072, alternating, each candidate in fresh processes (about 4 minutes).
 #   bash benchmarks/malloc_mmap.sh
 # Records the four runs in benchmarks/results/malloc_mmap.json (replacing those of the same label).
-set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PY="${PYTHON:-.venv/bin/python}"
-[ -x "$PY" ] || PY=python3
+source "$(dirname "${BASH_SOURCE[0]}")/script_env.sh"
 RUNS=benchmarks/results/malloc_mmap.json
-SCRATCH=$(mktemp -d)
-trap 'rm -rf "$SCRATCH"' EXIT
 bench() {
   "$PY" -m dali_bridge.cli bench pipelines/imagenet_train.yaml --data data/sample --backends dali-cpu \
     --baselines none --threads 2 --warmup 3 --batches 8 --repeat 3 --rounds 2 --json "$SCRATCH/run.json" -q

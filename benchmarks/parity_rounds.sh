@@ -6,13 +6,7 @@
 # Records the runs "5 rounds" and "10 rounds" in benchmarks/results/bench_train_exact.json and
 # bench_train_fast.json (replacing those of the same label; run_all.sh's own run in the fast file
 # stays), then rewrites benchmarks/README.md. Measure on a quiet machine.
-set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PY="${PYTHON:-.venv/bin/python}"
-[ -x "$PY" ] || PY=python3
-OUT=benchmarks/results
-SCRATCH=$(mktemp -d)
-trap 'rm -rf "$SCRATCH"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/script_env.sh"
 "$PY" -m dali_bridge.cli sample-data data/sample --images 2000 --classes 10 --seed 0 --if-absent -q
 for parity in exact fast; do
   title="dali-cpu against the hand-written DALI pipeline, \`parity: $parity\`"

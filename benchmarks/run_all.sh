@@ -12,16 +12,8 @@
 # Environment: PYTHON (default .venv/bin/python, else python3), THREADS (default "1,<cores>"),
 # MODEL_MS (simulated model step per 64-image batch for the starvation column, default 25 ms,
 # i.e. a GPU training at ~2,560 images/s), ROUNDS (fresh processes per candidate, default 2).
-set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PY="${PYTHON:-.venv/bin/python}"
-[ -x "$PY" ] || PY=python3
-OUT=benchmarks/results
+source "$(dirname "${BASH_SOURCE[0]}")/script_env.sh"
 mkdir -p "$OUT"
-SCRATCH=$(mktemp -d)
-trap 'rm -rf "$SCRATCH"' EXIT
-CORES=$("$PY" -c 'import os; print(len(os.sched_getaffinity(0)))')
-THREADS="${THREADS:-$( [ "$CORES" -gt 1 ] && echo "1,$CORES" || echo 1 )}"
 MODEL_MS="${MODEL_MS:-25}"
 ROUNDS="${ROUNDS:-2}"
 BASELINES="ceiling,torchvision,torchvision-pil,dali-cpu"
