@@ -414,6 +414,77 @@ def _remote_scans(paths: list[str], image_keys: tuple[str, ...], label_key: str,
     return scans, infos
 
 
+@dataclass
+class _ShardsFound:
+    """What the scans of a pattern's shards found, joined in shard order."""
+    names: list[str] = field(default_factory=list)
+    labels: list[int] = field(default_factory=list)
+    shard_ids: list[int] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    ignored: Counter = field(default_factory=Counter)
+    counts: dict[str, int] = field(default_factory=dict)  # samples per shard file name
+
+
+def _gather_scans(paths: list[str], scans: list[ShardScan]) -> _ShardsFound:
+    """The shards' samples, problems and ignored members, joined in shard order."""
+    found = _ShardsFound()
+    for number, (path, scan) in enumerate(zip(paths, scans)):
+        found.problems.extend(scan.problems)
+        found.ignored.update(scan.ignored)
+        found.counts[os.path.basename(path)] = len(scan.keys)
+        found.names.extend(f"{path}#{name}" for name in scan.image_names)
+        found.labels.extend(scan.labels)
+        found.shard_ids.extend([number] * len(scan.keys))
+        found.offsets.extend(scan.offsets)
+        found.sizes.extend(scan.sizes)
+    return found
+
+
+def _shard_classes(paths: list[str], infos: list[ObjectInfo], store: ObjectStore | None, found: _ShardsFound,
+                   manifest_file: str | None, manifest_data: dict | None) -> tuple[str, ...]:
+    """The class names (the manifest's, else ``"0"``…``"max"``); adds to ``found.problems`` what the
+    labels and the manifest say against each other."""
+    problems, labels, names, shard_ids = found.problems, found.labels, found.names, found.shard_ids
+    if manifest_data is None and not problems:
+        problems.extend(sparse_labels(labels, lambda i: f"{os.path.basename(paths[shard_ids[i]])}: "
+                                                        f"{names[i].rsplit('#', 1)[1]}"))
+    classes: tuple[str, ...] = ()
+    if labels and not problems:
+        classes = tuple(str(c) for c in range(max(labels) + 1))
+    if manifest_data is not None:
+        classes = tuple(str(c) for c in manifest_data["classes"])
+        if not problems:  # a damaged shard's own problems say more than its size does
+            shard_sizes = [info.size for info in infos] if store is not None else [os.stat(p).st_size for p in paths]
+            problems.extend(_size_problems(paths, shard_sizes, manifest_file, manifest_data))
+        recorded = {entry.get("file"): entry.get("samples") for entry in manifest_data.get("shards", [])}
+        for name, count in found.counts.items():
+            if name in recorded and recorded[name] != count and not problems:
+                problems.append(f"{name}: {count} samples, the manifest {manifest_file} records {recorded[name]} "
+                                f"(a stale manifest or a changed shard)")
+        out_of_range = sorted({label for label in labels if label >= len(classes)})
+        if out_of_range:
+            problems.append(f"labels {out_of_range[:10]} are outside the manifest's {len(classes)} classes "
+                            f"({manifest_file})")
+    return classes
+
+
+def _shard_samples(paths: list[str], found: _ShardsFound, infos: list[ObjectInfo], store: ObjectStore | None,
+                   cache: ShardCache | None, manifest_data: dict | None) -> ShardSamples | RemoteShardSamples:
+    """Where each sample's bytes are: local shards, remote ones by ranged GETs, or remote ones cached whole."""
+    where = (np.asarray(found.shard_ids), np.asarray(found.offsets), np.asarray(found.sizes))
+    etags = tuple(info.etag for info in infos)
+    if store is None:
+        return ShardSamples(tuple(paths), *where)
+    if cache is None:
+        return RemoteShardSamples(tuple(paths), *where, etags=etags, store=store)
+    recorded = {e["file"]: e.get("sha256") for e in (manifest_data or {}).get("shards", [])}
+    return CachedShardSamples(tuple(paths), *where, etags=etags, store=store, cache=cache,
+                              shard_bytes=tuple(info.size for info in infos),
+                              sha256s=tuple(recorded.get(p.rsplit("/", 1)[-1]) for p in paths))
+
+
 def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = "cls",
                     manifest: str | None = None, store: ObjectStore | None = None,
                     cache: ShardCache | None = None) -> Listing:
@@ -439,57 +510,18 @@ def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = 
         read_manifest = functools.cache(lambda: _manifest_for(pattern, manifest, store))
         scans, infos = _remote_scans(paths, image_keys, label_key, store, lambda: read_manifest()[1])
         manifest_file, manifest_data = read_manifest()
-    names, labels, shard_ids, offsets, sizes = [], [], [], [], []
-    problems: list[str] = []
-    ignored: Counter = Counter()
-    counts: dict[str, int] = {}
-    for number, (path, scan) in enumerate(zip(paths, scans)):
-        problems.extend(scan.problems)
-        ignored.update(scan.ignored)
-        counts[os.path.basename(path)] = len(scan.keys)
-        names.extend(f"{path}#{name}" for name in scan.image_names)
-        labels.extend(scan.labels)
-        shard_ids.extend([number] * len(scan.keys))
-        offsets.extend(scan.offsets)
-        sizes.extend(scan.sizes)
-    if manifest_data is None and not problems:
-        problems.extend(sparse_labels(labels, lambda i: f"{os.path.basename(paths[shard_ids[i]])}: "
-                                                        f"{names[i].rsplit('#', 1)[1]}"))
-    classes: tuple[str, ...] = ()
-    if labels and not problems:
-        classes = tuple(str(c) for c in range(max(labels) + 1))
-    if manifest_data is not None:
-        classes = tuple(str(c) for c in manifest_data["classes"])
-        if not problems:  # a damaged shard's own problems say more than its size does
-            shard_sizes = [info.size for info in infos] if store is not None else [os.stat(p).st_size for p in paths]
-            problems.extend(_size_problems(paths, shard_sizes, manifest_file, manifest_data))
-        recorded = {entry.get("file"): entry.get("samples") for entry in manifest_data.get("shards", [])}
-        for name, count in counts.items():
-            if name in recorded and recorded[name] != count and not problems:
-                problems.append(f"{name}: {count} samples, the manifest {manifest_file} records {recorded[name]} "
-                                f"(a stale manifest or a changed shard)")
-        out_of_range = sorted({label for label in labels if label >= len(classes)})
-        if out_of_range:
-            problems.append(f"labels {out_of_range[:10]} are outside the manifest's {len(classes)} classes "
-                            f"({manifest_file})")
-    if problems:
+    found = _gather_scans(paths, scans)
+    classes = _shard_classes(paths, infos, store, found, manifest_file, manifest_data)
+    if found.problems:
+        problems = found.problems
         shown = problems[:50] + ([f"... and {len(problems) - 50} more"] if len(problems) > 50 else [])
         raise SourceError(f"source.shards: {len(problems)} problem(s) in {pattern}:\n  " + "\n  ".join(shown))
-    if not names:
+    if not found.names:
         raise SourceError(f"source.shards: {pattern} holds no samples with a .{' or .'.join(image_keys)} image "
                           f"and a .{label_key} label")
-    where = (np.asarray(shard_ids), np.asarray(offsets), np.asarray(sizes))
-    etags = tuple(info.etag for info in infos)
-    if store is None:
-        samples: ShardSamples | RemoteShardSamples = ShardSamples(tuple(paths), *where)
-    elif cache is None:
-        samples = RemoteShardSamples(tuple(paths), *where, etags=etags, store=store)
-    else:
-        recorded = {e["file"]: e.get("sha256") for e in (manifest_data or {}).get("shards", [])}
-        samples = CachedShardSamples(tuple(paths), *where, etags=etags, store=store, cache=cache,
-                                     shard_bytes=tuple(info.size for info in infos),
-                                     sha256s=tuple(recorded.get(p.rsplit("/", 1)[-1]) for p in paths))
-    return Listing(tuple(names), np.asarray(labels, dtype=np.int64), classes, pattern, ignored, samples)
+    samples = _shard_samples(paths, found, infos, store, cache, manifest_data)
+    return Listing(tuple(found.names), np.asarray(found.labels, dtype=np.int64), classes, pattern, found.ignored,
+                   samples)
 
 
 def _source_store(source: SourceSpec, location: str, key: str) -> ObjectStore:
