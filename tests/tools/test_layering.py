@@ -42,7 +42,7 @@ def test_leaf_modules_import_nothing_of_the_project_but_one_another():
 
 
 def test_sources_and_the_converter_take_value_checks_and_utf8_from_the_leaves_not_the_op_layer():
-    for name in ("sources", "convert", "convert_staging", "remote_tools"):
+    for name in ("sources", "listing", "shard_listing", "convert", "convert_staging", "remote_tools"):
         imported = imported_modules(PACKAGE / f"{name}.py")
         assert not {m for m in imported if m == ".ops" or m.startswith((".ops.", "dali_bridge.ops"))}, name
 
