@@ -18,14 +18,11 @@ under an unpredictable name (never through a link planted there), and the tempor
 renamed to their final names only once all are written, the manifest last: an interrupted or
 failed run (disk full, kill) leaves the previous set as it was. A final name that is a link is
 refused, never replaced. One lock per pattern (``.<manifest>.lock``, ``flock``) refuses a second
-convert into the same pattern while one runs. Output is byte-for-byte reproducible (fixed
-mtime/owner in headers).
+convert into the same pattern while one runs (all of this in :mod:`dali_bridge.convert_staging`).
+Output is byte-for-byte reproducible (fixed mtime/owner in headers).
 """
 from __future__ import annotations
 
-import contextlib
-import errno
-import fcntl
 import hashlib
 import io
 import itertools
@@ -34,9 +31,7 @@ import logging
 import math
 import os
 import re
-import stat
 import tarfile
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -44,6 +39,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from .shards import index_path, manifest_path
+from .convert_staging import (_DIRECTIVE, ConvertError, _existing_outputs, _leftover_temporaries, _pattern_lock,
+                              _refuse_links, _Staging)
 from .formats import inspect_image
 from .storage import is_url
 from .images import ImageError
@@ -58,12 +55,7 @@ from .text import NotUtf8Error
 MANIFEST_FORMAT = "dali-bridge/webdataset"
 MANIFEST_VERSION = 1
 DALI_INDEX_VERSION = "v1.2"
-_DIRECTIVE = re.compile(r"%(0?)(\d*)d")
 log = logging.getLogger("dali_bridge")
-
-
-class ConvertError(ValueError):
-    """The conversion cannot start or finish: bad pattern, existing output, unreadable file."""
 
 
 @dataclass(frozen=True)
@@ -164,139 +156,6 @@ def _listing_for(source: str | Path | Listing, extensions: tuple[str, ...]) -> t
     if path.is_file():
         return list_file(path, None, extensions), {"type": "file_list", "path": str(path.resolve())}
     raise ConvertError(f"source {source}: no such folder or file list")
-
-
-def _existing_outputs(out_pattern: str, count: int) -> list[str]:
-    found = []
-    number = 0
-    while number < count or os.path.lexists(out_pattern % number):  # earlier, larger conversions too
-        for path in (out_pattern % number, index_path(out_pattern % number)):
-            if os.path.lexists(path):
-                found.append(path)
-        number += 1
-    manifest = manifest_path(out_pattern)
-    if os.path.lexists(manifest):
-        found.append(manifest)
-    return found
-
-
-def _refuse_links(paths: list[str]) -> None:
-    """A final name that is a symbolic link (or anything but a regular file) is never written
-    through nor replaced: :class:`ConvertError` naming them."""
-    odd = [path for path in paths if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode)]
-    if odd:
-        shown = ", ".join(safe_name(path) for path in odd[:5]) + (f" and {len(odd) - 5} more" if len(odd) > 5 else "")
-        raise ConvertError(f"output name(s) taken by a link or other non-file: {shown}; convert writes only "
-                           f"regular files and never through or over a link: remove them and convert again")
-
-
-def _umask() -> int:
-    """The process's umask: from ``/proc`` where it says (setting and restoring it, the only other
-    way, briefly changes it for every thread)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-class _Staging:
-    """The temporary files of one conversion, in the output folder: each created exclusively
-    (``mkstemp``: ``O_CREAT|O_EXCL|O_NOFOLLOW``, an unpredictable name), renamed to its final name
-    by :meth:`commit` only, in the order created; :meth:`discard` removes what was not renamed."""
-
-    def __init__(self, out_pattern: str):
-        self.folder = os.path.dirname(os.path.abspath(out_pattern))
-        self.pending: list[tuple[str, str]] = []   # (temporary, final)
-        self.renamed = 0
-        self.mode = 0o666 & ~_umask()   # what a plain open() would give; mkstemp makes 0600
-
-    def create(self, final: str) -> BinaryIO:
-        """A new temporary file that :meth:`commit` renames to ``final``, open for writing."""
-        descriptor, temporary = tempfile.mkstemp(dir=self.folder, prefix=f".{os.path.basename(final)}.",
-                                                 suffix=".partial")
-        self.pending.append((temporary, final))
-        os.fchmod(descriptor, self.mode)
-        return os.fdopen(descriptor, "wb")
-
-    def commit(self) -> None:
-        _refuse_links([final for _, final in self.pending])
-        while self.pending:
-            temporary, final = self.pending[0]
-            os.replace(temporary, final)
-            self.pending.pop(0)
-            self.renamed += 1
-
-    def state(self) -> str:
-        """What a failure leaves, in words: nothing replaced, a mixed set, or the new set in place."""
-        if not self.renamed:
-            return "the temporary files were removed and no shard, index or manifest was replaced"
-        if self.pending:
-            return (f"only {self.renamed} of {self.renamed + len(self.pending)} files were renamed into place, so "
-                    f"the set may be mixed: convert again ('dali-bridge verify' names each shard that differs)")
-        return "the new shards, indexes and manifest are in place; some old shards past them may remain"
-
-    def discard(self) -> None:
-        for temporary, _ in self.pending:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(temporary)
-        self.pending.clear()
-
-
-def _leftover_temporaries(out_pattern: str) -> list[str]:
-    """Temporary files a killed conversion into ``out_pattern`` left (its shards', indexes' and
-    manifest's), to remove while this conversion holds the pattern's lock."""
-    folder, name = os.path.split(os.path.abspath(out_pattern))
-    shard = _DIRECTIVE.sub("[0-9]+", re.escape(name.replace("%%", "\0"))).replace("\0", "%")
-    finals = "|".join((shard, shard[:-len(re.escape(".tar"))] + re.escape(".idx"),
-                       re.escape(os.path.basename(manifest_path(out_pattern)))))
-    temporary = re.compile(rf"\.(?:{finals})\.[A-Za-z0-9_]{{8}}\.partial")
-    with os.scandir(folder) as entries:
-        return [entry.path for entry in entries if temporary.fullmatch(entry.name)]
-
-
-@contextlib.contextmanager
-def _pattern_lock(out_pattern: str) -> Iterator[None]:
-    """Hold ``out_pattern``'s lock (``.<manifest name>.lock`` beside the shards, ``flock``) for one
-    conversion: a second convert into the pattern is refused while it is held. The kernel releases
-    it when the process ends, killed or not; a clean end also removes the file."""
-    target = manifest_path(out_pattern)
-    lock = os.path.join(os.path.dirname(os.path.abspath(target)), f".{os.path.basename(target)}.lock")
-    for _ in range(10):   # the file we locked may have been removed by the convert that held it
-        try:
-            descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
-        except OSError as exc:
-            raise ConvertError(f"cannot open the lock file {safe_name(lock)}: {exc.strerror or exc}"
-                               f"{' (a link: remove it)' if exc.errno == errno.ELOOP else ''}") from None
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            os.close(descriptor)
-            raise ConvertError(f"the lock file {safe_name(lock)} is not a regular file: remove it")
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(descriptor)
-            raise ConvertError(f"another convert is writing {out_pattern} (it holds {safe_name(lock)}): wait for "
-                               f"it to finish, or write to another pattern") from None
-        try:
-            same = os.path.samestat(os.fstat(descriptor), os.lstat(lock))
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(descriptor)
-    else:
-        raise ConvertError(f"cannot take the lock {safe_name(lock)}: it keeps being replaced")
-    try:
-        yield
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(lock)
-        os.close(descriptor)
 
 
 def _member(name: str, size: int) -> tarfile.TarInfo:

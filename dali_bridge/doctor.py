@@ -143,16 +143,8 @@ def _mixed_pair(torch_cuda: str, torch_major: int, dali_build: str, dali_major: 
             f"the driver to >= {MIN_DRIVER.get(newest, '?')}")
 
 
-def report() -> dict[str, Any]:
-    """The environment as data (printed by ``doctor``, tested without a GPU)."""
-    host = probe()
-    info: dict[str, Any] = {
-        "python": sys.version.split()[0],
-        "platform": f"{platform.system()} {platform.machine()}",
-        "cpu_cores_available": available_cores(),
-        "cpu_cores_total": os.cpu_count(),
-        "workers_auto": worker_share().explain(),
-    }
+def _add_libraries(info: dict[str, Any], host: Probe) -> None:
+    """torch (and its CUDA build), torchvision and DALI (and its builds): versions, or why they are missing."""
     try:
         import torch
         info["torch"] = torch.__version__
@@ -173,6 +165,10 @@ def report() -> dict[str, Any]:
             info["dali_build"] = ", ".join(builds) or "unknown"
         except Exception:
             info["dali_build"] = "unknown"
+
+
+def _add_cuda_devices(info: dict[str, Any], host: Probe) -> None:
+    """The CUDA devices (name, memory, compute capability) and the driver's CUDA version."""
     devices = []
     if host.cuda_devices:
         import torch
@@ -185,6 +181,20 @@ def report() -> dict[str, Any]:
         except Exception:
             pass
     info["cuda_devices"] = devices or [host.cuda_reason or "none"]
+
+
+def report() -> dict[str, Any]:
+    """The environment as data (printed by ``doctor``, tested without a GPU)."""
+    host = probe()
+    info: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": f"{platform.system()} {platform.machine()}",
+        "cpu_cores_available": available_cores(),
+        "cpu_cores_total": os.cpu_count(),
+        "workers_auto": worker_share().explain(),
+    }
+    _add_libraries(info, host)
+    _add_cuda_devices(info, host)
     release = _driver_release()
     if release:
         info["nvidia_driver"] = release

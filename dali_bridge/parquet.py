@@ -49,7 +49,7 @@ _GLOB = set("*?[")
 
 
 def _pyarrow():
-    from .sources import SourceError
+    from .listing import SourceError
 
     try:
         import pyarrow
@@ -65,7 +65,7 @@ def expand_files(files: tuple[str, ...], store: ObjectStore | None = None) -> li
     """The Parquet files ``files`` names: each entry brace-expanded, then globbed (sorted) when it has
     ``*``, ``?`` or ``[``; a plain name must exist (with ``store``: objects at URLs, HEADed together).
     Raises :class:`~dali_bridge.sources.SourceError`."""
-    from .sources import SourceError
+    from .listing import SourceError
 
     found: list[str] = []
     problems: list[str] = []
@@ -322,7 +322,7 @@ def list_parquet(files: tuple[str, ...], image_column: str = "image", label_colu
     type, null or negative label, labels outside the class names, files that disagree on the class
     names) is reported at once.
     """
-    from .sources import Listing, SourceError, sparse_labels
+    from .listing import Listing, SourceError, sparse_labels
 
     _pyarrow()   # the missing extra first, before any file is looked at
     paths = expand_files(files, store)

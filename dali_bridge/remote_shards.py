@@ -212,22 +212,29 @@ def list_remote_shards(store: ObjectStore, urls: list[str], image_keys: tuple[st
     with ThreadPoolExecutor(max_workers=min(LISTING_THREADS, max(1, len(indexed)))) as pool:
         list(pool.map(from_index, list(indexed)))
     _warn_label_gets(urls, [n for n in label_gets if scans[n] is not None], scans, recorded is not None)
-    unindexed = [n for n in wanted if scans[n] is None]
-    if unindexed:
-        total = sum(infos[n].size for n in unindexed)
-        log.warning("dali-bridge: %s without a usable index (%s ...): each is downloaded whole once to be "
-                    "listed, %.1f MiB in all; write the indexes beside the shards (dali-bridge convert writes "
-                    "them, as does DALI's wds2idx) to list without reading the data",
-                    plural(len(unindexed), "shard"), split_url(urls[unindexed[0]])[1], total / 2**20)
-
-        def by_download(number: int) -> None:
-            scans[number] = _scan_by_download(store, urls[number], infos[number], image_keys, label_key)
-
-        with ThreadPoolExecutor(max_workers=min(STREAM_SCANS, len(unindexed))) as pool:
-            list(pool.map(by_download, unindexed))
+    _download_scans(store, urls, infos, [n for n in wanted if scans[n] is None], scans, image_keys, label_key)
     for number in wanted:
         _store_scan(_cache_file(cache_dir, urls[number], infos[number], image_keys, label_key), scans[number])
     return scans, infos, []  # type: ignore[return-value]
+
+
+def _download_scans(store: ObjectStore, urls: list[str], infos: list[ObjectInfo], unindexed: list[int],
+                    scans: list[ShardScan | None], image_keys: tuple[str, ...], label_key: str) -> None:
+    """Scans the shards numbered ``unindexed`` (no usable index) by downloading each whole, into
+    ``scans``, with one warning naming what it costs."""
+    if not unindexed:
+        return
+    total = sum(infos[n].size for n in unindexed)
+    log.warning("dali-bridge: %s without a usable index (%s ...): each is downloaded whole once to be "
+                "listed, %.1f MiB in all; write the indexes beside the shards (dali-bridge convert writes "
+                "them, as does DALI's wds2idx) to list without reading the data",
+                plural(len(unindexed), "shard"), split_url(urls[unindexed[0]])[1], total / 2**20)
+
+    def by_download(number: int) -> None:
+        scans[number] = _scan_by_download(store, urls[number], infos[number], image_keys, label_key)
+
+    with ThreadPoolExecutor(max_workers=min(STREAM_SCANS, len(unindexed))) as pool:
+        list(pool.map(by_download, unindexed))
 
 
 def _warn_label_gets(urls: list[str], numbers: list[int], scans: list[ShardScan | None], manifest: bool) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import colorsys
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
 
@@ -259,21 +260,40 @@ def _render(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
     return img
 
 
-def _paint_shape(
-    rng: np.random.Generator,
-    img: np.ndarray,
-    xs: np.ndarray,
-    ys: np.ndarray,
-    tex: np.ndarray,
-    tex2: np.ndarray,
-    pal: np.ndarray,
-    r: float,
-    s: float,
-    lx: np.float32,
-    ly: np.float32,
-) -> None:
-    """Composite one soft-edged, lit, textured shape (with optional soft shadow) into planar ``img``."""
-    h, w = img.shape[1:]
+@dataclass(frozen=True)
+class _Shape:
+    """One shape's draws: where it sits, its outline, edge, shadow, colour, lighting and stripes."""
+    cx: float
+    cy: float
+    a: float
+    b: float
+    ca: float
+    sa: float
+    is_ellipse: bool
+    sdf: Callable
+    defocus: bool
+    soft: float
+    has_shadow: bool
+    sh_off: float
+    sh_soft: float
+    sh_x: float
+    sh_y: float
+    color: np.ndarray
+    shade_k: float
+    rim_k: np.float32
+    tex_gain: np.float32
+    opacity: np.float32
+    sh_strength: np.float32
+    stripes: bool
+    period: float
+    s_ang: float
+    s_amp: np.float32
+    s_warp: np.float32
+
+
+def _draw_shape(rng: np.random.Generator, h: int, w: int, pal: np.ndarray, r: float, s: float,
+                lx: np.float32, ly: np.float32) -> _Shape:
+    """Every draw of one shape, in the order the generator makes them (the output bytes depend on it)."""
     cx = rng.uniform(-0.1, 1.1) * w
     cy = rng.uniform(-0.1, 1.1) * h
     elong = math.exp(rng.uniform(0.0, math.log(3.0)))
@@ -300,39 +320,64 @@ def _paint_shape(
     s_ang = rng.uniform(0.0, np.pi)
     s_amp = _F32(rng.uniform(0.03, 0.12))
     s_warp = _F32(rng.uniform(0.0, 3.0))
+    return _Shape(cx, cy, a, b, ca, sa, is_ellipse, sdf, defocus, soft, has_shadow, sh_off, sh_soft, sh_x, sh_y,
+                  color, shade_k, rim_k, tex_gain, opacity, sh_strength, stripes, period, s_ang, s_amp, s_warp)
 
-    reach = max(a, b) + 2.0 * soft + (sh_off + 2.0 * sh_soft if has_shadow else 0.0)
-    x0, x1 = max(0, int(cx - reach)), min(w, int(cx + reach) + 1)
-    y0, y1 = max(0, int(cy - reach)), min(h, int(cy + reach) + 1)
+
+def _paint_shape(
+    rng: np.random.Generator,
+    img: np.ndarray,
+    xs: np.ndarray,
+    ys: np.ndarray,
+    tex: np.ndarray,
+    tex2: np.ndarray,
+    pal: np.ndarray,
+    r: float,
+    s: float,
+    lx: np.float32,
+    ly: np.float32,
+) -> None:
+    """Composite one soft-edged, lit, textured shape (with optional soft shadow) into planar ``img``."""
+    h, w = img.shape[1:]
+    sh = _draw_shape(rng, h, w, pal, r, s, lx, ly)
+    reach = max(sh.a, sh.b) + 2.0 * sh.soft + (sh.sh_off + 2.0 * sh.sh_soft if sh.has_shadow else 0.0)
+    x0, x1 = max(0, int(sh.cx - reach)), min(w, int(sh.cx + reach) + 1)
+    y0, y1 = max(0, int(sh.cy - reach)), min(h, int(sh.cy + reach) + 1)
     if x0 >= x1 or y0 >= y1:
         return
 
-    X = xs[:, x0:x1] - _F32(cx)
-    Y = ys[y0:y1] - _F32(cy)
+    X = xs[:, x0:x1] - _F32(sh.cx)
+    Y = ys[y0:y1] - _F32(sh.cy)
     region = img[:, y0:y1, x0:x1]
-    if has_shadow:
-        d_sh = sdf(X - _F32(sh_x), Y - _F32(sh_y))
-        a_sh = np.clip(_F32(0.5) - d_sh * _F32(1.0 / sh_soft), 0.0, 1.0)
-        a_sh *= -sh_strength
+    if sh.has_shadow:
+        d_sh = sh.sdf(X - _F32(sh.sh_x), Y - _F32(sh.sh_y))
+        a_sh = np.clip(_F32(0.5) - d_sh * _F32(1.0 / sh.sh_soft), 0.0, 1.0)
+        a_sh *= -sh.sh_strength
         a_sh += _F32(1.0)
         region *= a_sh
+    _fill_shape(sh, region, X, Y, tex[y0:y1, x0:x1], tex2[y0:y1, x0:x1], r, lx, ly)
 
-    alpha = np.clip(_F32(0.5) - sdf(X, Y) * _F32(1.0 / soft), 0.0, 1.0)
-    if opacity < 1.0:
-        alpha *= opacity
+
+def _fill_shape(sh: _Shape, region: np.ndarray, X: np.ndarray, Y: np.ndarray, tex: np.ndarray, tex2: np.ndarray,
+                r: float, lx: np.float32, ly: np.float32) -> None:
+    """Blends the shape's lit, textured fill into ``region`` (its box of the image) by its soft edge."""
+    a, b, ca, sa = sh.a, sh.b, sh.ca, sh.sa
+    alpha = np.clip(_F32(0.5) - sh.sdf(X, Y) * _F32(1.0 / sh.soft), 0.0, 1.0)
+    if sh.opacity < 1.0:
+        alpha *= sh.opacity
     # Lighting: brighter towards the light; ellipses darken towards the rim (3-D look).
-    shade = X * _F32(shade_k * lx / r) + (Y * _F32(shade_k * ly / r) + _F32(1.0))
-    if is_ellipse:
+    shade = X * _F32(sh.shade_k * lx / r) + (Y * _F32(sh.shade_k * ly / r) + _F32(1.0))
+    if sh.is_ellipse:
         u = X * _F32(ca) + Y * _F32(sa)
         v = Y * _F32(ca) - X * _F32(sa)
         q = u * u * _F32(1.0 / (a * a)) + v * v * _F32(1.0 / (b * b))
-        shade -= rim_k * np.minimum(q, _F32(1.0), out=q)
-    shade += tex_gain * tex[y0:y1, x0:x1]
-    if stripes:
-        k = 2.0 * np.pi / period
-        phase = X * _F32(k * math.cos(s_ang)) + Y * _F32(k * math.sin(s_ang)) + s_warp * tex2[y0:y1, x0:x1]
-        shade *= _F32(1.0) - s_amp * (_F32(0.5) + _F32(0.5) * portable_math.sin(phase).astype(_F32))
-    fill = color * shade
+        shade -= sh.rim_k * np.minimum(q, _F32(1.0), out=q)
+    shade += sh.tex_gain * tex
+    if sh.stripes:
+        k = 2.0 * np.pi / sh.period
+        phase = X * _F32(k * math.cos(sh.s_ang)) + Y * _F32(k * math.sin(sh.s_ang)) + sh.s_warp * tex2
+        shade *= _F32(1.0) - sh.s_amp * (_F32(0.5) + _F32(0.5) * portable_math.sin(phase).astype(_F32))
+    fill = sh.color * shade
     fill -= region
     fill *= alpha
     region += fill

@@ -7,31 +7,27 @@ One graph builder serves ``dali`` (nvJPEG ``mixed`` decode, ops on the GPU) and 
 with the geometry the loader decided: the feeder reads each file, probes its size, and computes
 torchvision-exact crop windows, resize sizes and flips, which DALI applies as per-sample
 arguments (ROI decode of the crop window, then resize) — DALI draws no randomness of its own.
+
+This module holds the executor (runs, recovery, the hand-over to torch); the feeder, its argument
+columns and the graph builder are in :mod:`dali_bridge.backends.dali_feed`.
 """
 from __future__ import annotations
 
 import logging
-import os
-import threading
-import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 
-from ..formats import ImageInfo
 from ..images import ImageError, SampleError, decode_rgb
 from .base import RawBatch, Topology, default_workers
-from ..ops.dali_op import Column
 from ..plan import Plan
 from ..sampling import BatchTask
 from ..dtypes import torch_dtype
-from .dali_plan import DaliPlan, dali_plan
+from .dali_feed import ArgumentColumns, _Feeder, build_pipeline  # noqa: F401
 from .finishing import finish_batch
-from .per_sample import SampleCore
 from .tail import run_tail
 from .device import (InFlightCopies, TailStream, dali_threads, gpu_target, keep_alive, mixed_decoder_arguments,
                      move_output)
@@ -39,201 +35,6 @@ from ..sources import Listing
 from ..spec import PipelineSpec
 
 log = logging.getLogger("dali_bridge")
-
-# Every DALI pipeline alive in this process. A forked child (a DataLoader worker, say) inherits
-# them without DALI's threads, and destroying one there — e.g. when the child's garbage collector
-# finalizes a loader left in a reference cycle by a traceback — waits forever on a condition
-# variable those threads were waiting on, or crashes. The child keeps them, never destroying them.
-# They are pinned in the parent just before the fork: a collection can run in the child before
-# any hook of ours (threading's own after-fork hook allocates), and must find them referenced.
-_LIVE_PIPELINES: "weakref.WeakSet[Any]" = weakref.WeakSet()
-_INHERITED_PIPELINES: list = []
-_PINNED_FOR_FORK: list = []
-
-
-def _pin_pipelines() -> None:
-    _PINNED_FOR_FORK.extend(_LIVE_PIPELINES)
-
-
-def _unpin_pipelines() -> None:
-    _PINNED_FOR_FORK.clear()
-
-
-def _keep_inherited_pipelines() -> None:
-    _INHERITED_PIPELINES.extend(_PINNED_FOR_FORK)
-    _PINNED_FOR_FORK.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_pin_pipelines, after_in_parent=_unpin_pipelines,
-                        after_in_child=_keep_inherited_pipelines)
-
-
-class _Feeder:
-    """The external source: yields the inputs of each batch in the loader's order.
-
-    DALI calls it ahead of consumption (prefetch); ``pending`` keeps, in order, which samples
-    each batch holds so outputs can be matched to indices. A batch with nothing to feed (every
-    sample skipped, or a sample error under ``raise``) goes into ``pending`` unfed and the next
-    batch is fed in its place: DALI cannot run an empty batch, and a stand-in image would have to
-    fit every step of the plan. Thread-safe: DALI may call from its own thread.
-    """
-
-    def __init__(self, spec: PipelineSpec, listing: Listing, plan: Plan):
-        self.spec, self.listing, self.plan = spec, listing, plan
-        self.tasks: list[BatchTask] = []
-        self.position = 0
-        self.stopped = True
-        self.pending: deque = deque()
-        self.core = SampleCore(spec, listing, plan)
-        self.lock = threading.Lock()
-        self.columns = ArgumentColumns(plan)  # fixed per plan: not recomputed per batch
-
-    @property
-    def bad(self) -> dict[int, tuple[str, tuple[int, int] | None]]:
-        """Samples a failed DALI run found undecodable: skipped without another failed run while the
-        file stays as it was, read again once it changed (see :class:`SampleCore`)."""
-        return self.core.bad
-
-    def start(self, tasks: list[BatchTask]) -> None:
-        with self.lock:
-            self.tasks, self.position, self.stopped = tasks, 0, False
-            self.pending.clear()
-
-    def stop(self) -> None:
-        with self.lock:
-            self.stopped = True
-
-    def __iter__(self) -> "_Feeder":
-        return self
-
-    def __next__(self) -> list[list[np.ndarray]]:
-        while True:
-            with self.lock:
-                if self.stopped or self.position >= len(self.tasks):
-                    raise StopIteration
-                task = self.tasks[self.position]
-                self.position += 1
-            inputs, meta = self.prepare(task)
-            with self.lock:
-                self.pending.append(meta)
-            if meta["fed"]:
-                return inputs
-
-    def prepare(self, task: BatchTask) -> tuple[list, dict[str, Any]]:
-        """One batch through the per-sample core (the encoded bytes of each kept sample), then its
-        argument columns. The inputs are empty when no sample is left to feed (``meta["fed"]`` False)."""
-        batch = self.core.prepare(task, _encoded)
-        # The torch tail's concrete parameters travel with the batch, computed here with the rest.
-        tail = [steps[len(self.plan.dali_steps):] for steps in batch.steps]
-        meta = {"task": task, "rows": batch.rows, "skipped": batch.skipped, "fed": bool(batch.rows),
-                "error": batch.error, "tail": tail}
-        if not batch.rows:  # nothing for DALI: the executor answers this batch without it
-            return [], meta
-        return [batch.items] + self.columns.build(batch.steps), meta
-
-
-def _encoded(data: bytes, info: ImageInfo, steps: list) -> np.ndarray:
-    """What the graph's decoder takes of a kept sample: its bytes, as the external source's uint8 array."""
-    return np.frombuffer(data, dtype=np.uint8)
-
-
-class ArgumentColumns:
-    """The external source's columns: the encoded images, then every step's declared argument
-    columns (:meth:`~dali_bridge.ops.Op.dali_columns`), each named ``<step position>.<name>``.
-
-    The graph builder and the feeder both go through this one list, so a step's columns are
-    matched by name — the order of the external source's outputs is an internal detail. It holds
-    the plan's :class:`~dali_bridge.backends.dali_plan.DaliPlan` (``dali``), built here once for the
-    executor: the builder reads its decisions from there.
-    """
-
-    def __init__(self, plan: Plan):
-        self.plan = plan
-        self.dali: DaliPlan = dali_plan(plan)
-        self.context = self.dali.context("cpu")
-        self.declared: list[tuple[int, Column]] = []
-        ctx = self.context
-        for ctx.position, step in enumerate(self.dali.steps):
-            self.declared += [(ctx.position, column) for column in step.op.dali_columns(step, ctx)]
-        self.names_of = {position: {column.name for p, column in self.declared if p == position}
-                         for position in range(len(self.dali.steps))}
-
-    @property
-    def names(self) -> list[str]:
-        return ["encoded"] + [f"{position}.{column.name}" for position, column in self.declared]
-
-    def dali_types(self, types: Any) -> list:
-        numpy_to_dali = {"uint8": types.UINT8, "int32": types.INT32, "float32": types.FLOAT}
-        return [types.UINT8] + [numpy_to_dali[column.dtype] for _, column in self.declared]
-
-    def build(self, per_sample: list[list]) -> list[np.ndarray | list[np.ndarray]]:
-        """The argument columns of a batch from each sample's :func:`~dali_bridge.sampling.sample_steps`,
-        in the declared order. A column whose samples all have one shape is a single array with the
-        batch first: DALI's external source converts it once, where a list costs a conversion per
-        sample on the feeding thread."""
-        built: dict[int, dict[str, Any]] = {}
-        ctx = replace(self.context)  # its own position: DALI may call the feeder from its thread
-        for ctx.position, step in enumerate(self.dali.steps):
-            entries = [sample[ctx.position] for sample in per_sample]
-            built[ctx.position] = step.op.dali_arguments(step, [concrete for concrete, _ in entries],
-                                                         [size for _, size in entries], ctx)
-            if set(built[ctx.position]) != self.names_of[ctx.position]:
-                raise RuntimeError(f"op {step.name!r} (step {ctx.position}) built DALI columns "
-                                   f"{sorted(built[ctx.position])}, declared {sorted(self.names_of[ctx.position])}")
-        columns = []
-        for position, column in self.declared:
-            problem = column.problem(built[position][column.name])
-            if problem:
-                raise RuntimeError(f"op {self.plan.steps[position].name!r} (step {position}): {problem}")
-            columns.append(built[position][column.name])
-        return columns
-
-
-def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool, device_id: int | None,
-                   threads: int):
-    """Compile the plan into a DALI pipeline (its planning and stage devices from the feeder's
-    ``DaliPlan``): the decoder, then each step's own fragment, then the finish, every fragment
-    reading its columns by name."""
-    from nvidia.dali import fn, pipeline_def, types
-
-    dali = feeder.columns.dali
-    devices = {stage: device for stage, _, device in dali.stages(gpu=gpu)}
-    names, column_types = feeder.columns.names, feeder.columns.dali_types(types)
-
-    @pipeline_def(batch_size=spec.batch_size, num_threads=threads, device_id=device_id,
-                  prefetch_queue_depth=spec.loader.prefetch, py_start_method="spawn",
-                  exec_dynamic=True)  # outputs stay valid after the next run: zero-copy DLPack
-    def graph():
-        outputs = fn.external_source(source=feeder, num_outputs=len(column_types), dtype=column_types,
-                                     batch=True, no_copy=False)
-        named = dict(zip(names, outputs))
-        decoder_args: dict[str, Any] = dict(device=devices["decode"], output_type=types.RGB)
-        if devices["decode"] == "mixed":
-            decoder_args.update(mixed_decoder_arguments())
-        if dali.window_columns:  # the first step's crop window, under the column names its op declared
-            anchor, shape = (named[name] for name in dali.window_columns)
-            images = fn.decoders.image_slice(named["encoded"], anchor, shape, axis_names="HW",
-                                             normalized_anchor=False, normalized_shape=False, **decoder_args)
-        else:
-            images = fn.decoders.image(named["encoded"], **decoder_args)
-        if gpu and devices["decode"] == "cpu":
-            images = images.gpu()
-        ctx = dali.context("gpu" if gpu else "cpu")
-        for ctx.position, step in enumerate(dali.steps):
-            images = step.op.dali_graph(step, images, _step_columns(named, ctx.position), ctx)
-        return dali.finish_step.op.dali_graph(dali.finish_step, images, {}, ctx)
-
-    pipe = graph()
-    pipe.build()
-    _LIVE_PIPELINES.add(pipe)
-    return pipe
-
-
-def _step_columns(named: dict[str, Any], position: int) -> dict[str, Any]:
-    """Step ``position``'s columns under the names its op declared."""
-    prefix = f"{position}."
-    return {name[len(prefix):]: node for name, node in named.items() if name.startswith(prefix)}
 
 
 class DaliBatchError(RuntimeError):

@@ -219,6 +219,11 @@ class Op:
         does not resample."""
         return None
 
+    def output_dtype(self, params: Mapping[str, Any]) -> str | None:
+        """The dtype of the images this op outputs, from the spec's parameters, for an op that
+        converts it (the finish); None for an op that keeps the dtype."""
+        return None
+
     def kept_centre(self, params: Mapping[str, Any]) -> tuple[int, int] | None:
         """The (height, width) of the middle of its input a centre crop keeps (its border hidden);
         None for every other op."""

@@ -8,6 +8,7 @@ takes a last flip as its ``mirror`` argument.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from ..dtypes import dali_type, torch_dtype
@@ -34,6 +35,11 @@ class Finish:
 IMPLICIT_FINISH = {"mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0], "dtype": "uint8", "layout": "CHW"}
 
 
+def _output_dtype(params: Mapping[str, Any]) -> str:
+    """The finish's output dtype from the spec's parameters (its default when left out)."""
+    return params.get("dtype", _DTYPE.default)
+
+
 def _check_finish(params: dict) -> list[tuple[str, str]]:
     if params.get("dtype") == "uint8" and (params.get("mean") != [0.0] * 3 or params.get("std") != [1.0] * 3):
         return [("dtype", "uint8 output cannot hold normalised values: use dtype float32 or float16, "
@@ -46,6 +52,9 @@ class Normalize(DaliOp):
 
     def extra_check(self, params: dict) -> list[tuple[str, str]]:
         return _check_finish(params)
+
+    def output_dtype(self, params: Mapping[str, Any]) -> str:
+        return _output_dtype(params)
 
     def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
         return [Step(self, {key: params[key] for key in ("mean", "std", "dtype", "layout")}, op_index)]
@@ -104,6 +113,9 @@ class CropMirrorNormalize(Op):
 
     def extra_check(self, params: dict) -> list[tuple[str, str]]:
         return _check_finish(params)
+
+    def output_dtype(self, params: Mapping[str, Any]) -> str:
+        return _output_dtype(params)
 
     def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
         steps: list[Step] = []

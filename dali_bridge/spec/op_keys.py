@@ -132,7 +132,7 @@ def _check_op_order(ops: list[OpSpec], chk: ProblemCollector, indices: list[int]
                                          f"(batch-level ops come last)")
         if stages[n] >= 2:
             finish = next((ops[m] for m in finishing if m < n), None)
-            if finish is None or finish.params.get("dtype") == "uint8":
+            if finish is None or OPS[finish.name].output_dtype(finish.params) == "uint8":
                 chk.add(("ops", indices[n]), f"'{op.name}' runs on the normalised float images: put a normalize "
                                              f"(dtype float32 or float16) before it")
 
