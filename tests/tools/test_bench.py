@@ -369,7 +369,8 @@ def test_every_bench_figure_names_its_command_and_machine():
 
     section = render_file(RESULTS / "bench_train.json", out_dir=RESULTS.parent)
     assert "`dali-bridge bench pipelines/imagenet_train.yaml --data data/sample --backends dali-cpu,torchvision " \
-           "--baselines ceiling,torchvision,torchvision-pil,dali-cpu --threads 1,2 --warmup 3 --batches 8 " \
+           "--baselines ceiling,torchvision,torchvision-pil,dali-cpu,spdl,spdl-torchvision --threads 1,2 --warmup 3 " \
+           "--batches 8 " \
            "--repeat 3 --rounds 2 --model-ms 25`" in section
     assert "AMD EPYC, 2 cores, 23.5 GiB RAM, no GPU" in section
     assert "![images/s per candidate and thread count](results/bench_train.png)" in section
