@@ -35,6 +35,11 @@ from .policy_tables import (_ORIGINAL, _SIGNED, _WIDE, IMAGENET_POLICY, POLICIES
 from .timm_rand_augment import TIMM_RAND_AUGMENT
 
 
+def kernel_fill(fill: Any) -> Any:
+    """A draw's fill colour as torchvision's kernels take it: an RGB tuple as a list (None or a number as is)."""
+    return list(fill) if isinstance(fill, tuple) else fill
+
+
 def fill_checker(value: Any) -> tuple[Any, str | None]:
     """torchvision's ``fill``: null (zeros), one level or one per channel (R, G, B), in 0-255 levels."""
     if value is None or is_number(value):
@@ -66,7 +71,7 @@ class Policy(Op):
 
     def torchvision_kernel(self, image, concrete):
         draw = concrete[0]
-        fill = list(draw.fill) if isinstance(draw.fill, tuple) else draw.fill
+        fill = kernel_fill(draw.fill)
         for operation in draw.operations:
             image = apply_operation(image, operation, draw.interpolation, fill)
         return image
@@ -78,7 +83,7 @@ class Policy(Op):
         if batch is None:
             return None
         draws = [c[0] for c in concrete]
-        fill = list(draws[0].fill) if isinstance(draws[0].fill, tuple) else draws[0].fill  # the step's: one per plan
+        fill = kernel_fill(draws[0].fill)  # the step's: one per plan
         for layer in range(max((len(draw.operations) for draw in draws), default=0)):
             layer_operations = [draw.operations[layer] if layer < len(draw.operations) else None for draw in draws]
             batch = apply_operations(batch, layer_operations, draws[0].interpolation, fill)
@@ -241,7 +246,7 @@ class AugMix(Op):
         import torch
 
         draw = concrete[0]
-        fill = list(draw.fill) if isinstance(draw.fill, tuple) else draw.fill
+        fill = kernel_fill(draw.fill)
         # Python scalars: torch multiplies a uint8 image by one in float32, as by a float32 weight tensor,
         # and a GPU tail copies nothing from the host per sample for it.
         mix = image.to(torch.float32) * draw.original_weight
@@ -261,7 +266,7 @@ class AugMix(Op):
         if batch is None:
             return None
         draws = [c[0] for c in concrete]
-        fill = list(draws[0].fill) if isinstance(draws[0].fill, tuple) else draws[0].fill  # the step's: one per plan
+        fill = kernel_fill(draws[0].fill)  # the step's: one per plan
         # Per-sample weights as (N, 1, 1, 1) float32: the same products as by each sample's float32 scalar.
         mix = batch.to(torch.float32) * per_sample([draw.original_weight for draw in draws], batch)
         for chain in range(len(draws[0].chains)):
