@@ -85,7 +85,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from .backends.select import BACKEND_NAMES, choose_backend, unavailable_reason
-    from .plan import build_plan, placement, unsupported_ops
+    from .placement import placement
+    from .plan import build_plan, unsupported_ops
     from .timing import format_table
 
     spec = _load(args.file, args)

@@ -95,12 +95,12 @@ def default_bounds(spec: PipelineSpec, backends: Sequence[str]) -> Bounds:
 def fast_parity_changes_pixels(spec: PipelineSpec) -> bool:
     """Whether ``parity: fast`` makes the DALI backends run ``spec`` otherwise than ``parity: exact``
     would (a resize method, or where the torch tail starts); False under ``parity: exact``."""
-    from .backends.dali_plan import resize_methods
+    from .backends.dali_plan import dali_plan
 
     if spec.parity != "fast":
         return False
-    fast, exact = build_plan(spec), build_plan(spec.replace(parity="exact"))
-    return resize_methods(fast) != resize_methods(exact) or fast.dali_steps != exact.dali_steps
+    fast, exact = dali_plan(build_plan(spec)), dali_plan(build_plan(spec.replace(parity="exact")))
+    return fast.resize_methods != exact.resize_methods or fast.steps != exact.steps
 
 
 def float16_step(finish: Finish) -> float:
