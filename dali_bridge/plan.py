@@ -11,13 +11,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any, Protocol, Sequence
 
 from .ops import OPS, unsupported_options
 from .ops.base import Category, Step
 from .ops.finish import IMPLICIT_FINISH, Finish, Normalize
-from .spec import PipelineSpec
 
-__all__ = ["Finish", "Placed", "Plan", "Step", "build_plan", "unsupported_ops"]
+__all__ = ["Finish", "LoweredSpec", "Placed", "Plan", "Step", "build_plan", "unsupported_ops"]
+
+
+class LoweredSpec(Protocol):
+    """What the plan reads of a validated :class:`~dali_bridge.spec.PipelineSpec`: its ops (each with a
+    registered ``name`` and its ``params``), the decode device and the parity. The plan sits below the
+    spec layer, so that ``PipelineSpec.to_torchvision`` lowers through it."""
+    ops: Sequence[Any]
+    decode_device: str
+    parity: str
 
 
 @dataclass(frozen=True)
@@ -67,7 +76,7 @@ class Plan:
         return (batch, 3, h, w) if self.finish.layout == "CHW" else (batch, h, w, 3)
 
 
-def build_plan(spec: PipelineSpec) -> Plan:
+def build_plan(spec: LoweredSpec) -> Plan:
     """Lower a validated spec into a plan."""
     ops: list[Step] = []
     size: tuple[int, int] | None = None
@@ -90,7 +99,7 @@ class Placed:
     device: str
 
 
-def unsupported_ops(spec: PipelineSpec, backend: str) -> list[tuple[int, str, tuple[str, ...]]]:
+def unsupported_ops(spec: LoweredSpec, backend: str) -> list[tuple[int, str, tuple[str, ...]]]:
     """(op position, op name, backends that support it) for every op ``backend`` cannot run.
 
     An op whose options only some backends reproduce is named with them (``resize with
