@@ -85,7 +85,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from .backends.select import BACKEND_NAMES, choose_backend, unavailable_reason
-    from .plan import build_plan, placement, unsupported_ops
+    from .placement import placement
+    from .plan import build_plan, unsupported_ops
     from .timing import format_table
 
     spec = _load(args.file, args)
@@ -127,6 +128,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _show_order(spec) -> None:
     """How the epoch order mixes classes: the shard-aware order at a few windows against a global shuffle."""
+    from .sampling import epoch_order
     from .shard_order import quality_report
     from .sources import list_source
     from .timing import format_table
@@ -137,7 +139,8 @@ def _show_order(spec) -> None:
     if listing.shards is None:
         print("  this source has no shards: only the global shuffle applies")
         return
-    rows = quality_report(listing.labels, listing.shards.shard, spec.batch_size, spec.seed, [1, 4, 16, 64], chosen)
+    rows = quality_report(listing.labels, listing.shards.shard, spec.batch_size, spec.seed, [1, 4, 16, 64], chosen,
+                          global_order=epoch_order(len(listing.labels), spec.seed, 0, True))
     print(format_table(rows, [("order", "order"), ("window", "window (shards)"), ("classes", "classes/batch"),
                               ("entropy", "label entropy (bits)"), ("share", "of global")]))
 

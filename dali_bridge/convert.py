@@ -40,7 +40,7 @@ from typing import Any, BinaryIO, Iterator
 
 from .shards import index_path, manifest_path
 from .convert_staging import (_DIRECTIVE, ConvertError, _existing_outputs, _leftover_temporaries, _pattern_lock,
-                              _refuse_links, _Staging)
+                              _refuse_links, _Staging, check_pattern)
 from .formats import inspect_image
 from .storage import is_url
 from .images import ImageError
@@ -76,19 +76,6 @@ class ConvertResult:
         if len(self.skipped) > most:
             lines.append(f"  ... and {len(self.skipped) - most} more")
         return "\n".join(lines)
-
-
-def check_pattern(out_pattern: str) -> None:
-    """An output pattern holds exactly one integer directive (``%d``, ``%06d``) and ends in ``.tar``."""
-    directives = _DIRECTIVE.findall(out_pattern.replace("%%", ""))
-    if len(directives) != 1 or "%" in _DIRECTIVE.sub("", out_pattern.replace("%%", "")):
-        raise ConvertError(f"output pattern {out_pattern!r}: expected exactly one shard-number directive "
-                           f"such as %06d (e.g. shards/train-%06d.tar)")
-    if any(width and not zero for zero, width in directives):
-        raise ConvertError(f"output pattern {out_pattern!r}: pad the shard number with zeros (%06d), "
-                           f"not spaces (%6d)")
-    if not out_pattern.endswith(".tar"):
-        raise ConvertError(f"output pattern {out_pattern!r}: expected a name ending in .tar")
 
 
 def brace_pattern(out_pattern: str, count: int) -> str:
@@ -348,8 +335,8 @@ def convert(source: str | Path | Listing, out_pattern: str, *, shard_size: int =
     if is_url(out_pattern):  # written locally, then uploaded (remote_tools)
         from .remote_tools import convert_to_url
 
-        return convert_to_url(source, out_pattern, shard_size=shard_size, overwrite=overwrite, progress=progress,
-                              extensions=extensions, max_image_bytes=max_image_bytes)
+        return convert_to_url(source, out_pattern, convert_locally=convert, shard_size=shard_size, overwrite=overwrite,
+                              progress=progress, extensions=extensions, max_image_bytes=max_image_bytes)
     check_pattern(out_pattern)
     if shard_size < 1:
         raise ConvertError(f"--shard-size: expected an integer >= 1, found {shard_size}")

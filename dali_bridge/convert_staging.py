@@ -1,6 +1,7 @@
-"""The safe writing of a conversion's output set: the outputs already there, final names taken by a
-link refused, the staging of temporary files (created exclusively, renamed into place only once all
-are written), the temporaries a killed run left, and the pattern's lock against a second convert."""
+"""The safe writing of a conversion's output set: the output pattern's rules, the outputs already
+there, final names taken by a link refused, the staging of temporary files (created exclusively,
+renamed into place only once all are written), the temporaries a killed run left, and the pattern's
+lock against a second convert."""
 from __future__ import annotations
 
 import contextlib
@@ -20,6 +21,19 @@ _DIRECTIVE = re.compile(r"%(0?)(\d*)d")
 
 class ConvertError(ValueError):
     """The conversion cannot start or finish: bad pattern, existing output, unreadable file."""
+
+
+def check_pattern(out_pattern: str) -> None:
+    """An output pattern holds exactly one integer directive (``%d``, ``%06d``) and ends in ``.tar``."""
+    directives = _DIRECTIVE.findall(out_pattern.replace("%%", ""))
+    if len(directives) != 1 or "%" in _DIRECTIVE.sub("", out_pattern.replace("%%", "")):
+        raise ConvertError(f"output pattern {out_pattern!r}: expected exactly one shard-number directive "
+                           f"such as %06d (e.g. shards/train-%06d.tar)")
+    if any(width and not zero for zero, width in directives):
+        raise ConvertError(f"output pattern {out_pattern!r}: pad the shard number with zeros (%06d), "
+                           f"not spaces (%6d)")
+    if not out_pattern.endswith(".tar"):
+        raise ConvertError(f"output pattern {out_pattern!r}: expected a name ending in .tar")
 
 
 def _existing_outputs(out_pattern: str, count: int) -> list[str]:

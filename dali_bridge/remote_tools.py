@@ -14,8 +14,9 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from .convert_staging import ConvertError, check_pattern
 from .storage import FetchError, ObjectInfo, ObjectStore, Range, StorageError, join_url, redact, split_url, store_for
 
 UPLOADS = 8          # files uploaded at once
@@ -23,9 +24,10 @@ VERIFIES = 4         # shards hashed at once
 PIECE = 16 << 20     # bytes per ranged GET while hashing
 
 
-def convert_to_url(source: Any, out_pattern: str, *, overwrite: bool = False, **options: Any):
-    """:func:`~dali_bridge.convert.convert` with ``out_pattern`` at a URL (``s3://b/p/train-%06d.tar``)."""
-    from .convert import ConvertError, check_pattern, convert
+def convert_to_url(source: Any, out_pattern: str, *, convert_locally: Callable[..., Any], overwrite: bool = False,
+                   **options: Any):
+    """:func:`~dali_bridge.convert.convert` with ``out_pattern`` at a URL (``s3://b/p/train-%06d.tar``):
+    ``convert_locally`` (the local converter, which calls this) writes the set into a scratch folder."""
     from .shards import manifest_path
 
     check_pattern(out_pattern)
@@ -41,7 +43,7 @@ def convert_to_url(source: Any, out_pattern: str, *, overwrite: bool = False, **
         if existing:
             raise ConvertError(f"output exists: {', '.join(existing)} (pass --overwrite to replace it)")
     with tempfile.TemporaryDirectory(prefix="dali-bridge-convert-") as scratch:
-        result = convert(source, os.path.join(scratch, name), overwrite=True, **options)
+        result = convert_locally(source, os.path.join(scratch, name), overwrite=True, **options)
         manifest = Path(result.manifest)
         files = sorted(p for p in Path(scratch).iterdir() if p.is_file() and p != manifest)
         with ThreadPoolExecutor(max_workers=UPLOADS) as pool:

@@ -79,13 +79,13 @@ def order_quality(labels: np.ndarray, order: np.ndarray, batch_size: int) -> Ord
 
 
 def quality_report(labels: np.ndarray, shard_of: np.ndarray, batch_size: int, seed: int,
-                   windows: list[int], chosen: int | None = None) -> list[dict[str, str]]:
+                   windows: list[int], chosen: int | None = None, *,
+                   global_order: np.ndarray) -> list[dict[str, str]]:
     """Rows comparing the global shuffle with the shard-aware order at each window (epoch 0, one rank):
     ``order``, ``window``, ``classes/batch``, ``entropy (bits)`` and the share of the global
-    shuffle's entropy; ``chosen`` marks the pipeline's window."""
-    from .sampling import epoch_order
-
-    reference = order_quality(labels, epoch_order(len(labels), seed, 0, True), batch_size)
+    shuffle's entropy; ``chosen`` marks the pipeline's window. ``global_order``: the global shuffle's
+    epoch-0 order under ``seed`` (:func:`dali_bridge.sampling.epoch_order`, which builds on this module)."""
+    reference = order_quality(labels, global_order, batch_size)
     rows = [_row("global shuffle", "-", reference, reference)]
     num_shards = int(np.max(shard_of)) + 1 if len(shard_of) else 0
     for window in sorted(set(w for w in windows if 1 <= w <= max(num_shards, 1)) | ({chosen} if chosen else set())):

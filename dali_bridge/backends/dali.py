@@ -3,7 +3,7 @@
 One graph builder serves ``dali`` (nvJPEG ``mixed`` decode, ops on the GPU) and ``dali-cpu``
 (every op on the CPU); the only difference is the device each stage gets from the plan's
 :class:`~dali_bridge.backends.dali_plan.DaliPlan`, built once per executor (and listed by
-:func:`dali_bridge.plan.placement`). Samples enter through an external source in the order and
+:func:`dali_bridge.placement.placement`). Samples enter through an external source in the order and
 with the geometry the loader decided: the feeder reads each file, probes its size, and computes
 torchvision-exact crop windows, resize sizes and flips, which DALI applies as per-sample
 arguments (ROI decode of the crop window, then resize) — DALI draws no randomness of its own.
@@ -115,10 +115,11 @@ class DaliExecutor:
         self.threads = dali_threads(spec.loader.workers, gpu=gpu, auto_cores=default_workers(), device=self.device_id)
         # The torch tail runs on DALI's GPU (on a side stream: TailStream), or on the host where DALI is
         # on the CPU or a step's kernel is PIL's; the finish then on the loader's device.
-        on_host = not gpu or any(step.op.kernel_on_host(step.params) for step in plan.torch_tail)
-        self._tail_device = torch.device("cpu") if on_host else torch.device("cuda", self.device_id)
-        self._tail_stream = TailStream(torch.device("cuda", self.device_id)) if gpu and plan.torch_tail else None
         self.feeder = _Feeder(spec, listing, plan)
+        self.torch_tail = self.feeder.columns.dali.torch_tail  # the feeder's DaliPlan: built once per executor
+        on_host = not gpu or any(step.op.kernel_on_host(step.params) for step in self.torch_tail)
+        self._tail_device = torch.device("cpu") if on_host else torch.device("cuda", self.device_id)
+        self._tail_stream = TailStream(torch.device("cuda", self.device_id)) if gpu and self.torch_tail else None
         self.pipe = None
         self._held: Any = None  # see _next_batch
         self._open_runs = 0
@@ -127,7 +128,7 @@ class DaliExecutor:
         # dali-cpu with a torch tail: the tail (and the finish) of batch k runs in a thread of its own while
         # DALI runs batch k+1, both releasing the GIL. Only for a host target: a CUDA one is finished on
         # the consumer's thread, where its current stream is.
-        host_tail = not gpu and bool(plan.torch_tail) and self.device.type == "cpu"
+        host_tail = not gpu and bool(self.torch_tail) and self.device.type == "cpu"
         self._tail_thread = ThreadPoolExecutor(1, thread_name_prefix="dali-bridge-tail") if host_tail else None
 
     def _pipeline(self):
@@ -248,7 +249,7 @@ class DaliExecutor:
         if not meta["fed"]:
             tensor = torch.empty((0,) + tuple(self.plan.output_shape(0)[1:]),
                                  dtype=torch_dtype(self.plan.finish.dtype), device=self.device)
-        elif self.plan.torch_tail:
+        elif self.torch_tail:
             images, *border = outputs
             if self._tail_stream is None:
                 tensor = self._run_torch_tail(images, meta["tail"], border)
@@ -283,7 +284,7 @@ class DaliExecutor:
             samples = move_output(batch, where, self._in_flight)  # one copy for the batch, if any
         else:  # sizes differ until a later step sets the output size (a border patch is only for a last step)
             samples = [move_output(torch.from_dlpack(images[n]), where, self._in_flight) for n in range(len(images))]
-        done = run_tail(self.plan.torch_tail, samples, tail)  # each step on the batch (backends/tail.py)
+        done = run_tail(self.torch_tail, samples, tail)  # each step on the batch (backends/tail.py)
         # A host tail's batch goes to the loader's device as uint8, in one copy; a GPU one is finished there.
         return finish_batch(done, self.plan.finish, self.device if where.type == "cpu" else where)
 

@@ -108,7 +108,7 @@ class _Feeder:
         argument columns. The inputs are empty when no sample is left to feed (``meta["fed"]`` False)."""
         batch = self.core.prepare(task, _encoded)
         # The torch tail's concrete parameters travel with the batch, computed here with the rest.
-        tail = [steps[len(self.plan.dali_steps):] for steps in batch.steps]
+        tail = [steps[len(self.columns.dali.steps):] for steps in batch.steps]
         meta = {"task": task, "rows": batch.rows, "skipped": batch.skipped, "fed": bool(batch.rows),
                 "error": batch.error, "tail": tail}
         if not batch.rows:  # nothing for DALI: the executor answers this batch without it

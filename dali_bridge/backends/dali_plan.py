@@ -6,7 +6,7 @@ It reads no op's parameters: an op declares what the planner needs — the resiz
 (:meth:`~dali_bridge.ops.Op.resize_request`), the centre it keeps (:meth:`~dali_bridge.ops.Op.kept_centre`),
 the crop window columns a decoder can read (``window_columns``), a flip the finish takes
 (``folds_into_finish``). Pure Python: the graph builder (:mod:`dali_bridge.backends.dali`) and the
-placement (:func:`dali_bridge.plan.placement`) both read the one value, so neither imports DALI to plan.
+placement (:func:`dali_bridge.placement.placement`) both read the one value, so neither imports DALI to plan.
 """
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 
+from ..ops import OPS
 from ..ops.base import ResizeRequest, Step
 from ..ops.dali_op import GraphContext
 from ..ops.exact_resize import METHODS
+from ..ops.finish import IMPLICIT_FINISH
 
 if TYPE_CHECKING:
     from ..plan import Plan
@@ -51,20 +53,39 @@ def resize_method(interpolation: str, antialias: bool) -> str:
 
 @dataclass(frozen=True)
 class DaliPlan:
-    """What the DALI graph of ``plan`` does, computed once (the executor's feeder holds it).
-
-    ``steps``: the steps the graph runs (``Plan.dali_steps``); ``finish_step``: its last operator
-    (``Plan.dali_finish_step``).
-    """
+    """What the DALI graph of ``plan`` does, computed once (the executor's feeder holds it)."""
     plan: "Plan"
 
     @cached_property
     def steps(self) -> tuple[Step, ...]:
-        return self.plan.dali_steps
+        """The steps the DALI graph runs: the plan's per-sample steps before the first whose op runs
+        in torch after DALI (one without the DALI facet, or with ``torch_after_dali``).
+
+        Under ``parity: exact`` a torch tail starts earlier, at the last resize before it: DALI's
+        resize rounds up to one level off torchvision's, and the tail's ops are not continuous in
+        their input (a posterize bit, a solarize threshold, an equalize mapping, a hue round trip
+        turn one level into up to 255), so the resize runs as torchvision's kernel too and the
+        tail's pixels equal torchvision's. ``parity: fast`` keeps the resize in DALI.
+        """
+        steps = self.plan.steps
+        tail = next((n for n, step in enumerate(steps) if step.op.torch_after_dali), len(steps))
+        if tail < len(steps) and self.plan.parity == "exact":
+            tail = next((n for n in range(tail - 1, -1, -1)
+                         if steps[n].op.resize_request(steps[n].params) is not None), tail)
+        return steps[:tail]
+
+    @cached_property
+    def torch_tail(self) -> tuple[Step, ...]:
+        """The per-sample steps the DALI backends run after the graph, as torchvision kernels in torch."""
+        return self.plan.steps[len(self.steps):]
 
     @cached_property
     def finish_step(self) -> Step:
-        return self.plan.dali_finish_step
+        """The DALI graph's last operator: the plan's finish, or before a torch tail a uint8 CHW one that only
+        lays the images out for the torchvision kernels (it still folds a last flip, finishes border lines)."""
+        if not self.torch_tail:
+            return self.plan.finish_step
+        return OPS["normalize"].lower(dict(IMPLICIT_FINISH), self.plan.finish_step.op_index)[0]
 
     @cached_property
     def fused_mirror(self) -> bool:
@@ -114,11 +135,11 @@ class DaliPlan:
 
     def context(self, device: str) -> GraphContext:
         """A fresh context to walk the graph's steps with on ``device`` (``cpu`` | ``gpu``)."""
-        return GraphContext(plan=self.plan, device=device, resize_methods=self.resize_methods)
+        return GraphContext(plan=self.plan, steps=self.steps, device=device, resize_methods=self.resize_methods)
 
     def stages(self, *, gpu: bool) -> list[tuple[str, str, str]]:
         """(stage, implementation, device) of each stage of the DALI backends, the torch tail included
-        (``dali`` when ``gpu``, else ``dali-cpu``); :func:`dali_bridge.plan.placement` lists them."""
+        (``dali`` when ``gpu``, else ``dali-cpu``); :func:`dali_bridge.placement.placement` lists them."""
         op_device = "gpu" if gpu else "cpu"
         decode_device = ("mixed" if self.plan.decode_device == "mixed" else "cpu") if gpu else "cpu"
         stages = [("read", "fn.external_source (bridge-owned order)", "cpu")]
@@ -136,9 +157,9 @@ class DaliPlan:
         for method in sorted(set(self.resize_methods.values())):  # stages a resize method adds after the finish
             stages += [(stage, impl, device or op_device) for stage, impl, device in
                        METHODS[method].finish_stages(torch_device)]
-        if self.plan.torch_tail:  # per sample on the loader's device (DALI's own by default), then the finish
+        if self.torch_tail:  # per sample on the loader's device (DALI's own by default), then the finish
             stages += [(step.name, f"torch after DALI: {step.op.torchvision_stage(step.params)}", torch_device)
-                       for step in self.plan.torch_tail]
+                       for step in self.torch_tail]
             finish = self.plan.finish_step
             stages.append(("finish", f"torch after DALI: {finish.op.torchvision_stage(finish.params)}", torch_device))
         return stages

@@ -265,9 +265,17 @@ def check_device(device: str | torch.device | None) -> torch.device | None:
 
 def build_executor(backend: str, spec: PipelineSpec, listing: Listing, plan: Plan, *, topology: Topology,
                    device: torch.device | None) -> Executor:
-    """The executor of ``backend`` (as :func:`choose_backend` resolved it) for this plan and listing."""
+    """The executor of ``backend`` (as :func:`choose_backend` resolved it) for this plan and listing.
+    Without a ``device``, torchvision's batches land on the local rank's GPU when the host has one
+    (the host facts ``auto`` and ``show`` use, ``DALI_BRIDGE_DISABLE=cuda`` included), else on the CPU."""
     if backend in ("dali", "dali-cpu"):
         from .dali import DaliExecutor
         return DaliExecutor(spec, listing, plan, gpu=backend == "dali", topology=topology, device=device)
+    import torch
+
+    from .device import cuda_ordinal
     from .torchvision import TorchvisionExecutor
+    if device is None:
+        devices = probe().cuda_devices
+        device = torch.device("cuda", cuda_ordinal(topology.local_rank, devices)) if devices else torch.device("cpu")
     return TorchvisionExecutor(spec, listing, plan, topology=topology, device=device)

@@ -34,7 +34,6 @@ from torch.utils.data import DataLoader, Dataset
 from ..formats import ImageInfo
 from ..images import SampleError
 from .base import RawBatch, Topology, default_workers
-from .device import cuda_ordinal
 from .finishing import finish_batch
 from .per_sample import PreparedBatch, SampleCore
 from .thread_pool import OrderedPool
@@ -217,13 +216,10 @@ class TorchvisionExecutor:
     """DataLoader workers produce uint8 batches; finishing runs where the loader's device is."""
 
     def __init__(self, spec: PipelineSpec, listing: Listing, plan: Plan, *, topology: Topology,
-                 device: str | torch.device | None = None):
+                 device: str | torch.device):
+        # ``device``: where the batches land; :func:`~dali_bridge.backends.select.build_executor` resolves
+        # the loader's default (the local rank's GPU when the host has one) before building the executor.
         self.spec, self.listing, self.plan = spec, listing, plan
-        if device is None:
-            from .select import probe  # the host facts auto and `show` use (DALI_BRIDGE_DISABLE=cuda included)
-            devices = probe().cuda_devices
-            device = (torch.device("cuda", cuda_ordinal(topology.local_rank, devices)) if devices
-                      else torch.device("cpu"))
         self.device = torch.device(device)
         self.workers = spec.loader.workers if spec.loader.workers is not None else default_workers()
         self.sampler = _TaskSampler()

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from .baseline_transforms import torchvision_baseline_transform, torchvision_batch_transform
 from .results import BenchError
 
 
@@ -94,24 +95,6 @@ def _pil_rgb(path: str):
     with open(path, "rb") as handle:
         image = Image.open(handle)
         return image.convert("RGB")
-
-
-def torchvision_baseline_transform(plan, pil: bool = False):
-    """The ``transforms.v2`` pipeline a user writes for ``plan`` (on PIL images when ``pil``): each
-    step's own ``transforms.v2`` counterpart, then the finish's (:func:`dali_bridge.recipes.to_torchvision`)."""
-    from ..recipes import RecipeError, to_torchvision
-
-    try:
-        return to_torchvision(plan, pil=pil, skip_batch_ops=True)
-    except RecipeError as exc:
-        raise BenchError(f"no hand-written torchvision equivalent: {exc.problems[0]}") from exc
-
-
-def torchvision_batch_transform(plan, num_classes: int):
-    """The ``transforms.v2`` batch transform (MixUp, CutMix) a user applies to each batch, or None."""
-    from ..recipes import batch_transform
-
-    return batch_transform(plan, num_classes=num_classes)
 
 
 def torchvision_baseline(spec, listing, plan, threads: int, pil: bool, cuda: bool):

@@ -148,7 +148,7 @@ def _torchvision_stages(listing, plan):
     import torch
     from torchvision.io import ImageReadMode, decode_image
 
-    from .baselines import torchvision_baseline_transform, torchvision_batch_transform
+    from .baseline_transforms import torchvision_baseline_transform, torchvision_batch_transform
 
     transform = torchvision_baseline_transform(plan)
     mix = torchvision_batch_transform(plan, len(listing.classes))

@@ -4,7 +4,7 @@ An op that subclasses :class:`DaliOp` adds its fragment to the DALI graph: the p
 columns it declares by name (:class:`Column`), how it builds them for a batch, its graph fragment
 reading them by name, the stages ``dali-bridge show`` lists for it, and its plain-DALI counterpart
 for the bench baseline. A per-sample op that is not a :class:`DaliOp` runs, on the DALI backends, as
-its torchvision kernel in torch right after the graph (the plan's torch tail), and needs none of
+its torchvision kernel in torch right after the graph (the DALI plan's torch tail), and needs none of
 this. :class:`GraphContext` is what one walk of the graph's steps shares.
 
 Pure Python at import time, like :mod:`dali_bridge.ops.base`: DALI is imported inside the methods.
@@ -46,7 +46,8 @@ class Column:
 class GraphContext:
     """What an op's DALI fragment needs besides its columns, shared along one graph.
 
-    ``device``: the ops' device (``cpu`` | ``gpu``); ``position``: the step's place in the plan;
+    ``steps``: the steps the graph runs (the plan's, up to its torch tail); ``device``: the ops' device
+    (``cpu`` | ``gpu``); ``position``: the step's place in the plan;
     ``mirror``: a per-sample flip handed to the finish (crop_mirror_normalize's ``mirror``);
     ``side_outputs``: images a step produced beside the main one (a border patch's exact edge
     lines), which the finish treats as images and the pipeline returns after the image — the plan
@@ -54,6 +55,7 @@ class GraphContext:
     crop handed to the finish (the plain-DALI bench baseline only).
     """
     plan: Any
+    steps: Sequence[Step]
     device: str
     resize_methods: dict[int, str]
     position: int = 0
@@ -62,8 +64,8 @@ class GraphContext:
     crop: Any = None
 
     def is_last_step(self) -> bool:
-        """The last step of the DALI graph (a plan's torch tail runs after it, see ``Plan.dali_steps``)."""
-        return self.position == len(self.plan.dali_steps) - 1
+        """The last step of the DALI graph (a plan's torch tail runs after it, see ``DaliPlan.steps``)."""
+        return self.position == len(self.steps) - 1
 
 
 class DaliOp(Op):

@@ -198,32 +198,6 @@ def _filter_margin(interpolation: str, in_size: int, out_size: int) -> int:
     return int(np.ceil(reach)) + 2
 
 
-def _filter_pass(interpolation: str, in_hw: tuple[int, int], out_hw: tuple[int, int],
-                 axes: tuple[int, ...]) -> list[np.ndarray]:
-    """Arguments of one renormalised resize pass along ``axes`` (0 = height, 1 = width).
-
-    Order: output size, paste anchor (the zero margins), padded size, roi start, roi end, then per
-    axis: weight mask (ones on the image, zeros on the margins), its output size, roi start, roi end.
-    """
-    margin = [(_filter_margin(interpolation, in_hw[a], out_hw[a]) if a in axes else 0) for a in (0, 1)]
-    args = [np.array(out_hw, dtype=np.float32),
-            np.array([margin], dtype=np.int32),
-            np.array([in_hw[0] + 2 * margin[0], in_hw[1] + 2 * margin[1]], dtype=np.int32),
-            np.array(margin, dtype=np.float32),
-            np.array([margin[0] + in_hw[0], margin[1] + in_hw[1]], dtype=np.float32)]
-    for axis in axes:
-        length = in_hw[axis] + 2 * margin[axis]
-        mask = np.zeros(length, dtype=np.float32)
-        mask[margin[axis]:margin[axis] + in_hw[axis]] = 1.0
-        if axis == 0:
-            args += [mask.reshape(length, 1, 1), np.array([out_hw[0], 1], dtype=np.float32),
-                     np.array([margin[0], 0], dtype=np.float32), np.array([margin[0] + in_hw[0], 1], dtype=np.float32)]
-        else:
-            args += [mask.reshape(1, length, 1), np.array([1, out_hw[1]], dtype=np.float32),
-                     np.array([0, margin[1]], dtype=np.float32), np.array([1, margin[1] + in_hw[1]], dtype=np.float32)]
-    return args
-
-
 def image_weight(in_size: np.ndarray, out_size: int) -> np.ndarray:
     """[N, out_size]: the share of each output line's bilinear antialiasing filter that falls on the
     image, resizing ``in_size`` (per sample) source pixels to ``out_size`` (1 off the border).

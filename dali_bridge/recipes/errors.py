@@ -1,16 +1,7 @@
-"""The error a recipe conversion raises: every problem found, each naming the transform or
-argument it is about, what the bridge has instead and what to do."""
+"""The error a recipe conversion raises (:class:`~dali_bridge.recipe_error.RecipeError`, defined below
+the spec layer, where ``PipelineSpec.to_torchvision`` raises it too)."""
 from __future__ import annotations
 
-from typing import Sequence
+from ..recipe_error import RecipeError
 
-from ..wording import problem_list
-
-
-class RecipeError(ValueError):
-    """A transform, a timm argument or a spec that cannot be converted; ``problems`` lists each one."""
-
-    def __init__(self, problems: Sequence[str], source: str = "recipe"):
-        self.problems = list(problems)
-        self.source = source
-        super().__init__(problem_list(source, self.problems))
+__all__ = ["RecipeError"]

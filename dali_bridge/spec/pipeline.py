@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from ..checks import type_name
+from ..compose import to_torchvision
 from ..formats import DEFAULT_MAX_PIXELS
 from ..ops import REQUIRED
 from ..storage import is_url
@@ -111,8 +112,6 @@ class PipelineSpec:
         """The equivalent ``transforms.v2.Compose``, for uint8 CHW tensors (``pil``: ``PILToTensor`` after the
         uint8 ops): each op's counterpart; a batch-level op is refused unless ``skip_batch_ops``
         (:func:`dali_bridge.recipes.to_torchvision`, :func:`dali_bridge.recipes.batch_transform`)."""
-        from ..recipes.to_torchvision import to_torchvision
-
         return to_torchvision(self, pil=pil, skip_batch_ops=skip_batch_ops)
 
 

@@ -15,6 +15,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from conftest import backend_params, plan_of
+from dali_bridge.backends.dali_plan import dali_plan
 from dali_bridge.backends.tail import run_tail
 from dali_bridge.ops.auto_augment import (_SIGNED, SPACES, PolicyOperation, apply_operation, apply_operations,
                                           magnitudes)
@@ -159,20 +160,20 @@ def test_a_tail_that_starts_with_the_resize_loops_until_the_sizes_agree_then_bat
     # parity exact: the resize runs in the tail, on images of every size, before the policy.
     plan = plan_of([{"random_resized_crop": {"size": 32}}, {"horizontal_flip": {}}, {"trivial_augment_wide": {}},
                     {"color_jitter": {"brightness": 0.4, "hue": 0.2}}])
-    assert [step.kind for step in plan.torch_tail][:1] == ["random_resized_crop"]
+    assert [step.kind for step in dali_plan(plan).torch_tail][:1] == ["random_resized_crop"]
     inputs = [photos[n, :, : 40 + n, : 48 - n] for n in range(len(photos))]  # every sample its own size
     rng = np.random.default_rng(3)
     tail = []
     for image in inputs:
         height, width = image.shape[-2:]
         steps = []
-        for step in plan.torch_tail:
+        for step in dali_plan(plan).torch_tail:
             concrete = step.op.sample(step.params, rng.random(step.op.draw_count(step.params)), height, width)
             steps.append((concrete, (height, width)))
             height, width = step.op.output_size(concrete, height, width)
         tail.append(steps)
     batched_calls = []
-    for step in plan.torch_tail:
+    for step in dali_plan(plan).torch_tail:
         real = type(step.op).batch_kernel
         def counted(self, images, concrete, real=real):
             done = real(self, images, concrete)
@@ -180,10 +181,10 @@ def test_a_tail_that_starts_with_the_resize_loops_until_the_sizes_agree_then_bat
             return done
 
         monkeypatch.setattr(type(step.op), "batch_kernel", counted)
-    got = run_tail(plan.torch_tail, inputs, tail)
+    got = run_tail(dali_plan(plan).torch_tail, inputs, tail)
     want = []
     for image, steps in zip(inputs, tail):
-        for step, (concrete, _) in zip(plan.torch_tail, steps):
+        for step, (concrete, _) in zip(dali_plan(plan).torch_tail, steps):
             image = step.op.torchvision_kernel(image, concrete)
         want.append(image)
     assert_same_pixels(got, torch.stack(want), "the tail")

@@ -6,7 +6,8 @@ import torch
 
 from dali_bridge import build_loader, load_spec
 from dali_bridge.backends.dali_plan import resize_methods
-from dali_bridge.plan import build_plan, placement
+from dali_bridge.placement import placement
+from dali_bridge.plan import build_plan
 from dali_bridge.spec import SpecError
 
 from conftest import TRAIN, backend_params

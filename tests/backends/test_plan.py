@@ -19,7 +19,8 @@ from conftest import MEAN, STD, TRAIN, VAL
 from dali_bridge.backends.dali_plan import dali_plan
 from dali_bridge.ops import OPS
 from dali_bridge.ops.exact_resize import METHODS
-from dali_bridge.plan import Finish, Placed, Step, build_plan, placement, unsupported_ops
+from dali_bridge.placement import placement
+from dali_bridge.plan import Finish, Placed, Step, build_plan, unsupported_ops
 from dali_bridge.spec import coerce_spec, spec_from_dict
 
 

@@ -63,7 +63,7 @@ def test_small_windows_mix_fewer_classes_per_batch_than_a_global_shuffle():
     reference = order_quality(labels, epoch_order(len(labels), 0, 0), 64)
     assert quality[1].distinct_classes < 2.5 < quality[8].distinct_classes < reference.distinct_classes + 0.5
     assert quality[1].entropy_bits < quality[8].entropy_bits < reference.entropy_bits + 0.05
-    rows = quality_report(labels, shard_of, 64, 0, [1, 8, 40], chosen=8)
+    rows = quality_report(labels, shard_of, 64, 0, [1, 8, 40], chosen=8, global_order=epoch_order(len(labels), 0, 0))
     assert [r["window"] for r in rows] == ["-", "1", "8", "40"] and rows[2]["order"] == "shards (this pipeline)"
 
 

@@ -12,8 +12,9 @@ import torch
 from conftest import MEAN, STD, needs_cpu_backends, plan_of
 from test_color_jitter import write_mixed_images
 
+from dali_bridge.backends.dali_plan import dali_plan
 from dali_bridge.ops.auto_augment import SPACES, PolicyOperation, apply_operation, magnitudes
-from dali_bridge.plan import placement
+from dali_bridge.placement import placement
 from dali_bridge.spec import SpecError
 
 DRAWS = 10_000
@@ -43,8 +44,8 @@ def test_policies_default_to_torchvision_parameters_and_run_in_torch_after_dali(
          "variant": "torchvision", "magnitude_std": 0.0, "increasing": False},
         {"policy": "imagenet", "interpolation": "nearest", "fill": None}]
     # parity: exact (the default): the resize before the tail runs in the tail too, as torchvision's kernel
-    assert [s.kind for s in plan.torch_tail] == ["random_resized_crop", "trivial_augment_wide", "rand_augment",
-                                                 "auto_augment"]
+    assert [s.kind for s in dali_plan(plan).torch_tail] == ["random_resized_crop", "trivial_augment_wide",
+                                                            "rand_augment", "auto_augment"]
     stages = placement(plan, "dali-cpu")
     assert [s.stage for s in stages[-4:]] == ["trivial_augment_wide", "rand_augment", "auto_augment", "finish"]
     assert all(s.implementation.startswith("torch after DALI") and s.device == "cpu" for s in stages[-4:])

@@ -10,7 +10,8 @@ import torch
 from conftest import MEAN, STD, needs_cpu_backends
 
 from dali_bridge.images import ImageError
-from dali_bridge.plan import build_plan, placement
+from dali_bridge.placement import placement
+from dali_bridge.plan import build_plan
 from dali_bridge.spec import SpecError, spec_from_dict
 
 DRAWS = 10_000

@@ -12,7 +12,8 @@ from conftest import CPU_BACKENDS, needs_cpu_backends
 
 from dali_bridge.ops import OPS
 from dali_bridge.ops.mixing import Mix, mix_batch
-from dali_bridge.plan import build_plan, placement
+from dali_bridge.placement import placement
+from dali_bridge.plan import build_plan
 from dali_bridge.post_finish import PostFinish, batch_uniforms
 from dali_bridge.spec import SpecError, spec_from_dict
 

@@ -11,7 +11,8 @@ from conftest import MEAN, STD, needs_cpu_backends
 
 from dali_bridge.ops import OPS
 from dali_bridge.ops.erasing import Erase
-from dali_bridge.plan import build_plan, placement
+from dali_bridge.placement import placement
+from dali_bridge.plan import build_plan
 from dali_bridge.post_finish import PostFinish
 from dali_bridge.sampling import uniforms
 from dali_bridge.spec import SpecError, spec_from_dict

@@ -9,7 +9,8 @@ import pytest
 import torch
 from conftest import MEAN, STD, needs_cpu_backends, plan_of, torch_vector_kernels
 
-from dali_bridge.plan import build_plan, placement
+from dali_bridge.placement import placement
+from dali_bridge.plan import build_plan
 from dali_bridge.spec import spec_from_dict
 
 DRAWS = 10_000
