@@ -18,6 +18,7 @@ stopped by SIGSTOP, a hung file system) are reported in a warning naming each wo
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import multiprocessing
 import os
@@ -232,7 +233,9 @@ class TorchvisionExecutor:
         # loader.executor: threads runs the workers as threads of this process; with 0 workers both
         # executors prepare each batch in the calling thread, through the DataLoader's own loop.
         threads = spec.loader.executor == "threads" and self.workers > 0
-        self.pool = OrderedPool(self.workers, name="dali-bridge-sample") if threads else None
+        # Their pinned buffers are made with the loader's GPU current, as DataLoader's pin-memory thread's are.
+        current = functools.partial(torch.cuda.set_device, self.device) if cuda else None
+        self.pool = OrderedPool(self.workers, name="dali-bridge-sample", initializer=current) if threads else None
         self.dataloader = None if threads else self._dataloader(pin_memory=cuda)
         self.stream = torch.cuda.Stream(self.device) if cuda else None
 
