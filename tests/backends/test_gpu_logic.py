@@ -543,3 +543,22 @@ def test_torchvision_threads_on_a_rank_gpu_pin_with_its_device_current_and_copy_
     assert log == started(raws[0]) + [line for raw in raws[1:] for line in started(raw) + ready] + ready
     executor.close()
     assert not [t for t in threading.enumerate() if t.name.startswith("dali-bridge-sample")]
+
+
+def test_torchvision_threads_on_a_bare_cuda_device_set_the_device_current_at_build_in_each_thread(tmp_path,
+                                                                                                monkeypatch):
+    import threading
+
+    write_image_folder(tmp_path / "data", classes=2, per_class=2)
+    spec = small_spec(tmp_path / "data", workers=2, **{"loader.executor": "threads"})
+    current = threading.local()
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: setattr(current, "device", torch.device(device)))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)   # what the building thread has current
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: f"side stream of {device}")
+    executor = TorchvisionExecutor(spec, list_source(spec.source), build_plan(spec), topology=Topology(0, 1, 0),
+                                   device="cuda")
+    try:
+        seen = set(executor.pool.map(lambda _: getattr(current, "device", None), range(6), in_flight=2))
+    finally:
+        executor.close()
+    assert seen == {torch.device("cuda", 1)}
