@@ -350,12 +350,15 @@ def test_the_batch_multiply_add_rounds_as_the_probe_of_its_own_device_says(monke
     assert torch.equal(batched.fused_multiply_add(base, other, alpha), torchs_fused_multiply_add(base, other, alpha))
 
 
-def test_the_probe_answers_what_this_cpus_add_kernel_does():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device: checks the probe against CUDA's add kernel"))])
+def test_the_probe_answers_what_the_devices_add_kernel_does(device):
     from dali_bridge.ops.batched import probe_add_rounding
 
     base, other, alpha, a = midpoint_case()
-    torchs = base.expand(1, 1, 1, 67).clone().add_(other.expand(1, 1, 1, 67), alpha=float(alpha)).flatten()
-    found = probe_add_rounding(torch.device("cpu"))
+    base, other = base.to(device), other.to(device)
+    torchs = base.expand(1, 1, 1, 67).clone().add_(other.expand(1, 1, 1, 67), alpha=float(alpha)).flatten().cpu()
+    found = probe_add_rounding(torch.device(device))
     if found == "fused":
         assert bool((torchs == a).all())
     elif found == "unfused":
