@@ -15,7 +15,7 @@ is about twice that, cut to what the budget has left):
                      busy: mean and max level difference per variant
   errors       30 s  ``on_error: raise`` yields the batches before a broken file, ``skip`` counts
                      it and ends a batch whose every sample is broken, on ``dali`` and on
-                     torchvision finishing on CUDA
+                     torchvision finishing on CUDA (worker processes, and ``loader.executor: threads``)
   sync         30 s  one batch of each shipped pipeline on ``dali`` under
                      ``torch.cuda.set_sync_debug_mode("error")``: no host sync in the bridge's code
   pytest      100 s  tests/backends/test_gpu.py (threads on CUDA included), tests/backends/test_gpu_logic.py,
@@ -290,14 +290,16 @@ def check_errors(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, 
     root, (bad,) = broken_folder(work / "broken")
     all_bad, whole_batch = broken_folder(work / "all-bad", bad=(4, 5, 6, 7))   # batch 1 has nothing left
     dali = stand_in_backend(dry_run)   # fails on a CUDA host where dali cannot run
-    candidates = [(dali, None), ("torchvision", "cpu" if dry_run else "cuda")]
+    target = "cpu" if dry_run else "cuda"
+    # torchvision's two executors: worker processes, and threads of this process (pinned buffers on CUDA)
+    candidates = [(dali, None, "processes"), ("torchvision", target, "processes"), ("torchvision", target, "threads")]
     results: dict[str, Any] = {"bad_index": bad, "stand_in": dry_run}
-    for backend, device in candidates:
+    for backend, device, executor in candidates:
         if unavailable_reason(backend):
             results[backend] = f"skipped: {unavailable_reason(backend)}"
             continue
         settings = {"source": {"type": "folder", "root": str(root)}, "batch_size": 4, "loader.shuffle": False,
-                    "loader.workers": 1,
+                    "loader.workers": 1 if executor == "processes" else 2, "loader.executor": executor,
                     "outputs": ["image", "label", "index"], "ops.0.random_resized_crop.size": 32}
         loader = build_loader(TRAIN, backend, overrides={**settings, "loader.on_error": "raise"}, device=device)
         seen, error = [], None
@@ -324,7 +326,8 @@ def check_errors(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, 
         loader.close()
         assert whole == list(whole_batch) and len(kept) == 5, \
             f"{backend}: an all-bad batch gave {kept}, skipped {whole}"
-        results[f"{backend} on {device or 'its default device'}"] = {"raise_yielded": len(seen), "skip_kept": images,
+        name = f"{backend}{' (threads)' if executor == 'threads' else ''} on {device or 'its default device'}"
+        results[name] = {"raise_yielded": len(seen), "skip_kept": images,
                                                                      "skipped": skipped, "all_bad_batch_skipped": whole}
     return results
 

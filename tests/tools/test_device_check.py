@@ -41,8 +41,9 @@ def test_dry_run_runs_every_check_reports_the_gpu_ones_skipped_and_exits_0(tmp_p
     if by_name["errors"]["status"] == "passed":   # raise yields the 2 batches before sample 9, skip keeps 23
         results = by_name["errors"]["results"]
         assert results["stand_in"] is True
-        assert results["torchvision on cpu"] == {"raise_yielded": 2, "skip_kept": 23, "skipped": [9],
-                                               "all_bad_batch_skipped": [4, 5, 6, 7]}
+        for executor in ("torchvision on cpu", "torchvision (threads) on cpu"):
+            assert results[executor] == {"raise_yielded": 2, "skip_kept": 23, "skipped": [9],
+                                         "all_bad_batch_skipped": [4, 5, 6, 7]}, executor
     # What comes back: a few files directly in the output folder; the scratch data went elsewhere.
     files = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
     assert 1 <= len(files) <= MAX_OUTPUT_FILES, files
