@@ -327,8 +327,8 @@ def check_errors(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, 
         assert whole == list(whole_batch) and len(kept) == 5, \
             f"{backend}: an all-bad batch gave {kept}, skipped {whole}"
         name = f"{backend}{' (threads)' if executor == 'threads' else ''} on {device or 'its default device'}"
-        results[name] = {"raise_yielded": len(seen), "skip_kept": images,
-                                                                     "skipped": skipped, "all_bad_batch_skipped": whole}
+        results[name] = {"raise_yielded": len(seen), "skip_kept": images, "skipped": skipped,
+                         "all_bad_batch_skipped": whole}
     return results
 
 
