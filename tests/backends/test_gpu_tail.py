@@ -209,3 +209,57 @@ def test_the_copy_count_sees_a_per_sample_copy_slipped_into_a_batch_kernel(monke
     with pytest.raises(AssertionError, match="copies"):
         test_the_batched_tail_on_a_device_copies_per_operation_drawn_not_per_sample(monkeypatch, "color_jitter",
                                                                                     "fused")
+
+
+class DenseOutput:
+    """DALI's uint8 CHW output of one size, as the executor's tail reads it (a tensor behind DLPack)."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def is_dense_tensor(self) -> bool:
+        return True
+
+    def as_tensor(self) -> torch.Tensor:
+        return self.tensor
+
+
+@pytest.mark.parametrize("backend", DALI_CPU)   # the DALI executor, built for a GPU that the meta device stands in for
+@pytest.mark.parametrize("name", ["trivial_augment_wide", "augmix", "color_jitter"])
+def test_a_gpu_dali_executors_tail_and_finish_copy_per_operation_drawn_not_per_sample(tmp_path, monkeypatch,
+                                                                                      backend, name):
+    from dali_bridge.backends import dali as dali_backend
+    from dali_bridge.backends.base import Topology
+    from dali_bridge.plan import build_plan
+    from dali_bridge.sources import list_source
+    from dali_bridge.spec import coerce_spec
+
+    write_image_folder(tmp_path / "data", classes=2, per_class=2)
+    spec = coerce_spec({"version": 1, "source": {"type": "folder", "root": str(tmp_path / "data")}, "batch_size": 8,
+                        "parity": "fast", "ops": [{"random_resized_crop": {"size": list(SIZE)}},
+                                                  {name: TAIL_OPS[name]}, {"normalize": {}}]})
+    plan = build_plan(spec)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: f"side stream of {device}")
+    executor = dali_backend.DaliExecutor(spec, list_source(spec.source), plan, gpu=True, topology=Topology(0, 1, 0))
+    meta = torch.device("meta")
+    executor._tail_device = executor.device = meta   # where the tail and the finish run: the "GPU"
+    monkeypatch.setitem(batched._ADD_ROUNDING, meta, "fused")
+    monkeypatch.setattr(torch, "from_dlpack", lambda tensor: tensor)
+    uniforms = np.random.default_rng(5).random((8, sum(s.op.draw_count(s.params) for s in plan.torch_tail)))
+    drawn = []
+    for u in uniforms:   # each sample's (concrete parameters, size) per tail step
+        steps, start = [], 0
+        for step in plan.torch_tail:
+            count = step.op.draw_count(step.params)
+            steps.append((step.op.sample(step.params, u[start:start + count], *SIZE), SIZE))
+            start += count
+        drawn.append(steps)
+    executor._run_torch_tail(DenseOutput(torch.empty((8, 3, *SIZE), dtype=torch.uint8, device=meta)), drawn, [])
+    copies = {}
+    for count in (8, 32):   # after a first batch (the finish makes its mean and std on a device once)
+        images = DenseOutput(torch.empty((count, 3, *SIZE), dtype=torch.uint8, device=meta))
+        with monkeypatch.context() as patch, HostToDevice(patch) as counted:
+            out = executor._run_torch_tail(images, drawn * (count // 8), [])
+        assert out.device == meta and out.dtype == torch.float32 and out.shape == (count, 3, *SIZE)
+        copies[count] = counted.copies
+    assert copies[32] == copies[8], f"copies {copies}"
