@@ -16,8 +16,9 @@ is about twice that, cut to what the budget has left):
   errors       30 s  ``on_error: raise`` yields the batches before a broken file, ``skip`` counts
                      it and ends a batch whose every sample is broken, on ``dali`` and on
                      torchvision finishing on CUDA (worker processes, and ``loader.executor: threads``)
-  sync         30 s  one batch of each shipped pipeline on ``dali`` under
-                     ``torch.cuda.set_sync_debug_mode("error")``: no host sync in the bridge's code
+  sync         30 s  batches of each shipped pipeline on ``dali`` under ``torch.cuda.set_sync_debug_mode``,
+                     "warn" (every sync listed where it happened) then "error": no host sync in the
+                     bridge's code
   pytest      100 s  tests/backends/test_gpu.py (threads on CUDA included), tests/backends/test_gpu_logic.py,
                      the batch kernels against the per-sample ones on CUDA and the rounding probe there
                      (PYTEST_SELECTIONS; each must select a test; JUnit XML: pytest.xml)
@@ -422,15 +423,18 @@ def bench(data: Path, target: Path, *, backends: str, baselines: str, threads: s
 
 
 def check_sync(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, Any]:
-    """One batch of each shipped pipeline under ``torch.cuda.set_sync_debug_mode("error")`` (after
-    a first batch, which makes what is made once). A host sync in the bridge's code fails; one
-    inside torchvision's own kernels (their per-call 2x3 affine matrix) is reported where it is."""
+    """Batches of each shipped pipeline (after a first one, which makes what is made once) under
+    ``torch.cuda.set_sync_debug_mode``: the second under "warn", every host sync listed where it
+    happened; the third under "error", which stops at the first. A host sync in the bridge's code
+    fails; one inside torchvision's own kernels (their per-call 2x3 affine matrix), or a PIL tail's
+    copy of its batch to the host, is reported where it is."""
     import torch
 
     from dali_bridge import build_loader
 
     backend = stand_in_backend(dry_run)   # the dry run runs the batches without the debug mode
-    results: dict[str, Any] = {"backend": backend, "debug_mode": "off (dry run)" if dry_run else "error"}
+    results: dict[str, Any] = {"backend": backend, "debug_mode": "off (dry run)" if dry_run else "warn, then error",
+                               "warned": {}}
     failures = []
     for pipeline in sorted(PIPELINES.glob("*.yaml")):
         loader = build_loader(pipeline, backend, overrides={"source": {"type": "folder", "root": str(data)},
@@ -440,6 +444,14 @@ def check_sync(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, An
         batches = iter(loader)
         next(batches)
         try:
+            sites = [frame_site(stack, SYNC_MESSAGE, host_tail=host_tail)
+                     for stack in warned_syncs(lambda: next(batches), debug=not dry_run)]
+            results["warned"][pipeline.stem] = {
+                "syncs": len(sites), "where": {kind: sum(s["in"] == kind for s in sites) for kind in
+                                               sorted({s["in"] for s in sites})},
+                "bridge_frames": sorted({s["bridge_frame"] for s in sites if s["in"] not in ALLOWED_SYNCS})}
+            failures += [f"{pipeline.stem}: host sync at {frame} (warn mode)"
+                         for frame in results["warned"][pipeline.stem]["bridge_frames"]]
             if not dry_run:
                 torch.cuda.set_sync_debug_mode("error")
             next(batches)
@@ -462,19 +474,53 @@ def check_sync(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, An
 # the host that a tail with a PIL kernel needs.
 HOST_TAIL_COPY = "the host tail's copy to the host"
 ALLOWED_SYNCS = ("torchvision's kernels", HOST_TAIL_COPY)
+SYNC_MESSAGE = "called a synchronizing CUDA operation"   # what torch's sync debug mode says
+
+
+def warned_syncs(step: Callable[[], Any], *, debug: bool) -> list[list[traceback.FrameSummary]]:
+    """``step()`` under ``torch.cuda.set_sync_debug_mode("warn")`` (``debug``): the Python stack of each
+    host sync torch warned about, taken as its warning is shown (torch goes on after each)."""
+    import warnings
+
+    import torch
+
+    stacks: list[list[traceback.FrameSummary]] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")   # every sync, not the first per line
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if SYNC_MESSAGE in str(message):   # the stack up to the torch call that synced (warnings' own frames cut)
+                stacks.append([f for f in traceback.extract_stack()[:-1] if f.filename != warnings.__file__])
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        if debug:
+            torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step()
+        finally:
+            if debug:
+                torch.cuda.set_sync_debug_mode(0)
+    return stacks
 
 
 def sync_site(exc: BaseException, *, host_tail: bool = False) -> dict[str, Any]:
-    """Where a host sync the debug mode refused happened: the innermost frames, the bridge's last
-    frame, and whether the innermost frame outside torch is torchvision's package, the batch's copy
-    to the host of a tail that runs there (``host_tail``), or the bridge's code."""
-    frames = traceback.extract_tb(exc.__traceback__)
+    """Where a host sync the debug mode refused happened (see :func:`frame_site`)."""
+    return frame_site(traceback.extract_tb(exc.__traceback__), str(exc) or repr(exc), host_tail=host_tail)
+
+
+def frame_site(frames: list[traceback.FrameSummary], message: str, *, host_tail: bool = False) -> dict[str, Any]:
+    """Where a host sync happened: the innermost frames, the bridge's last frame, and whether the
+    innermost frame outside torch is torchvision's package, the batch's copy to the host of a tail
+    that runs there (``host_tail``), or the bridge's code."""
     ours = [f for f in frames if "dali_bridge" in Path(f.filename).parts]
     outside_torch = [f for f in frames if "dali_bridge" in Path(f.filename).parts
                      or "torchvision" in Path(f.filename).parts]
     inside = bool(outside_torch) and "torchvision" in Path(outside_torch[-1].filename).parts
     copy_to_host = host_tail and [f.name for f in ours[-2:]] == ["_run_torch_tail", "move_output"]
-    return {"message": str(exc).splitlines()[0] if str(exc) else repr(exc),
+    return {"message": message.splitlines()[0],
             "innermost": [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames[-3:]],
             "bridge_frame": f"{Path(ours[-1].filename).name}:{ours[-1].lineno}" if ours else None,
             "in": "torchvision's kernels" if inside else HOST_TAIL_COPY if copy_to_host else "the bridge's code"}
@@ -574,7 +620,7 @@ def key_figures(name: str, results: dict[str, Any]) -> str:
                          if isinstance(v, dict) and "mean_levels" in v)
     if name == "sync":
         return "; ".join(f"{k}: {v if isinstance(v, str) else 'sync in ' + v['in'] + ' at ' + str(v['bridge_frame'])}"
-                         for k, v in results.items() if k not in ("backend", "debug_mode"))
+                         for k, v in results.items() if k not in ("backend", "debug_mode", "warned"))
     if name == "pytest":
         return str(results.get("summary", ""))
     if name == "errors":

@@ -229,3 +229,40 @@ def test_every_pytest_selection_of_the_check_selects_a_test_here(tmp_path):
     module = load_module()
     found = module.check_pytest(tmp_path, tmp_path, tmp_path, True)   # a dry run: collected only
     assert set(found["selected"]) == set(module.PYTEST_SELECTIONS) and all(found["selected"].values()), found
+
+
+def warning_through(*frames: tuple[str, str]):
+    """A function that, through functions ``(file, name)`` (outermost first), warns as torch's sync
+    debug mode does under "warn"; then returns."""
+    namespace: dict = {"warnings": __import__("warnings")}
+    inner = "warnings.warn('called a synchronizing CUDA operation')"
+    for file, name in reversed(frames):
+        exec(compile(f"def {name}():\n    {inner}\n", file, "exec"), namespace)
+        inner = f"{name}()"
+    return namespace[frames[0][1]]
+
+
+def test_warn_mode_lists_every_sync_of_a_batch_where_it_happened(monkeypatch):
+    import torch
+
+    module = load_module()
+    modes = []
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    affine = warning_through(("/repo/dali_bridge/ops/policy_kernels.py", "affine_operations"),
+                             ("/site/torchvision/transforms/v2/functional/_geometry.py", "_apply_grid_transform"))
+    ours = warning_through(("/repo/dali_bridge/ops/batched.py", "blend"), ("/site/torch/_tensor.py", "item"))
+
+    def batch():
+        affine(), ours(), affine()   # the first sync is torchvision's: "error" mode would stop there
+        import warnings
+        warnings.warn("something else")   # other warnings are shown as ever
+
+    with pytest.warns(UserWarning, match="something else"):
+        stacks = module.warned_syncs(batch, debug=True)
+    assert modes == ["warn", 0]
+    sites = [module.frame_site(stack, module.SYNC_MESSAGE)["in"] for stack in stacks]
+    assert sites == ["torchvision's kernels", "the bridge's code", "torchvision's kernels"]
+    assert module.frame_site(stacks[1], module.SYNC_MESSAGE)["bridge_frame"] == "batched.py:2"
+    with pytest.warns(UserWarning, match="something else"):
+        module.warned_syncs(batch, debug=False)
+    assert modes == ["warn", 0]   # no mode set in a dry run
