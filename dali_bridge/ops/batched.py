@@ -78,12 +78,14 @@ def add_rounding(device: torch.device | str) -> str:
 
 
 def probe_add_rounding(device: torch.device) -> str:
-    """One tiny add on ``device`` where the fused and the unfused rounding differ, over more elements
-    than any vector width, so the vectorised body and the scalar remainder both answer; its two
-    verdicts come back to the host in one read (on a GPU, the probe's one wait for the device)."""
+    """One small add on ``device`` where the fused and the unfused rounding differ, over more elements
+    than a CPU's vector loop or a CUDA block's vectorised share takes at once (2**16 + 3), so the
+    vectorised body and the remainder both answer; its two verdicts come back to the host in one
+    read (on a GPU, the probe's one wait for the device)."""
     factor = 1.0 + 2.0 ** -12  # factor * factor = 1 + 2^-11 + 2^-24: the 2^-24 is lost unless fused
-    base = torch.full((67,), -(1.0 + 2.0 ** -11), device=device)
-    result = base.add_(torch.full((67,), factor, device=device), alpha=factor)
+    count = 2 ** 16 + 3
+    base = torch.full((count,), -(1.0 + 2.0 ** -11), device=device)
+    result = base.add_(torch.full((count,), factor, device=device), alpha=factor)
     fused, unfused = torch.stack(((result == 2.0 ** -24).all(), (result == 0).all())).tolist()
     return "fused" if fused else "unfused" if unfused else "mixed"
 
