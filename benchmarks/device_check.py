@@ -15,14 +15,17 @@ is about twice that, cut to what the budget has left):
                      busy: mean and max level difference per variant
   errors       30 s  ``on_error: raise`` yields the batches before a broken file, ``skip`` counts
                      it and ends a batch whose every sample is broken, on ``dali`` and on
-                     torchvision finishing on CUDA
-  sync         30 s  one batch of each shipped pipeline on ``dali`` under
-                     ``torch.cuda.set_sync_debug_mode("error")``: no host sync in the bridge's code
-  pytest       90 s  tests/backends/test_gpu.py and tests/backends/test_gpu_logic.py (JUnit XML: pytest.xml)
+                     torchvision finishing on CUDA (worker processes, and ``loader.executor: threads``)
+  sync         30 s  batches of each shipped pipeline on ``dali`` under ``torch.cuda.set_sync_debug_mode``,
+                     "warn" (every sync listed where it happened) then "error": no host sync in the
+                     bridge's code
+  pytest      100 s  tests/backends/test_gpu.py (threads on CUDA included), tests/backends/test_gpu_logic.py,
+                     the batch kernels against the per-sample ones on CUDA and the rounding probe there
+                     (PYTEST_SELECTIONS; each must select a test; JUnit XML: pytest.xml)
   memory_bench 90 s  GPU and pinned host memory after each backend's first batch, then a short
                      ``dali-bridge bench`` (bench.json) and DALI's threads at two settings
                      (bench_threads.json)
-                  --- 350 s expected in all, inside the default budget of 420 s.
+                  --- 360 s expected in all, inside the default budget of 420 s.
 
 A check whose expected seconds no longer fit what is left of the budget is skipped with the
 reason, not started. On a host with CUDA devices, a ``dali`` that cannot run fails the checks
@@ -288,14 +291,16 @@ def check_errors(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, 
     root, (bad,) = broken_folder(work / "broken")
     all_bad, whole_batch = broken_folder(work / "all-bad", bad=(4, 5, 6, 7))   # batch 1 has nothing left
     dali = stand_in_backend(dry_run)   # fails on a CUDA host where dali cannot run
-    candidates = [(dali, None), ("torchvision", "cpu" if dry_run else "cuda")]
+    target = "cpu" if dry_run else "cuda"
+    # torchvision's two executors: worker processes, and threads of this process (pinned buffers on CUDA)
+    candidates = [(dali, None, "processes"), ("torchvision", target, "processes"), ("torchvision", target, "threads")]
     results: dict[str, Any] = {"bad_index": bad, "stand_in": dry_run}
-    for backend, device in candidates:
+    for backend, device, executor in candidates:
         if unavailable_reason(backend):
             results[backend] = f"skipped: {unavailable_reason(backend)}"
             continue
         settings = {"source": {"type": "folder", "root": str(root)}, "batch_size": 4, "loader.shuffle": False,
-                    "loader.workers": 1,
+                    "loader.workers": 1 if executor == "processes" else 2, "loader.executor": executor,
                     "outputs": ["image", "label", "index"], "ops.0.random_resized_crop.size": 32}
         loader = build_loader(TRAIN, backend, overrides={**settings, "loader.on_error": "raise"}, device=device)
         seen, error = [], None
@@ -322,9 +327,20 @@ def check_errors(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, 
         loader.close()
         assert whole == list(whole_batch) and len(kept) == 5, \
             f"{backend}: an all-bad batch gave {kept}, skipped {whole}"
-        results[f"{backend} on {device or 'its default device'}"] = {"raise_yielded": len(seen), "skip_kept": images,
-                                                                     "skipped": skipped, "all_bad_batch_skipped": whole}
+        name = f"{backend}{' (threads)' if executor == 'threads' else ''} on {device or 'its default device'}"
+        results[name] = {"raise_yielded": len(seen), "skip_kept": images, "skipped": skipped,
+                         "all_bad_batch_skipped": whole}
     return results
+
+
+# What the pytest check runs on the GPU: files, and node ids (a test and all its parameters). Each must
+# select at least one test, so a test renamed or moved fails the check instead of quietly not running.
+PYTEST_SELECTIONS = (
+    "tests/backends/test_gpu.py",
+    "tests/backends/test_gpu_logic.py",
+    "tests/backends/test_batched_tail.py::test_on_cuda_a_batch_kernel_gives_the_per_sample_cuda_kernels_pixels",
+    "tests/backends/test_batched_tail.py::test_the_probe_answers_what_the_devices_add_kernel_does",
+)
 
 
 def check_pytest(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, Any]:
@@ -333,15 +349,43 @@ def check_pytest(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, 
     except ImportError:
         raise Skip("pytest is not importable here (run device_check.sh --stage on the build host and carry "
                    ".dali/pysite)") from None
-    files = ["tests/backends/test_gpu.py", "tests/backends/test_gpu_logic.py"]
+    missing = [s for s in PYTEST_SELECTIONS if not (REPO / s.split("::")[0]).is_file()]
+    if missing:
+        raise AssertionError(f"test files not found: {missing}")
     # A dry run only collects them (the suite runs them anyway): they import and their skips are known.
-    mode = ["--collect-only"] if dry_run else [f"--junitxml={out / 'pytest.xml'}"]
-    run = subprocess.run([sys.executable, "-m", "pytest", *files, "-q", "-rs", "-p", "no:cacheprovider", *mode],
-                         cwd=REPO, capture_output=True, text=True, check=False)
+    report = out / "pytest.xml"
+    mode = ["--collect-only"] if dry_run else [f"--junitxml={report}"]
+    run = subprocess.run([sys.executable, "-m", "pytest", *PYTEST_SELECTIONS, "-q", "-rs", "-p", "no:cacheprovider",
+                          *mode], cwd=REPO, capture_output=True, text=True, check=False)
     tail = run.stdout.strip().splitlines()[-40:]
     if run.returncode != 0:
         raise AssertionError("pytest failed:\n" + "\n".join(tail))
-    return {"files": files, "summary": tail[-1] if tail else "", "skips": [line for line in tail if "SKIP" in line]}
+    ran = (run.stdout.splitlines() if dry_run else junit_node_ids(report))
+    selected = {selection: sum(selects(selection, node) for node in ran) for selection in PYTEST_SELECTIONS}
+    empty = [selection for selection, count in selected.items() if not count]
+    if empty:
+        raise AssertionError(f"these pytest selections selected no test: {empty}")
+    return {"selected": selected, "summary": tail[-1] if tail else "",
+            "skips": [line for line in tail if "SKIP" in line]}
+
+
+def selects(selection: str, node: str) -> bool:
+    """Whether pytest node id ``node`` is one of those ``selection`` (a file, or a test id) selects."""
+    node = node.strip()
+    return node == selection or node.startswith(selection + ("::" if "::" not in selection else "["))
+
+
+def junit_node_ids(report: Path) -> list[str]:
+    """The node ids of the test cases in pytest's JUnit XML (its classname is the module's dotted path)."""
+    import xml.etree.ElementTree as ElementTree
+
+    ids = []
+    for case in ElementTree.parse(report).iter("testcase"):
+        parts = case.get("classname", "").split(".")
+        while parts and not (REPO / ("/".join(parts) + ".py")).is_file():   # a test class's name ends it
+            parts.pop()
+        ids.append(f"{'/'.join(parts)}.py::{case.get('name')}")
+    return ids
 
 
 def check_memory_bench(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, Any]:
@@ -379,29 +423,42 @@ def bench(data: Path, target: Path, *, backends: str, baselines: str, threads: s
 
 
 def check_sync(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, Any]:
-    """One batch of each shipped pipeline under ``torch.cuda.set_sync_debug_mode("error")`` (after
-    a first batch, which makes what is made once). A host sync in the bridge's code fails; one
-    inside torchvision's own kernels (their per-call 2x3 affine matrix) is reported where it is."""
+    """Batches of each shipped pipeline (after a first one, which makes what is made once) under
+    ``torch.cuda.set_sync_debug_mode``: the second under "warn", every host sync listed where it
+    happened; the third under "error", which stops at the first. A host sync in the bridge's code
+    fails; one inside torchvision's own kernels (their per-call 2x3 affine matrix), or a PIL tail's
+    copy of its batch to the host, is reported where it is."""
     import torch
 
     from dali_bridge import build_loader
 
     backend = stand_in_backend(dry_run)   # the dry run runs the batches without the debug mode
-    results: dict[str, Any] = {"backend": backend, "debug_mode": "off (dry run)" if dry_run else "error"}
+    results: dict[str, Any] = {"backend": backend, "debug_mode": "off (dry run)" if dry_run else "warn, then error",
+                               "warned": {}}
     failures = []
     for pipeline in sorted(PIPELINES.glob("*.yaml")):
         loader = build_loader(pipeline, backend, overrides={"source": {"type": "folder", "root": str(data)},
                                                              "batch_size": 4, "loader.shuffle": False})
+        # A tail with a PIL kernel (timm's policies) runs on the host: its batch comes there once, a sync by design.
+        host_tail = getattr(loader._executor, "_tail_device", None) == torch.device("cpu")
         batches = iter(loader)
         next(batches)
         try:
+            sites = [frame_site(stack, SYNC_MESSAGE, host_tail=host_tail)
+                     for stack in warned_syncs(lambda: next(batches), debug=not dry_run)]
+            results["warned"][pipeline.stem] = {
+                "syncs": len(sites), "where": {kind: sum(s["in"] == kind for s in sites) for kind in
+                                               sorted({s["in"] for s in sites})},
+                "bridge_frames": sorted({s["bridge_frame"] for s in sites if s["in"] not in ALLOWED_SYNCS})}
+            failures += [f"{pipeline.stem}: host sync at {frame} (warn mode)"
+                         for frame in results["warned"][pipeline.stem]["bridge_frames"]]
             if not dry_run:
                 torch.cuda.set_sync_debug_mode("error")
             next(batches)
             results[pipeline.stem] = "no host sync"
         except RuntimeError as exc:
-            results[pipeline.stem] = where = sync_site(exc)
-            if where["in"] != "torchvision's kernels":
+            results[pipeline.stem] = where = sync_site(exc, host_tail=host_tail)
+            if where["in"] not in ALLOWED_SYNCS:
                 failures.append(f"{pipeline.stem}: host sync at {where['bridge_frame']}: {where['message']}")
         finally:
             if not dry_run:
@@ -413,18 +470,60 @@ def check_sync(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, An
     return results
 
 
-def sync_site(exc: BaseException) -> dict[str, Any]:
-    """Where a host sync the debug mode refused happened: the innermost frames, the bridge's last
-    frame, and whether the innermost frame outside torch is torchvision's package or the bridge."""
-    frames = traceback.extract_tb(exc.__traceback__)
+# Host syncs the sync check accepts: torchvision's own (docs/gpu.md), and the one copy of a batch to
+# the host that a tail with a PIL kernel needs.
+HOST_TAIL_COPY = "the host tail's copy to the host"
+ALLOWED_SYNCS = ("torchvision's kernels", HOST_TAIL_COPY)
+SYNC_MESSAGE = "called a synchronizing CUDA operation"   # what torch's sync debug mode says
+
+
+def warned_syncs(step: Callable[[], Any], *, debug: bool) -> list[list[traceback.FrameSummary]]:
+    """``step()`` under ``torch.cuda.set_sync_debug_mode("warn")`` (``debug``): the Python stack of each
+    host sync torch warned about, taken as its warning is shown (torch goes on after each)."""
+    import warnings
+
+    import torch
+
+    stacks: list[list[traceback.FrameSummary]] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")   # every sync, not the first per line
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if SYNC_MESSAGE in str(message):   # the stack up to the torch call that synced (warnings' own frames cut)
+                stacks.append([f for f in traceback.extract_stack()[:-1] if f.filename != warnings.__file__])
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        if debug:
+            torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step()
+        finally:
+            if debug:
+                torch.cuda.set_sync_debug_mode(0)
+    return stacks
+
+
+def sync_site(exc: BaseException, *, host_tail: bool = False) -> dict[str, Any]:
+    """Where a host sync the debug mode refused happened (see :func:`frame_site`)."""
+    return frame_site(traceback.extract_tb(exc.__traceback__), str(exc) or repr(exc), host_tail=host_tail)
+
+
+def frame_site(frames: list[traceback.FrameSummary], message: str, *, host_tail: bool = False) -> dict[str, Any]:
+    """Where a host sync happened: the innermost frames, the bridge's last frame, and whether the
+    innermost frame outside torch is torchvision's package, the batch's copy to the host of a tail
+    that runs there (``host_tail``), or the bridge's code."""
     ours = [f for f in frames if "dali_bridge" in Path(f.filename).parts]
     outside_torch = [f for f in frames if "dali_bridge" in Path(f.filename).parts
                      or "torchvision" in Path(f.filename).parts]
     inside = bool(outside_torch) and "torchvision" in Path(outside_torch[-1].filename).parts
-    return {"message": str(exc).splitlines()[0] if str(exc) else repr(exc),
+    copy_to_host = host_tail and [f.name for f in ours[-2:]] == ["_run_torch_tail", "move_output"]
+    return {"message": message.splitlines()[0],
             "innermost": [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames[-3:]],
             "bridge_frame": f"{Path(ours[-1].filename).name}:{ours[-1].lineno}" if ours else None,
-            "in": "torchvision's kernels" if inside else "the bridge's code"}
+            "in": "torchvision's kernels" if inside else HOST_TAIL_COPY if copy_to_host else "the bridge's code"}
 
 
 def memory_of(backend: str, data: Path) -> dict[str, Any]:
@@ -442,7 +541,7 @@ def memory_of(backend: str, data: Path) -> dict[str, Any]:
 CHECKS: list[tuple[str, Callable[..., dict[str, Any]], int, int]] = [
     ("env", check_env, 5, 60), ("data", check_data, 15, 90), ("device", check_device, 30, 90),
     ("equivalence", check_equivalence, 60, 150), ("errors", check_errors, 30, 90), ("sync", check_sync, 30, 90),
-    ("pytest", check_pytest, 90, 180), ("memory_bench", check_memory_bench, 90, 200),
+    ("pytest", check_pytest, 100, 200), ("memory_bench", check_memory_bench, 90, 200),
 ]
 DRY_RUN_IMAGES = 12
 # What --out may receive: the summary and the few files worth bringing back (none in a folder).
@@ -521,7 +620,7 @@ def key_figures(name: str, results: dict[str, Any]) -> str:
                          if isinstance(v, dict) and "mean_levels" in v)
     if name == "sync":
         return "; ".join(f"{k}: {v if isinstance(v, str) else 'sync in ' + v['in'] + ' at ' + str(v['bridge_frame'])}"
-                         for k, v in results.items() if k not in ("backend", "debug_mode"))
+                         for k, v in results.items() if k not in ("backend", "debug_mode", "warned"))
     if name == "pytest":
         return str(results.get("summary", ""))
     if name == "errors":

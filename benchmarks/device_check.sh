@@ -13,7 +13,7 @@
 #
 # CHECK_BUDGET_S (default 420) bounds the whole run. The checks, in order, and the seconds each is
 # expected to take on one H200 with 16 cores (benchmarks/device_check.py says what each does):
-#   env 5, data 15, device 30, equivalence 60, errors 30, sync 30, pytest 90, memory_bench 90 (350 in all)
+#   env 5, data 15, device 30, equivalence 60, errors 30, sync 30, pytest 100, memory_bench 90 (360 in all)
 # A check whose expected time no longer fits what is left is skipped and said so. CHECK_IMAGES (default 256) sizes the generated set;
 # CHECK_DATA names an ImageFolder to use instead. Exit status 0 only when every check that ran passed.
 #

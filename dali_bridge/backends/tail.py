@@ -6,6 +6,10 @@ operation drawn, with per-sample parameters as tensors, so the kernel launches o
 the operations drawn, not with the batch size. Where the op has no batch kernel, or the images do
 not all have one size yet (a tail that starts with the resize under ``parity: exact``), the step
 runs as the op's per-sample torchvision kernel in a loop. Both give the same pixels.
+
+The batch kernels round a multiply-add as the device's own kernel does, which they ask of the
+device once (:func:`~dali_bridge.ops.batched.add_rounding`); the tail asks before its first step,
+so that one wait for a GPU falls in the first batch whatever that batch draws.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from typing import Sequence
 import torch
 
 from ..ops.base import Step
+from ..ops.batched import add_rounding
 
 
 def run_tail(steps: Sequence[Step], images: Sequence[torch.Tensor], tail: Sequence[Sequence[tuple]]) -> torch.Tensor:
@@ -21,6 +26,8 @@ def run_tail(steps: Sequence[Step], images: Sequence[torch.Tensor], tail: Sequen
     sample n's (concrete parameters, input size) for each step. Returns the batch as one tensor in
     memory of its own: the input may be a view of DALI's buffer, which a step may leave unchanged."""
     given = images
+    if steps and len(images):
+        add_rounding(images[0].device)
     for position, step in enumerate(steps):
         concrete = [sample[position][0] for sample in tail]
         done = step.op.batch_kernel(images, concrete)

@@ -16,12 +16,15 @@ from typing import Any, Callable, Iterable, Iterator
 
 class OrderedPool:
     """``threads`` threads, started on first use and kept until :meth:`close` (as DataLoader's
-    persistent workers are); :meth:`map` may be called again after a close (new threads)."""
+    persistent workers are); :meth:`map` may be called again after a close (new threads).
+    ``initializer()`` runs in each thread before its first item: per-thread state the work needs,
+    such as the loader's CUDA device (``torch.cuda.set_device`` is per thread, and a new thread has
+    GPU 0 current)."""
 
-    def __init__(self, threads: int, *, name: str):
+    def __init__(self, threads: int, *, name: str, initializer: Callable[[], None] | None = None):
         if threads < 1:
             raise ValueError(f"an OrderedPool needs at least 1 thread, not {threads}")
-        self.threads, self.name = threads, name
+        self.threads, self.name, self.initializer = threads, name, initializer
         self._pool: ThreadPoolExecutor | None = None
 
     def map(self, work: Callable[[Any], Any], items: Iterable[Any], *, in_flight: int) -> Iterator[Any]:
@@ -30,7 +33,7 @@ class OrderedPool:
         (the consumer's ``close``, a failure) cancels the items not started and waits for those
         running, so no thread is still working for this iteration when it ends."""
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=self.name)
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=self.name, initializer=self.initializer)
         pool, pending = self._pool, deque()
         try:
             for item in items:

@@ -18,6 +18,7 @@ stopped by SIGSTOP, a hung file system) are reported in a warning naming each wo
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import multiprocessing
 import os
@@ -34,6 +35,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..formats import ImageInfo
 from ..images import SampleError
 from .base import RawBatch, Topology, default_workers
+from .device import gpu_target
 from .finishing import finish_batch
 from .per_sample import PreparedBatch, SampleCore
 from .thread_pool import OrderedPool
@@ -228,7 +230,11 @@ class TorchvisionExecutor:
         # loader.executor: threads runs the workers as threads of this process; with 0 workers both
         # executors prepare each batch in the calling thread, through the DataLoader's own loop.
         threads = spec.loader.executor == "threads" and self.workers > 0
-        self.pool = OrderedPool(self.workers, name="dali-bridge-sample") if threads else None
+        # Their pinned buffers are made with the loader's GPU current, as DataLoader's pin-memory thread's
+        # are (a bare "cuda": the device current here, now; a pool thread's own would be GPU 0).
+        current = (functools.partial(torch.cuda.set_device, gpu_target(self.device, topology.local_rank)) if cuda
+                   else None)
+        self.pool = OrderedPool(self.workers, name="dali-bridge-sample", initializer=current) if threads else None
         self.dataloader = None if threads else self._dataloader(pin_memory=cuda)
         self.stream = torch.cuda.Stream(self.device) if cuda else None
 

@@ -13,7 +13,6 @@ nothing per sample crosses between host and device.
 """
 from __future__ import annotations
 
-import functools
 from typing import Callable, Hashable, Sequence
 
 import torch
@@ -56,34 +55,60 @@ def by_group(images: torch.Tensor, groups: dict[Hashable, list[int]],
     return result
 
 
-@functools.cache
-def cpu_add_rounding() -> str:
-    """How PyTorch's CPU kernel rounds ``base.add_(other, alpha=a)`` here: ``"fused"`` (one rounding, a
-    fused multiply-add: its AVX2 and AVX-512 kernels), ``"unfused"`` (the product rounded, then the sum:
-    its kernels for CPUs without FMA, ``ATEN_CPU_CAPABILITY=default``) or ``"mixed"``. Probed once on a
-    case where the two differ, over more elements than any vector width, so the vectorised body and
-    the scalar remainder both answer: the batch kernels must round as the per-sample ones do on this CPU."""
+# What each device's add kernel does with ``base.add_(other, alpha=a)``, probed once per device
+# and process (:func:`add_rounding`).
+_ADD_ROUNDING: dict[torch.device, str] = {}
+
+
+def add_rounding(device: torch.device | str) -> str:
+    """How PyTorch's kernel on ``device`` rounds ``base.add_(other, alpha=a)``: ``"fused"`` (one
+    rounding, a fused multiply-add), ``"unfused"`` (the product rounded, then the sum) or ``"mixed"``.
+    Asked of the device itself, once: on the CPU the vectorised kernel calls ``vec::fmadd`` (fused
+    on AVX2 and AVX-512, not on CPUs without FMA, ``ATEN_CPU_CAPABILITY=default``) and the scalar
+    remainder is ``self + alpha * other`` as the C++ compiler contracts it; on CUDA the kernel is
+    ``self + alpha * other`` as nvcc contracts it (``--fmad``, on by default, but a build flag).
+    The batch kernels must round as the per-sample ones do on the device they run on."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    found = _ADD_ROUNDING.get(device)
+    if found is None:  # two threads may both probe: the same answer, stored twice
+        found = _ADD_ROUNDING[device] = probe_add_rounding(device)
+    return found
+
+
+def probe_add_rounding(device: torch.device) -> str:
+    """One small add on ``device`` where the fused and the unfused rounding differ, over more elements
+    than a CPU's vector loop or a CUDA block's vectorised share takes at once (2**16 + 3), so the
+    vectorised body and the remainder both answer; its two verdicts come back to the host in one
+    read (on a GPU, the probe's one wait for the device)."""
     factor = 1.0 + 2.0 ** -12  # factor * factor = 1 + 2^-11 + 2^-24: the 2^-24 is lost unless fused
-    base = torch.full((67,), -(1.0 + 2.0 ** -11))
-    result = base.add_(torch.full((67,), factor), alpha=factor)
-    if bool((result == 2.0 ** -24).all()):
-        return "fused"
-    return "unfused" if bool((result == 0).all()) else "mixed"
+    count = 2 ** 16 + 3
+    base = torch.full((count,), -(1.0 + 2.0 ** -11), device=device)
+    result = base.add_(torch.full((count,), factor, device=device), alpha=factor)
+    fused, unfused = torch.stack(((result == 2.0 ** -24).all(), (result == 0).all())).tolist()
+    return "fused" if fused else "unfused" if unfused else "mixed"
+
+
+def cpu_add_rounding() -> str:
+    """:func:`add_rounding` of this host's CPU."""
+    return add_rounding("cpu")
 
 
 def fused_multiply_add(base: torch.Tensor, other: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """``base + alpha * other`` in float32 as PyTorch's kernel computes ``base.add_(other, alpha=a)``
-    with a scalar ``a``, here with ``alpha`` per sample. On a GPU and on CPUs whose kernel fuses
-    (:func:`cpu_add_rounding`) that is one rounding: ``alpha * other`` is exact in float64 (two
-    24-bit significands), the sum is split into its float64 value and its error (Knuth's two-sum),
-    and where the float64 value sits exactly on a float32 rounding midpoint the error picks the side
-    — so the result is the exact sum correctly rounded, as the fused kernel's. Elsewhere the product
-    is rounded first, as the unfused kernel does, or (rounding that differs between the kernel's
-    parts) each sample runs through PyTorch's own kernel."""
-    if base.device.type == "cpu" and cpu_add_rounding() != "fused":
-        if cpu_add_rounding() == "unfused":
-            return base + alpha * other
-        return torch.stack([b.clone().add_(o, alpha=float(a)) for b, o, a in zip(base, other, alpha.flatten())])
+    """``base + alpha * other`` in float32 as PyTorch's kernel on ``base``'s device computes
+    ``base.add_(other, alpha=a)`` with a scalar ``a``, here with ``alpha`` per sample, rounded as that
+    device's kernel rounds (:func:`add_rounding`). Fused is one rounding: ``alpha * other`` is exact
+    in float64 (two 24-bit significands), the sum is split into its float64 value and its error
+    (Knuth's two-sum), and where the float64 value sits exactly on a float32 rounding midpoint the
+    error picks the side — so the result is the exact sum correctly rounded, as the fused kernel's.
+    Unfused rounds the product first, as that kernel does; mixed (rounding that differs between the
+    kernel's parts) runs each sample through PyTorch's own kernel."""
+    rounding = add_rounding(base.device)
+    if rounding == "unfused":
+        return base + alpha * other
+    if rounding == "mixed":  # the alphas read back at once (one wait on a GPU), not one by one
+        return torch.stack([b.clone().add_(o, alpha=a) for b, o, a in zip(base, other, alpha.flatten().tolist())])
     wide, product = base.double(), alpha.double() * other.double()
     total = wide + product
     part = total - wide

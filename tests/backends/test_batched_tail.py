@@ -7,6 +7,7 @@ and the policies as they draw; the launches are counted as aten calls with a dis
 """
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -255,7 +256,10 @@ def test_ops_without_a_batch_kernel_fall_back_to_the_per_sample_loop(images):
                                                           "arithmetic to compare the batch kernels with")
 @pytest.mark.parametrize("name", ["trivial_augment_wide", "rand_augment", "augmix", "color_jitter-wide",
                                   "gaussian_blur"])
-def test_on_cuda_a_batch_kernel_gives_the_per_sample_cuda_kernels_pixels(images, name):
+def test_on_cuda_a_batch_kernel_gives_the_per_sample_cuda_kernels_pixels(request, name):
+    # The real photos need scikit-image, which a GPU machine with only torch and torchvision lacks:
+    # the generated edge cases alone there.
+    images = request.getfixturevalue("images") if importlib.util.find_spec("skimage") else generated()
     op_name = name.split("-")[0]
     on_gpu = images.cuda()
     step, concrete = drawn(op_name, POLICIES[name], len(images), 0)
@@ -317,3 +321,69 @@ def test_a_dali_cpu_batchs_tail_launches_do_not_scale_with_the_batch_size(tmp_pa
         per_batch[batch_size] = counts[0]
     # More operations drawn in the larger batch (99 and 187 calls here), where a per-sample loop makes about 4x.
     assert per_batch[32] < 2.5 * per_batch[8], per_batch
+
+
+def midpoint_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+    """base, other, alpha where a fused multiply-add gives ``base`` back (the exact sum rounds down to
+    it) and the unfused one the even neighbour above (the rounded product lands on a midpoint)."""
+    a, b = 1 + 2.0 ** -23, 2.0 ** -24 * (1 + 2.0 ** -18)
+    base = torch.tensor([a], dtype=torch.float64).float().view(1, 1, 1, 1)
+    return base, torch.tensor([1 - 2.0 ** -18]).view(1, 1, 1, 1), torch.tensor([b]).view(1, 1, 1, 1), a
+
+
+def test_the_batch_multiply_add_rounds_as_the_probe_of_its_own_device_says(monkeypatch):
+    from dali_bridge.ops import batched
+
+    probed: list[torch.device] = []
+    verdict = {"cpu": "unfused"}
+
+    def probe(device: torch.device) -> str:
+        probed.append(device)
+        return verdict[device.type]
+
+    monkeypatch.setattr(batched, "probe_add_rounding", probe)
+    monkeypatch.setattr(batched, "_ADD_ROUNDING", {})
+    base, other, alpha, a = midpoint_case()
+    for _ in range(2):  # asked of the device once, then remembered
+        assert batched.fused_multiply_add(base, other, alpha).item() == 1 + 2.0 ** -22   # the product rounded first
+    assert probed == [torch.device("cpu")]
+    monkeypatch.setattr(batched, "_ADD_ROUNDING", {})
+    verdict["cpu"] = "fused"
+    assert batched.fused_multiply_add(base, other, alpha).item() == a   # one rounding
+    monkeypatch.setattr(batched, "_ADD_ROUNDING", {})
+    verdict["cpu"] = "mixed"   # each sample through torch's own kernel, whatever it does here
+    assert torch.equal(batched.fused_multiply_add(base, other, alpha), torchs_fused_multiply_add(base, other, alpha))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device: checks the probe against CUDA's add kernel"))])
+def test_the_probe_answers_what_the_devices_add_kernel_does(device):
+    from dali_bridge.ops.batched import probe_add_rounding
+
+    base, other, alpha, a = midpoint_case()
+    base, other = base.to(device), other.to(device)
+    torchs = base.expand(1, 1, 1, 67).clone().add_(other.expand(1, 1, 1, 67), alpha=float(alpha)).flatten().cpu()
+    found = probe_add_rounding(torch.device(device))
+    if found == "fused":
+        assert bool((torchs == a).all())
+    elif found == "unfused":
+        assert bool((torchs == 1 + 2.0 ** -22).all())
+    else:
+        assert found == "mixed" and len(set(torchs.tolist())) == 2
+
+
+def test_the_tail_asks_the_batchs_device_how_it_rounds_before_its_first_step(monkeypatch):
+    # On a GPU the probe waits for the device: asked before the first step, it falls in the first batch
+    # whatever that batch draws, not inside a later one (where device_check's sync check would refuse it).
+    from dali_bridge.ops import batched
+
+    probed: list[torch.device] = []
+    monkeypatch.setattr(batched, "probe_add_rounding", lambda device: probed.append(device) or "fused")
+    monkeypatch.setattr(batched, "_ADD_ROUNDING", {})
+    plan = plan_of([{"random_resized_crop": {"size": list(SIZE)}}, {"vertical_flip": {"probability": 1.0}}])
+    step = next(step for step in plan.steps if step.kind == "vertical_flip")
+    concrete = [step.op.sample(step.params, np.zeros(step.op.draw_count(step.params)), *SIZE) for _ in range(2)]
+    batch = torch.empty((2, 3, *SIZE), dtype=torch.uint8, device="meta")   # a device other than the CPU
+    for _ in range(2):
+        assert run_tail([step], batch, [[(c, SIZE)] for c in concrete]).device.type == "meta"
+    assert probed == [torch.device("meta")]

@@ -5,6 +5,7 @@ are the device choices, copies, orderings and error policies that decide what re
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -474,3 +475,90 @@ def test_a_zero_copy_batch_keeps_dalis_outputs_alive_as_long_as_the_tensor_and_i
     del second
     gc.collect()
     assert dali_outputs() is None                      # then released with the last of them
+
+
+def test_torchvision_threads_on_a_rank_gpu_pin_with_its_device_current_and_copy_on_the_side_stream(tmp_path,
+                                                                                                 monkeypatch):
+    """loader.executor: threads on cuda:1: each pool thread has the rank's GPU current before its first
+    batch (torch.cuda.set_device is per thread; a new one has GPU 0), its buffers are pinned, the copy
+    and the finish run in the consumer's thread on the side stream, the consumer's stream waits for
+    that batch's event, and close joins the threads."""
+    import threading
+
+    write_image_folder(tmp_path / "data", classes=2, per_class=6)
+    spec = small_spec(tmp_path / "data", workers=2, **{"loader.executor": "threads"})
+    current, log, pinned = threading.local(), [], []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: setattr(current, "device", torch.device(device)))
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: f"side stream of {device}")
+    executor = TorchvisionExecutor(spec, list_source(spec.source), build_plan(spec), topology=Topology(1, 2, 1),
+                                   device="cuda:1")
+    real_empty = torch.empty
+
+    def empty(*args, pin_memory=False, **kwargs):  # no CUDA here to pin with: recorded, then made pageable
+        pinned.append((pin_memory, getattr(current, "device", "GPU 0, the thread's default")))
+        return real_empty(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def on(stream):
+        log.append(f"enter {stream}")
+        yield
+        log.append(f"leave {stream}")
+
+    class Event:
+        def record(self, stream):
+            log.append(f"event recorded on {stream}")
+
+    class Consumer:
+        def wait_event(self, event):
+            log.append("consumer waits for the event")
+
+    def finish(images, finish, device):
+        log.append(f"finish {len(images)} on {device} in {threading.current_thread().name}")
+        return FakeOutput(images)
+
+    class FakeOutput:
+        def __init__(self, images):
+            self.images = images
+
+        def record_stream(self, stream):
+            log.append("output recorded on the consumer")
+
+    monkeypatch.setattr(torch, "empty", empty)
+    monkeypatch.setattr(torch.cuda, "stream", on)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Consumer())
+    monkeypatch.setattr("dali_bridge.backends.torchvision.finish_batch", finish)
+    tasks = Loader(spec, executor.listing, executor.plan, executor, "torchvision", Topology(1, 2, 1)).tasks(0)
+    raws = list(executor.run(tasks))
+    assert [len(raw.indices) for raw in raws] == [len(task.indices) for task in tasks] and len(raws) > 1
+    assert pinned and all(pin and device == torch.device("cuda", 1) for pin, device in pinned), pinned
+    consumer = threading.current_thread().name
+
+    def started(raw):
+        return ["enter side stream of cuda:1", f"finish {len(raw.indices)} on cuda:1 in {consumer}",
+                "event recorded on side stream of cuda:1", "leave side stream of cuda:1"]
+
+    ready = ["consumer waits for the event", "output recorded on the consumer"]
+    # Batch k+1 is copied and finished before batch k is handed over (one ahead, as with worker processes).
+    assert log == started(raws[0]) + [line for raw in raws[1:] for line in started(raw) + ready] + ready
+    executor.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("dali-bridge-sample")]
+
+
+def test_torchvision_threads_on_a_bare_cuda_device_set_the_device_current_at_build_in_each_thread(tmp_path,
+                                                                                                monkeypatch):
+    import threading
+
+    write_image_folder(tmp_path / "data", classes=2, per_class=2)
+    spec = small_spec(tmp_path / "data", workers=2, **{"loader.executor": "threads"})
+    current = threading.local()
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: setattr(current, "device", torch.device(device)))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)   # what the building thread has current
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: f"side stream of {device}")
+    executor = TorchvisionExecutor(spec, list_source(spec.source), build_plan(spec), topology=Topology(0, 1, 0),
+                                   device="cuda")
+    try:
+        seen = set(executor.pool.map(lambda _: getattr(current, "device", None), range(6), in_flight=2))
+    finally:
+        executor.close()
+    assert seen == {torch.device("cuda", 1)}

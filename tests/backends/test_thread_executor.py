@@ -193,3 +193,24 @@ def test_leaving_a_map_early_cancels_what_has_not_started():
     assert len(started) == count < 50
     pool.close()
     assert settle(lambda: not [t for t in threading.enumerate() if t.name.startswith("test-pool")])
+
+
+def test_the_initializer_runs_in_each_thread_before_its_first_item():
+    state = threading.local()
+    initialized = []
+
+    def initializer():
+        state.ready = True
+        initialized.append(threading.get_ident())
+
+    pool = OrderedPool(3, name="test-pool", initializer=initializer)
+    try:
+        def work(i):
+            time.sleep(0.01)
+            return getattr(state, "ready", False), threading.get_ident()
+
+        results = list(pool.map(work, range(12), in_flight=6))
+    finally:
+        pool.close()
+    assert all(ready for ready, _ in results)
+    assert {ident for _, ident in results} <= set(initialized) and len(initialized) == len(set(initialized)) <= 3

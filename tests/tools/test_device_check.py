@@ -41,8 +41,9 @@ def test_dry_run_runs_every_check_reports_the_gpu_ones_skipped_and_exits_0(tmp_p
     if by_name["errors"]["status"] == "passed":   # raise yields the 2 batches before sample 9, skip keeps 23
         results = by_name["errors"]["results"]
         assert results["stand_in"] is True
-        assert results["torchvision on cpu"] == {"raise_yielded": 2, "skip_kept": 23, "skipped": [9],
-                                               "all_bad_batch_skipped": [4, 5, 6, 7]}
+        for executor in ("torchvision on cpu", "torchvision (threads) on cpu"):
+            assert results[executor] == {"raise_yielded": 2, "skip_kept": 23, "skipped": [9],
+                                         "all_bad_batch_skipped": [4, 5, 6, 7]}, executor
     # What comes back: a few files directly in the output folder; the scratch data went elsewhere.
     files = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
     assert 1 <= len(files) <= MAX_OUTPUT_FILES, files
@@ -143,7 +144,8 @@ def test_exit_status_is_1_when_a_check_that_ran_failed(tmp_path, monkeypatch):
 def test_the_bench_flags_the_check_uses_exist():
     text = subprocess.run([sys.executable, "-m", "dali_bridge.cli", "bench", "--help"], capture_output=True,
                           text=True, cwd=REPO).stdout
-    for flag in ("--data", "--backends", "--baselines", "--batches", "--warmup", "--repeat", "--json", "-q"):
+    for flag in ("--data", "--backends", "--baselines", "--batches", "--warmup", "--repeat", "--json", "-q",
+                 "--threads"):
         assert f"{flag} " in text or f"{flag}," in text, f"dali-bridge bench has no {flag}: device_check.py uses it"
 
 
@@ -171,3 +173,96 @@ def test_the_sync_check_tells_torchvisions_kernels_from_the_bridges_code():
     ours = module.sync_site(raised_in("/repo/dali_bridge/backends/torchvision.py", "/site/torch/_tensor.py"))
     assert ours["in"] == "the bridge's code" and ours["bridge_frame"] == "torchvision.py:2"
     assert ours["message"] == "called a synchronizing CUDA operation"
+
+
+def raised_through(*frames: tuple[str, str]) -> RuntimeError:
+    """A sync-debug error raised through functions ``(file, name)`` (outermost first)."""
+    namespace: dict = {}
+    inner = "raise RuntimeError('called a synchronizing CUDA operation')"
+    for file, name in reversed(frames):
+        exec(compile(f"def {name}():\n    {inner}\n", file, "exec"), namespace)
+        inner = f"{name}()"
+    try:
+        namespace[frames[0][1]]()
+    except RuntimeError as exc:
+        return exc
+    raise AssertionError("nothing raised")
+
+
+def test_the_sync_check_accepts_a_host_tails_copy_to_the_host_and_only_that():
+    module = load_module()
+    copy = ("/repo/dali_bridge/backends/dali.py", "_run_torch_tail"), ("/repo/dali_bridge/backends/device.py",
+                                                                        "move_output"), ("/site/torch/_tensor.py", "to")
+    assert module.sync_site(raised_through(*copy), host_tail=True)["in"] == module.HOST_TAIL_COPY
+    assert module.HOST_TAIL_COPY in module.ALLOWED_SYNCS
+    # The same copy where the tail runs on the GPU, or another sync of the host tail's: the bridge's code.
+    assert module.sync_site(raised_through(*copy), host_tail=False)["in"] == "the bridge's code"
+    finish = ("/repo/dali_bridge/backends/dali.py", "_run_torch_tail"), ("/repo/dali_bridge/backends/finishing.py",
+                                                                          "finish_batch")
+    assert module.sync_site(raised_through(*finish), host_tail=True)["in"] == "the bridge's code"
+
+
+def test_a_pytest_selection_that_selects_nothing_fails_the_check_loudly(tmp_path, monkeypatch):
+    module = load_module()
+    monkeypatch.setattr(module, "PYTEST_SELECTIONS", ("tests/backends/test_gone.py",))
+    with pytest.raises(AssertionError, match=r"test files not found: \['tests/backends/test_gone.py'\]"):
+        module.check_pytest(tmp_path, tmp_path, tmp_path, True)
+    monkeypatch.setattr(module, "PYTEST_SELECTIONS", ("tests/backends/test_gpu_tail.py::test_renamed_away",))
+    with pytest.raises(AssertionError, match="pytest failed"):   # pytest itself refuses a test it cannot find
+        module.check_pytest(tmp_path, tmp_path, tmp_path, True)
+    node = "tests/backends/test_batched_tail.py::test_the_probe_answers_what_the_devices_add_kernel_does"
+    assert module.selects(node, node + "[cpu]") and module.selects("tests/backends/test_gpu.py",
+                                                                   "tests/backends/test_gpu.py::test_x")
+    assert not module.selects(node, node + "_too[cpu]") and not module.selects("tests/backends/test_gpu.py",
+                                                                               "tests/backends/test_gpu.py_x::t")
+    assert module.junit_node_ids(junit(tmp_path / "r.xml", "tests.backends.test_gpu", "test_x[a]")) == [
+        "tests/backends/test_gpu.py::test_x[a]"]
+
+
+def junit(path: Path, classname: str, name: str) -> Path:
+    path.write_text(f'<testsuites><testsuite><testcase classname="{classname}" name="{name}"/></testsuite>'
+                    f'</testsuites>')
+    return path
+
+
+def test_every_pytest_selection_of_the_check_selects_a_test_here(tmp_path):
+    module = load_module()
+    found = module.check_pytest(tmp_path, tmp_path, tmp_path, True)   # a dry run: collected only
+    assert set(found["selected"]) == set(module.PYTEST_SELECTIONS) and all(found["selected"].values()), found
+
+
+def warning_through(*frames: tuple[str, str]):
+    """A function that, through functions ``(file, name)`` (outermost first), warns as torch's sync
+    debug mode does under "warn"; then returns."""
+    namespace: dict = {"warnings": __import__("warnings")}
+    inner = "warnings.warn('called a synchronizing CUDA operation')"
+    for file, name in reversed(frames):
+        exec(compile(f"def {name}():\n    {inner}\n", file, "exec"), namespace)
+        inner = f"{name}()"
+    return namespace[frames[0][1]]
+
+
+def test_warn_mode_lists_every_sync_of_a_batch_where_it_happened(monkeypatch):
+    import torch
+
+    module = load_module()
+    modes = []
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    affine = warning_through(("/repo/dali_bridge/ops/policy_kernels.py", "affine_operations"),
+                             ("/site/torchvision/transforms/v2/functional/_geometry.py", "_apply_grid_transform"))
+    ours = warning_through(("/repo/dali_bridge/ops/batched.py", "blend"), ("/site/torch/_tensor.py", "item"))
+
+    def batch():
+        affine(), ours(), affine()   # the first sync is torchvision's: "error" mode would stop there
+        import warnings
+        warnings.warn("something else")   # other warnings are shown as ever
+
+    with pytest.warns(UserWarning, match="something else"):
+        stacks = module.warned_syncs(batch, debug=True)
+    assert modes == ["warn", 0]
+    sites = [module.frame_site(stack, module.SYNC_MESSAGE)["in"] for stack in stacks]
+    assert sites == ["torchvision's kernels", "the bridge's code", "torchvision's kernels"]
+    assert module.frame_site(stacks[1], module.SYNC_MESSAGE)["bridge_frame"] == "batched.py:2"
+    with pytest.warns(UserWarning, match="something else"):
+        module.warned_syncs(batch, debug=False)
+    assert modes == ["warn", 0]   # no mode set in a dry run
