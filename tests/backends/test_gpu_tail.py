@@ -245,11 +245,11 @@ def test_a_gpu_dali_executors_tail_and_finish_copy_per_operation_drawn_not_per_s
     executor._tail_device = executor.device = meta   # where the tail and the finish run: the "GPU"
     monkeypatch.setitem(batched._ADD_ROUNDING, meta, "fused")
     monkeypatch.setattr(torch, "from_dlpack", lambda tensor: tensor)
-    uniforms = np.random.default_rng(5).random((8, sum(s.op.draw_count(s.params) for s in plan.torch_tail)))
+    uniforms = np.random.default_rng(5).random((8, sum(s.op.draw_count(s.params) for s in executor.torch_tail)))
     drawn = []
     for u in uniforms:   # each sample's (concrete parameters, size) per tail step
         steps, start = [], 0
-        for step in plan.torch_tail:
+        for step in executor.torch_tail:
             count = step.op.draw_count(step.params)
             steps.append((step.op.sample(step.params, u[start:start + count], *SIZE), SIZE))
             start += count
