@@ -116,7 +116,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                                                         for i, n, b in missing))
             continue
         rows = [{"stage": s.stage, "implementation": s.implementation, "device": s.device}
-                for s in placement(plan, backend, cuda=_cuda())]
+                for s in placement(plan, backend, cuda=_cuda(), executor=spec.loader.executor)]
         print(format_table(rows, [("stage", "stage"), ("device", "device"), ("implementation", "implementation")]))
         if backend == "torchvision":
             from .region_decode import describe_decode

@@ -12,23 +12,26 @@ from .plan import Placed, Plan
 __all__ = ["Placed", "placement"]
 
 
-def placement(plan: Plan, backend: str, cuda: bool = False) -> list[Placed]:
+def placement(plan: Plan, backend: str, cuda: bool = False, *, executor: str = "processes") -> list[Placed]:
     """Where each stage runs on ``backend``.
 
     ``dali``: decode ``mixed`` (nvJPEG; ``cpu`` when the spec says ``decode.device: cpu``), every
     other op on ``gpu``. ``dali-cpu``: everything on ``cpu``. ``torchvision``: decode and the steps
     in DataLoader worker processes on the CPU, finishing on the batch — on ``cuda`` when the loader
-    targets a GPU (``cuda=True``), else in the main process.
+    targets a GPU (``cuda=True``), else in the main process; under ``executor="threads"`` (the
+    spec's ``loader.executor``) the read and the steps run in threads of the loader's process.
     """
     if backend in ("dali", "dali-cpu"):
         device = "cuda" if backend == "dali" else "cpu"
         return [Placed(*stage) for stage in dali_plan(plan).stages(gpu=backend == "dali")] + \
             _post_finish_placement(plan, device)
     if backend == "torchvision":
-        stages = [Placed("read", "DataLoader worker: file read", "cpu"),
+        threads = executor == "threads"
+        stages = [Placed("read", "loader thread: file read" if threads else "DataLoader worker: file read", "cpu"),
                   Placed("decode", "torchvision.io.decode_image (RGB, EXIF orientation)", "cpu")]
         stages += [Placed(step.name, step.op.torchvision_stage(step.params), "cpu") for step in plan.steps]
-        stages.append(Placed("batch", "uint8 batch through worker queue", "cpu"))
+        stages.append(Placed("batch", "uint8 batch in the loader's process" if threads
+                             else "uint8 batch through worker queue", "cpu"))
         stages.append(Placed("finish", plan.finish_step.op.torchvision_stage(plan.finish_step.params),
                              "cuda" if cuda else "cpu"))
         return stages + _post_finish_placement(plan, "cuda" if cuda else "cpu")

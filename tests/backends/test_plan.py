@@ -118,6 +118,14 @@ def test_torchvision_finishes_on_cuda_only_when_the_loader_targets_a_gpu():
     assert "uint8" in on_gpu[4].implementation
 
 
+def test_torchvision_under_the_threads_executor_says_its_read_runs_in_loader_threads_not_worker_processes():
+    plan = plan_of(TRAIN_OPS)
+    processes, threads = placement(plan, "torchvision"), placement(plan, "torchvision", executor="threads")
+    assert processes[0].implementation.startswith("DataLoader worker")
+    assert threads[0].implementation.startswith("loader thread") and "worker queue" not in threads[4].implementation
+    assert [(s.stage, s.device) for s in threads] == [(s.stage, s.device) for s in processes]
+
+
 def roi_decode(plan) -> bool:
     return dali_plan(plan).window_columns is not None
 
