@@ -151,6 +151,7 @@ class RandAugment(Policy):
 class AutoAugment(Policy):
     draws = 5  # the sub-policy, then per operation of it: whether it applies, its sign
     transform = "AutoAugment"
+    key_hints = {"variant": "timm's AutoAugment policies (original, v0, 3a, ...) are the op timm_auto_augment"}
 
     def draw_operations(self, params, u, height, width):
         policy = POLICIES[params["policy"]]
@@ -212,6 +213,7 @@ class AugMix(Op):
     draws = 4  # per chain operation (which, bin, sign) plus one per chain; see draw_count
     transform = "AugMix"
     torch_after_dali = True  # see the module docstring
+    key_hints = {"variant": "timm's AugMix (its augmix-m*-w*-d* policy) is the op timm_augmix"}
 
     @staticmethod
     def _depth(params) -> int:

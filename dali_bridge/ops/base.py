@@ -169,6 +169,9 @@ class Op:
     # which then ends before the first such step (the plan's torch tail; each op's docstring says why).
     # True for every op but a DaliOp.
     torch_after_dali: ClassVar[bool] = True
+    # A key this op lacks but a user coming from another library may try, and what to write instead
+    # (added to the unknown-key error).
+    key_hints: ClassVar[Mapping[str, str]] = {}
 
     def __post_init__(self) -> None:
         if isinstance(self.category, str) and self.category in Category._value2member_map_:

@@ -84,7 +84,7 @@ def _check_op(entry: Any, item_path: tuple, chk: ProblemCollector) -> OpSpec | N
         chk.add(op_path, f"expected the parameters of {quoted(str(name))} as a mapping, "
                          f"found {type_name(params)} {quoted(params)}")
         return None
-    chk.unknown_keys(params, [p.name for p in op.params], op_path, f"op '{name}'")
+    chk.unknown_keys(params, [p.name for p in op.params], op_path, f"op '{name}'", hints=op.key_hints)
     resolved: dict[str, Any] = {}
     for param in op.params:
         if param.name not in params:

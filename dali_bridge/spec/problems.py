@@ -73,12 +73,16 @@ class ProblemCollector:
     def add(self, path: tuple, message: str, kind: str = "") -> None:
         self.problems.append(Problem(self.where(path), format_path(path), shortened(message), kind))
 
-    def unknown_keys(self, mapping: Mapping, allowed: Iterable[str], path: tuple, what: str) -> None:
+    def unknown_keys(self, mapping: Mapping, allowed: Iterable[str], path: tuple, what: str,
+                     hints: Mapping[str, str] | None = None) -> None:
+        """Report each key of ``mapping`` not in ``allowed``; ``hints``: what to write instead of a key."""
         allowed = list(allowed)
         for key in mapping:
             if key not in allowed:
                 hint = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
                 suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
+                if hints and key in hints:
+                    suggestion = f"; {hints[key]}"
                 self.add(path + (key,), f"unknown key {quoted(str(key))} in {what} (expected one of: "
                                         f"{', '.join(allowed)}){suggestion}")
 

@@ -204,6 +204,20 @@ def test_unknown_key_without_a_close_match_has_no_suggestion(tmp_path):
     assert "unknown key 'zzzzqq'" in problem.message and "did you mean" not in problem.message
 
 
+@pytest.mark.parametrize("op, points_to", [("augmix", "timm_augmix"), ("auto_augment", "timm_auto_augment")])
+def test_a_timm_variant_key_on_torchvisions_policy_points_to_the_timm_op(tmp_path, op, points_to):
+    text = with_ops(["random_resized_crop: {size: 224}", f"{op}: {{variant: timm}}", "normalize"])
+    problem = only_problem(errors(write(tmp_path, text)))
+    assert problem.path == f"ops[1].{op}.variant"
+    assert f"unknown key 'variant' in op '{op}'" in problem.message and f"the op {points_to}" in problem.message
+
+
+def test_no_op_hints_at_a_key_it_has():
+    from dali_bridge.ops.registry import OPS
+    for name, op in OPS.items():
+        assert not set(op.key_hints) & {p.name for p in op.params}, name
+
+
 def test_unknown_op_name_suggests_the_closest_op(tmp_path):
     text = with_ops(["random_resized_crp: {size: 224}", "normalize"])
     problem = only_problem(errors(write(tmp_path, text)))
