@@ -76,9 +76,8 @@ class PostFinish:
                 chw, targets = op.apply_batch(params, chw, targets, op.sample_batch(params, u, height, width))
                 continue
             rows = sample_draws.get(position)
-            for row in range(chw.shape[0]):
-                concrete = op.sample(params, rows[row] if rows is not None else None, height, width)
-                op.apply(params, chw[row], concrete)
+            op.apply_samples(params, chw, [op.sample(params, rows[row] if rows is not None else None, height, width)
+                                           for row in range(chw.shape[0])])
         if hwc:
             chw = chw.permute(0, 2, 3, 1)
             images = chw if chw.is_contiguous() else chw.contiguous()

@@ -35,6 +35,12 @@ class AfterFinishOp(Op):
         """Apply one sample's concrete parameters to its CHW float tensor, in place (a view into the batch)."""
         raise NotImplementedError(f"op {self.name!r} has no post-finish kernel")
 
+    def apply_samples(self, params: Mapping[str, Any], images: Any, concretes: list[tuple]) -> None:
+        """Apply each sample's concrete parameters to its row of the NCHW batch, in place (an op whose
+        per-sample values live on the host overrides this to move them to the batch's device at once)."""
+        for row, concrete in enumerate(concretes):
+            self.apply(params, images[row], concrete)
+
     def stage(self, params: Mapping[str, Any]) -> str:
         """What ``dali-bridge show`` lists for this op (the same on every backend)."""
         raise NotImplementedError(f"op {self.name!r} has no post-finish stage")

@@ -98,6 +98,21 @@ class RandomErasing(AfterFinishOp):
             fill = self.value(params, erase, image.shape[-3]).to(image.device, non_blocking=True)
             image[..., erase.top:erase.top + erase.height, erase.left:erase.left + erase.width] = fill
 
+    def apply_samples(self, params, images: Any, concretes: list[tuple]) -> None:
+        """Erase the batch's boxes in place; the fills are made on the host and, for a batch on a GPU,
+        copied to it in one transfer (not one per erased sample)."""
+        import torch
+
+        erased = [(row, concrete[0]) for row, concrete in enumerate(concretes) if concrete[0].apply]
+        if not erased:
+            return
+        fills = [self.value(params, erase, images.shape[-3]) for _, erase in erased]
+        if images.device.type != "cpu":
+            flat = torch.cat([fill.reshape(-1) for fill in fills]).to(images.device, non_blocking=True)
+            fills = [part.view(fill.shape) for part, fill in zip(flat.split([f.numel() for f in fills]), fills)]
+        for (row, erase), fill in zip(erased, fills):
+            images[row, ..., erase.top:erase.top + erase.height, erase.left:erase.left + erase.width] = fill
+
     def torchvision_transforms(self, params):
         from torchvision.transforms import v2
 

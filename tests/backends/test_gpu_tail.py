@@ -263,3 +263,23 @@ def test_a_gpu_dali_executors_tail_and_finish_copy_per_operation_drawn_not_per_s
         assert out.device == meta and out.dtype == torch.float32 and out.shape == (count, 3, *SIZE)
         copies[count] = counted.copies
     assert copies[32] == copies[8], f"copies {copies}"
+
+
+@pytest.mark.parametrize("value", [0.5, "random"])
+def test_random_erasing_on_a_device_copies_its_fills_once_per_batch_not_per_erased_sample(monkeypatch, value):
+    from dali_bridge.plan import build_plan
+    from dali_bridge.post_finish import PostFinish
+    from dali_bridge.spec import spec_from_dict
+
+    spec = spec_from_dict({"version": 1, "source": {"type": "folder", "root": "/nonexistent"}, "batch_size": 32,
+                           "ops": [{"center_crop": list(SIZE)}, "normalize",
+                                   {"random_erasing": {"probability": 1.0, "value": value}}]})
+    post = PostFinish(build_plan(spec), 0, 0, num_classes=1)
+    meta = torch.device("meta")
+    copies = {}
+    for count in (8, 32):
+        images = torch.empty((count, 3, *SIZE), dtype=torch.float32, device=meta)
+        with HostToDevice(monkeypatch) as counter:
+            post.apply(images, torch.empty(count, dtype=torch.int64, device=meta), np.arange(count), epoch=0, number=0)
+        copies[count] = counter.copies
+    assert copies[8] == copies[32] == 1
