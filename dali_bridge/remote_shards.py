@@ -176,7 +176,7 @@ def list_remote_shards(store: ObjectStore, urls: list[str], image_keys: tuple[st
     ranged GET per sample (with a warning naming the cost); a shard whose index is absent or
     unusable is downloaded and scanned, with a warning."""
     cache_dir = cache_dir or listing_cache_dir()
-    heads = store.info(urls + [index_path(u) for u in urls])
+    heads = store.listed(urls + [index_path(u) for u in urls])
     shard_heads, index_heads = heads[:len(urls)], heads[len(urls):]
     problems = [f"{h.reason}" for h in shard_heads if isinstance(h, FetchError)]
     if problems:

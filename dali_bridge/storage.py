@@ -40,6 +40,7 @@ DEFAULT_MAX_REQUESTS = 64
 DEFAULT_TIMEOUT = 60.0          # seconds one sample's read may take, retries included
 BACKOFF_FIRST = 0.05            # seconds before the first retry; doubled each time, capped
 BACKOFF_CAP = 5.0
+LIST_PAGE = 1000                # keys per LIST request (S3's most)
 SECRET_WORDS = ("secret", "token", "password", "passwd", "credential", "key_id", "access_key", "private",
                 "session", "auth", "anon_key")
 _SECRET_ENV = re.compile(r"(SECRET|TOKEN|PASSWORD|SESSION|CREDENTIAL|ACCESS_KEY)", re.IGNORECASE)
@@ -265,6 +266,57 @@ class ObjectStore:
         return self._run(lambda: asyncio.gather(*(self._bounded(lambda u=u: self._head(u), u, f"HEAD {u}")
                                                   for u in urls)))
 
+    def listed(self, urls: Sequence[str]) -> list[ObjectInfo | FetchError]:
+        """Each object's size and ETag as :meth:`info` gives them, from the store's LIST where it has
+        one: on S3 one request per 1,000 keys between the first and the last of a folder's URLs
+        (a missing object is a missing :class:`FetchError`); elsewhere (HTTP has no LIST) one HEAD each."""
+        if self.scheme != "s3" or not urls:
+            return self.info(urls)
+        folders: dict[str, list[int]] = {}
+        for number, url in enumerate(urls):
+            folders.setdefault(split_url(url)[0], []).append(number)
+        out: list[ObjectInfo | FetchError] = [FetchError(url, "not listed") for url in urls]
+
+        async def one_folder(numbers: list[int]) -> None:
+            found = await self._list_s3([urls[n] for n in numbers])
+            for number in numbers:
+                url = urls[number]
+                got = found.get(url) if isinstance(found, dict) else found
+                out[number] = got if got is not None else FetchError(
+                    url, f"{url} does not exist (not in the store's listing of {split_url(url)[0]}/)", missing=True)
+                if isinstance(got, FetchError):
+                    out[number] = FetchError(url, f"{url}: {got.reason}", got.missing, got.changed)
+
+        self._run(lambda: asyncio.gather(*(one_folder(numbers) for numbers in folders.values())))
+        return out
+
+    async def _list_s3(self, urls: list[str]) -> dict[str, ObjectInfo] | FetchError:
+        """The objects of one folder named by ``urls`` that exist: LIST pages of the keys from the
+        first URL's to the last one's (S3 lists in key order), each page retried as a request is."""
+        fs = self._filesystem()
+        bucket = fs.split_path(urls[0])[0]
+        keys = sorted(fs.split_path(url)[1] for url in urls)
+        wanted = set(keys)
+        # From just before the first key, within the keys' common prefix, until past the last: other
+        # objects of the folder (another split, older files) cost pages only when they sort among these.
+        request = {"Bucket": bucket, "Prefix": os.path.commonprefix(keys), "MaxKeys": LIST_PAGE,
+                   **({"StartAfter": keys[0][:-1]} if len(keys[0]) > 1 else {})}
+        found: dict[str, ObjectInfo] = {}
+        while True:
+            page = await self._bounded(lambda r=dict(request): self._s3_call(fs, urls[0], "list_objects_v2", **r),
+                                       urls[0], f"LIST s3://{bucket}/{request['Prefix']}")
+            if isinstance(page, FetchError):
+                return page
+            for item in page.get("Contents", []):
+                if item["Key"] in wanted:
+                    modified = item.get("LastModified")
+                    found[f"s3://{bucket}/{item['Key']}"] = ObjectInfo(
+                        int(item["Size"]), item.get("ETag"), modified.timestamp() if modified is not None else None)
+            contents = page.get("Contents", [])
+            if not page.get("IsTruncated") or not contents or contents[-1]["Key"] >= keys[-1]:
+                return found
+            request["ContinuationToken"] = page["NextContinuationToken"]
+
     def get(self, urls: Sequence[str]) -> list[bytes | FetchError]:
         """Whole (small) objects, concurrently: indexes and manifests."""
         return self._run(lambda: asyncio.gather(*(self._bounded(lambda u=u: self._get_whole(u), u, f"GET {u}")
@@ -359,7 +411,7 @@ class ObjectStore:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "NoSuchBucket"):
                 status = 404
             raise _status_failure(status, url, f"{method} {exc.response.get('Error', {}).get('Code', '')}") from None
-        if method == "head_object":
+        if method in ("head_object", "list_objects_v2"):
             return response
         body = response["Body"]
         try:
