@@ -253,9 +253,11 @@ class RemoteShardSamples:
     """Where each sample's image bytes are, as :class:`~dali_bridge.shards.ShardSamples`, in objects
     read by ranged GETs through an :class:`~dali_bridge.storage.ObjectStore`.
 
-    :meth:`prefetch` fetches a batch's samples concurrently; :meth:`read` then hands each one out
-    (or fetches it alone when it was not prefetched). What a thread prefetched is its own, and is
-    replaced at its next prefetch, so memory holds at most a batch per reading thread.
+    :meth:`prefetch` starts a batch's ranged GETs, in the batch's order, and returns; :meth:`read`
+    then hands out each sample as soon as its bytes have arrived (or fetches it alone when it was
+    not prefetched), so the first samples are decoded while the later ones are still on the wire.
+    What a thread prefetched is its own, and is replaced at its next prefetch (requests of the
+    previous batch still waiting are cancelled), so memory holds at most a batch per reading thread.
     """
 
     def __init__(self, shards: tuple[str, ...], shard: np.ndarray, offset: np.ndarray, size: np.ndarray,
@@ -283,24 +285,28 @@ class RemoteShardSamples:
         return Range(self.shards[shard], int(self.offset[index]), int(self.size[index]), self.etags[shard])
 
     def prefetch(self, indices: Iterable[int]) -> None:
-        """Fetch these samples' bytes together (``source.max_requests`` in flight)."""
+        """Start fetching these samples' bytes together (``source.max_requests`` in flight)."""
+        self.close()
         wanted = [i for i in dict.fromkeys(int(i) for i in indices) if self.size[i] > 0]
-        self._local.ready = dict(zip(wanted, self.store.fetch([self._range(i) for i in wanted])))
+        if wanted:
+            self._local.ready = dict(zip(wanted, self.store.start([self._range(i) for i in wanted])))
 
     def read(self, index: int) -> bytes:
         """The encoded image of sample ``index``; :class:`ImageError` naming the request's last error."""
         if int(self.size[index]) == 0:
             raise ImageError("empty image member (0 bytes)")
         # Kept until this thread's next prefetch: a batch may hold a sample twice (pad, repeats).
-        answer = getattr(self._local, "ready", {}).get(index)
-        if answer is None:
-            answer = self.store.fetch([self._range(index)])[0]
+        started = getattr(self._local, "ready", {}).get(index)
+        answer = started.result() if started is not None else self.store.fetch([self._range(index)])[0]
         if isinstance(answer, FetchError):
             raise ImageError(redact(answer.reason))
         return answer
 
     def close(self) -> None:
-        """Drop what this thread prefetched (the store's connections live as long as the process)."""
+        """Drop what this thread prefetched, cancelling its requests still waiting (the store's
+        connections live as long as the process)."""
+        for started in getattr(self._local, "ready", {}).values():
+            started.cancel()
         self._local.ready = {}
 
 

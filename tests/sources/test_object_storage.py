@@ -328,6 +328,21 @@ def test_a_batch_is_fetched_concurrently_within_max_requests(s3_shards, moto_end
         assert proxy.peak == expected_peak  # batch_size 5: all five at once when the limit allows
 
 
+def test_a_batch_sample_is_handed_out_as_soon_as_its_bytes_arrive_while_later_ones_are_in_flight(
+        local_shards, s3_shards, moto_endpoint, fault_proxy):
+    proxy = fault_proxy(moto_endpoint)
+    remote = list_webdataset(f"{s3_shards}/{SHARDS}", DEFAULT_IMAGE_KEYS,
+                             store=ObjectStore("s3", {"endpoint_url": proxy.endpoint}, max_requests=1))
+    local = list_webdataset(str(local_shards / SHARDS), DEFAULT_IMAGE_KEYS)
+    batch = [7, 30, 2, 19]
+    proxy.latency, proxy.ranged = 1.0, 0   # one GET at a time, each a second long
+    remote.prefetch(batch)
+    assert remote.read(batch[0]) == local.read(batch[0])
+    assert proxy.ranged < len(batch)  # the first sample came before the batch's last GET was sent
+    assert [remote.read(i) for i in batch[1:]] == [local.read(i) for i in batch[1:]]
+    assert proxy.ranged == len(batch)  # each GET started by the prefetch, none again by the reads
+
+
 # ---- settings and credentials
 
 def test_a_missing_storage_client_names_the_extra_to_install(monkeypatch):
