@@ -126,15 +126,21 @@ def _serve(server: ThreadingHTTPServer) -> ThreadingHTTPServer:
     return server
 
 
+def serve_folder(root: Path) -> tuple[ThreadingHTTPServer, str]:
+    """The files under ``root`` served on 127.0.0.1 with Range support, from a thread: (the server, its base URL)."""
+    server = ThreadingHTTPServer((LOOPBACK, 0), _RangeHandler)
+    server.root = root.resolve()
+    _serve(server)
+    return server, f"http://{LOOPBACK}:{server.server_address[1]}"
+
+
 @pytest.fixture
 def http_folder(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     """(a folder, its base URL) served on 127.0.0.1 with Range support."""
     root = tmp_path / "served"
     root.mkdir()
-    server = ThreadingHTTPServer((LOOPBACK, 0), _RangeHandler)
-    server.root = root.resolve()
-    _serve(server)
-    yield root, f"http://{LOOPBACK}:{server.server_address[1]}"
+    server, base = serve_folder(root)
+    yield root, base
     server.shutdown()
     server.server_close()
 

@@ -23,9 +23,13 @@ def test_the_object_storage_benchmark_smoke_run_writes_a_file_bench_readme_rende
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads(out.read_text())
     assert record["quick"] is True and record["samples"] == 37
-    assert {(r["mode"], r["images"]) for r in record["epochs"]} == {("local", 37), ("ranged", 37), ("cache", 37)}
+    assert {(r["mode"], r["images"]) for r in record["epochs"]} == {("local", 37), ("ranged", 37), ("ranged-http", 37),
+                                                                     ("cache", 37)}
     assert record["listing"][0]["samples"] == 16
-    assert "HEAD" in record["listing"][0]["warm_requests"] and record["listing"][0]["warm_requests"]["GET"] == 1
+    assert record["listing"][0]["warm_requests"] == {"GET": 1 + 1}   # one LIST page, the manifest
+    targets = {(r["target"], r["client"]) for r in record["ranged_reads"] if "skipped" not in r}
+    assert {("moto", "fsspec + s3fs (the bridge's)"), ("HTTP server", "fsspec HTTP (the bridge's)")} <= targets
+    assert all(r["cpu_s_per_1000"] > 0 for r in record["ranged_reads"] if "skipped" not in r)
     page = render_file(out)
     assert page.startswith("## Shards in object storage (object_storage.json)")
     assert "A smoke run (`--quick`)" in page and "| 0 | torchvision | ranged |" in page
