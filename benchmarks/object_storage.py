@@ -1,17 +1,22 @@
 """Shards in object storage against the same shards on local disk: images/s, first batch, memory,
-ranged-read rate per client and listing time.
+ranged-read rate and CPU cost per server and client, and listing requests and time.
 
-Starts moto's S3 server on 127.0.0.1 and, in front of it, the tests' fault proxy adding a fixed
-latency to every request (0 and 20 ms by default), converts an image folder to shards, uploads
-them, and measures, for each latency:
+Starts moto's S3 server on 127.0.0.1 in a process of its own, Python's HTTP server (Range
+support) on the same shards, and in front of each the tests' fault proxy adding a fixed latency
+to every request (0 and 20 ms by default), converts an image folder to shards, uploads them, and
+measures, for each latency (``--parts`` picks among the three):
 
 * **epochs** of a pipeline (``imagenet_train``) per backend and mode, each in a process of its
-  own (so its peak RSS is its own): ``local`` (the shards on local disk, the reference),
-  ``ranged`` (``s3://`` shards, each sample one ranged GET, a batch's GETs concurrent) and
+  own (so its peak RSS is its own; its DataLoader workers start the platform's default way, as a
+  training script's do): ``local`` (the shards on local disk, the reference), ``ranged``
+  (``s3://`` shards from moto, each sample one ranged GET, a batch's GETs concurrent),
+  ``ranged-http`` (the same from the HTTP server: the bridge's ceiling apart from moto's) and
   ``cache`` (``source.cache``, cold at the start of the run): images/s over the epoch, seconds
   from ``iter()`` to the first batch, peak RSS of the process and its workers;
-* **ranged reads**: the samples' byte ranges read with ``max_requests`` in flight through the
-  bridge's client (fsspec + s3fs) and, when it is installed, through obstore: ranges/s and MiB/s;
+* **ranged reads**: the samples' byte ranges read with ``max_requests`` in flight, with nothing to
+  decode, by the bridge's client (fsspec + s3fs; fsspec HTTP) and obstore, each in a process of
+  its own, from each server through the proxy and (at 0 ms) directly: ranges/s, MiB/s and the CPU
+  seconds per 1,000 GETs of the client, of moto's process and of the proxies and HTTP server;
 * **listing** ``--listing-shards`` shards (1,024 by default) of one small sample each: a cold
   listing (no listing cache) and a warm one, with the requests each made.
 
@@ -22,6 +27,7 @@ bounded by ``max_requests`` × sample size.
 
     .venv/bin/python benchmarks/object_storage.py --data data/sample
     .venv/bin/python benchmarks/object_storage.py --quick --data DIR --out /tmp/object_storage.json  # smoke run
+    .venv/bin/python benchmarks/object_storage.py --parts ranged --latency-ms 0 --out /tmp/ranged.json
 
 ``--quick`` (one latency, one backend, 16 listing shards, few ranges) only checks that the script
 works: its figures say nothing, and the report says so. Needs moto[server] and s3fs (the test
@@ -158,11 +164,18 @@ def _ranged_in_child(client: str, ranges: list[Range], endpoint: str, max_reques
     queue.put({"seconds": seconds, "cpu_s": cpu})
 
 
+def _process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux's /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def ranged_read_rates(ranges: list[Range], targets: dict[str, tuple[str, str]], max_requests: int,
-                      latency_ms: float) -> list[dict]:
+                      latency_ms: float, moto_pid: int) -> list[dict]:
     """Each client on each target (name → (scheme, endpoint)) reading ``ranges`` (``s3://`` URLs; over
     HTTP the same keys under the server), in a process of its own: the loader's CPU is the client's alone,
-    never the servers' (moto runs in a process of its own, the proxies in this one)."""
+    never the servers'. Beside it, the CPU seconds moto's process and this one (the proxies and the HTTP
+    server) spent meanwhile, per 1,000 GETs: what serving them costs the machine."""
     total = sum(r.size for r in ranges)
     rows = []
     context = multiprocessing.get_context("spawn")
@@ -174,8 +187,10 @@ def ranged_read_rates(ranges: list[Range], targets: dict[str, tuple[str, str]], 
                                    "ranges": len(ranges), "max_requests": max_requests}
             queue = context.Queue()
             child = context.Process(target=_ranged_in_child, args=(client, asked, endpoint, max_requests, queue))
+            servers = _process_cpu_seconds(moto_pid), _cpu_seconds()
             child.start()
             child.join()
+            moto_cpu, here_cpu = _process_cpu_seconds(moto_pid) - servers[0], _cpu_seconds() - servers[1]
             got = queue.get() if child.exitcode == 0 and not queue.empty() else \
                 {"skipped": f"its process ended with exit code {child.exitcode}"}
             if "skipped" in got:
@@ -183,7 +198,9 @@ def ranged_read_rates(ranges: list[Range], targets: dict[str, tuple[str, str]], 
                 continue
             rows.append({**row, "seconds": got["seconds"], "ranges_per_s": len(ranges) / got["seconds"],
                          "mib_per_s": total / got["seconds"] / 2**20,
-                         "cpu_s_per_1000": 1000 * got["cpu_s"] / len(ranges)})
+                         "cpu_s_per_1000": 1000 * got["cpu_s"] / len(ranges),
+                         "moto_cpu_s_per_1000": 1000 * moto_cpu / len(ranges),
+                         "proxy_and_http_cpu_s_per_1000": 1000 * here_cpu / len(ranges)})
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -249,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["AWS_ENDPOINT_URL"] = endpoint
     try:
         with tempfile.TemporaryDirectory(prefix="dali-bridge-bench-s3-") as scratch_dir:
-            run_all(args, Path(scratch_dir), endpoint, record)
+            run_all(args, Path(scratch_dir), endpoint, moto.pid, record)
     finally:
         moto.terminate()
         moto.wait()
@@ -277,7 +294,7 @@ def start_moto() -> tuple[subprocess.Popen, str]:
     raise RuntimeError(f"moto's server did not start on {LOOPBACK}:{port} within 60 s")
 
 
-def run_all(args: argparse.Namespace, scratch: Path, endpoint: str, record: dict[str, Any]) -> None:
+def run_all(args: argparse.Namespace, scratch: Path, endpoint: str, moto_pid: int, record: dict[str, Any]) -> None:
     shards = scratch / "served" / "train"   # served over HTTP too, as http://HOST/train/train-000000.tar
     shards.mkdir(parents=True)
     result = convert(args.data, str(shards / "train-%06d.tar"), shard_size=args.shard_size)
@@ -305,7 +322,7 @@ def run_all(args: argparse.Namespace, scratch: Path, endpoint: str, record: dict
                        "HTTP server via the proxy": ("http", http_proxy.endpoint)}
             if latency_ms == 0:   # the servers' own ceilings, no proxy between
                 targets.update({"moto": ("s3", endpoint), "HTTP server": ("http", http_base)})
-            record["ranged_reads"] += ranged_read_rates(ranges, targets, args.max_requests, latency_ms)
+            record["ranged_reads"] += ranged_read_rates(ranges, targets, args.max_requests, latency_ms, moto_pid)
         if "listing" in parts:
             record["listing"].append(listing_times(listing_shards, args.listing_shards, proxy.endpoint, proxy,
                                                    latency_ms, scratch))

@@ -1,8 +1,9 @@
 """WebDataset shards in object storage: listed from their indexes without reading the data, each
 sample then one ranged GET of exactly its bytes, a batch's samples fetched together.
 
-Listing a URL pattern costs one HEAD per shard and per index, the manifest and one GET per
-index, all concurrent (``source.max_requests`` in flight): the labels come from the manifest,
+Listing a URL pattern costs the store's LIST of the shards and indexes (on S3 one request per
+1,000 keys; over HTTP, which has no LIST, a HEAD each), the manifest and one GET per index, all
+concurrent (``source.max_requests`` in flight): the labels come from the manifest,
 which ``dali-bridge convert`` writes with each shard's labels and its index's sha256. A shard
 the manifest does not describe so (an older manifest, none, another index) costs one small
 ranged GET per label member instead, with a warning naming the cost; each includes the tar
@@ -169,8 +170,9 @@ def manifest_labels(manifest: dict | None, label_key: str) -> dict[str, tuple[st
 def list_remote_shards(store: ObjectStore, urls: list[str], image_keys: tuple[str, ...], label_key: str,
                        cache_dir: Path | None = None, manifest: Callable[[], dict | None] = lambda: None
                        ) -> tuple[list[ShardScan], list[ObjectInfo], list[str]]:
-    """Every shard's scan, HEAD (size, ETag) and the problems that stop the listing (missing
-    shards), in the order of ``urls``. Indexes are HEADed and fetched concurrently; labels come
+    """Every shard's scan, size and ETag (:meth:`~dali_bridge.storage.ObjectStore.listed`) and the
+    problems that stop the listing (missing shards), in the order of ``urls``. Indexes are listed
+    with the shards and fetched concurrently; labels come
     from the ``manifest()`` (read once the shards answer) when it records them for an index of
     the same digest, else from one
     ranged GET per sample (with a warning naming the cost); a shard whose index is absent or

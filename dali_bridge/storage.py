@@ -10,9 +10,9 @@ Either way the caller gets a :class:`FetchError` naming the URL, the range and t
 never a hang.
 
 fsspec over obstore: one interface covers S3, GCS and HTTP with the file systems users already
-configure (``AWS_*`` variables, ``AWS_ENDPOINT_URL``, profiles, ``GOOGLE_APPLICATION_CREDENTIALS``);
-a ranged GET costs one request either way, and what bounds a sample read is the round trip, not
-the client, so the client's own speed matters little next to keeping enough requests in flight.
+configure (``AWS_*`` variables, ``AWS_ENDPOINT_URL``, profiles, ``GOOGLE_APPLICATION_CREDENTIALS``),
+and each forked process makes its own client. obstore spends about a third of s3fs's CPU per
+ranged GET, but its runtime does not survive a fork (docs/object-storage.md weighs the two).
 
 Credentials are never taken from the pipeline file (:func:`secret_option` refuses them) and never
 shown: every message passes through :func:`redact`, which removes the secret values the process

@@ -120,6 +120,13 @@ class _RangeHandler(BaseHTTPRequestHandler):
         self._answer(body=False)
 
 
+class _LoopbackServer(ThreadingHTTPServer):
+    """A threading HTTP server whose listen backlog takes a client's burst of new connections: with
+    socketserver's 5, the 64 connections a batch opens at once overflow it and some wait for a
+    SYN retransmission (a second), which would be the server's ceiling, not the client's."""
+    request_queue_size = 256
+
+
 def _serve(server: ThreadingHTTPServer) -> ThreadingHTTPServer:
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -128,7 +135,7 @@ def _serve(server: ThreadingHTTPServer) -> ThreadingHTTPServer:
 
 def serve_folder(root: Path) -> tuple[ThreadingHTTPServer, str]:
     """The files under ``root`` served on 127.0.0.1 with Range support, from a thread: (the server, its base URL)."""
-    server = ThreadingHTTPServer((LOOPBACK, 0), _RangeHandler)
+    server = _LoopbackServer((LOOPBACK, 0), _RangeHandler)
     server.root = root.resolve()
     _serve(server)
     return server, f"http://{LOOPBACK}:{server.server_address[1]}"
@@ -197,7 +204,7 @@ class FaultProxy:
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _relay
 
-        self.server = _serve(ThreadingHTTPServer((LOOPBACK, 0), Handler))
+        self.server = _serve(_LoopbackServer((LOOPBACK, 0), Handler))
         self.endpoint = f"http://{LOOPBACK}:{self.server.server_address[1]}"
 
     def plan(self, *kinds: str) -> None:

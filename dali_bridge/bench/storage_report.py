@@ -31,15 +31,16 @@ def _epochs(report: dict[str, Any]) -> list[str]:
 
 def _ranged_reads(report: dict[str, Any]) -> list[str]:
     lines = ["| added latency (ms) | server | client | ranges | in flight | ranges/s | MiB/s | "
-             "client CPU s per 1,000 |", "|--:|---|---|--:|--:|--:|--:|--:|"]
+             "CPU s per 1,000: client | moto | proxies, HTTP server |", "|--:|---|---|--:|--:|--:|--:|--:|--:|--:|"]
     for row in report["ranged_reads"]:
         target = row.get("target", "moto via the proxy")   # files before the targets were named
         if "skipped" in row:
-            lines.append(f"| {row['latency_ms']:g} | {target} | {row['client']} | {row['skipped']} | | | | |")
+            lines.append(f"| {row['latency_ms']:g} | {target} | {row['client']} | {row['skipped']} | | | | | | |")
             continue
         lines.append(f"| {row['latency_ms']:g} | {target} | {row['client']} | {row['ranges']:,} | "
                      f"{row['max_requests']} | {_num(row['ranges_per_s'])} | {_num(row['mib_per_s'], 1)} | "
-                     f"{_num(row.get('cpu_s_per_1000'), 2)} |")
+                     f"{_num(row.get('cpu_s_per_1000'), 2)} | {_num(row.get('moto_cpu_s_per_1000'), 2)} | "
+                     f"{_num(row.get('proxy_and_http_cpu_s_per_1000'), 2)} |")
     return lines
 
 
