@@ -14,7 +14,7 @@ measures, for each latency (``--parts`` picks among the three):
   ``cache`` (``source.cache``, cold at the start of the run): images/s over the epoch, seconds
   from ``iter()`` to the first batch, peak RSS of the process and its workers;
 * **ranged reads**: the samples' byte ranges read with ``max_requests`` in flight, with nothing to
-  decode, by the bridge's client (fsspec + s3fs; fsspec HTTP) and obstore, each in a process of
+  decode, by the bridge's client (URLs s3fs signed, on aiohttp; fsspec HTTP) and obstore, each in a process of
   its own, from each server through the proxy and (at 0 ms) directly: ranges/s, MiB/s and the CPU
   seconds per 1,000 GETs of the client, of moto's process and of the proxies and HTTP server;
 * **listing** ``--listing-shards`` shards (1,024 by default) of one small sample each: a cold
@@ -151,8 +151,8 @@ def ranged_reads_obstore(ranges: list[Range], endpoint: str, max_requests: int) 
     return asyncio.run(run())
 
 
-CLIENTS = {"fsspec + s3fs (the bridge's)": ("s3", ranged_reads_bridge), "obstore": ("s3", ranged_reads_obstore),
-           "fsspec HTTP (the bridge's)": ("http", ranged_reads_bridge)}
+CLIENTS = {"the bridge's (s3fs signs, aiohttp GETs)": ("s3", ranged_reads_bridge),
+           "obstore": ("s3", ranged_reads_obstore), "fsspec HTTP (the bridge's)": ("http", ranged_reads_bridge)}
 
 
 def _ranged_in_child(client: str, ranges: list[Range], endpoint: str, max_requests: int, queue: Any) -> None:

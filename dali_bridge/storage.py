@@ -11,8 +11,9 @@ never a hang.
 
 fsspec over obstore: one interface covers S3, GCS and HTTP with the file systems users already
 configure (``AWS_*`` variables, ``AWS_ENDPOINT_URL``, profiles, ``GOOGLE_APPLICATION_CREDENTIALS``),
-and each forked process makes its own client. obstore spends about a third of s3fs's CPU per
-ranged GET, but its runtime does not survive a fork (docs/object-storage.md weighs the two).
+and each forked process makes its own client. On S3 a sample's ranged GET is a plain HTTP request
+of a URL s3fs signed once per object (:mod:`dali_bridge.presigned`): as cheap per request as
+obstore, whose runtime does not survive a fork (docs/object-storage.md weighs the two).
 
 Credentials are never taken from the pipeline file (:func:`secret_option` refuses them) and never
 shown: every message passes through :func:`redact`, which removes the secret values the process
@@ -179,6 +180,7 @@ class ObjectStore:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._semaphore: asyncio.Semaphore | None = None
+        self._presigned: Any = None   # s3:// ranged GETs (dali_bridge.presigned), made on first use
 
     def __getstate__(self) -> dict[str, Any]:
         return {"scheme": self.scheme, "storage_options": self.storage_options,
@@ -194,7 +196,7 @@ class ObjectStore:
             # The inherited client is kept, never closed: closing its connections would
             # unregister the sockets from the event-loop selector the child shares with the
             # parent, and the parent's next answers on them would never arrive.
-            _INHERITED.append(self._fs)
+            _INHERITED.extend([self._fs, self._presigned and self._presigned.inherited()])
             self._reset()
         with self._lock:
             if self._fs is None:
@@ -389,10 +391,12 @@ class ObjectStore:
     async def _get_range(self, request: Range) -> bytes:
         fs = self._filesystem()
         header = f"bytes={request.start}-{request.start + request.size - 1}"
-        if self.scheme == "s3":
-            bucket, key, _ = fs.split_path(request.url)
-            extra = {"IfMatch": request.etag} if request.etag else {}
-            return await self._s3_call(fs, request.url, "get_object", Bucket=bucket, Key=key, Range=header, **extra)
+        if self.scheme == "s3":  # signed once per object, then plain HTTP: a third of the CPU per GET
+            from .presigned import PresignedGets
+
+            self._presigned = self._presigned or PresignedGets()
+            return await self._presigned.get(fs, request.url, request.start, request.size, request.etag,
+                                             _status_failure, _Transient)
         if self.scheme in ("http", "https"):
             headers = {"Range": header, **({"If-Match": request.etag} if request.etag else {})}
             session = await fs.set_session()

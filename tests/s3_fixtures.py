@@ -160,7 +160,8 @@ class FaultProxy:
     or answers it with the next planned fault.
 
     ``plan(kind, ...)`` queues faults for the next matching requests (``methods``: which request
-    methods they hit; ranged GETs by default): ``"503"`` (S3's SlowDown), ``"500"``, ``"reset"``
+    methods they hit; ranged GETs by default): ``"503"`` (S3's SlowDown), ``"500"``, ``"403"``
+    (AccessDenied, as S3 answers an expired signed URL), ``"reset"``
     (the connection is reset before any answer), ``"short"`` (the answer's headers promise the
     whole range, half the body comes, the connection closes), ``"stall"`` (no answer for
     ``stall_s``). ``latency`` seconds are added before every request. ``every`` makes a fault
@@ -246,8 +247,8 @@ class FaultProxy:
             time.sleep(self.stall_s)
             handler.close_connection = True
             return
-        if fault in ("503", "500"):
-            code = "SlowDown" if fault == "503" else "InternalError"
+        if fault in ("503", "500", "403"):
+            code = {"503": "SlowDown", "500": "InternalError", "403": "AccessDenied"}[fault]
             text = (f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code>"
                     f"<Message>injected {fault}</Message></Error>").encode()
             handler.send_response(int(fault))

@@ -18,7 +18,7 @@ import torch
 from conftest import CPU_BACKENDS, TRAIN
 from dali_bridge import build_loader
 from dali_bridge.convert import convert
-from dali_bridge.images import SampleError
+from dali_bridge.images import ImageError, SampleError
 from dali_bridge.sources import SourceError, list_webdataset
 from dali_bridge.spec import DEFAULT_IMAGE_KEYS, SpecError, spec_from_dict
 from dali_bridge.storage import ObjectStore, StorageError, redact, require_client
@@ -124,6 +124,22 @@ def test_throttling_errors_resets_and_short_bodies_are_retried_and_nothing_is_lo
         f"{s3_shards}/{SHARDS}", source={"storage_options": {"endpoint_url": proxy.endpoint}}))
     assert_same_batches(batches(remote), local_batches(local_shards, backend))
     assert set(proxy.injected) == {"503", "500", "reset", "short"}
+
+
+def test_a_ranged_get_refused_as_an_expired_signature_is_signed_again_and_a_real_denial_is_named(
+        local_shards, s3_shards, moto_endpoint, fault_proxy):
+    proxy = fault_proxy(moto_endpoint)
+    remote = list_webdataset(f"{s3_shards}/{SHARDS}", DEFAULT_IMAGE_KEYS,
+                             store=ObjectStore("s3", {"endpoint_url": proxy.endpoint}, timeout=5.0))
+    local = list_webdataset(str(local_shards / SHARDS), DEFAULT_IMAGE_KEYS)
+    assert remote.read(3) == local.read(3)   # its shard's GET signed
+    proxy.plan("403")
+    assert remote.read(4) == local.read(4)   # the same shard: refused once, signed again, read
+    assert proxy.injected["403"] == 1 and proxy.ranged == 3
+    proxy.every = (1, ["403"])
+    with pytest.raises(ImageError, match=r"access to s3://shards-bucket/train/train-000000.tar denied \(403\)"):
+        remote.read(5)
+    assert proxy.ranged == 3 + 2   # refused with a fresh signature: not retried again
 
 
 def failing_loader(proxy, s3_shards: str, **extra: Any):
