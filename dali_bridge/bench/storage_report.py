@@ -31,7 +31,8 @@ def _epochs(report: dict[str, Any]) -> list[str]:
 
 def _ranged_reads(report: dict[str, Any]) -> list[str]:
     lines = ["| added latency (ms) | server | client | ranges | in flight | ranges/s | MiB/s | "
-             "CPU s per 1,000: client | moto | proxies, HTTP server |", "|--:|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+             "client CPU s / 1,000 | moto CPU s / 1,000 | proxies' and HTTP server's CPU s / 1,000 |",
+             "|--:|---|---|--:|--:|--:|--:|--:|--:|--:|"]
     for row in report["ranged_reads"]:
         target = row.get("target", "moto via the proxy")   # files before the targets were named
         if "skipped" in row:
