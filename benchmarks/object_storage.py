@@ -316,7 +316,8 @@ def run_all(args: argparse.Namespace, scratch: Path, endpoint: str, moto_pid: in
         os.environ["XDG_CACHE_HOME"] = str(scratch / f"cache-home-{latency_ms:g}")
         if "epochs" in parts:
             epochs(args, scratch, latency_ms, {"local": str(shards / pattern), "s3": f"{prefix}/{pattern}",
-                                               "http": f"{http_proxy.endpoint}/train/{pattern}"}, proxy, record)
+                                               "http": f"{http_proxy.endpoint}/train/{pattern}"},
+                   {"s3": proxy, "http": http_proxy}, record)
         if "ranged" in parts:
             targets = {"moto via the proxy": ("s3", proxy.endpoint),
                        "HTTP server via the proxy": ("http", http_proxy.endpoint)}
@@ -331,11 +332,12 @@ def run_all(args: argparse.Namespace, scratch: Path, endpoint: str, moto_pid: in
     http_server.shutdown()
 
 
-def epochs(args: argparse.Namespace, scratch: Path, latency_ms: float, where: dict[str, str], proxy: FaultProxy,
-           record: dict[str, Any]) -> None:
-    """An epoch per backend and mode: local shards, ranged reads from moto and from the HTTP server, the cache."""
+def epochs(args: argparse.Namespace, scratch: Path, latency_ms: float, where: dict[str, str],
+           proxies: dict[str, FaultProxy], record: dict[str, Any]) -> None:
+    """An epoch per backend and mode: local shards, ranged reads from moto and from the HTTP server, the
+    cache; with the most ranged GETs in flight at once (the proxy counts them) for the remote modes."""
     remote = {"type": "webdataset", "shards": where["s3"], "max_requests": args.max_requests,
-              "storage_options": {"endpoint_url": proxy.endpoint}}
+              "storage_options": {"endpoint_url": proxies["s3"].endpoint}}
     modes = {"local": {"type": "webdataset", "shards": where["local"]}, "ranged": remote,
              "ranged-http": {"type": "webdataset", "shards": where["http"], "max_requests": args.max_requests},
              "cache": {**remote, "cache": {"dir": str(scratch / f"cache-{latency_ms:g}"), "max_bytes": "100GB"}}}
@@ -343,7 +345,11 @@ def epochs(args: argparse.Namespace, scratch: Path, latency_ms: float, where: di
         for mode, source in modes.items():
             overrides = {"source": source, "batch_size": args.batch_size,
                          **({"loader.workers": args.workers} if args.workers is not None else {})}
+            proxy = proxies["http" if mode == "ranged-http" else "s3"]
+            proxy.peak = 0
             figures = epoch(Path(args.pipeline), backend, overrides)
+            if mode != "local":
+                figures["peak_in_flight"] = proxy.peak
             record["epochs"].append({"latency_ms": latency_ms, "mode": mode, "backend": backend, **figures})
             print(json.dumps(record["epochs"][-1]), flush=True)
 

@@ -15,17 +15,18 @@ def _num(value: Any, digits: int = 0) -> str:
 
 
 def _epochs(report: dict[str, Any]) -> list[str]:
-    lines = ["| added latency (ms) | backend | mode | img/s | of local | first batch (s) | peak RSS (MiB) |",
-             "|--:|---|---|--:|--:|--:|--:|"]
+    lines = ["| added latency (ms) | backend | mode | img/s | of local | first batch (s) | peak RSS (MiB) | "
+             "most GETs in flight |", "|--:|---|---|--:|--:|--:|--:|--:|"]
     local = {(r["latency_ms"], r["backend"]): r.get("images_per_s") for r in report["epochs"] if r["mode"] == "local"}
     for run in report["epochs"]:
         if "error" in run:
-            lines.append(f"| {run['latency_ms']:g} | {run['backend']} | {run['mode']} | {run['error']} | | | |")
+            lines.append(f"| {run['latency_ms']:g} | {run['backend']} | {run['mode']} | {run['error']} | | | | |")
             continue
         reference = local.get((run["latency_ms"], run["backend"]))
         share = f"{run['images_per_s'] / reference:.0%}" if reference else "–"
         lines.append(f"| {run['latency_ms']:g} | {run['backend']} | {run['mode']} | {_num(run['images_per_s'])} | "
-                     f"{share} | {_num(run['first_batch_s'], 2)} | {_num(run['peak_rss_mib'])} |")
+                     f"{share} | {_num(run['first_batch_s'], 2)} | {_num(run['peak_rss_mib'])} | "
+                     f"{_num(run.get('peak_in_flight'))} |")
     return lines
 
 
