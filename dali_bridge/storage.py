@@ -24,6 +24,7 @@ connections do not survive a fork).
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import os
 import random
@@ -313,8 +314,9 @@ class ObjectStore:
                    **({"StartAfter": keys[0][:-1]} if len(keys[0]) > 1 else {})}
         found: dict[str, ObjectInfo] = {}
         while True:
-            page = await self._bounded(lambda r=dict(request): self._s3_call(fs, urls[0], "list_objects_v2", **r),
-                                       urls[0], f"LIST s3://{bucket}/{request['Prefix']}")
+            # A LIST answers 404 only when the bucket is missing: the error names the bucket.
+            list_page = functools.partial(self._s3_call, fs, f"s3://{bucket}", "list_objects_v2", **request)
+            page = await self._bounded(list_page, urls[0], f"LIST s3://{bucket}/{request['Prefix']}")
             if isinstance(page, FetchError):
                 return page
             for item in page.get("Contents", []):

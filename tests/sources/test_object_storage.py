@@ -275,6 +275,13 @@ def test_a_missing_shard_is_named_from_the_listing(local_shards, moto_endpoint):
         list_webdataset(f"{prefix}/{SHARDS}", DEFAULT_IMAGE_KEYS, store=ObjectStore("s3"))
 
 
+def test_a_missing_bucket_is_named_for_each_shard(moto_endpoint):
+    with pytest.raises(SourceError, match=r"s3://no-such-bucket/train/train-000001.tar: LIST s3://no-such-bucket/"
+                                          r"train/train-00000: s3://no-such-bucket does not exist \(404\)"):
+        list_webdataset("s3://no-such-bucket/train/train-{000000..000001}.tar", DEFAULT_IMAGE_KEYS,
+                        store=ObjectStore("s3"))
+
+
 def test_http_shards_are_listed_by_concurrent_heads(local_shards, http_folder, fault_proxy):
     root, base = http_folder
     for path in local_shards.iterdir():
