@@ -14,9 +14,10 @@ measures, for each latency (``--parts`` picks among the three):
   ``cache`` (``source.cache``, cold at the start of the run): images/s over the epoch, seconds
   from ``iter()`` to the first batch, peak RSS of the process and its workers;
 * **ranged reads**: the samples' byte ranges read with ``max_requests`` in flight, with nothing to
-  decode, by the bridge's client (URLs s3fs signed, on aiohttp; fsspec HTTP) and obstore, each in a process of
-  its own, from each server through the proxy and (at 0 ms) directly: ranges/s, MiB/s and the CPU
-  seconds per 1,000 GETs of the client, of moto's process and of the proxies and HTTP server;
+  decode, by the bridge's client (URLs s3fs signed, on aiohttp; fsspec HTTP), s3fs's own calls and
+  obstore, each in a process of its own, from each server through the proxy and (at 0 ms)
+  directly: ranges/s, MiB/s and the CPU seconds per 1,000 GETs of the client, of moto's process
+  and of the proxies and HTTP server;
 * **listing** ``--listing-shards`` shards (1,024 by default) of one small sample each: a cold
   listing (no listing cache) and a warm one, with the requests each made.
 
@@ -124,6 +125,31 @@ def ranged_reads_bridge(ranges: list[Range], endpoint: str, max_requests: int) -
     return seconds, cpu
 
 
+def ranged_reads_s3fs(ranges: list[Range], endpoint: str, max_requests: int) -> tuple[float, float]:
+    """s3fs's own ranged read (``_cat_file``: one aiobotocore ``get_object`` call per range)."""
+    import fsspec
+    from fsspec.asyn import sync
+
+    fs = fsspec.filesystem("s3", skip_instance_cache=True, endpoint_url=endpoint)
+
+    async def run() -> tuple[float, float]:
+        limit = asyncio.Semaphore(max_requests)
+
+        async def one(request: Range) -> int:
+            async with limit:
+                return len(await fs._cat_file(request.url, start=request.start, end=request.start + request.size))
+
+        await one(ranges[0])   # the client and its connections made before the clock starts
+        cpu, started = _cpu_seconds(), time.perf_counter()
+        sizes = await asyncio.gather(*(one(r) for r in ranges))
+        seconds, cpu = time.perf_counter() - started, _cpu_seconds() - cpu
+        if sizes != [r.size for r in ranges]:
+            raise RuntimeError("a ranged read through s3fs returned other bytes")
+        return seconds, cpu
+
+    return sync(fs.loop, run)
+
+
 def ranged_reads_obstore(ranges: list[Range], endpoint: str, max_requests: int) -> tuple[float, float]:
     from obstore import get_range_async
     from obstore.store import S3Store
@@ -152,7 +178,8 @@ def ranged_reads_obstore(ranges: list[Range], endpoint: str, max_requests: int) 
 
 
 CLIENTS = {"the bridge's (s3fs signs, aiohttp GETs)": ("s3", ranged_reads_bridge),
-           "obstore": ("s3", ranged_reads_obstore), "fsspec HTTP (the bridge's)": ("http", ranged_reads_bridge)}
+           "s3fs calls (aiobotocore per GET)": ("s3", ranged_reads_s3fs), "obstore": ("s3", ranged_reads_obstore),
+           "fsspec HTTP (the bridge's)": ("http", ranged_reads_bridge)}
 
 
 def _ranged_in_child(client: str, ranges: list[Range], endpoint: str, max_requests: int, queue: Any) -> None:
