@@ -119,10 +119,10 @@ def _add_convert_command(add: AddCommand) -> None:
 
 def _add_verify_command(add: AddCommand) -> None:
     p = add("verify", cmd_verify, "Check shards written by 'convert' against their manifest: every shard present, "
-                                  "with the recorded size and sha256.",
+                                  "with the recorded size and sha256, and every index with the recorded sha256.",
             "examples:\n  dali-bridge verify shards/train.manifest.json\n"
             "  dali-bridge verify 'shards/train-%06d.tar'   # the manifest beside a shard pattern\n"
-            "exit status: 0 all match, 1 a shard is missing or differs, 2 no readable manifest")
+            "exit status: 0 all match, 1 a shard or index is missing or differs, 2 no readable manifest")
     p.add_argument("targets", nargs="+", metavar="MANIFEST_OR_PATTERN")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 

@@ -393,7 +393,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             return EXIT_INVALID
         for problem in problems:
             print(problem)  # "<shard>: <what differs>"
-        print(f"{manifest}: " + (f"{len(problems)} shard(s) missing or different" if problems
-                                 else "every shard matches its recorded size and sha256"))
+        print(f"{manifest}: " + (f"{len(problems)} file(s) missing or different" if problems
+                                 else "every shard matches its recorded size and sha256, every index its sha256"))
         failed = failed or bool(problems)
     return EXIT_FAILED if failed else 0

@@ -416,7 +416,8 @@ def read_manifest(manifest: str | Path) -> dict[str, Any]:
 
 
 def verify_shards(manifest: str | Path, *, progress: bool = False) -> list[str]:
-    """Check every shard a manifest lists: present, the recorded size and sha256. Returns the problems.
+    """Check every shard a manifest lists: present, the recorded size and sha256, and the index beside
+    it the one whose sha256 the manifest records (when it records one). Returns the problems.
 
     Shard names must be file names in the manifest's own folder (no ``../``, no absolute path),
     and a file is hashed only when its size is the recorded one, reading at most that many bytes.
@@ -440,19 +441,49 @@ def _verify_local(manifest: Path, data: dict[str, Any], bar: Any) -> list[str]:
     for entry in data["shards"]:
         bar.update(1)
         path = manifest.parent / entry["file"]
-        if not path.is_file():
-            problems.append(f"{safe_name(path)}: {'missing' if not os.path.lexists(path) else 'not a regular file'}")
-            continue
-        if path.stat().st_size != entry["bytes"]:
-            problems.append(f"{safe_name(path)}: {path.stat().st_size} bytes, the manifest records {entry['bytes']}")
-            continue
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            left = entry["bytes"]
-            while left > 0 and (block := handle.read(min(left, 1 << 20))):
-                digest.update(block)
-                left -= len(block)
-        if digest.hexdigest() != entry["sha256"]:
-            problems.append(f"{safe_name(path)}: sha256 {digest.hexdigest()} differs from the manifest's "
-                            f"{safe_name(entry['sha256'])}")
+        problems.extend(filter(None, [_local_shard_problem(path, entry),
+                                      _local_index_problem(Path(index_path(str(path))), entry, manifest)]))
     return problems
+
+
+def _local_shard_problem(path: Path, entry: dict[str, Any]) -> str | None:
+    if not path.is_file():
+        return f"{safe_name(path)}: {'missing' if not os.path.lexists(path) else 'not a regular file'}"
+    if path.stat().st_size != entry["bytes"]:
+        return f"{safe_name(path)}: {path.stat().st_size} bytes, the manifest records {entry['bytes']}"
+    digest = _file_sha256(path, entry["bytes"])
+    if digest != entry["sha256"]:
+        return f"{safe_name(path)}: sha256 {digest} differs from the manifest's {safe_name(entry['sha256'])}"
+    return None
+
+
+def _local_index_problem(index: Path, entry: dict[str, Any], manifest: Path) -> str | None:
+    """Whether the index beside a shard is the one the manifest records (``index_sha256``, which
+    lets a URL listing take the labels from the manifest); manifests of older converters record none."""
+    expected = entry.get("index_sha256")
+    if not isinstance(expected, str):
+        return None
+    if not index.is_file():
+        return index_problem(safe_name(index), None, expected, safe_name(manifest))
+    return index_problem(safe_name(index), _file_sha256(index, None), expected, safe_name(manifest))
+
+
+def index_problem(index: str, digest: str | None, expected: str, manifest: str) -> str | None:
+    """The problem an index whose sha256 is ``digest`` (None: missing) has against the ``expected``
+    one its manifest records, or None; the same words for a folder and a URL."""
+    if digest == expected:
+        return None
+    found = "missing" if digest is None else f"sha256 {digest} differs from the manifest's {safe_name(expected)}"
+    return (f"{index}: {found}: not the index {manifest} records (damaged, or written by another conversion); "
+            f"convert again to rewrite the shards, their indexes and the manifest together")
+
+
+def _file_sha256(path: Path, size: int | None) -> str:
+    """The sha256 of ``path``'s first ``size`` bytes (None: all of them)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        left = math.inf if size is None else size
+        while left > 0 and (block := handle.read(int(min(left, 1 << 20)))):
+            digest.update(block)
+            left -= len(block)
+    return digest.hexdigest()

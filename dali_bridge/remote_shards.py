@@ -1,8 +1,9 @@
 """WebDataset shards in object storage: listed from their indexes without reading the data, each
 sample then one ranged GET of exactly its bytes, a batch's samples fetched together.
 
-Listing a URL pattern costs one HEAD per shard and per index, the manifest and one GET per
-index, all concurrent (``source.max_requests`` in flight): the labels come from the manifest,
+Listing a URL pattern costs the store's LIST of the shards and indexes (on S3 one request per
+1,000 keys; over HTTP, which has no LIST, a HEAD each), the manifest and one GET per index, all
+concurrent (``source.max_requests`` in flight): the labels come from the manifest,
 which ``dali-bridge convert`` writes with each shard's labels and its index's sha256. A shard
 the manifest does not describe so (an older manifest, none, another index) costs one small
 ranged GET per label member instead, with a warning naming the cost; each includes the tar
@@ -169,14 +170,15 @@ def manifest_labels(manifest: dict | None, label_key: str) -> dict[str, tuple[st
 def list_remote_shards(store: ObjectStore, urls: list[str], image_keys: tuple[str, ...], label_key: str,
                        cache_dir: Path | None = None, manifest: Callable[[], dict | None] = lambda: None
                        ) -> tuple[list[ShardScan], list[ObjectInfo], list[str]]:
-    """Every shard's scan, HEAD (size, ETag) and the problems that stop the listing (missing
-    shards), in the order of ``urls``. Indexes are HEADed and fetched concurrently; labels come
+    """Every shard's scan, size and ETag (:meth:`~dali_bridge.storage.ObjectStore.listed`) and the
+    problems that stop the listing (missing shards), in the order of ``urls``. Indexes are listed
+    with the shards and fetched concurrently; labels come
     from the ``manifest()`` (read once the shards answer) when it records them for an index of
     the same digest, else from one
     ranged GET per sample (with a warning naming the cost); a shard whose index is absent or
     unusable is downloaded and scanned, with a warning."""
     cache_dir = cache_dir or listing_cache_dir()
-    heads = store.info(urls + [index_path(u) for u in urls])
+    heads = store.listed(urls + [index_path(u) for u in urls])
     shard_heads, index_heads = heads[:len(urls)], heads[len(urls):]
     problems = [f"{h.reason}" for h in shard_heads if isinstance(h, FetchError)]
     if problems:
@@ -253,9 +255,11 @@ class RemoteShardSamples:
     """Where each sample's image bytes are, as :class:`~dali_bridge.shards.ShardSamples`, in objects
     read by ranged GETs through an :class:`~dali_bridge.storage.ObjectStore`.
 
-    :meth:`prefetch` fetches a batch's samples concurrently; :meth:`read` then hands each one out
-    (or fetches it alone when it was not prefetched). What a thread prefetched is its own, and is
-    replaced at its next prefetch, so memory holds at most a batch per reading thread.
+    :meth:`prefetch` starts a batch's ranged GETs, in the batch's order, and returns; :meth:`read`
+    then hands out each sample as soon as its bytes have arrived (or fetches it alone when it was
+    not prefetched), so the first samples are decoded while the later ones are still on the wire.
+    What a thread prefetched is its own, and is replaced at its next prefetch (requests of the
+    previous batch still waiting are cancelled), so memory holds at most a batch per reading thread.
     """
 
     def __init__(self, shards: tuple[str, ...], shard: np.ndarray, offset: np.ndarray, size: np.ndarray,
@@ -283,24 +287,28 @@ class RemoteShardSamples:
         return Range(self.shards[shard], int(self.offset[index]), int(self.size[index]), self.etags[shard])
 
     def prefetch(self, indices: Iterable[int]) -> None:
-        """Fetch these samples' bytes together (``source.max_requests`` in flight)."""
+        """Start fetching these samples' bytes together (``source.max_requests`` in flight)."""
+        self.close()
         wanted = [i for i in dict.fromkeys(int(i) for i in indices) if self.size[i] > 0]
-        self._local.ready = dict(zip(wanted, self.store.fetch([self._range(i) for i in wanted])))
+        if wanted:
+            self._local.ready = dict(zip(wanted, self.store.start([self._range(i) for i in wanted])))
 
     def read(self, index: int) -> bytes:
         """The encoded image of sample ``index``; :class:`ImageError` naming the request's last error."""
         if int(self.size[index]) == 0:
             raise ImageError("empty image member (0 bytes)")
         # Kept until this thread's next prefetch: a batch may hold a sample twice (pad, repeats).
-        answer = getattr(self._local, "ready", {}).get(index)
-        if answer is None:
-            answer = self.store.fetch([self._range(index)])[0]
+        started = getattr(self._local, "ready", {}).get(index)
+        answer = started.result() if started is not None else self.store.fetch([self._range(index)])[0]
         if isinstance(answer, FetchError):
             raise ImageError(redact(answer.reason))
         return answer
 
     def close(self) -> None:
-        """Drop what this thread prefetched (the store's connections live as long as the process)."""
+        """Drop what this thread prefetched, cancelling its requests still waiting (the store's
+        connections live as long as the process)."""
+        for started in getattr(self._local, "ready", {}).values():
+            started.cancel()
         self._local.ready = {}
 
 

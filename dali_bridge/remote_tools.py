@@ -2,8 +2,9 @@
 
 ``convert`` writes the shards, their indexes and the manifest into a local scratch folder (the
 local converter, unchanged), then uploads them concurrently, the manifest last: a reader that
-finds the manifest finds every shard it lists. ``verify`` HEADs every shard the manifest lists
-and streams the ones of the right size through sha256, several shards at a time.
+finds the manifest finds every shard it lists. ``verify`` lists every shard the manifest lists
+(LIST on S3, HEADs over HTTP), streams the ones of the right size through sha256, several shards
+at a time, and checks each index against the sha256 the manifest records.
 """
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def verify_url(manifest_url: str, *, progress: bool = False) -> list[str]:
     folder = split_url(manifest_url)[0]
     entries = data["shards"]
     urls = [join_url(folder, entry["file"]) for entry in entries]
-    heads = store.info(urls)
+    heads = store.listed(urls)
 
     def check(item: tuple[str, dict, ObjectInfo | FetchError]) -> str | None:
         url, entry, head = item
@@ -109,7 +110,26 @@ def verify_url(manifest_url: str, *, progress: bool = False) -> list[str]:
         for problem in pool.map(check, zip(urls, entries, heads)):
             found.append(problem)
             bar.update(1)
-    return [redact(p if p != "missing" else f"{url}: missing") for url, p in zip(urls, found) if p]
+    problems = [p if p != "missing" else f"{url}: missing" for url, p in zip(urls, found) if p]
+    return [redact(p) for p in problems + _index_problems(store, urls, entries, manifest_url)]
+
+
+def _index_problems(store: ObjectStore, urls: list[str], entries: list[dict], manifest_url: str) -> list[str]:
+    """A problem per index whose sha256 is not the one the manifest records (those it records)."""
+    from .convert import index_problem
+    from .shards import index_path
+
+    recorded = [(index_path(url), entry["index_sha256"]) for url, entry in zip(urls, entries)
+                if isinstance(entry.get("index_sha256"), str)]
+    texts = store.get([index for index, _ in recorded])
+    problems = []
+    for (index, expected), text in zip(recorded, texts):
+        if isinstance(text, FetchError) and not text.missing:
+            problems.append(text.reason)
+            continue
+        digest = None if isinstance(text, FetchError) else hashlib.sha256(text).hexdigest()
+        problems.append(index_problem(index, digest, expected, manifest_url))
+    return [p for p in problems if p]
 
 
 def _sha256(store: ObjectStore, url: str, head: ObjectInfo) -> str | FetchError:

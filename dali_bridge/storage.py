@@ -10,9 +10,10 @@ Either way the caller gets a :class:`FetchError` naming the URL, the range and t
 never a hang.
 
 fsspec over obstore: one interface covers S3, GCS and HTTP with the file systems users already
-configure (``AWS_*`` variables, ``AWS_ENDPOINT_URL``, profiles, ``GOOGLE_APPLICATION_CREDENTIALS``);
-a ranged GET costs one request either way, and what bounds a sample read is the round trip, not
-the client, so the client's own speed matters little next to keeping enough requests in flight.
+configure (``AWS_*`` variables, ``AWS_ENDPOINT_URL``, profiles, ``GOOGLE_APPLICATION_CREDENTIALS``),
+and each forked process makes its own client. On S3 a sample's ranged GET is a plain HTTP request
+of a URL s3fs signed once per object (:mod:`dali_bridge.presigned`): as cheap per request as
+obstore, whose runtime does not survive a fork (docs/object-storage.md weighs the two).
 
 Credentials are never taken from the pipeline file (:func:`secret_option` refuses them) and never
 shown: every message passes through :func:`redact`, which removes the secret values the process
@@ -23,11 +24,13 @@ connections do not survive a fork).
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import os
 import random
 import re
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -40,6 +43,7 @@ DEFAULT_MAX_REQUESTS = 64
 DEFAULT_TIMEOUT = 60.0          # seconds one sample's read may take, retries included
 BACKOFF_FIRST = 0.05            # seconds before the first retry; doubled each time, capped
 BACKOFF_CAP = 5.0
+LIST_PAGE = 1000                # keys per LIST request (S3's most)
 SECRET_WORDS = ("secret", "token", "password", "passwd", "credential", "key_id", "access_key", "private",
                 "session", "auth", "anon_key")
 _SECRET_ENV = re.compile(r"(SECRET|TOKEN|PASSWORD|SESSION|CREDENTIAL|ACCESS_KEY)", re.IGNORECASE)
@@ -177,6 +181,7 @@ class ObjectStore:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._semaphore: asyncio.Semaphore | None = None
+        self._presigned: Any = None   # s3:// ranged GETs (dali_bridge.presigned), made on first use
 
     def __getstate__(self) -> dict[str, Any]:
         return {"scheme": self.scheme, "storage_options": self.storage_options,
@@ -192,7 +197,7 @@ class ObjectStore:
             # The inherited client is kept, never closed: closing its connections would
             # unregister the sockets from the event-loop selector the child shares with the
             # parent, and the parent's next answers on them would never arrive.
-            _INHERITED.append(self._fs)
+            _INHERITED.extend([self._fs, self._presigned and self._presigned.inherited()])
             self._reset()
         with self._lock:
             if self._fs is None:
@@ -260,10 +265,69 @@ class ObjectStore:
             return []
         return self._run(lambda: asyncio.gather(*(self._fetch_one(r) for r in ranges)))
 
+    def start(self, ranges: Sequence[Range]) -> list[Future]:
+        """:meth:`fetch`'s requests started on the client's loop, in order, without waiting: each
+        future gives its range's bytes or a :class:`FetchError`, within the request's timeout."""
+        fs = self._filesystem()
+        self._run(lambda: asyncio.sleep(0))   # the session made (once per process) before requests start
+        return [asyncio.run_coroutine_threadsafe(self._fetch_one(r), fs.loop) for r in ranges]
+
     def info(self, urls: Sequence[str]) -> list[ObjectInfo | FetchError]:
         """Each object's size and ETag (one HEAD each), concurrently."""
         return self._run(lambda: asyncio.gather(*(self._bounded(lambda u=u: self._head(u), u, f"HEAD {u}")
                                                   for u in urls)))
+
+    def listed(self, urls: Sequence[str]) -> list[ObjectInfo | FetchError]:
+        """Each object's size and ETag as :meth:`info` gives them, from the store's LIST where it has
+        one: on S3 one request per 1,000 keys between the first and the last of a folder's URLs
+        (a missing object is a missing :class:`FetchError`); elsewhere (HTTP has no LIST) one HEAD each."""
+        if self.scheme != "s3" or not urls:
+            return self.info(urls)
+        folders: dict[str, list[int]] = {}
+        for number, url in enumerate(urls):
+            folders.setdefault(split_url(url)[0], []).append(number)
+        out: list[ObjectInfo | FetchError] = [FetchError(url, "not listed") for url in urls]
+
+        async def one_folder(numbers: list[int]) -> None:
+            found = await self._list_s3([urls[n] for n in numbers])
+            for number in numbers:
+                url = urls[number]
+                got = found.get(url) if isinstance(found, dict) else found
+                out[number] = got if got is not None else FetchError(
+                    url, f"{url} does not exist (not in the store's listing of {split_url(url)[0]}/)", missing=True)
+                if isinstance(got, FetchError):
+                    out[number] = FetchError(url, f"{url}: {got.reason}", got.missing, got.changed)
+
+        self._run(lambda: asyncio.gather(*(one_folder(numbers) for numbers in folders.values())))
+        return out
+
+    async def _list_s3(self, urls: list[str]) -> dict[str, ObjectInfo] | FetchError:
+        """The objects of one folder named by ``urls`` that exist: LIST pages of the keys from the
+        first URL's to the last one's (S3 lists in key order), each page retried as a request is."""
+        fs = self._filesystem()
+        bucket = fs.split_path(urls[0])[0]
+        keys = sorted(fs.split_path(url)[1] for url in urls)
+        wanted = set(keys)
+        # From just before the first key, within the keys' common prefix, until past the last: other
+        # objects of the folder (another split, older files) cost pages only when they sort among these.
+        request = {"Bucket": bucket, "Prefix": os.path.commonprefix(keys), "MaxKeys": LIST_PAGE,
+                   **({"StartAfter": keys[0][:-1]} if len(keys[0]) > 1 else {})}
+        found: dict[str, ObjectInfo] = {}
+        while True:
+            # A LIST answers 404 only when the bucket is missing: the error names the bucket.
+            list_page = functools.partial(self._s3_call, fs, f"s3://{bucket}", "list_objects_v2", **request)
+            page = await self._bounded(list_page, urls[0], f"LIST s3://{bucket}/{request['Prefix']}")
+            if isinstance(page, FetchError):
+                return page
+            for item in page.get("Contents", []):
+                if item["Key"] in wanted:
+                    modified = item.get("LastModified")
+                    found[f"s3://{bucket}/{item['Key']}"] = ObjectInfo(
+                        int(item["Size"]), item.get("ETag"), modified.timestamp() if modified is not None else None)
+            contents = page.get("Contents", [])
+            if not page.get("IsTruncated") or not contents or contents[-1]["Key"] >= keys[-1]:
+                return found
+            request["ContinuationToken"] = page["NextContinuationToken"]
 
     def get(self, urls: Sequence[str]) -> list[bytes | FetchError]:
         """Whole (small) objects, concurrently: indexes and manifests."""
@@ -329,10 +393,12 @@ class ObjectStore:
     async def _get_range(self, request: Range) -> bytes:
         fs = self._filesystem()
         header = f"bytes={request.start}-{request.start + request.size - 1}"
-        if self.scheme == "s3":
-            bucket, key, _ = fs.split_path(request.url)
-            extra = {"IfMatch": request.etag} if request.etag else {}
-            return await self._s3_call(fs, request.url, "get_object", Bucket=bucket, Key=key, Range=header, **extra)
+        if self.scheme == "s3":  # signed once per object, then plain HTTP: a third of the CPU per GET
+            from .presigned import PresignedGets
+
+            self._presigned = self._presigned or PresignedGets()
+            return await self._presigned.get(fs, request.url, request.start, request.size, request.etag,
+                                             _status_failure, _Transient)
         if self.scheme in ("http", "https"):
             headers = {"Range": header, **({"If-Match": request.etag} if request.etag else {})}
             session = await fs.set_session()
@@ -359,7 +425,7 @@ class ObjectStore:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "NoSuchBucket"):
                 status = 404
             raise _status_failure(status, url, f"{method} {exc.response.get('Error', {}).get('Code', '')}") from None
-        if method == "head_object":
+        if method in ("head_object", "list_objects_v2"):
             return response
         body = response["Body"]
         try:

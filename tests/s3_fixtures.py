@@ -120,10 +120,25 @@ class _RangeHandler(BaseHTTPRequestHandler):
         self._answer(body=False)
 
 
+class _LoopbackServer(ThreadingHTTPServer):
+    """A threading HTTP server whose listen backlog takes a client's burst of new connections: with
+    socketserver's 5, the 64 connections a batch opens at once overflow it and some wait for a
+    SYN retransmission (a second), which would be the server's ceiling, not the client's."""
+    request_queue_size = 256
+
+
 def _serve(server: ThreadingHTTPServer) -> ThreadingHTTPServer:
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+def serve_folder(root: Path) -> tuple[ThreadingHTTPServer, str]:
+    """The files under ``root`` served on 127.0.0.1 with Range support, from a thread: (the server, its base URL)."""
+    server = _LoopbackServer((LOOPBACK, 0), _RangeHandler)
+    server.root = root.resolve()
+    _serve(server)
+    return server, f"http://{LOOPBACK}:{server.server_address[1]}"
 
 
 @pytest.fixture
@@ -131,10 +146,8 @@ def http_folder(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     """(a folder, its base URL) served on 127.0.0.1 with Range support."""
     root = tmp_path / "served"
     root.mkdir()
-    server = ThreadingHTTPServer((LOOPBACK, 0), _RangeHandler)
-    server.root = root.resolve()
-    _serve(server)
-    yield root, f"http://{LOOPBACK}:{server.server_address[1]}"
+    server, base = serve_folder(root)
+    yield root, base
     server.shutdown()
     server.server_close()
 
@@ -147,7 +160,8 @@ class FaultProxy:
     or answers it with the next planned fault.
 
     ``plan(kind, ...)`` queues faults for the next matching requests (``methods``: which request
-    methods they hit; ranged GETs by default): ``"503"`` (S3's SlowDown), ``"500"``, ``"reset"``
+    methods they hit; ranged GETs by default): ``"503"`` (S3's SlowDown), ``"500"``, ``"403"``
+    (AccessDenied, as S3 answers an expired signed URL), ``"reset"``
     (the connection is reset before any answer), ``"short"`` (the answer's headers promise the
     whole range, half the body comes, the connection closes), ``"stall"`` (no answer for
     ``stall_s``). ``latency`` seconds are added before every request. ``every`` makes a fault
@@ -191,7 +205,7 @@ class FaultProxy:
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _relay
 
-        self.server = _serve(ThreadingHTTPServer((LOOPBACK, 0), Handler))
+        self.server = _serve(_LoopbackServer((LOOPBACK, 0), Handler))
         self.endpoint = f"http://{LOOPBACK}:{self.server.server_address[1]}"
 
     def plan(self, *kinds: str) -> None:
@@ -233,8 +247,8 @@ class FaultProxy:
             time.sleep(self.stall_s)
             handler.close_connection = True
             return
-        if fault in ("503", "500"):
-            code = "SlowDown" if fault == "503" else "InternalError"
+        if fault in ("503", "500", "403"):
+            code = {"503": "SlowDown", "500": "InternalError", "403": "AccessDenied"}[fault]
             text = (f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code>"
                     f"<Message>injected {fault}</Message></Error>").encode()
             handler.send_response(int(fault))

@@ -13,7 +13,7 @@ import pytest
 
 from dali_bridge.cli import EXIT_INVALID, main
 from dali_bridge.convert import ConvertError, brace_pattern, check_pattern, convert, verify_shards
-from dali_bridge.shards import manifest_path
+from dali_bridge.shards import index_path, manifest_path
 from dali_bridge.sources import SourceError, list_folder, list_webdataset
 from dali_bridge.spec import DEFAULT_EXTENSIONS, DEFAULT_IMAGE_KEYS
 
@@ -64,6 +64,20 @@ def test_verify_names_a_shard_whose_bytes_changed(sample_root, tmp_path):
     shard.write_bytes(bytes(data))
     (problem,) = verify_shards(result.manifest)
     assert problem.startswith(f"{shard}: sha256 ") and "differs from the manifest's" in problem
+
+
+def test_verify_names_an_index_whose_bytes_differ_from_the_recorded_digest(sample_root, tmp_path):
+    result = convert(sample_root, str(tmp_path / "train-%06d.tar"), shard_size=20)
+    index = Path(index_path(result.shards[1]))
+    expected = json.loads(Path(result.manifest).read_text())["shards"][1]["index_sha256"]
+    index.write_text(index.read_text().replace("jpg", "png", 1))   # a damaged index, the shard intact
+    (problem,) = verify_shards(result.manifest)
+    assert problem.startswith(f"{index}: sha256 {hashlib.sha256(index.read_bytes()).hexdigest()} differs from "
+                              f"the manifest's {expected}: not the index {result.manifest} records")
+    assert "convert again to rewrite the shards, their indexes and the manifest together" in problem
+    index.unlink()
+    (problem,) = verify_shards(result.manifest)
+    assert problem.startswith(f"{index}: missing: not the index")
 
 
 def test_conversion_is_byte_for_byte_reproducible(sample_root, tmp_path):
@@ -175,7 +189,7 @@ def test_cli_verify_checks_shards_by_manifest_or_pattern_and_exits_1_naming_a_ba
     assert main(["verify", result.manifest]) == 1
     out = capsys.readouterr().out
     assert f"{result.shards[0]}: missing" in out and f"{shard}: " in out and "the manifest records" in out
-    assert "2 shard(s) missing or different" in out
+    assert "2 file(s) missing or different" in out
     (tmp_path / "other.json").write_text('{"name": "not a manifest"}')
     assert main(["verify", str(tmp_path / "other.json")]) == 2
     assert "not a dali-bridge shard manifest" in capsys.readouterr().err

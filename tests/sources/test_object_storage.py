@@ -18,7 +18,7 @@ import torch
 from conftest import CPU_BACKENDS, TRAIN
 from dali_bridge import build_loader
 from dali_bridge.convert import convert
-from dali_bridge.images import SampleError
+from dali_bridge.images import ImageError, SampleError
 from dali_bridge.sources import SourceError, list_webdataset
 from dali_bridge.spec import DEFAULT_IMAGE_KEYS, SpecError, spec_from_dict
 from dali_bridge.storage import ObjectStore, StorageError, redact, require_client
@@ -126,6 +126,22 @@ def test_throttling_errors_resets_and_short_bodies_are_retried_and_nothing_is_lo
     assert set(proxy.injected) == {"503", "500", "reset", "short"}
 
 
+def test_a_ranged_get_refused_as_an_expired_signature_is_signed_again_and_a_real_denial_is_named(
+        local_shards, s3_shards, moto_endpoint, fault_proxy):
+    proxy = fault_proxy(moto_endpoint)
+    remote = list_webdataset(f"{s3_shards}/{SHARDS}", DEFAULT_IMAGE_KEYS,
+                             store=ObjectStore("s3", {"endpoint_url": proxy.endpoint}, timeout=5.0))
+    local = list_webdataset(str(local_shards / SHARDS), DEFAULT_IMAGE_KEYS)
+    assert remote.read(3) == local.read(3)   # its shard's GET signed
+    proxy.plan("403")
+    assert remote.read(4) == local.read(4)   # the same shard: refused once, signed again, read
+    assert proxy.injected["403"] == 1 and proxy.ranged == 3
+    proxy.every = (1, ["403"])
+    with pytest.raises(ImageError, match=r"access to s3://shards-bucket/train/train-000000.tar denied \(403\)"):
+        remote.read(5)
+    assert proxy.ranged == 3 + 2   # refused with a fresh signature: not retried again
+
+
 def failing_loader(proxy, s3_shards: str, **extra: Any):
     loader = build_loader(TRAIN, "torchvision", overrides=overrides(
         f"{s3_shards}/{SHARDS}", source={"storage_options": {"endpoint_url": proxy.endpoint}, "timeout": 3.0},
@@ -206,12 +222,12 @@ def test_listing_is_cached_by_url_size_and_etag_and_redone_when_an_object_change
     proxy = fault_proxy(moto_endpoint)
     store = ObjectStore("s3", {"endpoint_url": proxy.endpoint})
     first = list_webdataset(f"{prefix}/{SHARDS}", DEFAULT_IMAGE_KEYS, store=store)
-    assert proxy.requests["GET"] == 4 + 1  # 4 indexes, the manifest (labels: the manifest's)
+    assert proxy.requests == {"GET": 1 + 4 + 1}  # one LIST, 4 indexes, the manifest (labels: the manifest's)
     names = sorted(p.name for p in (private_listing_cache / "dali-bridge" / "listings").iterdir())
     assert len(names) == 4 and all(len(name) == 64 + len(".json") for name in names)  # hashed names
     proxy.requests.clear()
     again = list_webdataset(f"{prefix}/{SHARDS}", DEFAULT_IMAGE_KEYS, store=store)
-    assert proxy.requests == {"HEAD": 8, "GET": 1}  # shards and indexes HEADed, the manifest read
+    assert proxy.requests == {"GET": 1 + 1}  # shards' and indexes' sizes and ETags from one LIST, the manifest
     assert again.paths == first.paths and again.labels.tolist() == first.labels.tolist()
     client = s3_client(moto_endpoint)
     client.put_object(Bucket="cached-bucket", Key="train/train-000003.tar", Body=b"not a tar" * 100)
@@ -226,12 +242,55 @@ def test_listing_a_converted_set_reads_only_the_manifest_and_the_indexes(local_s
     with caplog.at_level(logging.WARNING, logger="dali_bridge"):
         remote = list_webdataset(f"{s3_shards}/{SHARDS}", DEFAULT_IMAGE_KEYS,
                                  store=ObjectStore("s3", {"endpoint_url": proxy.endpoint}))
-    assert proxy.ranged == 0 and proxy.requests == {"HEAD": 8, "GET": 1 + 4}  # no GET per sample
+    assert proxy.ranged == 0 and proxy.requests == {"GET": 1 + 1 + 4}  # LIST, manifest, indexes; no GET per sample
     assert "ranged GET per sample" not in caplog.text
     local = list_webdataset(str(local_shards / SHARDS), DEFAULT_IMAGE_KEYS)
     assert remote.paths == tuple(p.replace(str(local_shards), s3_shards) for p in local.paths)
     assert remote.labels.tolist() == local.labels.tolist()
     assert remote.shards.offset.tolist() == local.shards.offset.tolist()
+
+
+def test_a_warm_listing_costs_a_list_request_per_page_of_keys_not_a_head_per_object(local_shards, moto_endpoint,
+                                                                                     fault_proxy, monkeypatch):
+    from dali_bridge import storage
+
+    prefix = upload_folder(moto_endpoint, local_shards, "paged-bucket", "train")
+    client = s3_client(moto_endpoint)
+    for key in ("train/aaa-other.tar", "train/train-000000.foo", "train/val-000000.tar", "train/zzz.tar"):
+        client.put_object(Bucket="paged-bucket", Key=key, Body=b"another object of the folder")
+    store = ObjectStore("s3", {"endpoint_url": moto_endpoint})
+    first = list_webdataset(f"{prefix}/{SHARDS}", DEFAULT_IMAGE_KEYS, store=store)
+    monkeypatch.setattr(storage, "LIST_PAGE", 3)   # 8 shards and indexes (and one stranger among them)
+    proxy = fault_proxy(moto_endpoint)
+    again = list_webdataset(f"{prefix}/{SHARDS}", DEFAULT_IMAGE_KEYS,
+                            store=ObjectStore("s3", {"endpoint_url": proxy.endpoint}))
+    assert proxy.requests == {"GET": 3 + 1}  # ceil(9 / 3) LIST pages, the manifest; nothing outside the keys' range
+    assert again.paths == first.paths and again.shards.etags == first.shards.etags
+
+
+def test_a_missing_shard_is_named_from_the_listing(local_shards, moto_endpoint):
+    prefix = upload_folder(moto_endpoint, local_shards, "holed-bucket", "train", skip=("000002.tar",))
+    with pytest.raises(SourceError, match=r"1 of 4 shard\(s\) cannot be listed:\n  s3://holed-bucket/train/"
+                                          r"train-000002.tar does not exist"):
+        list_webdataset(f"{prefix}/{SHARDS}", DEFAULT_IMAGE_KEYS, store=ObjectStore("s3"))
+
+
+def test_a_missing_bucket_is_named_for_each_shard(moto_endpoint):
+    with pytest.raises(SourceError, match=r"s3://no-such-bucket/train/train-000001.tar: LIST s3://no-such-bucket/"
+                                          r"train/train-00000: s3://no-such-bucket does not exist \(404\)"):
+        list_webdataset("s3://no-such-bucket/train/train-{000000..000001}.tar", DEFAULT_IMAGE_KEYS,
+                        store=ObjectStore("s3"))
+
+
+def test_http_shards_are_listed_by_concurrent_heads(local_shards, http_folder, fault_proxy):
+    root, base = http_folder
+    for path in local_shards.iterdir():
+        shutil.copy2(path, root / path.name)
+    proxy = fault_proxy(base)
+    proxy.ranged_only = False
+    listing = list_webdataset(f"{proxy.endpoint}/{SHARDS}", DEFAULT_IMAGE_KEYS, store=ObjectStore("http"))
+    assert proxy.requests == {"HEAD": 8, "GET": 1 + 4}  # no LIST over HTTP: a HEAD per shard and index
+    assert len(listing) == 37
 
 
 def without_manifest_labels(local_shards: Path, out: Path) -> Path:
@@ -290,6 +349,21 @@ def test_a_batch_is_fetched_concurrently_within_max_requests(s3_shards, moto_end
         next(iter(loader))
         loader.close()
         assert proxy.peak == expected_peak  # batch_size 5: all five at once when the limit allows
+
+
+def test_a_batch_sample_is_handed_out_as_soon_as_its_bytes_arrive_while_later_ones_are_in_flight(
+        local_shards, s3_shards, moto_endpoint, fault_proxy):
+    proxy = fault_proxy(moto_endpoint)
+    remote = list_webdataset(f"{s3_shards}/{SHARDS}", DEFAULT_IMAGE_KEYS,
+                             store=ObjectStore("s3", {"endpoint_url": proxy.endpoint}, max_requests=1))
+    local = list_webdataset(str(local_shards / SHARDS), DEFAULT_IMAGE_KEYS)
+    batch = [7, 30, 2, 19]
+    proxy.latency, proxy.ranged = 1.0, 0   # one GET at a time, each a second long
+    remote.prefetch(batch)
+    assert remote.read(batch[0]) == local.read(batch[0])
+    assert proxy.ranged < len(batch)  # the first sample came before the batch's last GET was sent
+    assert [remote.read(i) for i in batch[1:]] == [local.read(i) for i in batch[1:]]
+    assert proxy.ranged == len(batch)  # each GET started by the prefetch, none again by the reads
 
 
 # ---- settings and credentials
@@ -416,7 +490,7 @@ def test_a_damaged_cache_file_is_detected_and_fetched_again(local_shards, s3_sha
         got = batches(build_loader(TRAIN, "torchvision", overrides=cached_overrides(
             s3_shards, proxy, tmp_path / "c", "1GB", **{"loader.workers": 0})))
     assert_same_batches(got, expected)
-    assert proxy.requests["GET"] == 1 + 4  # the manifest (listing comes from its cache), each shard again
+    assert proxy.requests["GET"] == 1 + 1 + 4  # the LIST, the manifest (listing from its cache), each shard again
     assert caplog.text.count("is damaged: deleted, fetching it again") == 4
 
 

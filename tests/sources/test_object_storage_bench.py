@@ -23,10 +23,15 @@ def test_the_object_storage_benchmark_smoke_run_writes_a_file_bench_readme_rende
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads(out.read_text())
     assert record["quick"] is True and record["samples"] == 37
-    assert {(r["mode"], r["images"]) for r in record["epochs"]} == {("local", 37), ("ranged", 37), ("cache", 37)}
+    assert {(r["mode"], r["images"]) for r in record["epochs"]} == {("local", 37), ("ranged", 37), ("ranged-http", 37),
+                                                                     ("cache", 37)}
     assert record["listing"][0]["samples"] == 16
-    assert "HEAD" in record["listing"][0]["warm_requests"] and record["listing"][0]["warm_requests"]["GET"] == 1
+    assert record["listing"][0]["warm_requests"] == {"GET": 1 + 1}   # one LIST page, the manifest
+    targets = {(r["target"], r["client"]) for r in record["ranged_reads"] if "skipped" not in r}
+    assert {("moto", "the bridge's (s3fs signs, aiohttp GETs)"),
+            ("HTTP server", "fsspec HTTP (the bridge's)")} <= targets
+    assert all(r["cpu_s_per_1000"] > 0 for r in record["ranged_reads"] if "skipped" not in r)
     page = render_file(out)
     assert page.startswith("## Shards in object storage (object_storage.json)")
     assert "A smoke run (`--quick`)" in page and "| 0 | torchvision | ranged |" in page
-    assert "fsspec + s3fs (the bridge's)" in page and "| 0 | 16 |" in page
+    assert "the bridge's (s3fs signs, aiohttp GETs)" in page and "| 0 | 16 |" in page

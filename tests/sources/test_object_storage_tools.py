@@ -1,6 +1,7 @@
 """``convert`` to an s3:// pattern and ``verify`` of shards at a URL, against moto on 127.0.0.1."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -60,9 +61,15 @@ def test_verify_checks_sizes_and_sha256_of_shards_at_a_url(sample_root, bucket):
     s3.put_object(Bucket=bucket, Key="v/train-000001.tar", Body=bytes(body))  # same size, other bytes
     s3.put_object(Bucket=bucket, Key="v/train-000002.tar", Body=b"short")
     s3.delete_object(Bucket=bucket, Key="v/train-000003.tar")
+    index = s3.get_object(Bucket=bucket, Key="v/train-000000.idx")["Body"].read()
+    s3.put_object(Bucket=bucket, Key="v/train-000000.idx", Body=index.replace(b"jpg", b"png", 1))  # damaged
     problems = verify_shards(result.manifest)
-    assert len(problems) == 3
+    assert len(problems) == 4
     assert problems[0].startswith(f"s3://{bucket}/v/train-000001.tar: sha256 ")
     assert problems[1] == f"s3://{bucket}/v/train-000002.tar: 5 bytes, the manifest records {recorded[2]['bytes']}"
     assert problems[2] == f"s3://{bucket}/v/train-000003.tar: missing"
+    damaged = hashlib.sha256(index.replace(b"jpg", b"png", 1)).hexdigest()
+    assert problems[3].startswith(f"s3://{bucket}/v/train-000000.idx: sha256 {damaged} "
+                                  f"differs from the manifest's {recorded[0]['index_sha256']}: not the index "
+                                  f"s3://{bucket}/v/train.manifest.json records")
     assert main(["verify", result.pattern]) != 0
