@@ -40,7 +40,7 @@ from typing import Any, BinaryIO, Iterator
 
 from .shards import index_path, manifest_path
 from .convert_staging import (_DIRECTIVE, ConvertError, _existing_outputs, _leftover_temporaries, _pattern_lock,
-                              _refuse_links, _Staging, check_pattern)
+                              _refuse_links, _Staging, check_pattern, index_problem)
 from .formats import inspect_image
 from .storage import is_url
 from .images import ImageError
@@ -466,16 +466,6 @@ def _local_index_problem(index: Path, entry: dict[str, Any], manifest: Path) -> 
     if not index.is_file():
         return index_problem(safe_name(index), None, expected, safe_name(manifest))
     return index_problem(safe_name(index), _file_sha256(index, None), expected, safe_name(manifest))
-
-
-def index_problem(index: str, digest: str | None, expected: str, manifest: str) -> str | None:
-    """The problem an index whose sha256 is ``digest`` (None: missing) has against the ``expected``
-    one its manifest records, or None; the same words for a folder and a URL."""
-    if digest == expected:
-        return None
-    found = "missing" if digest is None else f"sha256 {digest} differs from the manifest's {safe_name(expected)}"
-    return (f"{index}: {found}: not the index {manifest} records (damaged, or written by another conversion); "
-            f"convert again to rewrite the shards, their indexes and the manifest together")
 
 
 def _file_sha256(path: Path, size: int | None) -> str:

@@ -167,3 +167,13 @@ def _pattern_lock(out_pattern: str) -> Iterator[None]:
         with contextlib.suppress(FileNotFoundError):
             os.remove(lock)
         os.close(descriptor)
+
+
+def index_problem(index: str, digest: str | None, expected: str, manifest: str) -> str | None:
+    """The problem an index whose sha256 is ``digest`` (None: missing) has against the ``expected``
+    one its manifest records, or None; the same words for a folder and a URL."""
+    if digest == expected:
+        return None
+    found = "missing" if digest is None else f"sha256 {digest} differs from the manifest's {safe_name(expected)}"
+    return (f"{index}: {found}: not the index {manifest} records (damaged, or written by another conversion); "
+            f"convert again to rewrite the shards, their indexes and the manifest together")

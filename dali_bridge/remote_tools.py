@@ -116,7 +116,7 @@ def verify_url(manifest_url: str, *, progress: bool = False) -> list[str]:
 
 def _index_problems(store: ObjectStore, urls: list[str], entries: list[dict], manifest_url: str) -> list[str]:
     """A problem per index whose sha256 is not the one the manifest records (those it records)."""
-    from .convert import index_problem
+    from .convert_staging import index_problem
     from .shards import index_path
 
     recorded = [(index_path(url), entry["index_sha256"]) for url, entry in zip(urls, entries)

@@ -16,8 +16,9 @@ of a URL s3fs signed once per object (:mod:`dali_bridge.presigned`): as cheap pe
 obstore, whose runtime does not survive a fork (docs/object-storage.md weighs the two).
 
 Credentials are never taken from the pipeline file (:func:`secret_option` refuses them) and never
-shown: every message passes through :func:`redact`, which removes the secret values the process
-environment holds and any ``user:password@`` in a URL. The client is created per process on first
+shown: every message passes through :func:`redact` (:mod:`dali_bridge.urls`), which removes the
+secret values the process environment holds, any ``user:password@`` in a URL and a signed URL's
+credentials. The client is created per process on first
 use, so forked DataLoader workers and DALI's feeder each hold their own (a client's event loop and
 connections do not survive a fork).
 """
@@ -28,15 +29,14 @@ import functools
 import importlib
 import os
 import random
-import re
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Sequence
 
-# Object-store schemes → (the module that implements them, the extra that installs it).
-SCHEMES = {"s3": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"),
-           "http": ("aiohttp", "http"), "https": ("aiohttp", "http")}
+from .urls import (SCHEMES, SECRET_WORDS, StorageError, is_url, join_url, redact, require_client,  # noqa: F401
+                   scheme_of, secret_option, split_url)
+
 # S3 serves thousands of GETs per second per prefix; 64 in flight per process hides ~20 ms of
 # latency at ~3,000 samples/s and keeps a batch's memory at 64 samples in transit.
 DEFAULT_MAX_REQUESTS = 64
@@ -44,65 +44,6 @@ DEFAULT_TIMEOUT = 60.0          # seconds one sample's read may take, retries in
 BACKOFF_FIRST = 0.05            # seconds before the first retry; doubled each time, capped
 BACKOFF_CAP = 5.0
 LIST_PAGE = 1000                # keys per LIST request (S3's most)
-SECRET_WORDS = ("secret", "token", "password", "passwd", "credential", "key_id", "access_key", "private",
-                "session", "auth", "anon_key")
-_SECRET_ENV = re.compile(r"(SECRET|TOKEN|PASSWORD|SESSION|CREDENTIAL|ACCESS_KEY)", re.IGNORECASE)
-_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
-
-
-class StorageError(OSError):
-    """Object storage cannot be used: a missing client library, a bad URL or option."""
-
-
-def scheme_of(location: str) -> str | None:
-    """``s3://b/k`` → ``s3``; None for a local path (a Windows drive letter is not a scheme)."""
-    match = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]+)://", location)
-    return match.group(1).lower() if match else None
-
-
-def is_url(location: str) -> bool:
-    """Whether ``location`` names an object in storage (any ``scheme://``) rather than a local path."""
-    return scheme_of(location) is not None
-
-
-def join_url(folder: str, name: str) -> str:
-    """``s3://b/shards`` + ``train.idx`` → ``s3://b/shards/train.idx`` (no ``os.path`` on URLs)."""
-    return folder.rstrip("/") + "/" + name
-
-
-def split_url(url: str) -> tuple[str, str]:
-    """(folder, name) of an object URL: the inverse of :func:`join_url`."""
-    folder, _, name = url.rpartition("/")
-    return folder, name
-
-
-def secret_option(name: str) -> bool:
-    """Whether a ``storage_options`` key would hold a credential (those come from the environment)."""
-    lowered = name.lower()
-    return any(word in lowered for word in SECRET_WORDS) or lowered in ("key", "user", "username")
-
-
-def redact(text: str) -> str:
-    """``text`` without any secret the environment holds (``AWS_SECRET_ACCESS_KEY``, tokens, the
-    access key id) and without ``user:password@`` in URLs: for every message shown or logged."""
-    for name, value in os.environ.items():
-        if value and len(value) >= 8 and (_SECRET_ENV.search(name) or name == "AWS_ACCESS_KEY_ID"):
-            text = text.replace(value, "***")
-    return _USERINFO.sub("***@", text)
-
-
-def require_client(scheme: str) -> None:
-    """Import the client library for ``scheme``; :class:`StorageError` naming the extra if it is absent."""
-    if scheme not in SCHEMES:
-        raise StorageError(f"unsupported URL scheme '{scheme}://' (supported: "
-                           f"{', '.join(s + '://' for s in SCHEMES)}, or a local path)")
-    module, extra = SCHEMES[scheme]
-    for name in ("fsspec", module):
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            raise StorageError(f"reading {scheme}:// needs the '{name}' package: pip install "
-                               f"'dali-bridge[{extra}]'") from None
 
 
 @dataclass(frozen=True)

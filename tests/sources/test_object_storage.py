@@ -432,6 +432,17 @@ def test_credentials_never_appear_in_errors_logs_show_state_or_cache(moto_endpoi
         "key *** secret *** at https://***@host/x"
 
 
+def test_a_signed_urls_credential_parts_are_hidden_in_any_message():
+    signed = ("http://127.0.0.1:9/b/k.tar?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIDEXAMPLE%2F20261202"
+              "%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20261202T000000Z&X-Amz-Expires=3600"
+              "&X-Amz-SignedHeaders=host&X-Amz-Security-Token=FwoGZXIvYXdzEXAMPLE&X-Amz-Signature=0123abcd")
+    legacy = "https://b.s3.amazonaws.com/k?AWSAccessKeyId=AKIDLEGACY&Signature=c2lnbmF0dXJl&Expires=1"
+    shown = redact(f"ServerDisconnectedError: url='{signed}'; {legacy}")
+    for secret in ("AKIDEXAMPLE", "FwoGZXIvYXdzEXAMPLE", "0123abcd", "AKIDLEGACY", "c2lnbmF0dXJl"):
+        assert secret not in shown
+    assert "X-Amz-Date=20261202T000000Z" in shown and "http://127.0.0.1:9/b/k.tar" in shown
+
+
 # ---- cache mode
 
 def cached_overrides(s3_shards: str, proxy, folder: Path, max_bytes: Any, **extra: Any) -> dict[str, Any]:
