@@ -220,8 +220,8 @@ class TorchvisionExecutor:
                  device: str | torch.device | None = None):
         self.spec, self.listing, self.plan = spec, listing, plan
         if device is None:
-            from .select import probe  # the host facts auto and `show` use (DALI_BRIDGE_DISABLE=cuda included)
-            devices = probe().cuda_devices
+            from .select import torch_cuda_devices  # as auto and `show` see them (DALI_BRIDGE_DISABLE=cuda too)
+            devices, _ = torch_cuda_devices()
             device = (torch.device("cuda", cuda_ordinal(topology.local_rank, devices)) if devices
                       else torch.device("cpu"))
         self.device = torch.device(device)
