@@ -118,7 +118,7 @@ class DaliExecutor:
         on_host = not gpu or any(step.op.kernel_on_host(step.params) for step in plan.torch_tail)
         self._tail_device = torch.device("cpu") if on_host else torch.device("cuda", self.device_id)
         self._tail_stream = TailStream(torch.device("cuda", self.device_id)) if gpu and plan.torch_tail else None
-        self.feeder = _Feeder(spec, listing, plan)
+        self.feeder = _Feeder(spec, listing, plan, gpu=gpu)
         self.pipe = None
         self._held: Any = None  # see _next_batch
         self._open_runs = 0
