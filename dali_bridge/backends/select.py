@@ -2,6 +2,7 @@
 the executor that runs the chosen one."""
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 from dataclasses import dataclass
@@ -41,6 +42,10 @@ class Probe:
     check_gpu_pipeline: bool = False
 
 
+_DALI_DISABLED = "DALI disabled by DALI_BRIDGE_DISABLE"
+_DALI_MISSING = "DALI not installed (pip install nvidia-dali-cuda120)"
+
+
 def _disabled() -> set[str]:
     """The pieces ``DALI_BRIDGE_DISABLE`` switches off (``dali``, ``cuda``, ``torchvision``)."""
     return {p.strip() for p in os.environ.get("DALI_BRIDGE_DISABLE", "").split(",") if p.strip()}
@@ -52,7 +57,7 @@ def probe() -> Probe:
     disabled = _disabled()
     dali_version = dali_reason = None
     if "dali" in disabled:
-        dali_reason = "DALI disabled by DALI_BRIDGE_DISABLE"
+        dali_reason = _DALI_DISABLED
     else:
         try:
             import nvidia.dali as dali
@@ -61,7 +66,7 @@ def probe() -> Probe:
             # Only nvidia.dali itself missing means "not installed"; a library or module it needs
             # that fails to load is a broken install, said with its own message.
             if exc.name in ("nvidia", "nvidia.dali"):
-                dali_reason = "DALI not installed (pip install nvidia-dali-cuda120)"
+                dali_reason = _DALI_MISSING
             else:
                 dali_reason = f"DALI failed to import: {type(exc).__name__}: {exc}"
         except Exception as exc:  # a broken install raises OSError & co. while loading its libraries
@@ -237,7 +242,7 @@ def choose_backend(requested: str = "auto", host: Probe | None = None) -> Choice
         if reason:
             raise BackendUnavailable(f"backend '{requested}' cannot run here: {reason}")
         return Choice(requested, f"backend '{requested}' requested explicitly")
-    host = host or probe()
+    host = host or _host_for_auto()
     dali_reason = unavailable_reason("dali", host)
     if dali_reason is None:
         return Choice("dali", f"auto: DALI {host.dali_version} and {host.cuda_devices} CUDA device(s) found")
@@ -245,6 +250,27 @@ def choose_backend(requested: str = "auto", host: Probe | None = None) -> Choice
     if tv_reason:
         raise BackendUnavailable(f"auto: no backend can run here: dali: {dali_reason}; torchvision: {tv_reason}")
     return Choice("torchvision", f"auto: torchvision fallback ({dali_reason})")
+
+
+def _host_for_auto() -> Probe:
+    """What ``auto`` needs to know of this host: :func:`probe`'s answer, except on a host where
+    torch sees no CUDA device and nothing probed yet. There ``dali`` cannot be picked, so DALI is
+    only looked up (disabled, not installed, or there), not imported: its import costs a CPU-only
+    loader a quarter of a second. Where it is installed, the reason ``auto`` gives is the CUDA one
+    (a DALI install that fails to import is said by ``doctor`` and ``show``, which probe it all)."""
+    if probe.cache_info().currsize:
+        return probe()
+    devices, cuda_reason = torch_cuda_devices()
+    if devices:
+        return probe()
+    if "dali" in _disabled():
+        dali_reason: str | None = _DALI_DISABLED
+    else:
+        try:
+            dali_reason = None if importlib.util.find_spec("nvidia.dali") is not None else _DALI_MISSING
+        except (ImportError, ValueError):  # no nvidia namespace at all
+            dali_reason = _DALI_MISSING
+    return Probe(None, dali_reason, 0, cuda_reason, torchvision_reason())
 
 
 def available_backends(host: Probe | None = None) -> list[str]:
