@@ -123,9 +123,6 @@ class DaliExecutor:
         self._tail_device = torch.device("cpu") if on_host else torch.device("cuda", self.device_id)
         self._tail_stream = TailStream(torch.device("cuda", self.device_id)) if gpu and plan.torch_tail else None
         self.feeder = _Feeder(spec, listing, plan, gpu=gpu)
-        # The layout of the graph's uint8 output before a torch tail (HWC where the tail's first step
-        # resizes each sample from its decoded window, else CHW): see DaliPlan.graph_finish_step.
-        self._tail_layout = self.feeder.columns.dali.graph_finish_step(gpu=gpu).params["layout"]
         self.pipe = None
         self._held: Any = None  # see _next_batch
         self._open_runs = 0
@@ -291,14 +288,10 @@ class DaliExecutor:
         if images.is_dense_tensor():  # one size: a zero-copy view, border lines patched as without a tail
             batch = torch.from_dlpack(images.as_tensor())
             if border:
-                write_border(batch, *(torch.from_dlpack(lines.as_tensor()) for lines in border), self._tail_layout)
+                write_border(batch, *(torch.from_dlpack(lines.as_tensor()) for lines in border), "CHW")
             samples = move_output(batch, where, self._in_flight)  # one copy for the batch, if any
-            if self._tail_layout == "HWC":
-                samples = samples.permute(0, 3, 1, 2)  # CHW views of HWC memory, as torchvision's decode gives
         else:  # sizes differ until a later step sets the output size (a border patch is only for a last step)
             samples = [move_output(torch.from_dlpack(images[n]), where, self._in_flight) for n in range(len(images))]
-            if self._tail_layout == "HWC":
-                samples = [sample.permute(2, 0, 1) for sample in samples]
         done = self._tail_in_chunks(samples, tail)  # each step on the batch (backends/tail.py)
         # A host tail's batch goes to the loader's device as uint8, in one copy; a GPU one is finished there.
         return finish_batch(done, self.plan.finish, self.device if where.type == "cpu" else where)

@@ -235,8 +235,7 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
         ctx = dali.context("gpu" if gpu else "cpu")
         for ctx.position, step in enumerate(dali.steps):
             images = step.op.dali_graph(step, images, _step_columns(named, ctx.position), ctx)
-        finish = dali.graph_finish_step(gpu=gpu)
-        return finish.op.dali_graph(finish, images, {}, ctx)
+        return dali.finish_step.op.dali_graph(dali.finish_step, images, {}, ctx)
 
     pipe = graph()
     pipe.build()

@@ -91,19 +91,6 @@ class DaliPlan:
             return None
         return TAIL_WINDOW_COLUMNS
 
-    def graph_finish_step(self, *, gpu: bool) -> Step:
-        """The graph's last operator: :attr:`finish_step`, except before a torch tail whose first crop's
-        window the decoder reads (:meth:`tail_window_columns`). There the uint8 images leave the graph
-        HWC, the layout torchvision's decode gives the torchvision backend: the tail's first step
-        resizes each one, and torch's uint8 antialiased resize runs about twice as fast on it as on
-        planar CHW, with the same pixels; DALI's transposition to CHW is saved too."""
-        if not self.tail_window_columns(gpu=gpu):
-            return self.finish_step
-        from ..ops import OPS
-        from ..ops.finish import IMPLICIT_FINISH
-
-        return OPS["normalize"].lower({**IMPLICIT_FINISH, "layout": "HWC"}, self.finish_step.op_index)[0]
-
     @cached_property
     def resize_methods(self) -> Mapping[int, str]:
         """Step index of each resizing step (one that makes a :class:`ResizeRequest`) → its
@@ -157,8 +144,7 @@ class DaliPlan:
         ctx = self.context(op_device)
         for ctx.position, step in enumerate(self.steps):
             stages += [(stage, impl, op_device) for stage, impl in step.op.dali_stages(step, ctx)]
-        finish = self.graph_finish_step(gpu=gpu)
-        stages += [(stage, impl, op_device) for stage, impl in finish.op.dali_stages(finish, ctx)]
+        stages += [(stage, impl, op_device) for stage, impl in self.finish_step.op.dali_stages(self.finish_step, ctx)]
         torch_device = "cuda" if gpu else "cpu"
         for method in sorted(set(self.resize_methods.values())):  # stages a resize method adds after the finish
             stages += [(stage, impl, device or op_device) for stage, impl, device in
