@@ -60,8 +60,10 @@ def test_the_feeder_sends_each_crop_window_and_the_tail_crops_the_whole_decoded_
 @pytest.mark.parametrize("ops", [POLICY_OPS, [{"random_resized_crop": {"size": 48}}, {"color_jitter": {
     "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.1}}, {"normalize": {"dtype": "uint8"}}]],
     ids=["trivial-augment", "color-jitter"])
-def test_dali_cpu_with_the_window_decoded_equals_torchvision_bit_for_bit(sample_root, ops):
-    overrides = {"source": {"type": "folder", "root": str(sample_root)}, "batch_size": 8, "loader.workers": 1,
+@pytest.mark.parametrize("images", ["sample_root", "corpus_root"])  # the corpus: EXIF orientations, tiny images...
+def test_dali_cpu_with_the_window_decoded_equals_torchvision_bit_for_bit(request, images, ops):
+    root = request.getfixturevalue(images)
+    overrides = {"source": {"type": "folder", "root": str(root)}, "batch_size": 8, "loader.workers": 1,
                  "ops": ops, "outputs": ["image", "index"]}
     batches = {}
     for backend in ("dali-cpu", "torchvision"):
