@@ -122,6 +122,9 @@ class DaliExecutor:
         on_host = not gpu or any(step.op.kernel_on_host(step.params) for step in plan.torch_tail)
         self._tail_device = torch.device("cpu") if on_host else torch.device("cuda", self.device_id)
         self._tail_stream = TailStream(torch.device("cuda", self.device_id)) if gpu and plan.torch_tail else None
+        # The tail's batch kernels on a GPU (launches per operation drawn); torchvision's per-sample kernels
+        # on the host, where they cost about half as much (backends/tail.py).
+        self._batched_tail = self._tail_device.type == "cuda"
         self.feeder = _Feeder(spec, listing, plan, gpu=gpu)
         self.pipe = None
         self._held: Any = None  # see _next_batch
@@ -292,23 +295,23 @@ class DaliExecutor:
             samples = move_output(batch, where, self._in_flight)  # one copy for the batch, if any
         else:  # sizes differ until a later step sets the output size (a border patch is only for a last step)
             samples = [move_output(torch.from_dlpack(images[n]), where, self._in_flight) for n in range(len(images))]
-        done = self._tail_in_chunks(samples, tail)  # each step on the batch (backends/tail.py)
+        done = self._tail_in_chunks(samples, tail, batched=self._batched_tail)  # each step (backends/tail.py)
         # A host tail's batch goes to the loader's device as uint8, in one copy; a GPU one is finished there.
         return finish_batch(done, self.plan.finish, self.device if where.type == "cpu" else where)
 
-    def _tail_in_chunks(self, samples, tail: list[list]) -> torch.Tensor:
+    def _tail_in_chunks(self, samples, tail: list[list], *, batched: bool) -> torch.Tensor:
         """:func:`run_tail` on the batch, as consecutive chunks of samples: the first in this thread, the
         others in the tail helpers at the same time. The same pixels: a sample's steps read only its own
         image and parameters, in a batch kernel as in a per-sample one (tests/backends/test_batched_tail.py)."""
         steps, count = self.plan.torch_tail, len(tail)
         chunks = min(self._tail_chunks, count)
         if chunks < 2:
-            return run_tail(steps, samples, tail)
+            return run_tail(steps, samples, tail, batched=batched)
         bounds = [count * k // chunks for k in range(chunks + 1)]
-        others = [self._tail_helpers.submit(run_tail, steps, samples[a:b], tail[a:b])
+        others = [self._tail_helpers.submit(run_tail, steps, samples[a:b], tail[a:b], batched=batched)
                   for a, b in zip(bounds[1:-1], bounds[2:])]
         try:
-            first = run_tail(steps, samples[:bounds[1]], tail[:bounds[1]])
+            first = run_tail(steps, samples[:bounds[1]], tail[:bounds[1]], batched=batched)
         finally:
             wait(others)  # none may still read DALI's outputs once this returns or raises
         return torch.cat([first] + [other.result() for other in others])
