@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["decode_region", "decode_steps", "decode_window", "decoded_window", "describe_decode",
-           "region_decode_available", "region_decoder"]
+           "region_decode_available", "region_decoder", "steps_over_window"]
 
 _state = threading.local()  # each thread's (process id, decoder, decode parameters)
 _unavailable: list[str] = []  # why nvImageCodec cannot be used here, once looked up
@@ -166,7 +166,12 @@ def decode_steps(data: bytes, *, info: ImageInfo, plan: Plan, per_step: list) ->
     window = decoded_window(plan, per_step)
     if window is None:
         return decode_checked(data), per_step
-    image = decode_window(data, info=info, window=window)
+    return decode_window(data, info=info, window=window), steps_over_window(per_step, window)
+
+
+def steps_over_window(per_step: list, window: Crop) -> list:
+    """A sample's steps to apply to ``window`` (:func:`decoded_window`) decoded alone: the first step's
+    crop made the identity window over it, its input size the window's; the other steps unchanged."""
     concrete, _ = per_step[0]
     first = ((Crop(0, 0, window.height, window.width), *concrete[1:]), (window.height, window.width))
-    return image, [first, *per_step[1:]]
+    return [first, *per_step[1:]]

@@ -36,6 +36,10 @@ from ..spec import PipelineSpec
 
 log = logging.getLogger("dali_bridge")
 
+# The most chunks a host tail splits a batch into (one thread each): past a few, each chunk's own call
+# per operation drawn costs more than another thread gains.
+_MOST_TAIL_CHUNKS = 4
+
 
 class DaliBatchError(RuntimeError):
     """DALI failed a batch, and no sample of it could be blamed (or blaming them did not help)."""
@@ -115,11 +119,14 @@ class DaliExecutor:
         self.threads = dali_threads(spec.loader.workers, gpu=gpu, auto_cores=default_workers(), device=self.device_id)
         # The torch tail runs on DALI's GPU (on a side stream: TailStream), or on the host where DALI is
         # on the CPU or a step's kernel is PIL's; the finish then on the loader's device.
-        self.feeder = _Feeder(spec, listing, plan)
+        self.feeder = _Feeder(spec, listing, plan, gpu=gpu)
         self.torch_tail = self.feeder.columns.dali.torch_tail  # the feeder's DaliPlan: built once per executor
         on_host = not gpu or any(step.op.kernel_on_host(step.params) for step in self.torch_tail)
         self._tail_device = torch.device("cpu") if on_host else torch.device("cuda", self.device_id)
         self._tail_stream = TailStream(torch.device("cuda", self.device_id)) if gpu and self.torch_tail else None
+        # The tail's batch kernels on a GPU (launches per operation drawn); torchvision's per-sample kernels
+        # on the host, where they cost about half as much (backends/tail.py).
+        self._batched_tail = self._tail_device.type == "cuda"
         self.pipe = None
         self._held: Any = None  # see _next_batch
         self._open_runs = 0
@@ -130,6 +137,11 @@ class DaliExecutor:
         # the consumer's thread, where its current stream is.
         host_tail = not gpu and bool(self.torch_tail) and self.device.type == "cpu"
         self._tail_thread = ThreadPoolExecutor(1, thread_name_prefix="dali-bridge-tail") if host_tail else None
+        # ... over chunks of the batch, one per core DALI was given (up to a few): the tail's kernels and
+        # PIL's release the GIL, and one thread alone cannot keep pace with DALI's threads.
+        self._tail_chunks = min(self.threads, _MOST_TAIL_CHUNKS) if host_tail else 1
+        self._tail_helpers = (ThreadPoolExecutor(self._tail_chunks - 1, thread_name_prefix="dali-bridge-tail-chunk")
+                              if self._tail_chunks > 1 else None)
 
     def _pipeline(self):
         if self.pipe is None:
@@ -284,9 +296,26 @@ class DaliExecutor:
             samples = move_output(batch, where, self._in_flight)  # one copy for the batch, if any
         else:  # sizes differ until a later step sets the output size (a border patch is only for a last step)
             samples = [move_output(torch.from_dlpack(images[n]), where, self._in_flight) for n in range(len(images))]
-        done = run_tail(self.torch_tail, samples, tail)  # each step on the batch (backends/tail.py)
+        done = self._tail_in_chunks(samples, tail, batched=self._batched_tail)  # each step (backends/tail.py)
         # A host tail's batch goes to the loader's device as uint8, in one copy; a GPU one is finished there.
         return finish_batch(done, self.plan.finish, self.device if where.type == "cpu" else where)
+
+    def _tail_in_chunks(self, samples, tail: list[list], *, batched: bool) -> torch.Tensor:
+        """:func:`run_tail` on the batch, as consecutive chunks of samples: the first in this thread, the
+        others in the tail helpers at the same time. The same pixels: a sample's steps read only its own
+        image and parameters, in a batch kernel as in a per-sample one (tests/backends/test_batched_tail.py)."""
+        steps, count = self.torch_tail, len(tail)
+        chunks = min(self._tail_chunks, count)
+        if chunks < 2:
+            return run_tail(steps, samples, tail, batched=batched)
+        bounds = [count * k // chunks for k in range(chunks + 1)]
+        others = [self._tail_helpers.submit(run_tail, steps, samples[a:b], tail[a:b], batched=batched)
+                  for a, b in zip(bounds[1:-1], bounds[2:])]
+        try:
+            first = run_tail(steps, samples[:bounds[1]], tail[:bounds[1]], batched=batched)
+        finally:
+            wait(others)  # none may still read DALI's outputs once this returns or raises
+        return torch.cat([first] + [other.result() for other in others])
 
     def _end_epoch(self) -> None:
         """Consume DALI's end-of-epoch signal and rewind for the next run."""
@@ -337,6 +366,9 @@ class DaliExecutor:
         if self._tail_thread is not None:  # first: a conversion under way still reads the pipeline's outputs
             self._tail_thread.shutdown(wait=True, cancel_futures=True)
             self._tail_thread = None
+        if self._tail_helpers is not None:
+            self._tail_helpers.shutdown(wait=True, cancel_futures=True)
+            self._tail_helpers = None
         self._discard()
 
 

@@ -15,7 +15,9 @@ import numpy as np
 
 from ..formats import ImageInfo
 from ..ops.dali_op import Column
+from ..ops.geometry import Crop
 from ..plan import Plan
+from ..region_decode import decoded_window, steps_over_window
 from ..sampling import BatchTask
 from .dali_plan import DaliPlan, dali_plan
 from .per_sample import SampleCore
@@ -62,7 +64,7 @@ class _Feeder:
     fit every step of the plan. Thread-safe: DALI may call from its own thread.
     """
 
-    def __init__(self, spec: PipelineSpec, listing: Listing, plan: Plan):
+    def __init__(self, spec: PipelineSpec, listing: Listing, plan: Plan, *, gpu: bool):
         self.spec, self.listing, self.plan = spec, listing, plan
         self.tasks: list[BatchTask] = []
         self.position = 0
@@ -70,7 +72,7 @@ class _Feeder:
         self.pending: deque = deque()
         self.core = SampleCore(spec, listing, plan)
         self.lock = threading.Lock()
-        self.columns = ArgumentColumns(plan)  # fixed per plan: not recomputed per batch
+        self.columns = ArgumentColumns(plan, gpu=gpu)  # fixed per plan: not recomputed per batch
 
     @property
     def bad(self) -> dict[int, tuple[str, tuple[int, int] | None]]:
@@ -109,11 +111,34 @@ class _Feeder:
         batch = self.core.prepare(task, _encoded)
         # The torch tail's concrete parameters travel with the batch, computed here with the rest.
         tail = [steps[len(self.columns.dali.steps):] for steps in batch.steps]
+        windows: list[np.ndarray] = []
+        if self.columns.window and batch.rows:
+            windows, tail = tail_windows(self.plan, tail)
         meta = {"task": task, "rows": batch.rows, "skipped": batch.skipped, "fed": bool(batch.rows),
                 "error": batch.error, "tail": tail}
         if not batch.rows:  # nothing for DALI: the executor answers this batch without it
             return [], meta
-        return [batch.items] + self.columns.build(batch.steps), meta
+        return [batch.items] + self.columns.build(batch.steps) + windows, meta
+
+
+def tail_windows(plan: Plan, tail: list[list]) -> tuple[list[np.ndarray], list[list]]:
+    """The decoder's window of each sample when the torch tail's first step crops one
+    (:meth:`~dali_bridge.backends.dali_plan.DaliPlan.tail_window_columns`): the (anchor, shape)
+    columns, and each sample's tail steps over its decoded window
+    (:func:`~dali_bridge.region_decode.steps_over_window`). A crop that does not lie inside the
+    image (none does) keeps the whole image as its window and its steps unchanged."""
+    anchors, shapes, steps_over = [], [], []
+    for steps in tail:
+        window = decoded_window(plan, steps)
+        if window is None:
+            height, width = steps[0][1]
+            window = Crop(0, 0, height, width)
+        else:
+            steps = steps_over_window(steps, window)
+        anchors.append((window.top, window.left))
+        shapes.append((window.height, window.width))
+        steps_over.append(steps)
+    return [np.array(anchors, dtype=np.int32), np.array(shapes, dtype=np.int32)], steps_over
 
 
 def _encoded(data: bytes, info: ImageInfo, steps: list) -> np.ndarray:
@@ -131,9 +156,11 @@ class ArgumentColumns:
     executor: the builder reads its decisions from there.
     """
 
-    def __init__(self, plan: Plan):
+    def __init__(self, plan: Plan, *, gpu: bool = False):
         self.plan = plan
         self.dali: DaliPlan = dali_plan(plan)
+        # The window a torch tail's first crop keeps, decoded alone: two columns after the declared ones.
+        self.window = self.dali.tail_window_columns(gpu=gpu)
         self.context = self.dali.context("cpu")
         self.declared: list[tuple[int, Column]] = []
         ctx = self.context
@@ -144,11 +171,13 @@ class ArgumentColumns:
 
     @property
     def names(self) -> list[str]:
-        return ["encoded"] + [f"{position}.{column.name}" for position, column in self.declared]
+        return (["encoded"] + [f"{position}.{column.name}" for position, column in self.declared]
+                + list(self.window or ()))
 
     def dali_types(self, types: Any) -> list:
         numpy_to_dali = {"uint8": types.UINT8, "int32": types.INT32, "float32": types.FLOAT}
-        return [types.UINT8] + [numpy_to_dali[column.dtype] for _, column in self.declared]
+        return ([types.UINT8] + [numpy_to_dali[column.dtype] for _, column in self.declared]
+                + [types.INT32] * len(self.window or ()))
 
     def build(self, per_sample: list[list]) -> list[np.ndarray | list[np.ndarray]]:
         """The argument columns of a batch from each sample's :func:`~dali_bridge.sampling.sample_steps`,
@@ -194,8 +223,9 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
         decoder_args: dict[str, Any] = dict(device=devices["decode"], output_type=types.RGB)
         if devices["decode"] == "mixed":
             decoder_args.update(mixed_decoder_arguments())
-        if dali.window_columns:  # the first step's crop window, under the column names its op declared
-            anchor, shape = (named[name] for name in dali.window_columns)
+        window = dali.window_columns or feeder.columns.window  # the first step's crop window, in the graph or the tail
+        if window:
+            anchor, shape = (named[name] for name in window)
             images = fn.decoders.image_slice(named["encoded"], anchor, shape, axis_names="HW",
                                              normalized_anchor=False, normalized_shape=False, **decoder_args)
         else:

@@ -30,6 +30,8 @@ __all__ = ["DaliPlan", "dali_plan", "graph_context", "resize_method", "resize_me
 # 1 when downscaling ((x + 0.5) * s - s < 0 only for x = 0, likewise at the far end); none that
 # matter when upscaling (the truncated radius-1 filter equals the clamped one). One more for safety.
 _BILINEAR_BORDER = 2
+# The external source's columns of the window a torch tail's first crop keeps (DaliPlan.tail_window_columns).
+TAIL_WINDOW_COLUMNS = ("tail.window.anchor", "tail.window.shape")
 
 
 def resize_method(interpolation: str, antialias: bool) -> str:
@@ -99,6 +101,17 @@ class DaliPlan:
         declared = self.steps[0].op.window_columns if self.steps else None
         return None if declared is None else (f"0.{declared[0]}", f"0.{declared[1]}")
 
+    def tail_window_columns(self, *, gpu: bool) -> tuple[str, str] | None:
+        """The external source's (anchor, shape) columns of the window the decoder reads when the graph
+        runs no step and the torch tail's first step crops a window (a random resized crop before a
+        policy under ``parity: exact``), else None. On the CPU decoder only (``dali-cpu``), whose window
+        decode is a full decode then crop, as for the graph's own first crop; the tail's first step then
+        crops the identity window of what was decoded."""
+        tail = self.plan.torch_tail
+        if gpu or self.steps or not tail or not tail[0].op.window_columns:
+            return None
+        return TAIL_WINDOW_COLUMNS
+
     @cached_property
     def resize_methods(self) -> Mapping[int, str]:
         """Step index of each resizing step (one that makes a :class:`ResizeRequest`) → its
@@ -143,7 +156,7 @@ class DaliPlan:
         op_device = "gpu" if gpu else "cpu"
         decode_device = ("mixed" if self.plan.decode_device == "mixed" else "cpu") if gpu else "cpu"
         stages = [("read", "fn.external_source (bridge-owned order)", "cpu")]
-        if self.window_columns:
+        if self.window_columns or self.tail_window_columns(gpu=gpu):
             stages.append(("decode", "fn.decoders.image_slice (ROI decode of the crop window)", decode_device))
         else:
             stages.append(("decode", "fn.decoders.image", decode_device))

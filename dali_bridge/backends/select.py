@@ -2,6 +2,7 @@
 the executor that runs the chosen one."""
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 from dataclasses import dataclass
@@ -41,13 +42,22 @@ class Probe:
     check_gpu_pipeline: bool = False
 
 
+_DALI_DISABLED = "DALI disabled by DALI_BRIDGE_DISABLE"
+_DALI_MISSING = "DALI not installed (pip install nvidia-dali-cuda120)"
+
+
+def _disabled() -> set[str]:
+    """The pieces ``DALI_BRIDGE_DISABLE`` switches off (``dali``, ``cuda``, ``torchvision``)."""
+    return {p.strip() for p in os.environ.get("DALI_BRIDGE_DISABLE", "").split(",") if p.strip()}
+
+
 @lru_cache(maxsize=1)
 def probe() -> Probe:
     """Probe DALI, CUDA and torchvision once per process (``DALI_BRIDGE_DISABLE`` simulates absences)."""
-    disabled = {p.strip() for p in os.environ.get("DALI_BRIDGE_DISABLE", "").split(",") if p.strip()}
+    disabled = _disabled()
     dali_version = dali_reason = None
     if "dali" in disabled:
-        dali_reason = "DALI disabled by DALI_BRIDGE_DISABLE"
+        dali_reason = _DALI_DISABLED
     else:
         try:
             import nvidia.dali as dali
@@ -56,24 +66,12 @@ def probe() -> Probe:
             # Only nvidia.dali itself missing means "not installed"; a library or module it needs
             # that fails to load is a broken install, said with its own message.
             if exc.name in ("nvidia", "nvidia.dali"):
-                dali_reason = "DALI not installed (pip install nvidia-dali-cuda120)"
+                dali_reason = _DALI_MISSING
             else:
                 dali_reason = f"DALI failed to import: {type(exc).__name__}: {exc}"
         except Exception as exc:  # a broken install raises OSError & co. while loading its libraries
             dali_reason = f"DALI failed to import: {type(exc).__name__}: {exc}"
-    cuda_devices = 0
-    cuda_reason = None
-    if "cuda" in disabled:
-        cuda_reason = "CUDA disabled by DALI_BRIDGE_DISABLE"
-    else:
-        try:
-            import torch
-            if not torch.cuda.is_available():
-                cuda_reason = "no CUDA device"
-            else:
-                cuda_devices = torch.cuda.device_count()
-        except Exception as exc:
-            cuda_reason = f"CUDA unusable: {type(exc).__name__}: {exc}"
+    cuda_devices, cuda_reason = torch_cuda_devices()
     if dali_version and cuda_devices and "dali" not in disabled:
         try:
             from nvidia.dali.backend import GetCudaVersion
@@ -81,16 +79,35 @@ def probe() -> Probe:
                 cuda_reason = f"DALI {dali_version} cannot load libcuda"
         except Exception as exc:
             cuda_reason = f"DALI {dali_version} cannot use CUDA: {exc}"
-    torchvision_reason = None
-    if "torchvision" in disabled:
-        torchvision_reason = "torchvision disabled by DALI_BRIDGE_DISABLE"
-    else:
-        try:
-            import torchvision  # noqa: F401
-        except Exception as exc:
-            torchvision_reason = f"torchvision failed to import: {exc}"
-    return Probe(dali_version, dali_reason, cuda_devices, cuda_reason, torchvision_reason,
+    return Probe(dali_version, dali_reason, cuda_devices, cuda_reason, torchvision_reason(),
                  check_gpu_pipeline=bool(dali_version and cuda_devices and cuda_reason is None))
+
+
+def torch_cuda_devices() -> tuple[int, str | None]:
+    """The CUDA devices torch sees, and why none when there are none: the part of :func:`probe`
+    that needs no DALI. The ``torchvision`` backend asks only this (importing DALI would cost its
+    loader a quarter of a second before the first batch)."""
+    if "cuda" in _disabled():
+        return 0, "CUDA disabled by DALI_BRIDGE_DISABLE"
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return 0, "no CUDA device"
+        return torch.cuda.device_count(), None
+    except Exception as exc:
+        return 0, f"CUDA unusable: {type(exc).__name__}: {exc}"
+
+
+def torchvision_reason() -> str | None:
+    """Why torchvision cannot be used here, or None: the part of :func:`probe` the ``torchvision``
+    backend needs."""
+    if "torchvision" in _disabled():
+        return "torchvision disabled by DALI_BRIDGE_DISABLE"
+    try:
+        import torchvision  # noqa: F401
+    except Exception as exc:
+        return f"torchvision failed to import: {exc}"
+    return None
 
 
 def dali_build() -> str:
@@ -218,12 +235,14 @@ def choose_backend(requested: str = "auto", host: Probe | None = None) -> Choice
     ``torchvision``. An explicit backend that cannot run raises :class:`BackendUnavailable`
     with the reason instead of falling back.
     """
-    host = host or probe()
     if requested != "auto":
-        reason = unavailable_reason(requested, host)
+        # An explicit torchvision needs no DALI probe, nor DALI's import (a quarter of a second).
+        reason = (torchvision_reason() if requested == "torchvision" and host is None
+                  else unavailable_reason(requested, host or probe()))
         if reason:
             raise BackendUnavailable(f"backend '{requested}' cannot run here: {reason}")
         return Choice(requested, f"backend '{requested}' requested explicitly")
+    host = host or _host_for_auto()
     dali_reason = unavailable_reason("dali", host)
     if dali_reason is None:
         return Choice("dali", f"auto: DALI {host.dali_version} and {host.cuda_devices} CUDA device(s) found")
@@ -231,6 +250,27 @@ def choose_backend(requested: str = "auto", host: Probe | None = None) -> Choice
     if tv_reason:
         raise BackendUnavailable(f"auto: no backend can run here: dali: {dali_reason}; torchvision: {tv_reason}")
     return Choice("torchvision", f"auto: torchvision fallback ({dali_reason})")
+
+
+def _host_for_auto() -> Probe:
+    """What ``auto`` needs to know of this host: :func:`probe`'s answer, except on a host where
+    torch sees no CUDA device and nothing probed yet. There ``dali`` cannot be picked, so DALI is
+    only looked up (disabled, not installed, or there), not imported: its import costs a CPU-only
+    loader a quarter of a second. Where it is installed, the reason ``auto`` gives is the CUDA one
+    (a DALI install that fails to import is said by ``doctor`` and ``show``, which probe it all)."""
+    if probe.cache_info().currsize:
+        return probe()
+    devices, cuda_reason = torch_cuda_devices()
+    if devices:
+        return probe()
+    if "dali" in _disabled():
+        dali_reason: str | None = _DALI_DISABLED
+    else:
+        try:
+            dali_reason = None if importlib.util.find_spec("nvidia.dali") is not None else _DALI_MISSING
+        except (ImportError, ValueError):  # no nvidia namespace at all
+            dali_reason = _DALI_MISSING
+    return Probe(None, dali_reason, 0, cuda_reason, torchvision_reason())
 
 
 def available_backends(host: Probe | None = None) -> list[str]:
@@ -276,6 +316,6 @@ def build_executor(backend: str, spec: PipelineSpec, listing: Listing, plan: Pla
     from .device import cuda_ordinal
     from .torchvision import TorchvisionExecutor
     if device is None:
-        devices = probe().cuda_devices
+        devices, _ = torch_cuda_devices()
         device = torch.device("cuda", cuda_ordinal(topology.local_rank, devices)) if devices else torch.device("cpu")
     return TorchvisionExecutor(spec, listing, plan, topology=topology, device=device)

@@ -10,6 +10,10 @@ runs as the op's per-sample torchvision kernel in a loop. Both give the same pix
 The batch kernels round a multiply-add as the device's own kernel does, which they ask of the
 device once (:func:`~dali_bridge.ops.batched.add_rounding`); the tail asks before its first step,
 so that one wait for a GPU falls in the first batch whatever that batch draws.
+
+On the CPU the batch kernels save no launches and cost more than torchvision's own per-sample ones
+(their exact rounding of a per-sample multiply-add is emulated in float64, the groups are gathered
+and scattered): a host tail asks for the per-sample kernels throughout (``batched=False``).
 """
 from __future__ import annotations
 
@@ -21,16 +25,18 @@ from ..ops.base import Step
 from ..ops.batched import add_rounding
 
 
-def run_tail(steps: Sequence[Step], images: Sequence[torch.Tensor], tail: Sequence[Sequence[tuple]]) -> torch.Tensor:
+def run_tail(steps: Sequence[Step], images: Sequence[torch.Tensor], tail: Sequence[Sequence[tuple]], *,
+             batched: bool = True) -> torch.Tensor:
     """``steps`` on ``images`` (CHW uint8: a list, or one N x C x H x W tensor); ``tail[n]`` holds
-    sample n's (concrete parameters, input size) for each step. Returns the batch as one tensor in
-    memory of its own: the input may be a view of DALI's buffer, which a step may leave unchanged."""
+    sample n's (concrete parameters, input size) for each step; ``batched=False``: each step as its
+    op's per-sample torchvision kernel. Returns the batch as one tensor in memory of its own: the
+    input may be a view of DALI's buffer, which a step may leave unchanged."""
     given = images
-    if steps and len(images):
+    if batched and steps and len(images):
         add_rounding(images[0].device)
     for position, step in enumerate(steps):
         concrete = [sample[position][0] for sample in tail]
-        done = step.op.batch_kernel(images, concrete)
+        done = step.op.batch_kernel(images, concrete) if batched else None
         if done is None:  # no batched kernel for this op (or these images): torchvision's, per sample
             done = [step.op.torchvision_kernel(image, parameters) for image, parameters in zip(images, concrete)]
         images = done

@@ -56,16 +56,19 @@ def cutmix_box(lam: float, height: int, width: int, u_x: float, u_y: float) -> t
 
 def mix_batch(images: Any, targets: Any, mix: Mix) -> tuple[Any, Any]:
     """Apply one batch's :class:`Mix` to NCHW float images and [N, K] float targets (torchvision's
-    arithmetic: ``rolled.mul_(1 - λ).add_(x.mul(λ))``; CutMix pastes the rolled batch's box)."""
+    arithmetic: ``rolled.mul_(1 - λ).add_(x.mul(λ))``; CutMix pastes the rolled batch's box).
+
+    CutMix rolls only its box, not the batch (``roll`` is a gathering copy of all it is given, about
+    as costly as the paste's clone of the batch): the same values pasted, the same pixels."""
     if mix.mode == "none":
         return images, targets
     if mix.mode == "mixup":
         images = images.roll(1, 0).mul_(1.0 - mix.lam).add_(images.mul(mix.lam))
     else:
         x1, y1, x2, y2 = mix.box
-        rolled = images.roll(1, 0)
+        box = images[..., y1:y2, x1:x2].roll(1, 0)
         images = images.clone()
-        images[..., y1:y2, x1:x2] = rolled[..., y1:y2, x1:x2]
+        images[..., y1:y2, x1:x2] = box
     if targets is not None:
         targets = targets.roll(1, 0).mul_(1.0 - mix.lam).add_(targets.mul(mix.lam))
     return images, targets

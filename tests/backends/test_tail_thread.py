@@ -135,3 +135,59 @@ def test_leaving_an_epoch_early_waits_for_the_tail_thread_and_close_stops_it(tmp
     loader.close()
     threads[0].join(timeout=30)
     assert not threads[0].is_alive()
+
+
+@pytest.mark.parametrize("backend", DALI_CPU)
+def test_with_two_dali_threads_the_tail_runs_in_two_chunks_at_once_with_the_same_pixels(tmp_path, monkeypatch,
+                                                                                        backend):
+    write_image_folder(tmp_path / "data", classes=2, per_class=7)   # 14 samples: a partial batch of 2 too
+    real_run_tail, chunks = dali_backend.run_tail, []
+
+    def run_tail(steps, images, tail, **kwargs):
+        chunks.append((threading.current_thread().name, len(tail)))
+        return real_run_tail(steps, images, tail, **kwargs)
+
+    monkeypatch.setattr(dali_backend, "run_tail", run_tail)
+    spec = tail_pipeline(tmp_path / "data")
+    epochs = {}
+    for workers in (1, 2):
+        chunks.clear()
+        with build_loader({**spec, "loader": {**spec["loader"], "workers": workers}}, backend) as loader:
+            epochs[workers] = epoch(loader)
+        names = {name.rsplit("_", 1)[0] for name, _ in chunks}
+        if workers == 1:
+            assert names == {"dali-bridge-tail"} and [size for _, size in chunks] == [4, 4, 4, 2]
+        else:  # each batch halved: one half in the tail thread, the other in a helper beside it
+            assert names == {"dali-bridge-tail", "dali-bridge-tail-chunk"}
+            assert sorted(size for _, size in chunks) == [1, 1, 2, 2, 2, 2, 2, 2]
+    assert [index for index, _ in epochs[2]] == [index for index, _ in epochs[1]]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(epochs[2], epochs[1]))
+
+
+@pytest.mark.parametrize("backend", DALI_CPU)
+def test_a_host_tail_runs_torchvisions_per_sample_kernels_with_the_batch_kernels_pixels(tmp_path, monkeypatch,
+                                                                                      backend):
+    # On the CPU the batch kernels save no launches and cost about twice torchvision's own.
+    from dali_bridge.ops import OPS
+
+    write_image_folder(tmp_path / "data", classes=2, per_class=6)
+    batch_kernels = []
+    policy = type(OPS["trivial_augment_wide"])
+    real_batch_kernel = policy.batch_kernel
+
+    def batch_kernel(self, images, concrete):
+        batch_kernels.append(len(concrete))
+        return real_batch_kernel(self, images, concrete)
+
+    monkeypatch.setattr(policy, "batch_kernel", batch_kernel)
+    spec = {**tail_pipeline(tmp_path / "data"), "parity": "fast"}   # fast: the tail is the policy on one size
+    epochs = {}
+    for batched in (False, True):
+        batch_kernels.clear()
+        with build_loader(spec, backend) as loader:
+            if batched:
+                loader._executor._batched_tail = True   # the GPU's kernels, on the host
+            epochs[batched] = epoch(loader)
+        assert bool(batch_kernels) == batched
+    assert [index for index, _ in epochs[False]] == [index for index, _ in epochs[True]]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(epochs[False], epochs[True]))

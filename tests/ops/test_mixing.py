@@ -252,3 +252,25 @@ def test_the_reference_documents_the_target_output_and_its_key():
     assert "`target` (float32 [N, number of classes]" in page
     for name in ("mixup", "cutmix", "batch_mix", "random_erasing"):
         assert f"### `{name}`" in page
+
+
+def test_cutmix_rolls_only_its_box_and_pastes_what_rolling_the_batch_would():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Rolls(TorchDispatchMode):
+        sizes: list[int] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.__name__.startswith("roll"):
+                self.sizes.append(args[0].numel())
+            return func(*args, **(kwargs or {}))
+
+    images = torch.randn(16, 3, 40, 50, generator=torch.Generator().manual_seed(5))
+    mix = Mix("cutmix", 0.4, (7, 3, 31, 29))
+    rolled = images.roll(1, 0)
+    expected = images.clone()
+    expected[..., 3:29, 7:31] = rolled[..., 3:29, 7:31]
+    with Rolls() as rolls:
+        ours, _ = mix_batch(images, None, mix)
+    assert torch.equal(ours, expected) and not torch.equal(ours, images)
+    assert rolls.sizes == [16 * 3 * 26 * 24]   # the box of every sample, not the batch

@@ -1,0 +1,74 @@
+"""The batch finish on the CPU: a table lookup whose pixels are torchvision's arithmetic, bit for bit."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from dali_bridge.backends.finishing import finish_batch
+from dali_bridge.plan import Finish
+
+CPU = torch.device("cpu")
+FINISHES = [
+    Finish(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), dtype="float32", layout="CHW"),
+    Finish(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), dtype="float16", layout="CHW"),
+    Finish(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), dtype="float32", layout="HWC"),
+    Finish(dtype="float32"),   # identity mean and std: only the scaling to [0, 1]
+    Finish(dtype="float16", layout="HWC"),
+]
+
+
+def every_value_batch() -> torch.Tensor:
+    """uint8 NCHW [4, 3, 9, 11] holding each of the 256 values in every channel, shuffled differently
+    per channel, on planes of an odd size."""
+    generator = torch.Generator().manual_seed(3)
+    count = 4 * 9 * 11
+    channels = [torch.arange(count, dtype=torch.int64)[torch.randperm(count, generator=generator)] % 256
+                for _ in range(3)]
+    return torch.stack(channels).to(torch.uint8).view(3, 4, 9, 11).transpose(0, 1).contiguous()
+
+
+def torchvision_arithmetic(images: torch.Tensor, finish: Finish) -> torch.Tensor:
+    """ToDtype(scale=True) + Normalize as torchvision computes them, in float32, then the cast."""
+    out = images.to(torch.float32).div_(255.0)
+    out.sub_(torch.tensor(finish.mean).view(1, 3, 1, 1)).div_(torch.tensor(finish.std).view(1, 3, 1, 1))
+    out = out.to(getattr(torch, finish.dtype))
+    return out.permute(0, 2, 3, 1).contiguous() if finish.layout == "HWC" else out
+
+
+@pytest.mark.parametrize("finish", FINISHES, ids=lambda f: f"{f.dtype}-{f.layout}-{'id' if f.identity else 'norm'}")
+def test_the_cpu_finish_equals_torchvisions_arithmetic_for_every_value_of_every_channel(finish):
+    images = every_value_batch()
+    for channel in range(3):
+        assert set(images[:, channel].flatten().tolist()) == set(range(256))
+    out = finish_batch(images, finish, CPU)
+    expected = torchvision_arithmetic(images, finish)
+    assert out.dtype == expected.dtype and out.shape == expected.shape
+    assert torch.equal(out, expected)
+
+
+def test_the_cpu_finish_of_a_non_contiguous_batch_equals_the_arithmetic():
+    images = every_value_batch().transpose(2, 3)   # a view with swapped strides
+    finish = FINISHES[0]
+    assert torch.equal(finish_batch(images, finish, CPU), torchvision_arithmetic(images, finish))
+
+
+class _AtenCalls(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_cpu_finish_of_a_batch_runs_no_torch_arithmetic_over_its_pixels():
+    # Four full passes of torch kernels (convert, divide, subtract, divide) cost about three times the
+    # lookup, and run on intra-op threads that compete with the workers for the cores.
+    images = every_value_batch()
+    finish_batch(images, FINISHES[0], CPU)  # the table, made once per finish
+    with _AtenCalls() as calls:
+        finish_batch(images, FINISHES[0], CPU)
+    arithmetic = [name for name in calls.names if name.split(".")[0] in ("div", "div_", "sub", "sub_", "_to_copy")]
+    assert arithmetic == []
