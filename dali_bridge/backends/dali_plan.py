@@ -107,7 +107,7 @@ class DaliPlan:
         policy under ``parity: exact``), else None. On the CPU decoder only (``dali-cpu``), whose window
         decode is a full decode then crop, as for the graph's own first crop; the tail's first step then
         crops the identity window of what was decoded."""
-        tail = self.plan.torch_tail
+        tail = self.torch_tail
         if gpu or self.steps or not tail or not tail[0].op.window_columns:
             return None
         return TAIL_WINDOW_COLUMNS

@@ -10,7 +10,7 @@ from conftest import MEAN, STD, TRAIN, needs_cpu_backends, plan_of
 from dali_bridge import build_loader
 from dali_bridge.backends.dali_plan import TAIL_WINDOW_COLUMNS, dali_plan
 from dali_bridge.ops.geometry import Crop
-from dali_bridge.plan import placement
+from dali_bridge.placement import placement
 
 POLICY_OPS = [{"random_resized_crop": {"size": 64}}, {"horizontal_flip": 0.5},
               {"trivial_augment_wide": {"interpolation": "bilinear"}},
@@ -19,7 +19,7 @@ POLICY_OPS = [{"random_resized_crop": {"size": 64}}, {"horizontal_flip": 0.5},
 
 def test_the_window_of_a_tails_first_crop_is_decoded_alone_on_dali_cpu_only():
     plan = plan_of(POLICY_OPS)
-    assert not plan.dali_steps and plan.torch_tail[0].name == "random_resized_crop"
+    assert not dali_plan(plan).steps and dali_plan(plan).torch_tail[0].name == "random_resized_crop"
     assert dali_plan(plan).tail_window_columns(gpu=False) == TAIL_WINDOW_COLUMNS
     assert dali_plan(plan).tail_window_columns(gpu=True) is None  # nvJPEG's window decode is not pinned
     assert placement(plan, "dali-cpu")[1].implementation.startswith("fn.decoders.image_slice")
