@@ -126,12 +126,17 @@ def test_throttling_errors_resets_and_short_bodies_are_retried_and_nothing_is_lo
     assert set(proxy.injected) == {"503", "500", "reset", "short"}
 
 
+def remote_and_local(s3_shards: str, local_shards: Path, proxy, **store: Any):
+    """The same shards listed at the S3 URL (through ``proxy``, with these store settings) and on disk."""
+    remote = list_webdataset(f"{s3_shards}/{SHARDS}", DEFAULT_IMAGE_KEYS,
+                             store=ObjectStore("s3", {"endpoint_url": proxy.endpoint}, **store))
+    return remote, list_webdataset(str(local_shards / SHARDS), DEFAULT_IMAGE_KEYS)
+
+
 def test_a_ranged_get_refused_as_an_expired_signature_is_signed_again_and_a_real_denial_is_named(
         local_shards, s3_shards, moto_endpoint, fault_proxy):
     proxy = fault_proxy(moto_endpoint)
-    remote = list_webdataset(f"{s3_shards}/{SHARDS}", DEFAULT_IMAGE_KEYS,
-                             store=ObjectStore("s3", {"endpoint_url": proxy.endpoint}, timeout=5.0))
-    local = list_webdataset(str(local_shards / SHARDS), DEFAULT_IMAGE_KEYS)
+    remote, local = remote_and_local(s3_shards, local_shards, proxy, timeout=5.0)
     assert remote.read(3) == local.read(3)   # its shard's GET signed
     proxy.plan("403")
     assert remote.read(4) == local.read(4)   # the same shard: refused once, signed again, read
@@ -354,9 +359,7 @@ def test_a_batch_is_fetched_concurrently_within_max_requests(s3_shards, moto_end
 def test_a_batch_sample_is_handed_out_as_soon_as_its_bytes_arrive_while_later_ones_are_in_flight(
         local_shards, s3_shards, moto_endpoint, fault_proxy):
     proxy = fault_proxy(moto_endpoint)
-    remote = list_webdataset(f"{s3_shards}/{SHARDS}", DEFAULT_IMAGE_KEYS,
-                             store=ObjectStore("s3", {"endpoint_url": proxy.endpoint}, max_requests=1))
-    local = list_webdataset(str(local_shards / SHARDS), DEFAULT_IMAGE_KEYS)
+    remote, local = remote_and_local(s3_shards, local_shards, proxy, max_requests=1)
     batch = [7, 30, 2, 19]
     proxy.latency, proxy.ranged = 1.0, 0   # one GET at a time, each a second long
     remote.prefetch(batch)
