@@ -37,6 +37,7 @@ from ..images import SampleError
 from .base import RawBatch, Topology, default_workers
 from .device import gpu_target
 from .finishing import finish_batch
+from .intra_op import single_intra_op_thread
 from .per_sample import PreparedBatch, SampleCore
 from .thread_pool import OrderedPool
 from ..plan import Plan
@@ -214,6 +215,14 @@ def prefetched(items: Iterable[Any], *, start: Callable[[Any], Any], ready: Call
         yield ready(started.popleft())
 
 
+def _pool_thread_setup(*, gpu: torch.device | None) -> None:
+    """A sample thread's own state: one intra-op thread, and the loader's GPU current (the thread's
+    ``torch.cuda.set_device``; a new thread has GPU 0)."""
+    single_intra_op_thread()
+    if gpu is not None:
+        torch.cuda.set_device(gpu)
+
+
 class TorchvisionExecutor:
     """DataLoader workers produce uint8 batches; finishing runs where the loader's device is."""
 
@@ -232,9 +241,10 @@ class TorchvisionExecutor:
         threads = spec.loader.executor == "threads" and self.workers > 0
         # Their pinned buffers are made with the loader's GPU current, as DataLoader's pin-memory thread's
         # are (a bare "cuda": the device current here, now; a pool thread's own would be GPU 0).
-        current = (functools.partial(torch.cuda.set_device, gpu_target(self.device, topology.local_rank)) if cuda
-                   else None)
-        self.pool = OrderedPool(self.workers, name="dali-bridge-sample", initializer=current) if threads else None
+        # Each runs torch's kernels on one thread, as a DataLoader worker process does (backends/intra_op.py).
+        gpu = gpu_target(self.device, topology.local_rank) if cuda else None
+        self.pool = (OrderedPool(self.workers, name="dali-bridge-sample",
+                                 initializer=functools.partial(_pool_thread_setup, gpu=gpu)) if threads else None)
         self.dataloader = None if threads else self._dataloader(pin_memory=cuda)
         self.stream = torch.cuda.Stream(self.device) if cuda else None
 

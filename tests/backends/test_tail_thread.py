@@ -191,3 +191,22 @@ def test_a_host_tail_runs_torchvisions_per_sample_kernels_with_the_batch_kernels
         assert bool(batch_kernels) == batched
     assert [index for index, _ in epochs[False]] == [index for index, _ in epochs[True]]
     assert all(torch.equal(a, b) for (_, a), (_, b) in zip(epochs[False], epochs[True]))
+
+
+@pytest.mark.parametrize("backend", DALI_CPU)
+def test_the_tail_threads_run_torch_on_one_intra_op_thread_and_leave_the_consumers_count(tmp_path, monkeypatch,
+                                                                                          backend):
+    write_image_folder(tmp_path / "data", classes=2, per_class=4)
+    real_run_tail, counts = dali_backend.run_tail, {}
+
+    def run_tail(steps, images, tail, **kwargs):
+        counts[threading.current_thread().name.rsplit("_", 1)[0]] = torch.get_num_threads()
+        return real_run_tail(steps, images, tail, **kwargs)
+
+    monkeypatch.setattr(dali_backend, "run_tail", run_tail)
+    spec = tail_pipeline(tmp_path / "data")
+    consumer = torch.get_num_threads()
+    with build_loader({**spec, "loader": {**spec["loader"], "workers": 2}}, backend) as loader:
+        epoch(loader)
+    assert counts == {"dali-bridge-tail": 1, "dali-bridge-tail-chunk": 1}
+    assert torch.get_num_threads() == consumer

@@ -214,3 +214,19 @@ def test_the_initializer_runs_in_each_thread_before_its_first_item():
         pool.close()
     assert all(ready for ready, _ in results)
     assert {ident for _, ident in results} <= set(initialized) and len(initialized) == len(set(initialized)) <= 3
+
+
+def test_the_sample_threads_run_torch_on_one_intra_op_thread_as_worker_processes_do(sample_root, monkeypatch):
+    from dali_bridge.backends.torchvision import BatchDataset
+
+    real_batch, counts = BatchDataset.batch, set()
+
+    def batch(self, *args, **kwargs):
+        counts.add(torch.get_num_threads())
+        return real_batch(self, *args, **kwargs)
+
+    monkeypatch.setattr(BatchDataset, "batch", batch)
+    consumer = torch.get_num_threads()
+    with loader_for(TRAIN, sample_root, "threads") as loader:
+        batches(loader, limit=3)
+    assert counts == {1} and torch.get_num_threads() == consumer
