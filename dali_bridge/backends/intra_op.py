@@ -3,9 +3,7 @@
 A thread that is itself a unit of parallelism — a DALI tail thread, a ``loader.executor: threads``
 sample thread — runs torch's CPU kernels with one thread, as DataLoader's worker processes do
 (``torch.set_num_threads(1)`` there): a kernel that splits its work over OpenMP threads of its own
-on top of the loader's threads oversubscribes the cores, and the OpenMP threads spin while they
-wait. Measured on the 2-core host: torchvision's recipe on ``dali-cpu`` ran 8-13 % faster with the
-tail threads at one intra-op thread (docs/performance.md).
+on top of the loader's threads oversubscribes the cores (docs/performance.md).
 
 ``torch.set_num_threads`` cannot do this: it also sets the process-wide count that every thread
 adopts on its first parallel kernel (the training loop's own thread included, if it has not run
