@@ -28,7 +28,7 @@ from ..sampling import BatchTask
 from ..dtypes import torch_dtype
 from .dali_feed import ArgumentColumns, _Feeder, build_pipeline  # noqa: F401
 from .finishing import finish_batch
-from .intra_op import single_intra_op_thread
+from ..intra_op import single_intra_op_thread
 from .tail import run_tail
 from .device import (InFlightCopies, TailStream, dali_threads, gpu_target, keep_alive, mixed_decoder_arguments,
                      move_output)
@@ -137,7 +137,7 @@ class DaliExecutor:
         # DALI runs batch k+1, both releasing the GIL. Only for a host target: a CUDA one is finished on
         # the consumer's thread, where its current stream is.
         host_tail = not gpu and bool(self.torch_tail) and self.device.type == "cpu"
-        # Each tail thread runs torch's kernels on one thread, as a DataLoader worker does (backends/intra_op.py).
+        # Each tail thread runs torch's kernels on one thread, as a DataLoader worker does (intra_op.py).
         self._tail_thread = (ThreadPoolExecutor(1, thread_name_prefix="dali-bridge-tail",
                                                 initializer=single_intra_op_thread) if host_tail else None)
         # ... over chunks of the batch, one per core DALI was given (up to a few): the tail's kernels and

@@ -37,7 +37,7 @@ from ..images import SampleError
 from .base import RawBatch, Topology, default_workers
 from .device import gpu_target
 from .finishing import finish_batch
-from .intra_op import single_intra_op_thread
+from ..intra_op import single_intra_op_thread
 from .per_sample import PreparedBatch, SampleCore
 from .thread_pool import OrderedPool
 from ..plan import Plan
@@ -241,7 +241,7 @@ class TorchvisionExecutor:
         threads = spec.loader.executor == "threads" and self.workers > 0
         # Their pinned buffers are made with the loader's GPU current, as DataLoader's pin-memory thread's
         # are (a bare "cuda": the device current here, now; a pool thread's own would be GPU 0).
-        # Each runs torch's kernels on one thread, as a DataLoader worker process does (backends/intra_op.py).
+        # Each runs torch's kernels on one thread, as a DataLoader worker process does (intra_op.py).
         gpu = gpu_target(self.device, topology.local_rank) if cuda else None
         self.pool = (OrderedPool(self.workers, name="dali-bridge-sample",
                                  initializer=functools.partial(_pool_thread_setup, gpu=gpu)) if threads else None)

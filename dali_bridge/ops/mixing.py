@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..intra_op import one_intra_op_thread_here
 from .after_finish import BATCH, BatchOp
 from .base import Param, _type_name, is_number, probability_checker
 
@@ -58,20 +59,40 @@ def mix_batch(images: Any, targets: Any, mix: Mix) -> tuple[Any, Any]:
     """Apply one batch's :class:`Mix` to NCHW float images and [N, K] float targets (torchvision's
     arithmetic: ``rolled.mul_(1 - λ).add_(x.mul(λ))``; CutMix pastes the rolled batch's box).
 
-    CutMix rolls only its box, not the batch (``roll`` is a gathering copy of all it is given, about
-    as costly as the paste's clone of the batch): the same values pasted, the same pixels."""
+    In place: the batch is the loader's own, fresh from the finish. CutMix rolls only its box and
+    pastes it over the batch (torchvision clones the whole batch first, the same pixels). MixUp on
+    the host goes sample by sample (:func:`_mixup_in_place`)."""
     if mix.mode == "none":
         return images, targets
     if mix.mode == "mixup":
-        images = images.roll(1, 0).mul_(1.0 - mix.lam).add_(images.mul(mix.lam))
+        images = _mixup_in_place(images, mix.lam, per_sample=images.device.type == "cpu")
     else:
         x1, y1, x2, y2 = mix.box
-        box = images[..., y1:y2, x1:x2].roll(1, 0)
-        images = images.clone()
-        images[..., y1:y2, x1:x2] = box
+        images[..., y1:y2, x1:x2] = images[..., y1:y2, x1:x2].roll(1, 0)  # roll copies: no overlap
     if targets is not None:
         targets = targets.roll(1, 0).mul_(1.0 - mix.lam).add_(targets.mul(mix.lam))
     return images, targets
+
+
+def _mixup_in_place(images: Any, lam: float, *, per_sample: bool) -> Any:
+    """``images[n] = images[n - 1] * (1 - λ) + images[n] * λ`` for every n (sample 0 with the last),
+    rounded as torchvision's MixUp rounds it: each product in float32, then their sum.
+
+    ``per_sample`` (the host): one sample at a time from the last to the first, so each sample's partner is still
+    unmixed when it is read and every operand stays in the cache: about 5x faster on 2 cores than
+    the batch-wide roll, products and sum, each of which streams the whole batch (47 MiB for 128
+    images at 176 px) through memory. On a GPU that costs three launches per sample; the batch-wide
+    form there (one batch-sized copy)."""
+    keep = 1.0 - lam
+    if not per_sample:
+        rolled = images.roll(1, 0).mul_(keep)
+        return images.mul_(lam).add_(rolled)
+    with one_intra_op_thread_here():  # kernels this small gain nothing from a team of threads
+        last = images[-1].mul(keep)  # sample 0's partner, before the loop mixes it
+        for n in range(images.shape[0] - 1, 0, -1):
+            images[n].mul_(lam).add_(images[n - 1].mul(keep))
+        images[0].mul_(lam).add_(last)
+    return images
 
 
 def _alpha_checker(value: Any) -> tuple[Any, str | None]:

@@ -1,4 +1,4 @@
-"""One intra-op thread for the calling thread alone (backends/intra_op.py): what a DataLoader worker
+"""One intra-op thread for the calling thread alone (intra_op.py): what a DataLoader worker
 process gets, given to the loader's own threads without touching any other thread's count."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from dali_bridge.backends.intra_op import _openmp_runtime, single_intra_op_thread
+from dali_bridge.intra_op import _openmp_runtime, single_intra_op_thread
 
 needs_openmp = pytest.mark.skipif(_openmp_runtime() is None,
                                   reason="torch here does not parallelise with an OpenMP runtime found loaded")
@@ -45,3 +45,22 @@ def test_without_an_openmp_runtime_nothing_changes(monkeypatch):
         assert in_thread(torch.get_num_threads) == default
     finally:
         _openmp_runtime.cache_clear()
+
+
+@needs_openmp
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="one intra-op thread is already the default here")
+def test_one_intra_op_thread_here_lasts_for_the_block_and_restores_the_threads_count():
+    from dali_bridge.intra_op import one_intra_op_thread_here
+
+    def inside_then_after() -> tuple[int, int, int]:
+        before = torch.get_num_threads()
+        with one_intra_op_thread_here():
+            inside = torch.get_num_threads()
+            torch.ones(1 << 20).mul(2).sum()
+        return before, inside, torch.get_num_threads()
+
+    before, inside, after = in_thread(inside_then_after)
+    assert inside == 1 and after == before == torch.get_num_threads()
+    with pytest.raises(ZeroDivisionError), one_intra_op_thread_here():  # restored when the block raises too
+        1 / 0
+    assert torch.get_num_threads() == before

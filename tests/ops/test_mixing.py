@@ -11,7 +11,7 @@ import torch
 from conftest import CPU_BACKENDS, needs_cpu_backends
 
 from dali_bridge.ops import OPS
-from dali_bridge.ops.mixing import Mix, mix_batch
+from dali_bridge.ops.mixing import Mix, _mixup_in_place, mix_batch
 from dali_bridge.placement import placement
 from dali_bridge.plan import build_plan
 from dali_bridge.post_finish import PostFinish, batch_uniforms
@@ -100,6 +100,23 @@ def test_mixup_equals_torchvision_mixup_given_the_same_lambda(monkeypatch):
     ours_images, ours_targets = mix_batch(images.clone(), one_hot(labels, 4), Mix("mixup", lam))
     assert torch.equal(ours_images, expected_images) and torch.equal(ours_targets, expected_targets)
     assert torch.allclose(ours_targets.sum(1), torch.ones(5))
+
+
+@pytest.mark.parametrize("per_sample", [True, False])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC view"])
+def test_mixup_in_place_both_forms_equal_torchvision_mixup(per_sample, layout):
+    """The host's sample-by-sample form and the GPU's batch-wide one, on a contiguous batch and on
+    the NCHW view of an NHWC one (the loader's HWC finish): torchvision's pixels, in the batch itself."""
+    from torchvision.transforms import v2
+
+    images = torch.randn(9, 3, 5, 6, generator=torch.Generator().manual_seed(2))
+    lam = 0.6183
+    transform = v2.MixUp(alpha=0.2, num_classes=2)
+    transform.make_params = lambda flat: {"lam": lam}
+    expected, _ = transform(images.clone(), torch.zeros(9, dtype=torch.int64))
+    batch = images.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2) if layout == "NHWC view" else images.clone()
+    ours = _mixup_in_place(batch, lam, per_sample=per_sample)
+    assert ours.data_ptr() == batch.data_ptr() and torch.equal(ours, expected)
 
 
 @pytest.mark.parametrize("lam, centre", [(0.37, (3, 2)), (0.05, (0, 6)), (0.9, (6, 5))])
@@ -270,7 +287,8 @@ def test_cutmix_rolls_only_its_box_and_pastes_what_rolling_the_batch_would():
     rolled = images.roll(1, 0)
     expected = images.clone()
     expected[..., 3:29, 7:31] = rolled[..., 3:29, 7:31]
+    before = images.clone()
     with Rolls() as rolls:
         ours, _ = mix_batch(images, None, mix)
-    assert torch.equal(ours, expected) and not torch.equal(ours, images)
+    assert torch.equal(ours, expected) and not torch.equal(ours, before)
     assert rolls.sizes == [16 * 3 * 26 * 24]   # the box of every sample, not the batch

@@ -14,11 +14,13 @@ on its first use, so it is made to do that first, else it would overwrite the on
 from __future__ import annotations
 
 import ctypes
+from contextlib import contextmanager
 from functools import lru_cache
+from typing import Iterator
 
 import torch
 
-__all__ = ["single_intra_op_thread"]
+__all__ = ["single_intra_op_thread", "one_intra_op_thread_here"]
 
 # The OpenMP runtimes torch's wheels link (GNU's on Linux, LLVM's and Intel's elsewhere).
 _RUNTIMES = ("libgomp", "libomp", "libiomp5")
@@ -33,6 +35,25 @@ def single_intra_op_thread() -> bool:
     torch.get_num_threads()  # ATen's per-thread initialisation, before the count is set
     runtime.omp_set_num_threads(1)
     return torch.get_num_threads() == 1
+
+
+@contextmanager
+def one_intra_op_thread_here() -> Iterator[None]:
+    """Within the block, this thread's torch kernels run on one thread; its count is restored after.
+
+    For work on the consumer's thread that is a stream of small kernels (MixUp's per-sample loop):
+    each would otherwise fork and join an OpenMP team whose threads then spin, waiting for the next,
+    on cores the loader's own threads are using."""
+    runtime = _openmp_runtime()
+    if runtime is None:
+        yield
+        return
+    before = torch.get_num_threads()  # also ATen's per-thread initialisation, before the count is set
+    runtime.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        runtime.omp_set_num_threads(before)
 
 
 @lru_cache(maxsize=1)
