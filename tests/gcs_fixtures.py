@@ -72,8 +72,14 @@ class _PreconditionHandler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _relay
 
 
+class _ProxyServer(ThreadingHTTPServer):
+    """A listen backlog for a client's burst of uploads (gcsfs's pipe starts them all at once): with
+    socketserver's 5 the rest wait for SYN retransmissions, a second or more each."""
+    request_queue_size = 1024
+
+
 def _precondition_proxy(upstream: str) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer((LOOPBACK, 0), _PreconditionHandler)
+    server = _ProxyServer((LOOPBACK, 0), _PreconditionHandler)
     server.upstream = upstream
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
