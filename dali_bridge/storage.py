@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import os
 import random
 import threading
@@ -321,8 +322,6 @@ class ObjectStore(ListingRequests):
             return await response.read()
 
     async def _gcs_json(self, url: str, what: str, path: str, *args: str, **params: Any) -> Any:
-        import json
-
         return json.loads(await self._gcs_request(url, what, path, *args, **params))
 
     async def _gcs_media(self, url: str, what: str, headers: dict[str, str], generation: str | None) -> bytes:
