@@ -25,8 +25,8 @@ connections do not survive a fork).
 from __future__ import annotations
 
 import asyncio
-import functools
 import importlib
+import json
 import os
 import random
 import threading
@@ -34,6 +34,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Sequence
 
+from .storage_listing import FetchError, ListingRequests, ObjectInfo, gcs_object_info  # noqa: F401
 from .urls import (SCHEMES, SECRET_WORDS, StorageError, is_url, join_url, redact, require_client,  # noqa: F401
                    scheme_of, secret_option, split_url)
 
@@ -43,27 +44,7 @@ DEFAULT_MAX_REQUESTS = 64
 DEFAULT_TIMEOUT = 60.0          # seconds one sample's read may take, retries included
 BACKOFF_FIRST = 0.05            # seconds before the first retry; doubled each time, capped
 BACKOFF_CAP = 5.0
-LIST_PAGE = 1000                # keys per LIST request (S3's most)
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    """What a listing records of an object, to notice later that it changed."""
-    size: int
-    etag: str | None
-    modified: float | None = None   # seconds since the epoch, when the store says
-
-
-@dataclass(frozen=True)
-class FetchError:
-    """Why a request failed, with the URL; ``changed``: the object is not the one that was listed."""
-    url: str
-    reason: str
-    missing: bool = False
-    changed: bool = False
-
-    def __str__(self) -> str:
-        return self.reason
+LIST_PAGE = 1000                # keys per LIST request (S3's and GCS's most)
 
 
 @dataclass(frozen=True)
@@ -94,14 +75,14 @@ def _status_failure(status: int, url: str, what: str) -> Exception:
         return _Permanent(f"access to {url} denied ({status}): check the credentials in the environment "
                           f"(AWS_* variables, AWS_PROFILE, GOOGLE_APPLICATION_CREDENTIALS)")
     if status == 412:
-        return _Permanent(f"{url} changed since it was listed (its ETag differs): the listing describes other "
-                          f"bytes — restart to list it again", changed=True)
+        return _Permanent(f"{url} changed since it was listed (its ETag or generation differs): the listing "
+                          f"describes other bytes — restart to list it again", changed=True)
     if status == 416:
         return _Permanent(f"{url} is shorter than it was when listed ({what} is past its end)", changed=True)
     return _Transient(f"{what}: HTTP {status}")
 
 
-class ObjectStore:
+class ObjectStore(ListingRequests):
     """One scheme's client in this process: concurrent ranged GETs, HEADs and whole-object reads.
 
     Pickles as its settings only; a process that did not create the client (a forked or spawned
@@ -219,56 +200,11 @@ class ObjectStore:
                                                   for u in urls)))
 
     def listed(self, urls: Sequence[str]) -> list[ObjectInfo | FetchError]:
-        """Each object's size and ETag as :meth:`info` gives them, from the store's LIST where it has
-        one: on S3 one request per 1,000 keys between the first and the last of a folder's URLs
-        (a missing object is a missing :class:`FetchError`); elsewhere (HTTP has no LIST) one HEAD each."""
-        if self.scheme != "s3" or not urls:
-            return self.info(urls)
-        folders: dict[str, list[int]] = {}
-        for number, url in enumerate(urls):
-            folders.setdefault(split_url(url)[0], []).append(number)
-        out: list[ObjectInfo | FetchError] = [FetchError(url, "not listed") for url in urls]
-
-        async def one_folder(numbers: list[int]) -> None:
-            found = await self._list_s3([urls[n] for n in numbers])
-            for number in numbers:
-                url = urls[number]
-                got = found.get(url) if isinstance(found, dict) else found
-                out[number] = got if got is not None else FetchError(
-                    url, f"{url} does not exist (not in the store's listing of {split_url(url)[0]}/)", missing=True)
-                if isinstance(got, FetchError):
-                    out[number] = FetchError(url, f"{url}: {got.reason}", got.missing, got.changed)
-
-        self._run(lambda: asyncio.gather(*(one_folder(numbers) for numbers in folders.values())))
-        return out
-
-    async def _list_s3(self, urls: list[str]) -> dict[str, ObjectInfo] | FetchError:
-        """The objects of one folder named by ``urls`` that exist: LIST pages of the keys from the
-        first URL's to the last one's (S3 lists in key order), each page retried as a request is."""
-        fs = self._filesystem()
-        bucket = fs.split_path(urls[0])[0]
-        keys = sorted(fs.split_path(url)[1] for url in urls)
-        wanted = set(keys)
-        # From just before the first key, within the keys' common prefix, until past the last: other
-        # objects of the folder (another split, older files) cost pages only when they sort among these.
-        request = {"Bucket": bucket, "Prefix": os.path.commonprefix(keys), "MaxKeys": LIST_PAGE,
-                   **({"StartAfter": keys[0][:-1]} if len(keys[0]) > 1 else {})}
-        found: dict[str, ObjectInfo] = {}
-        while True:
-            # A LIST answers 404 only when the bucket is missing: the error names the bucket.
-            list_page = functools.partial(self._s3_call, fs, f"s3://{bucket}", "list_objects_v2", **request)
-            page = await self._bounded(list_page, urls[0], f"LIST s3://{bucket}/{request['Prefix']}")
-            if isinstance(page, FetchError):
-                return page
-            for item in page.get("Contents", []):
-                if item["Key"] in wanted:
-                    modified = item.get("LastModified")
-                    found[f"s3://{bucket}/{item['Key']}"] = ObjectInfo(
-                        int(item["Size"]), item.get("ETag"), modified.timestamp() if modified is not None else None)
-            contents = page.get("Contents", [])
-            if not page.get("IsTruncated") or not contents or contents[-1]["Key"] >= keys[-1]:
-                return found
-            request["ContinuationToken"] = page["NextContinuationToken"]
+        """Each object's size and version as :meth:`info` gives them, from the store's LIST where it
+        has one (:mod:`dali_bridge.storage_listing`): on S3 and GCS one request per 1,000 keys between
+        the first and the last of a folder's URLs (a missing object is a missing :class:`FetchError`);
+        over HTTP (no LIST) one HEAD each."""
+        return self._listed(urls, LIST_PAGE)
 
     def get(self, urls: Sequence[str]) -> list[bytes | FetchError]:
         """Whole (small) objects, concurrently: indexes and manifests."""
@@ -350,10 +286,8 @@ class ObjectStore:
                 if response.status != 206:
                     raise _status_failure(response.status, request.url, f"GET {header}")
                 return await response.read()
-        try:  # gs:// and the rest: the file system's own ranged read
-            return await fs._cat_file(request.url, start=request.start, end=request.start + request.size)
-        except FileNotFoundError:
-            raise _Permanent(f"{request.url} does not exist", missing=True) from None
+        # gs://: the JSON API's media download; a generation other than the listed one answers 412.
+        return await self._gcs_media(request.url, f"GET {header}", {"Range": header}, request.etag)
 
     async def _s3_call(self, fs: Any, url: str, method: str, **kwargs: Any) -> Any:
         from botocore.exceptions import ClientError
@@ -373,6 +307,27 @@ class ObjectStore:
             return await body.read()
         finally:
             body.close()
+
+    async def _gcs_request(self, url: str, what: str, path: str, *args: str, headers: dict[str, str] | None = None,
+                           **params: Any) -> bytes:
+        """One GET of the GCS JSON API (``path`` below ``storage/v1/``, ``args`` quoted into it) on
+        gcsfs's session with its credentials and requester-pays project: one attempt, not gcsfs's
+        retrying ``_call`` (this module retries within the request's timeout)."""
+        fs = self._filesystem()
+        session = await fs._set_session()
+        async with session.get(fs._format_path(path, args), params=fs._get_params(params),
+                               headers=fs._get_headers(headers)) as response:
+            if response.status not in (200, 206):
+                raise _status_failure(response.status, url, what)
+            return await response.read()
+
+    async def _gcs_json(self, url: str, what: str, path: str, *args: str, **params: Any) -> Any:
+        return json.loads(await self._gcs_request(url, what, path, *args, **params))
+
+    async def _gcs_media(self, url: str, what: str, headers: dict[str, str], generation: str | None) -> bytes:
+        bucket, key, _ = self._filesystem().split_path(url)
+        return await self._gcs_request(url, what, "b/{}/o/{}", bucket, key, headers=headers, alt="media",
+                                       ifGenerationMatch=generation)
 
     async def _head(self, url: str) -> ObjectInfo:
         fs = self._filesystem()
@@ -395,11 +350,8 @@ class ObjectStore:
                 stamp = response.headers.get("Last-Modified")
                 return ObjectInfo(int(response.headers["Content-Length"]), response.headers.get("ETag"),
                                   parsedate_to_datetime(stamp).timestamp() if stamp else None)
-        try:
-            info = await fs._info(url)
-        except FileNotFoundError:
-            raise _Permanent(f"{url} does not exist", missing=True) from None
-        return ObjectInfo(int(info["size"]), info.get("etag") or info.get("ETag"), None)
+        bucket, key, _ = fs.split_path(url)   # gs://: the object resource, its generation the version
+        return gcs_object_info(await self._gcs_json(url, "GET", "b/{}/o/{}", bucket, key))
 
     async def _get_whole(self, url: str) -> bytes:
         fs = self._filesystem()
@@ -412,10 +364,7 @@ class ObjectStore:
                 if response.status != 200:
                     raise _status_failure(response.status, url, "GET")
                 return await response.read()
-        try:
-            return await fs._cat_file(url)
-        except FileNotFoundError:
-            raise _Permanent(f"{url} does not exist", missing=True) from None
+        return await self._gcs_media(url, "GET", {}, None)
 
 
 def _transient_errors() -> tuple[type[BaseException], ...]:
