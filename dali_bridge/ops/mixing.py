@@ -21,7 +21,6 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..intra_op import one_intra_op_thread_here
 from .after_finish import BATCH, BatchOp
 from .base import Param, _type_name, is_number, probability_checker
 
@@ -83,6 +82,8 @@ def _mixup_in_place(images: Any, lam: float, *, per_sample: bool) -> Any:
     the batch-wide roll, products and sum, each of which streams the whole batch (47 MiB for 128
     images at 176 px) through memory. On a GPU that costs three launches per sample; the batch-wide
     form there (one batch-sized copy)."""
+    from ..intra_op import one_intra_op_thread_here  # torch: not imported where a spec is only validated
+
     keep = 1.0 - lam
     if not per_sample:
         rolled = images.roll(1, 0).mul_(keep)
