@@ -14,19 +14,43 @@ def _num(value: Any, digits: int = 0) -> str:
     return "–" if value is None else f"{value:,.{digits}f}"
 
 
+# The ranged-read row whose CPU costs per GET stand for each epoch mode's requests.
+_COST_ROWS = {"ranged": "moto via the proxy", "ranged-http": "HTTP server via the proxy"}
+
+
+def served_ceiling(report: dict[str, Any], run: dict[str, Any], local: float | None) -> float | None:
+    """The img/s this machine allows a ranged mode when the servers share its cores: the cores' CPU
+    seconds divided by each image's cost, the local epoch's (cores / local img/s) plus the GET's on
+    the servers' side and the bridge's client (the ranged-read row of that server at that latency).
+    None where a figure is missing (another mode, no ranged-read row, a file without CPU counts)."""
+    cores, target = report.get("machine", {}).get("cpus"), _COST_ROWS.get(run["mode"])
+    if not cores or not local or target is None:
+        return None
+    for row in report.get("ranged_reads", []):
+        if (row.get("target") == target and row["latency_ms"] == run["latency_ms"]
+                and "the bridge's" in row["client"] and row.get("cpu_s_per_1000") is not None):
+            per_get = (row["cpu_s_per_1000"] + (row.get("moto_cpu_s_per_1000") or 0.0)
+                       + (row.get("proxy_and_http_cpu_s_per_1000") or 0.0)) / 1000
+            return cores / (cores / local + per_get)
+    return None
+
+
 def _epochs(report: dict[str, Any]) -> list[str]:
-    lines = ["| added latency (ms) | backend | mode | img/s | of local | first batch (s) | peak RSS (MiB) | "
-             "most GETs in flight |", "|--:|---|---|--:|--:|--:|--:|--:|"]
+    lines = ["| added latency (ms) | backend | mode | img/s | of local | ceiling with the servers here (img/s) | "
+             "of the ceiling | first batch (s) | peak RSS (MiB) | most GETs in flight |",
+             "|--:|---|---|--:|--:|--:|--:|--:|--:|--:|"]
     local = {(r["latency_ms"], r["backend"]): r.get("images_per_s") for r in report["epochs"] if r["mode"] == "local"}
     for run in report["epochs"]:
         if "error" in run:
-            lines.append(f"| {run['latency_ms']:g} | {run['backend']} | {run['mode']} | {run['error']} | | | | |")
+            lines.append(f"| {run['latency_ms']:g} | {run['backend']} | {run['mode']} | {run['error']} | | | | | | |")
             continue
         reference = local.get((run["latency_ms"], run["backend"]))
         share = f"{run['images_per_s'] / reference:.0%}" if reference else "–"
+        ceiling = served_ceiling(report, run, reference)
+        of_ceiling = f"{run['images_per_s'] / ceiling:.0%}" if ceiling else "–"
         lines.append(f"| {run['latency_ms']:g} | {run['backend']} | {run['mode']} | {_num(run['images_per_s'])} | "
-                     f"{share} | {_num(run['first_batch_s'], 2)} | {_num(run['peak_rss_mib'])} | "
-                     f"{_num(run.get('peak_in_flight'))} |")
+                     f"{share} | {_num(ceiling)} | {of_ceiling} | {_num(run['first_batch_s'], 2)} | "
+                     f"{_num(run['peak_rss_mib'])} | {_num(run.get('peak_in_flight'))} |")
     return lines
 
 
@@ -74,7 +98,11 @@ def object_storage_section(report: dict[str, Any]) -> list[str]:
                   "nothing.**", ""]
     lines += [f"Goals: at 20 ms added latency, ranged reads (no cache) at least {GOAL_SHARE:.0%} of local-disk "
               f"img/s; the first batch within {GOAL_FIRST_BATCH_S:g} s; memory bounded by max_requests × sample "
-              f"size.", "", *_epochs(report), "",
+              f"size.", "",
+              "The servers run on the loader's cores here: *ceiling with the servers here* is what the cores "
+              "allow once each GET's CPU on the servers' and the client's side (the ranged-read table below) "
+              "is added to an image's local cost (cores ÷ local img/s). Against storage on other machines only "
+              "the client's share stays.", "", *_epochs(report), "",
               "Ranged reads of the samples' byte ranges, per server and client, each client in a process of its "
               "own (its CPU seconds are the client's alone; with no proxy: the server's own ceiling):", "",
               *_ranged_reads(report), "", "Listing (one sample per shard; warm: the node's listing cache):", "",
