@@ -104,8 +104,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     except Exception as exc:
         print(f"# backend {spec.backend!r}: {exc}")
     from .backends.base import default_workers
+    from .backends.dali_plan import dali_plan
     from .backends.device import describe_dali_threads
-    print(f"# {describe_dali_threads(spec.loader.workers, auto_cores=default_workers())}")
+    host_tail = bool(dali_plan(plan).torch_tail)
+    print(f"# {describe_dali_threads(spec.loader.workers, auto_cores=default_workers(), host_tail=host_tail)}")
     for backend in BACKEND_NAMES:
         missing = unsupported_ops(spec, backend)
         reason = unavailable_reason(backend)

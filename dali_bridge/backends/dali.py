@@ -30,17 +30,12 @@ from .dali_feed import ArgumentColumns, _Feeder, build_pipeline  # noqa: F401
 from .finishing import finish_batch
 from ..intra_op import single_intra_op_thread
 from .tail import run_tail
-from .device import (InFlightCopies, TailStream, dali_threads, gpu_target, keep_alive, mixed_decoder_arguments,
-                     move_output)
+from .device import (InFlightCopies, TailStream, dali_threads, gpu_target, host_tail_split, keep_alive,
+                     mixed_decoder_arguments, move_output)
 from ..sources import Listing
 from ..spec import PipelineSpec
 
 log = logging.getLogger("dali_bridge")
-
-# The most chunks a host tail splits a batch into (one thread each): past a few, each chunk's own call
-# per operation drawn costs more than another thread gains.
-_MOST_TAIL_CHUNKS = 4
-
 
 class DaliBatchError(RuntimeError):
     """DALI failed a batch, and no sample of it could be blamed (or blaming them did not help)."""
@@ -117,7 +112,7 @@ class DaliExecutor:
         else:
             self.device_id = None
             self.device = torch.device(device) if device is not None else torch.device("cpu")
-        self.threads = dali_threads(spec.loader.workers, gpu=gpu, auto_cores=default_workers(), device=self.device_id)
+        threads = dali_threads(spec.loader.workers, gpu=gpu, auto_cores=default_workers(), device=self.device_id)
         # The torch tail runs on DALI's GPU (on a side stream: TailStream), or on the host where DALI is
         # on the CPU or a step's kernel is PIL's; the finish then on the loader's device.
         self.feeder = _Feeder(spec, listing, plan, gpu=gpu)
@@ -137,12 +132,14 @@ class DaliExecutor:
         # DALI runs batch k+1, both releasing the GIL. Only for a host target: a CUDA one is finished on
         # the consumer's thread, where its current stream is.
         host_tail = not gpu and bool(self.torch_tail) and self.device.type == "cpu"
+        # ... which then shares the loader's threads with DALI's (host_tail_split).
+        self.threads, tail_threads = host_tail_split(threads) if host_tail else (threads, 1)
         # Each tail thread runs torch's kernels on one thread, as a DataLoader worker does (intra_op.py).
         self._tail_thread = (ThreadPoolExecutor(1, thread_name_prefix="dali-bridge-tail",
                                                 initializer=single_intra_op_thread) if host_tail else None)
-        # ... over chunks of the batch, one per core DALI was given (up to a few): the tail's kernels and
-        # PIL's release the GIL, and one thread alone cannot keep pace with DALI's threads.
-        self._tail_chunks = min(self.threads, _MOST_TAIL_CHUNKS) if host_tail else 1
+        # ... over chunks of the batch, one per tail thread: the tail's kernels and PIL's release the GIL,
+        # and one thread alone cannot keep pace with DALI's threads.
+        self._tail_chunks = tail_threads
         self._tail_helpers = (ThreadPoolExecutor(self._tail_chunks - 1, thread_name_prefix="dali-bridge-tail-chunk",
                                                  initializer=single_intra_op_thread)
                               if self._tail_chunks > 1 else None)

@@ -139,6 +139,24 @@ def dali_threads(workers: int | None, *, gpu: bool, auto_cores: int, device: int
     return max(1, auto_cores)
 
 
+# The most threads a host torch tail splits a batch over (a chunk each): past a few, each chunk's own
+# call per operation drawn costs more than another thread gains.
+MOST_TAIL_THREADS = 4
+
+
+def host_tail_split(threads: int) -> tuple[int, int]:
+    """(DALI's threads, the torch tail's threads) for ``dali-cpu`` with a tail on the host, out of the
+    loader's ``threads``: DALI gets half, rounded up, the tail up to :data:`MOST_TAIL_THREADS`.
+
+    The tail runs in threads beside DALI's (with the consumer's thread, that is more threads than
+    cores), and each of its kernels takes the GIL to start and end: with every core given to DALI as
+    well, the threads spent a third of their time waiting for it and left about an eighth of two
+    cores idle. Half the threads to DALI measured 5-15 % more images/s on both recipes (2 cores;
+    docs/performance.md); the tail costs a little more CPU per image than DALI's decode there."""
+    threads = max(1, threads)
+    return max(1, (threads + 1) // 2), min(threads, MOST_TAIL_THREADS)
+
+
 def describe_gpu_threads(device: int | None = None) -> str:
     """The GPU thread default and what decided it, e.g. ``16 (the least of: cores per local rank 16, ...)``."""
     bounds = gpu_thread_bounds(cores_per_local_rank(), host_bytes=host_memory(), gpu_bytes=gpu_memory(device),
@@ -147,12 +165,17 @@ def describe_gpu_threads(device: int | None = None) -> str:
             + ", ".join(f"{name} {value}" for name, value in bounds.items()) + ")")
 
 
-def describe_dali_threads(workers: int | None, *, auto_cores: int) -> str:
-    """One line for ``show``: the threads each DALI backend gets with this ``loader.workers``."""
+def describe_dali_threads(workers: int | None, *, auto_cores: int, host_tail: bool = False) -> str:
+    """One line for ``show``: the threads each DALI backend gets with this ``loader.workers``
+    (``host_tail``: the pipeline has a torch tail, which ``dali-cpu`` runs in threads of its own)."""
+    cpu_threads = dali_threads(workers, gpu=False, auto_cores=auto_cores)
+    cpu = f"{cpu_threads}"
+    if host_tail:
+        graph, tail = host_tail_split(cpu_threads)
+        cpu = f"{graph}, and {tail} for the torch tail after it (half the threads go to DALI)"
     if workers is not None:
-        return f"DALI threads: {max(1, workers)} (loader.workers)"
-    return (f"DALI threads (workers auto): dali {describe_gpu_threads()}, "
-            f"dali-cpu {dali_threads(None, gpu=False, auto_cores=auto_cores)}")
+        return f"DALI threads (loader.workers {workers}): dali {max(1, workers)}, dali-cpu {cpu}"
+    return f"DALI threads (workers auto): dali {describe_gpu_threads()}, dali-cpu {cpu}"
 
 
 class InFlightCopies:

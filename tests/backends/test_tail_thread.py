@@ -138,8 +138,8 @@ def test_leaving_an_epoch_early_waits_for_the_tail_thread_and_close_stops_it(tmp
 
 
 @pytest.mark.parametrize("backend", DALI_CPU)
-def test_with_two_dali_threads_the_tail_runs_in_two_chunks_at_once_with_the_same_pixels(tmp_path, monkeypatch,
-                                                                                        backend):
+def test_with_two_workers_the_tail_runs_in_two_chunks_at_once_beside_one_dali_thread_with_the_same_pixels(
+        tmp_path, monkeypatch, backend):
     write_image_folder(tmp_path / "data", classes=2, per_class=7)   # 14 samples: a partial batch of 2 too
     real_run_tail, chunks = dali_backend.run_tail, []
 
@@ -154,6 +154,7 @@ def test_with_two_dali_threads_the_tail_runs_in_two_chunks_at_once_with_the_same
         chunks.clear()
         with build_loader({**spec, "loader": {**spec["loader"], "workers": workers}}, backend) as loader:
             epochs[workers] = epoch(loader)
+            assert loader._executor.pipe.num_threads == 1   # DALI's half of the threads (host_tail_split)
         names = {name.rsplit("_", 1)[0] for name, _ in chunks}
         if workers == 1:
             assert names == {"dali-bridge-tail"} and [size for _, size in chunks] == [4, 4, 4, 2]
@@ -210,3 +211,21 @@ def test_the_tail_threads_run_torch_on_one_intra_op_thread_and_leave_the_consume
         epoch(loader)
     assert counts == {"dali-bridge-tail": 1, "dali-bridge-tail-chunk": 1}
     assert torch.get_num_threads() == consumer
+
+
+def test_a_host_tail_takes_half_the_loaders_threads_from_dali_and_show_says_so(tmp_path, capsys):
+    from dali_bridge.backends.device import describe_dali_threads, host_tail_split
+    from dali_bridge.cli import main
+
+    assert [host_tail_split(threads) for threads in (0, 1, 2, 3, 4, 8, 16)] == [
+        (1, 1), (1, 1), (1, 2), (2, 3), (2, 4), (4, 4), (8, 4)]
+    assert describe_dali_threads(6, auto_cores=2, host_tail=True) == (
+        "DALI threads (loader.workers 6): dali 6, dali-cpu 3, and 4 for the torch tail after it "
+        "(half the threads go to DALI)")
+    assert describe_dali_threads(6, auto_cores=2).endswith("dali-cpu 6")   # no tail: every thread to DALI
+    write_image_folder(tmp_path / "data", classes=2, per_class=1)
+    path = tmp_path / "tail.yaml"
+    import yaml
+    path.write_text(yaml.safe_dump({**tail_pipeline(tmp_path / "data"), "loader": {"workers": 2}}))
+    assert main(["show", str(path)]) == 0
+    assert "dali-cpu 1, and 2 for the torch tail after it" in capsys.readouterr().out
