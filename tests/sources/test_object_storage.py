@@ -85,13 +85,18 @@ def local_batches(local_shards: Path, backend: str, epoch: int = 0, **extra: Any
 
 # ---- the same batches as local shards
 
-@pytest.mark.parametrize("backend", CPU_BACKENDS)
-def test_s3_shards_give_the_local_shards_batches_pixel_for_pixel(backend, local_shards, s3_shards):
+def assert_two_epochs_as_local(shards: str, backend: str, local_shards) -> None:
+    """Epochs 0 and 1 of the pipeline over ``shards`` (a URL pattern) give the local shards' batches."""
     for epoch in (0, 1):
-        remote = build_loader(TRAIN, backend, overrides=overrides(f"{s3_shards}/{SHARDS}"))
+        remote = build_loader(TRAIN, backend, overrides=overrides(shards))
         remote.set_epoch(epoch)
         assert remote.listing.classes == ("class_000", "class_001", "class_002")  # from the manifest beside them
         assert_same_batches(batches(remote), local_batches(local_shards, backend, epoch))
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_s3_shards_give_the_local_shards_batches_pixel_for_pixel(backend, local_shards, s3_shards):
+    assert_two_epochs_as_local(f"{s3_shards}/{SHARDS}", backend, local_shards)
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
@@ -404,30 +409,45 @@ def test_url_shards_are_kept_as_urls_and_storage_keys_are_checked(tmp_path):
         spec(shards=str(tmp_path / SHARDS), max_requests=4)
 
 
+def gone_then_shown(unreachable: str, shards: str, write_pipeline) -> str:
+    """The error of a loader whose store's endpoint answers nothing (a free port, ``unreachable``'s
+    shards), after which ``show`` prints a pipeline over ``shards`` (captured by the caller)."""
+    from dali_bridge.cli import main
+
+    with pytest.raises(SourceError) as gone:
+        build_loader(TRAIN, "torchvision", overrides=overrides(
+            unreachable, source={"storage_options": {"endpoint_url": f"http://127.0.0.1:{free_port()}"},
+                                 "timeout": 1.0}))
+    main(["show", str(write_pipeline(source={"type": "webdataset", "shards": shards}))])
+    return str(gone.value)
+
+
+def first_batch_error(loader) -> str:
+    """The sample error the loader's first batch raises, after which the loader is closed."""
+    with pytest.raises(SampleError) as info:
+        next(iter(loader))
+    loader.close()
+    return str(info.value)
+
+
+def everything_shown(capsys, caplog, listing_cache) -> list[str]:
+    """What was printed and logged, and every file of the listing cache with its name."""
+    return [capsys.readouterr().out, caplog.text,
+            *(str(p) + p.read_text() for p in listing_cache.rglob("*") if p.is_file())]
+
+
 def test_credentials_never_appear_in_errors_logs_show_state_or_cache(moto_endpoint, s3_shards, fault_proxy,
                                                                      private_listing_cache, caplog, capsys,
                                                                      write_pipeline):
-    from dali_bridge.cli import main
-
     shown: list[str] = []
     with caplog.at_level(logging.DEBUG, logger="dali_bridge"):  # our log lines (botocore logs its own at DEBUG)
         proxy = fault_proxy(moto_endpoint)
         loader = failing_loader(proxy, s3_shards)
         shown.append(repr(loader.state_dict()))
         proxy.every = (1, ["500"])
-        with pytest.raises(SampleError) as info:
-            next(iter(loader))
-        loader.close()
-        shown.append(str(info.value))
-        with pytest.raises(SourceError) as gone:
-            build_loader(TRAIN, "torchvision", overrides=overrides(
-                f"s3://shards-bucket/train/{SHARDS}",
-                source={"storage_options": {"endpoint_url": f"http://127.0.0.1:{free_port()}"}, "timeout": 1.0}))
-        shown.append(str(gone.value))
-        pipeline = write_pipeline(source={"type": "webdataset", "shards": f"{s3_shards}/{SHARDS}"})
-        main(["show", str(pipeline)])
-    shown += [capsys.readouterr().out, caplog.text]
-    shown += [str(p) + p.read_text() for p in private_listing_cache.rglob("*") if p.is_file()]
+        shown.append(first_batch_error(loader))
+        shown.append(gone_then_shown(f"s3://shards-bucket/train/{SHARDS}", f"{s3_shards}/{SHARDS}", write_pipeline))
+    shown += everything_shown(capsys, caplog, private_listing_cache)
     text = "\n".join(shown)
     assert "train-000000.tar" in text  # the outputs were gathered
     assert PLANTED_SECRET not in text and PLANTED_KEY_ID not in text

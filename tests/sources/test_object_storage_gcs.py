@@ -21,9 +21,9 @@ import gcs_fixtures
 import s3_fixtures
 from gcs_fixtures import gcs_filesystem, upload_folder_to_gcs
 import test_object_storage
-from s3_fixtures import free_port
 # The S3 tests' batch helpers: the same pipeline, another store.
-from test_object_storage import SHARDS, assert_same_batches, batches, local_batches, overrides
+from test_object_storage import (SHARDS, assert_two_epochs_as_local, everything_shown, first_batch_error,
+                                 gone_then_shown, overrides)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("loopback_only")]  # an emulator process, retries
 
@@ -43,11 +43,7 @@ def gs_shards(gcs_endpoint: str, local_shards) -> str:
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_gs_shards_give_the_local_shards_batches_pixel_for_pixel(backend, local_shards, gs_shards):
-    for epoch in (0, 1):
-        remote = build_loader(TRAIN, backend, overrides=overrides(f"{gs_shards}/{SHARDS}"))
-        remote.set_epoch(epoch)
-        assert remote.listing.classes == ("class_000", "class_001", "class_002")  # from the manifest beside them
-        assert_same_batches(batches(remote), local_batches(local_shards, backend, epoch))
+    assert_two_epochs_as_local(f"{gs_shards}/{SHARDS}", backend, local_shards)
 
 
 def test_a_gs_listing_costs_a_list_request_per_page_of_keys_within_their_range(local_shards, gcs_endpoint,
@@ -126,7 +122,6 @@ def test_a_gcs_token_is_sent_but_never_appears_in_errors_logs_or_show(gcs_endpoi
                                                                       write_pipeline, private_listing_cache):
     import fsspec.config
 
-    from dali_bridge.cli import main
 
     # A raw OAuth token as FSSPEC_GS_TOKEN would give it (storage_options refuse credentials);
     # FETCH_RAW_TOKEN_EXPIRY=false: gcsfs does not ask Google's tokeninfo endpoint about it.
@@ -139,18 +134,9 @@ def test_a_gcs_token_is_sent_but_never_appears_in_errors_logs_or_show(gcs_endpoi
     with caplog.at_level(logging.DEBUG, logger="dali_bridge"):
         loader = replaced_loader(gcs_endpoint, local_shards, "token-bucket")
         sent = loader.listing.shards.store._filesystem().credentials.credentials.token
-        with pytest.raises(SampleError) as changed:
-            next(iter(loader))
-        loader.close()
-        shown.append(str(changed.value))
-        with pytest.raises(SourceError) as gone:
-            build_loader(TRAIN, "torchvision", overrides=overrides(
-                f"{gs_shards}/{SHARDS}",
-                source={"storage_options": {"endpoint_url": f"http://127.0.0.1:{free_port()}"}, "timeout": 1.0}))
-        shown.append(str(gone.value))
-        main(["show", str(write_pipeline(source={"type": "webdataset", "shards": f"{gs_shards}/{SHARDS}"}))])
-    shown += [capsys.readouterr().out, caplog.text]
-    shown += [str(p) + p.read_text() for p in private_listing_cache.rglob("*") if p.is_file()]
+        shown.append(first_batch_error(loader))
+        shown.append(gone_then_shown(f"{gs_shards}/{SHARDS}", f"{gs_shards}/{SHARDS}", write_pipeline))
+    shown += everything_shown(capsys, caplog, private_listing_cache)
     text = "\n".join(shown)
     assert sent == PLANTED_TOKEN  # the requests carried it
     assert "changed since it was listed" in text and "within source.timeout (1 s)" in text
