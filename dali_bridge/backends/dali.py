@@ -140,6 +140,13 @@ class DaliExecutor:
         # ... over chunks of the batch, one per tail thread: the tail's kernels and PIL's release the GIL,
         # and one thread alone cannot keep pace with DALI's threads.
         self._tail_chunks = tail_threads
+        # The graph hands a host tail CHW views of HWC memory (DaliPlan.finish_step): torchvision's uint8
+        # resize and the PIL conversions are fastest on those, its other kernels on CHW memory. Measured
+        # per image on the tail alone: torchvision's recipe 0.58-0.65 ms made contiguous after its first
+        # step (the resize) against 0.66-0.71 left as views; timm's (PIL) 0.97-1.11 left as views against
+        # 1.16-1.24 made contiguous. So contiguous after the first step unless a later one is PIL's.
+        self._contiguous_after_first = host_tail and not any(step.op.kernel_on_host(step.params)
+                                                              for step in self.torch_tail)
         self._tail_helpers = (ThreadPoolExecutor(self._tail_chunks - 1, thread_name_prefix="dali-bridge-tail-chunk",
                                                  initializer=single_intra_op_thread)
                               if self._tail_chunks > 1 else None)
@@ -293,10 +300,11 @@ class DaliExecutor:
         if images.is_dense_tensor():  # one size: a zero-copy view, border lines patched as without a tail
             batch = torch.from_dlpack(images.as_tensor())
             if border:
-                write_border(batch, *(torch.from_dlpack(lines.as_tensor()) for lines in border), "CHW")
-            samples = move_output(batch, where, self._in_flight)  # one copy for the batch, if any
+                write_border(batch, *(torch.from_dlpack(lines.as_tensor()) for lines in border), "HWC")
+            samples = _as_chw(move_output(batch, where, self._in_flight))  # one copy for the batch, if any
         else:  # sizes differ until a later step sets the output size (a border patch is only for a last step)
-            samples = [move_output(torch.from_dlpack(images[n]), where, self._in_flight) for n in range(len(images))]
+            samples = [_as_chw(move_output(torch.from_dlpack(images[n]), where, self._in_flight))
+                       for n in range(len(images))]
         done = self._tail_in_chunks(samples, tail, batched=self._batched_tail)  # each step (backends/tail.py)
         # A host tail's batch goes to the loader's device as uint8, in one copy; a GPU one is finished there.
         return finish_batch(done, self.plan.finish, self.device if where.type == "cpu" else where)
@@ -307,13 +315,16 @@ class DaliExecutor:
         image and parameters, in a batch kernel as in a per-sample one (tests/backends/test_batched_tail.py)."""
         steps, count = self.torch_tail, len(tail)
         chunks = min(self._tail_chunks, count)
+        contiguous = self._contiguous_after_first
         if chunks < 2:
-            return run_tail(steps, samples, tail, batched=batched)
+            return run_tail(steps, samples, tail, batched=batched, contiguous_after_first=contiguous)
         bounds = [count * k // chunks for k in range(chunks + 1)]
-        others = [self._tail_helpers.submit(run_tail, steps, samples[a:b], tail[a:b], batched=batched)
+        others = [self._tail_helpers.submit(run_tail, steps, samples[a:b], tail[a:b], batched=batched,
+                                            contiguous_after_first=contiguous)
                   for a, b in zip(bounds[1:-1], bounds[2:])]
         try:
-            first = run_tail(steps, samples[:bounds[1]], tail[:bounds[1]], batched=batched)
+            first = run_tail(steps, samples[:bounds[1]], tail[:bounds[1]], batched=batched,
+                             contiguous_after_first=contiguous)
         finally:
             wait(others)  # none may still read DALI's outputs once this returns or raises
         return torch.cat([first] + [other.result() for other in others])
@@ -371,6 +382,14 @@ class DaliExecutor:
             self._tail_helpers.shutdown(wait=True, cancel_futures=True)
             self._tail_helpers = None
         self._discard()
+
+
+def _as_chw(images: torch.Tensor) -> torch.Tensor:
+    """The graph's HWC output before a torch tail (an image, or a batch) as CHW: on the host a view of
+    the HWC memory, as torchvision's decoder returns; on a GPU contiguous, the layout its batch
+    kernels were measured on (see :attr:`~dali_bridge.backends.dali_plan.DaliPlan.finish_step`)."""
+    chw = images.permute(0, 3, 1, 2) if images.dim() == 4 else images.permute(2, 0, 1)
+    return chw if chw.device.type == "cpu" else chw.contiguous()
 
 
 def write_border(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, layout: str) -> None:

@@ -26,11 +26,12 @@ from ..ops.batched import add_rounding
 
 
 def run_tail(steps: Sequence[Step], images: Sequence[torch.Tensor], tail: Sequence[Sequence[tuple]], *,
-             batched: bool = True) -> torch.Tensor:
+             batched: bool = True, contiguous_after_first: bool = False) -> torch.Tensor:
     """``steps`` on ``images`` (CHW uint8: a list, or one N x C x H x W tensor); ``tail[n]`` holds
     sample n's (concrete parameters, input size) for each step; ``batched=False``: each step as its
-    op's per-sample torchvision kernel. Returns the batch as one tensor in memory of its own: the
-    input may be a view of DALI's buffer, which a step may leave unchanged."""
+    op's per-sample torchvision kernel; ``contiguous_after_first``: the first step's images are made
+    contiguous (CHW memory) for the steps after it. Returns the batch as one tensor in memory of its
+    own: the input may be a view of DALI's buffer, which a step may leave unchanged."""
     given = images
     if batched and steps and len(images):
         add_rounding(images[0].device)
@@ -39,6 +40,8 @@ def run_tail(steps: Sequence[Step], images: Sequence[torch.Tensor], tail: Sequen
         done = step.op.batch_kernel(images, concrete) if batched else None
         if done is None:  # no batched kernel for this op (or these images): torchvision's, per sample
             done = [step.op.torchvision_kernel(image, parameters) for image, parameters in zip(images, concrete)]
+        if position == 0 and contiguous_after_first:
+            done = done.contiguous() if isinstance(done, torch.Tensor) else [image.contiguous() for image in done]
         images = done
     if images is given:
         return given.clone()

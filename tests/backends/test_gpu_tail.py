@@ -254,10 +254,10 @@ def test_a_gpu_dali_executors_tail_and_finish_copy_per_operation_drawn_not_per_s
             steps.append((step.op.sample(step.params, u[start:start + count], *SIZE), SIZE))
             start += count
         drawn.append(steps)
-    executor._run_torch_tail(DenseOutput(torch.empty((8, 3, *SIZE), dtype=torch.uint8, device=meta)), drawn, [])
+    executor._run_torch_tail(DenseOutput(torch.empty((8, *SIZE, 3), dtype=torch.uint8, device=meta)), drawn, [])
     copies = {}
     for count in (8, 32):   # after a first batch (the finish makes its mean and std on a device once)
-        images = DenseOutput(torch.empty((count, 3, *SIZE), dtype=torch.uint8, device=meta))
+        images = DenseOutput(torch.empty((count, *SIZE, 3), dtype=torch.uint8, device=meta))
         with monkeypatch.context() as patch, HostToDevice(patch) as counted:
             out = executor._run_torch_tail(images, drawn * (count // 8), [])
         assert out.device == meta and out.dtype == torch.float32 and out.shape == (count, 3, *SIZE)

@@ -229,3 +229,61 @@ def test_a_host_tail_takes_half_the_loaders_threads_from_dali_and_show_says_so(t
     path.write_text(yaml.safe_dump({**tail_pipeline(tmp_path / "data"), "loader": {"workers": 2}}))
     assert main(["show", str(path)]) == 0
     assert "dali-cpu 1, and 2 for the torch tail after it" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("backend", DALI_CPU)
+def test_the_host_tail_reads_each_image_as_torchvisions_decoder_lays_it_out(tmp_path, monkeypatch, backend):
+    # A CHW view of HWC memory: torchvision's uint8 resize and the PIL conversions take their fast paths,
+    # as on the torchvision backend, and no transpose runs in DALI or before PIL.
+    from torchvision.io import decode_image
+
+    write_image_folder(tmp_path / "data", classes=2, per_class=2)
+    real_run_tail, seen = dali_backend.run_tail, []
+
+    def run_tail(steps, images, tail, **kwargs):
+        seen.extend((tuple(image.shape), image.stride()) for image in images)
+        return real_run_tail(steps, images, tail, **kwargs)
+
+    monkeypatch.setattr(dali_backend, "run_tail", run_tail)
+    with build_loader(tail_pipeline(tmp_path / "data"), backend) as loader:
+        epoch(loader)
+    decoded = decode_image(str(next((tmp_path / "data").rglob("*.jpg"))))
+    assert decoded.stride()[0] == 1   # channels last in memory
+    assert seen and all(shape[0] == 3 and stride == (1, shape[2] * 3, 3) for shape, stride in seen)
+
+
+def test_a_gpu_tail_gets_the_batch_chw_contiguous_and_a_host_tail_a_view():
+    hwc = torch.arange(2 * 4 * 5 * 3, dtype=torch.uint8).reshape(2, 4, 5, 3)
+    host = dali_backend._as_chw(hwc)
+    assert host.shape == (2, 3, 4, 5) and host.data_ptr() == hwc.data_ptr() and torch.equal(host[1, 2], hwc[1, ..., 2])
+    device = dali_backend._as_chw(torch.empty((2, 4, 5, 3), dtype=torch.uint8, device="meta"))  # stands for CUDA
+    assert device.shape == (2, 3, 4, 5) and device.is_contiguous()
+    assert dali_backend._as_chw(hwc[0]).shape == (3, 4, 5)   # one image of a batch whose sizes differ
+
+
+@pytest.mark.parametrize("backend", DALI_CPU)
+@pytest.mark.parametrize("policy, contiguous", [({"trivial_augment_wide": {}}, True),
+                                                ({"rand_augment": {"variant": "timm"}}, False)])
+def test_after_the_resize_torch_kernels_get_chw_memory_and_pil_kernels_keep_the_hwc_views(tmp_path, monkeypatch,
+                                                                                         backend, policy, contiguous):
+    # torchvision's kernels after the resize are faster on CHW memory; a PIL kernel converts from HWC memory.
+    from dali_bridge.plan import build_plan
+    from dali_bridge.spec import coerce_spec
+
+    write_image_folder(tmp_path / "data", classes=2, per_class=2)
+    spec = tail_pipeline(tmp_path / "data")
+    spec["ops"][1] = policy
+    kind, seen = type(build_plan(coerce_spec(spec)).steps[1].op), []
+    real_kernel = kind.torchvision_kernel
+
+    def kernel(self, image, concrete):
+        seen.append(image.is_contiguous())
+        return real_kernel(self, image, concrete)
+
+    monkeypatch.setattr(kind, "torchvision_kernel", kernel)
+    with build_loader(spec, backend) as loader:
+        first = epoch(loader)
+    assert seen and set(seen) == {contiguous}
+    monkeypatch.setattr(kind, "torchvision_kernel", real_kernel)
+    with build_loader(spec, "torchvision") as loader:   # the same pixels either way
+        assert all(torch.equal(a, b) for (_, a), (_, b) in zip(epoch(loader), first))

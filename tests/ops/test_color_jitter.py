@@ -80,7 +80,7 @@ def test_color_jitter_runs_in_torch_after_the_dali_graph_which_ends_with_a_uint8
         tail = stages[names.index("color_jitter"):]
         assert [(s.stage, s.device) for s in tail] == [("color_jitter", device), ("finish", device)]
         assert all(s.implementation.startswith("torch after DALI") for s in tail)
-        assert stages[names.index("finish")].implementation == "fn.crop_mirror_normalize (uint8, CHW)"
+        assert stages[names.index("finish")].implementation == "fn.crop_mirror_normalize (uint8, HWC)"
         assert any(s.implementation == "fused into fn.crop_mirror_normalize" for s in stages)
 
 
