@@ -141,10 +141,8 @@ class DaliExecutor:
         # and one thread alone cannot keep pace with DALI's threads.
         self._tail_chunks = tail_threads
         # The graph hands a host tail CHW views of HWC memory (DaliPlan.finish_step): torchvision's uint8
-        # resize and the PIL conversions are fastest on those, its other kernels on CHW memory. Measured
-        # per image on the tail alone: torchvision's recipe 0.58-0.65 ms made contiguous after its first
-        # step (the resize) against 0.66-0.71 left as views; timm's (PIL) 0.97-1.11 left as views against
-        # 1.16-1.24 made contiguous. So contiguous after the first step unless a later one is PIL's.
+        # resize and the PIL conversions are fastest on those, its other kernels on CHW memory (timed on
+        # the tail alone, for each recipe). So contiguous after the first step unless a later one is PIL's.
         self._contiguous_after_first = host_tail and not any(step.op.kernel_on_host(step.params)
                                                               for step in self.torch_tail)
         self._tail_helpers = (ThreadPoolExecutor(self._tail_chunks - 1, thread_name_prefix="dali-bridge-tail-chunk",

@@ -87,8 +87,8 @@ class DaliPlan:
         still folds a last flip, finishes border lines). HWC: the tail reads each image as a CHW view of
         HWC memory, as torchvision's decoder gives it, and torchvision's uint8 resize and the PIL
         conversions of timm's policies are cheapest on that; a CHW graph output would be transposed there
-        and again on the way to PIL (about 10 % of dali-cpu's CPU per image on timm's recipe, 4 % on
-        torchvision's). On a GPU the tail makes the batch CHW contiguous first (one transpose on the GPU)."""
+        and again on the way to PIL. On a GPU the tail makes the batch CHW contiguous first (one transpose
+        on the GPU)."""
         if not self.torch_tail:
             return self.plan.finish_step
         return OPS["normalize"].lower(dict(IMPLICIT_FINISH, layout="HWC"), self.plan.finish_step.op_index)[0]

@@ -150,9 +150,8 @@ def host_tail_split(threads: int) -> tuple[int, int]:
 
     The tail runs in threads beside DALI's (with the consumer's thread, that is more threads than
     cores), and each of its kernels takes the GIL to start and end: with every core given to DALI as
-    well, the threads spent a third of their time waiting for it and left about an eighth of two
-    cores idle. Half the threads to DALI measured 5-15 % more images/s on both recipes (2 cores;
-    docs/performance.md); the tail costs a little more CPU per image than DALI's decode there."""
+    well, the threads spent much of their time waiting for it and left part of the cores idle
+    (docs/performance.md). The tail costs about as much CPU per image as DALI's decode, or more."""
     threads = max(1, threads)
     return max(1, (threads + 1) // 2), min(threads, MOST_TAIL_THREADS)
 

@@ -77,11 +77,11 @@ def _mixup_in_place(images: Any, lam: float, *, per_sample: bool) -> Any:
     """``images[n] = images[n - 1] * (1 - λ) + images[n] * λ`` for every n (sample 0 with the last),
     rounded as torchvision's MixUp rounds it: each product in float32, then their sum.
 
-    ``per_sample`` (the host): one sample at a time from the last to the first, so each sample's partner is still
-    unmixed when it is read and every operand stays in the cache: about 5x faster on 2 cores than
-    the batch-wide roll, products and sum, each of which streams the whole batch (47 MiB for 128
-    images at 176 px) through memory. On a GPU that costs three launches per sample; the batch-wide
-    form there (one batch-sized copy)."""
+    ``per_sample`` (the host): one sample at a time from the last to the first, so each sample's
+    partner is still unmixed when it is read and every operand stays in the cache, where the
+    batch-wide roll, products and sum each stream the whole batch (47 MiB for 128 images at 176 px)
+    through memory. On a GPU that costs three launches per sample; the batch-wide form there (one
+    batch-sized copy)."""
     from ..intra_op import one_intra_op_thread_here  # torch: not imported where a spec is only validated
 
     keep = 1.0 - lam
