@@ -235,6 +235,8 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool
         ctx = dali.context("gpu" if gpu else "cpu")
         for ctx.position, step in enumerate(dali.steps):
             images = step.op.dali_graph(step, images, _step_columns(named, ctx.position), ctx)
+        if dali.finish_step is None:  # the decoder's uint8 HWC images go to the torch tail as they are
+            return images
         return dali.finish_step.op.dali_graph(dali.finish_step, images, {}, ctx)
 
     pipe = graph()

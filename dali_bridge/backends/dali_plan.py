@@ -82,15 +82,22 @@ class DaliPlan:
         return self.plan.steps[len(self.steps):]
 
     @cached_property
-    def finish_step(self) -> Step:
+    def finish_step(self) -> Step | None:
         """The DALI graph's last operator: the plan's finish, or before a torch tail a uint8 HWC one (it
         still folds a last flip, finishes border lines). HWC: the tail reads each image as a CHW view of
         HWC memory, as torchvision's decoder gives it, and torchvision's uint8 resize and the PIL
         conversions of timm's policies are cheapest on that; a CHW graph output would be transposed there
         and again on the way to PIL. On a GPU the tail makes the batch CHW contiguous first (one transpose
-        on the GPU)."""
+        on the GPU).
+
+        None when the graph runs no step before a torch tail (a random resized crop before a policy
+        under ``parity: exact``): the decoder's output is uint8 HWC already, and a crop_mirror_normalize
+        there would only copy every image, which on the CPU costs DALI's threads about as much as the
+        window decode itself."""
         if not self.torch_tail:
             return self.plan.finish_step
+        if not self.steps:
+            return None
         return OPS["normalize"].lower(dict(IMPLICIT_FINISH, layout="HWC"), self.plan.finish_step.op_index)[0]
 
     @cached_property
@@ -169,7 +176,8 @@ class DaliPlan:
         ctx = self.context(op_device)
         for ctx.position, step in enumerate(self.steps):
             stages += [(stage, impl, op_device) for stage, impl in step.op.dali_stages(step, ctx)]
-        stages += [(stage, impl, op_device) for stage, impl in self.finish_step.op.dali_stages(self.finish_step, ctx)]
+        if self.finish_step is not None:
+            stages += [(stage, impl, op_device) for stage, impl in self.finish_step.op.dali_stages(self.finish_step, ctx)]
         torch_device = "cuda" if gpu else "cpu"
         for method in sorted(set(self.resize_methods.values())):  # stages a resize method adds after the finish
             stages += [(stage, impl, device or op_device) for stage, impl, device in

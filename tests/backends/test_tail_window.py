@@ -30,6 +30,18 @@ def test_the_window_of_a_tails_first_crop_is_decoded_alone_on_dali_cpu_only():
     assert dali_plan(later).tail_window_columns(gpu=False) is None
 
 
+def test_a_graph_that_runs_no_step_before_the_tail_ends_with_its_decoder_on_both_devices():
+    # the decoder's images are uint8 HWC already: a crop_mirror_normalize there would only copy them
+    plan = plan_of(POLICY_OPS)
+    assert dali_plan(plan).finish_step is None
+    for backend in ("dali", "dali-cpu"):
+        graph = [s.stage for s in placement(plan, backend) if not s.implementation.startswith("torch")]
+        assert graph == ["read", "decode"], backend
+    # a step in the graph before the tail (a flip folded into it, a border to finish) keeps the finish
+    kept = dali_plan(plan_of(POLICY_OPS, parity="fast")).finish_step
+    assert kept is not None and kept.params["dtype"] == "uint8" and kept.params["layout"] == "HWC"
+
+
 @needs_cpu_backends
 def test_the_feeder_sends_each_crop_window_and_the_tail_crops_the_whole_decoded_window(sample_root):
     from dali_bridge.backends.dali_feed import _Feeder
