@@ -107,7 +107,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     from .backends.dali_plan import dali_plan
     from .backends.device import describe_dali_threads
     host_tail = bool(dali_plan(plan).torch_tail)
-    print(f"# {describe_dali_threads(spec.loader.workers, auto_cores=default_workers(), host_tail=host_tail)}")
+    threads = describe_dali_threads(spec.loader.workers, auto_cores=default_workers(), host_tail=host_tail,
+                                    tail_in=spec.loader.executor)
+    print(f"# {threads}")
     for backend in BACKEND_NAMES:
         missing = unsupported_ops(spec, backend)
         reason = unavailable_reason(backend)

@@ -122,8 +122,9 @@ def _key_rows() -> list[tuple[str, str, str]]:
         ("loader.prefetch", "integer >= 1", f"`{loader.prefetch}`", "batches prepared ahead"),
         ("loader.executor", _choices(s.EXECUTORS), f"`{loader.executor}`",
          "how the `torchvision` backend runs its workers: DataLoader worker processes, or threads of the "
-         "loader's process (nothing pickled, no shared memory, no worker start-up; the same batches); the "
-         "DALI backends run their own threads"),
+         "loader's process (nothing pickled, no shared memory, no worker start-up; the same batches); on "
+         "`dali-cpu`, how the ops that run in torch after the DALI graph (the policies, colour jitter) run: "
+         "in worker processes, or threads; DALI runs its own threads"),
         ("loader.last_batch", _choices(s.LAST_BATCH), f"`{loader.last_batch}`",
          "`partial`: every sample once, the last batch may be smaller; `drop`: full batches only; `pad`: full "
          "batches, the shortfall repeated from the epoch's start and marked `valid: false`"),

@@ -30,6 +30,7 @@ from .dali_feed import ArgumentColumns, _Feeder, build_pipeline  # noqa: F401
 from .finishing import finish_batch
 from ..intra_op import single_intra_op_thread
 from .tail import run_tail
+from .tail_processes import TailProcesses, tail_processes_possible
 from .device import (InFlightCopies, TailStream, dali_threads, gpu_target, host_tail_split, keep_alive,
                      mixed_decoder_arguments, move_output)
 from ..sources import Listing
@@ -145,9 +146,25 @@ class DaliExecutor:
         # the tail alone, for each recipe). So contiguous after the first step unless a later one is PIL's.
         self._contiguous_after_first = host_tail and not any(step.op.kernel_on_host(step.params)
                                                               for step in self.torch_tail)
-        self._tail_helpers = (ThreadPoolExecutor(self._tail_chunks - 1, thread_name_prefix="dali-bridge-tail-chunk",
-                                                 initializer=single_intra_op_thread)
-                              if self._tail_chunks > 1 else None)
+        self._tail_helpers = self._tail_processes = self._tail_sender = None
+        self.tail_runs_in = self._start_tail_workers(spec, tail_threads) if host_tail else None
+
+    def _start_tail_workers(self, spec: PipelineSpec, workers: int) -> str:
+        """The host tail's chunks in ``workers`` worker processes under loader.executor: processes (the
+        default), where this process may fork: threads sharing this one's GIL scale badly on the tail's
+        kernels (backends/tail_processes.py). Else in threads: the tail thread and helpers. Says which."""
+        if spec.loader.executor == "processes" and tail_processes_possible() is None:
+            self._tail_processes = TailProcesses(self.torch_tail, workers=workers, batch_size=spec.batch_size,
+                                                 size=self.plan.output_size,
+                                                 contiguous_after_first=self._contiguous_after_first)
+            # Copies a batch in and sends it while the tail thread finishes the one before.
+            self._tail_sender = ThreadPoolExecutor(1, thread_name_prefix="dali-bridge-tail-send",
+                                                   initializer=single_intra_op_thread)
+            return "processes"
+        if workers > 1:
+            self._tail_helpers = ThreadPoolExecutor(workers - 1, thread_name_prefix="dali-bridge-tail-chunk",
+                                                    initializer=single_intra_op_thread)
+        return "threads"
 
     def _pipeline(self):
         if self.pipe is None:
@@ -212,6 +229,9 @@ class DaliExecutor:
             return raise_error
         if self._tail_thread is None or not meta["fed"]:
             return lambda: self._convert(outputs, meta)
+        if self._tail_processes is not None:
+            sent = self._tail_sender.submit(self._send_to_tail, outputs, meta["tail"])
+            return self._tail_thread.submit(self._convert, outputs, meta, sent)
         return self._tail_thread.submit(self._convert, outputs, meta)
 
     def _next_batch(self, pipe) -> tuple[dict[str, Any], Any]:
@@ -261,12 +281,15 @@ class DaliExecutor:
             return None
         return self._tail_stream.stream if self._tail_stream else torch.cuda.current_stream(self.device_id)
 
-    def _convert(self, outputs: Any, meta: dict[str, Any]) -> RawBatch:
+    def _convert(self, outputs: Any, meta: dict[str, Any], sent: Future | None = None) -> RawBatch:
+        """The RawBatch of DALI's ``outputs``; ``sent``: the batch is in the tail processes already."""
         task: BatchTask = meta["task"]
         rows = meta["rows"]
         if not meta["fed"]:
             tensor = torch.empty((0,) + tuple(self.plan.output_shape(0)[1:]),
                                  dtype=torch_dtype(self.plan.finish.dtype), device=self.device)
+        elif sent is not None:  # a new tensor: the finish reads the processes' output slot, which is reused
+            tensor = finish_batch(self._tail_processes.collect(sent.result()), self.plan.finish, self.device)
         elif self.torch_tail:
             images, *border = outputs
             if self._tail_stream is None:
@@ -290,19 +313,29 @@ class DaliExecutor:
         tensor = move_output(view, self.device, self._in_flight)
         return keep_alive(tensor, outputs) if tensor is view else tensor
 
-    def _run_torch_tail(self, images, tail: list[list], border: list) -> torch.Tensor:
-        """The plan's torch tail on the graph's uint8 CHW output: each step on the batch (:func:`run_tail`),
-        with the feeder's concrete parameters (Python values: nothing per sample crosses between host and
-        device), then the finish on the batch (the torchvision backend's own)."""
+    def _tail_inputs(self, images, border: list) -> Any:
+        """The graph's uint8 HWC output as the tail's CHW images on the tail's device: one N x C x H x W
+        tensor, or a list where sizes differ."""
         where = self._tail_device
         if images.is_dense_tensor():  # one size: a zero-copy view, border lines patched as without a tail
             batch = torch.from_dlpack(images.as_tensor())
             if border:
                 write_border(batch, *(torch.from_dlpack(lines.as_tensor()) for lines in border), "HWC")
-            samples = _as_chw(move_output(batch, where, self._in_flight))  # one copy for the batch, if any
-        else:  # sizes differ until a later step sets the output size (a border patch is only for a last step)
-            samples = [_as_chw(move_output(torch.from_dlpack(images[n]), where, self._in_flight))
-                       for n in range(len(images))]
+            return _as_chw(move_output(batch, where, self._in_flight))  # one copy for the batch, if any
+        # sizes differ until a later step sets the output size (a border patch is only for a last step)
+        return [_as_chw(move_output(torch.from_dlpack(images[n]), where, self._in_flight)) for n in range(len(images))]
+
+    def _send_to_tail(self, outputs: Any, tail: list[list]) -> Any:
+        """A fed batch's images and tail parameters to the tail processes (in the sender thread)."""
+        images, *border = outputs
+        return self._tail_processes.send(self._tail_inputs(images, border), tail)
+
+    def _run_torch_tail(self, images, tail: list[list], border: list) -> torch.Tensor:
+        """The plan's torch tail on the graph's uint8 CHW output: each step on the batch (:func:`run_tail`),
+        with the feeder's concrete parameters (Python values: nothing per sample crosses between host and
+        device), then the finish on the batch (the torchvision backend's own)."""
+        where = self._tail_device
+        samples = self._tail_inputs(images, border)
         done = self._tail_in_chunks(samples, tail, batched=self._batched_tail)  # each step (backends/tail.py)
         # A host tail's batch goes to the loader's device as uint8, in one copy; a GPU one is finished there.
         return finish_batch(done, self.plan.finish, self.device if where.type == "cpu" else where)
@@ -346,6 +379,8 @@ class DaliExecutor:
         for future in futures:
             future.cancel()
         wait(futures)
+        if self._tail_sender is not None:  # its sends read DALI's outputs too: wait for those under way or queued
+            self._tail_sender.submit(lambda: None).result()
         pipe, self.pipe = self.pipe, None
         del pipe
 
@@ -376,9 +411,12 @@ class DaliExecutor:
         if self._tail_thread is not None:  # first: a conversion under way still reads the pipeline's outputs
             self._tail_thread.shutdown(wait=True, cancel_futures=True)
             self._tail_thread = None
-        if self._tail_helpers is not None:
-            self._tail_helpers.shutdown(wait=True, cancel_futures=True)
-            self._tail_helpers = None
+        for pool in ("_tail_sender", "_tail_helpers"):
+            if getattr(self, pool) is not None:
+                getattr(self, pool).shutdown(wait=True, cancel_futures=True)
+                setattr(self, pool, None)
+        if self._tail_processes is not None:  # once nothing is sent or collected any more
+            self._tail_processes.close()
         self._discard()
 
 

@@ -176,8 +176,9 @@ class DaliPlan:
         ctx = self.context(op_device)
         for ctx.position, step in enumerate(self.steps):
             stages += [(stage, impl, op_device) for stage, impl in step.op.dali_stages(step, ctx)]
-        if self.finish_step is not None:
-            stages += [(stage, impl, op_device) for stage, impl in self.finish_step.op.dali_stages(self.finish_step, ctx)]
+        finish = self.finish_step
+        if finish is not None:
+            stages += [(stage, impl, op_device) for stage, impl in finish.op.dali_stages(finish, ctx)]
         torch_device = "cuda" if gpu else "cpu"
         for method in sorted(set(self.resize_methods.values())):  # stages a resize method adds after the finish
             stages += [(stage, impl, device or op_device) for stage, impl, device in

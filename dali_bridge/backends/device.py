@@ -164,14 +164,17 @@ def describe_gpu_threads(device: int | None = None) -> str:
             + ", ".join(f"{name} {value}" for name, value in bounds.items()) + ")")
 
 
-def describe_dali_threads(workers: int | None, *, auto_cores: int, host_tail: bool = False) -> str:
+def describe_dali_threads(workers: int | None, *, auto_cores: int, host_tail: bool = False,
+                          tail_in: str = "processes") -> str:
     """One line for ``show``: the threads each DALI backend gets with this ``loader.workers``
-    (``host_tail``: the pipeline has a torch tail, which ``dali-cpu`` runs in threads of its own)."""
+    (``host_tail``: the pipeline has a torch tail, which ``dali-cpu`` runs in worker processes of its
+    own, or threads: ``tail_in``, as ``loader.executor`` says)."""
     cpu_threads = dali_threads(workers, gpu=False, auto_cores=auto_cores)
     cpu = f"{cpu_threads}"
     if host_tail:
         graph, tail = host_tail_split(cpu_threads)
-        cpu = f"{graph}, and {tail} for the torch tail after it (half the threads go to DALI)"
+        cpu = (f"{graph}, and {tail} torch tail {'worker processes' if tail_in == 'processes' else 'threads'} "
+               f"after it (half the threads go to DALI)")
     if workers is not None:
         return f"DALI threads (loader.workers {workers}): dali {max(1, workers)}, dali-cpu {cpu}"
     return f"DALI threads (workers auto): dali {describe_gpu_threads()}, dali-cpu {cpu}"

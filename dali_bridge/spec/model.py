@@ -101,4 +101,4 @@ class LoaderSpec:
     repeated_augmentations: int = 1   # each sample r times per epoch, each repeat with its own draws
     report_starvation: bool = False   # log the data-bound / compute-bound verdict at each epoch's end
     shuffle_window: int = DEFAULT_SHUFFLE_WINDOW   # shards whose samples `shuffle: shards` mixes at once
-    executor: str = "processes"       # torchvision backend: DataLoader worker processes, or threads of this one
+    executor: str = "processes"       # torchvision's workers, dali-cpu's torch tail: processes or threads

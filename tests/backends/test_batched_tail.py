@@ -315,8 +315,8 @@ def test_a_dali_cpu_batchs_tail_launches_do_not_scale_with_the_batch_size(tmp_pa
         loader = build_loader({"version": 1, "source": {"type": "folder", "root": str(tmp_path / "data")},
                                "batch_size": batch_size, "seed": 4, "parity": "fast",
                                "ops": [{"random_resized_crop": {"size": 32}}, {"trivial_augment_wide": {}},
-                                       {"normalize": {}}], "loader": {"workers": 1}}, backend)
-        loader._executor._batched_tail = True  # the GPU's batch kernels, counted on the host
+                                       {"normalize": {}}], "loader": {"workers": 1, "executor": "threads"}}, backend)
+        loader._executor._batched_tail = True  # the GPU's batch kernels, counted on the host (in its thread)
         next(iter(loader))
         loader.close()
         per_batch[batch_size] = counts[0]

@@ -20,11 +20,13 @@ BOTH = backend_params(["dali-cpu", "torchvision"])
 
 
 def tail_pipeline(root: Path, *, on_error: str = "skip") -> dict[str, Any]:
-    """Three batches of four through a torch tail (trivial_augment_wide after the resize)."""
+    """Three batches of four through a torch tail (trivial_augment_wide after the resize), in threads
+    (``loader.executor: threads``; test_tail_processes.py pins the processes to these batches)."""
     return {"version": 1, "name": "tail-thread", "source": {"type": "folder", "root": str(root)}, "batch_size": 4,
             "seed": 3, "ops": [{"random_resized_crop": {"size": 24}}, {"trivial_augment_wide": {}},
                                {"normalize": {"dtype": "uint8"}}],
-            "outputs": ["image", "label", "index"], "loader": {"workers": 1, "on_error": on_error, "shuffle": True}}
+            "outputs": ["image", "label", "index"],
+            "loader": {"workers": 1, "on_error": on_error, "shuffle": True, "executor": "threads"}}
 
 
 def epoch(loader) -> list[tuple[list[int], torch.Tensor]]:
@@ -93,7 +95,8 @@ def test_a_tail_failure_in_the_thread_blames_that_batch_and_is_raised_as_it_is(t
         return real_tail(self, images, tail, border)
 
     monkeypatch.setattr(dali_backend.DaliExecutor, "_run_torch_tail", run_tail)
-    loader = build_loader({**tail_pipeline(tmp_path / "data"), "loader": {"workers": 1, "shuffle": False}}, backend)
+    threads = {"workers": 1, "shuffle": False, "executor": "threads"}
+    loader = build_loader({**tail_pipeline(tmp_path / "data"), "loader": threads}, backend)
     seen = []
     with pytest.raises(TailFailure, match=f"batch {failing}"):
         for _, _, index in loader:
@@ -220,15 +223,17 @@ def test_a_host_tail_takes_half_the_loaders_threads_from_dali_and_show_says_so(t
     assert [host_tail_split(threads) for threads in (0, 1, 2, 3, 4, 8, 16)] == [
         (1, 1), (1, 1), (1, 2), (2, 3), (2, 4), (4, 4), (8, 4)]
     assert describe_dali_threads(6, auto_cores=2, host_tail=True) == (
-        "DALI threads (loader.workers 6): dali 6, dali-cpu 3, and 4 for the torch tail after it "
+        "DALI threads (loader.workers 6): dali 6, dali-cpu 3, and 4 torch tail worker processes after it "
         "(half the threads go to DALI)")
+    assert "and 4 torch tail threads after it" in describe_dali_threads(6, auto_cores=2, host_tail=True,
+                                                                        tail_in="threads")
     assert describe_dali_threads(6, auto_cores=2).endswith("dali-cpu 6")   # no tail: every thread to DALI
     write_image_folder(tmp_path / "data", classes=2, per_class=1)
     path = tmp_path / "tail.yaml"
     import yaml
     path.write_text(yaml.safe_dump({**tail_pipeline(tmp_path / "data"), "loader": {"workers": 2}}))
     assert main(["show", str(path)]) == 0
-    assert "dali-cpu 1, and 2 for the torch tail after it" in capsys.readouterr().out
+    assert "dali-cpu 1, and 2 torch tail worker processes after it" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("backend", DALI_CPU)
