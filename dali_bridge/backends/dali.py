@@ -328,7 +328,10 @@ class DaliExecutor:
     def _send_to_tail(self, outputs: Any, tail: list[list]) -> Any:
         """A fed batch's images and tail parameters to the tail processes (in the sender thread)."""
         images, *border = outputs
-        return self._tail_processes.send(self._tail_inputs(images, border), tail)
+        if border:  # one size then: the lines patched in DALI's memory, which the processes' copy reads
+            write_border(torch.from_dlpack(images.as_tensor()),
+                         *(torch.from_dlpack(lines.as_tensor()) for lines in border), "HWC")
+        return self._tail_processes.send(images, tail)
 
     def _run_torch_tail(self, images, tail: list[list], border: list) -> torch.Tensor:
         """The plan's torch tail on the graph's uint8 CHW output: each step on the batch (:func:`run_tail`),

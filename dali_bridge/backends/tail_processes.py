@@ -9,9 +9,9 @@ ahead on the recipes.
 
 The hand-over costs one copy each way, through memory the processes share:
 
-* the parent copies each image of a chunk (uint8 HWC, as DALI decoded it) into the chunk's input
-  buffer, and sends the worker where each image lies and its concrete parameters (small Python
-  values, pickled);
+* the parent copies the batch (uint8 HWC, as DALI decoded it) into the slot's input buffer in one
+  call, and sends each worker where each image of its chunk lies and its concrete parameters (small
+  Python values, pickled);
 * the worker views each image as CHW over that HWC memory, as the tail in a thread does, runs the
   tail, and writes the chunk's rows of the batch's uint8 output buffer;
 * the parent's finish reads the output buffer into the batch it hands over (a new tensor).
@@ -24,6 +24,7 @@ threads, and end when it closes, when their pipe closes, or with the loader's pr
 """
 from __future__ import annotations
 
+import ctypes
 import mmap
 import multiprocessing
 import pickle
@@ -31,7 +32,7 @@ import signal
 import traceback
 import weakref
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -78,15 +79,14 @@ class TailProcesses:
         context = multiprocessing.get_context("fork")
         self._outputs = [_shared(batch_size * channels * size[0] * size[1]).view(batch_size, channels, *size)
                          for _ in range(SLOTS)]
-        reserved = -(-batch_size // workers) * RESERVED_PER_IMAGE
-        self._inputs: list[list[torch.Tensor]] = [[_shared(reserved) for _ in range(SLOTS)] for _ in range(workers)]
+        self._inputs = [_shared(batch_size * RESERVED_PER_IMAGE) for _ in range(SLOTS)]
         self._sequence = 0
         self._broken: str | None = None
         self._connections, self._processes = [], []
         for number in range(workers):
             parent, child = context.Pipe()
             process = context.Process(target=_serve, name=f"dali-bridge-tail-{number}", daemon=True,
-                                      args=(steps, child, self._inputs[number], self._outputs, contiguous_after_first,
+                                      args=(steps, child, self._inputs, self._outputs, contiguous_after_first,
                                             [*self._connections, parent]))
             process.start()
             child.close()  # the worker's end: its exit then closes the pipe for the parent's recv
@@ -98,17 +98,20 @@ class TailProcesses:
     def workers(self) -> int:
         return len(self._processes)
 
-    def send(self, images: Sequence[torch.Tensor], tail: list[list]) -> _Sent:
-        """Copy a batch's CHW images (views of HWC memory, or any layout) into the next slot and send
-        each worker its chunk with ``tail``, each sample's concrete parameters per step."""
+    def send(self, images: Any, tail: list[list]) -> _Sent:
+        """Copy a batch into the next slot and send each worker its chunk with ``tail``, each sample's
+        concrete parameters per step. ``images``: DALI's uint8 HWC TensorList (``shape()`` and
+        ``copy_to_external``), copied in one call, its samples back to back, where a copy per sample
+        from Python cost several times the memory copy itself."""
         self._check()
         sequence, self._sequence = self._sequence, self._sequence + 1
-        slot, count = sequence % SLOTS, len(images)
+        slot = sequence % SLOTS
+        layout, fresh = self._copy_in(slot, images)
+        count = len(layout)
         chunks = min(self.workers, count)
         bounds = [count * k // chunks for k in range(chunks + 1)]
         for worker, (a, b) in enumerate(zip(bounds, bounds[1:])):
-            layout, fresh = self._copy_in(worker, slot, images[a:b])
-            self._post(worker, (sequence, slot, fresh, layout, tail[a:b], a, b))
+            self._post(worker, (sequence, slot, fresh, layout[a:b], tail[a:b], a, b))
         return _Sent(sequence, slot, bounds)
 
     def collect(self, sent: _Sent) -> torch.Tensor:
@@ -125,22 +128,19 @@ class TailProcesses:
     def close(self) -> None:
         self._finalizer()
 
-    def _copy_in(self, worker: int, slot: int, images: Sequence[torch.Tensor]):
-        """Each image's HWC memory into the worker's input buffer for ``slot`` (mapped before the fork,
-        so the worker has it), replaced by one twice the size, and sent, when the chunk does not fit;
-        returns (offset, height, width, channels) of each image, and the new buffer or None."""
+    def _copy_in(self, slot: int, images: Any) -> tuple[list[tuple[int, int, int, int]], torch.Tensor | None]:
+        """The batch's HWC memory into the input buffer for ``slot`` (mapped before the fork, so the workers
+        have it), replaced by one twice the size, and sent, when the batch does not fit; returns
+        (offset, height, width, channels) of each image, and the new buffer or None."""
         layout, offset = [], 0
-        for image in images:
-            channels, height, width = image.shape
+        for height, width, channels in images.shape():
             layout.append((offset, height, width, channels))
             offset += height * width * channels
-        buffer, fresh = self._inputs[worker][slot], None
+        buffer, fresh = self._inputs[slot], None
         if buffer.numel() < offset:  # larger images than reserved for: a buffer shared now, and sent (slow, rare)
             buffer = fresh = torch.empty(2 * offset, dtype=torch.uint8).share_memory_()
-            self._inputs[worker][slot] = buffer
-        for (start, height, width, channels), image in zip(layout, images):
-            hwc = buffer[start:start + height * width * channels].view(height, width, channels)
-            hwc.copy_(image.permute(1, 2, 0))
+            self._inputs[slot] = buffer
+        images.copy_to_external(ctypes.c_void_p(buffer.data_ptr()))
         return layout, fresh
 
     def _post(self, worker: int, message: tuple) -> None:
@@ -193,7 +193,7 @@ def _serve(steps: Sequence[Step], connection, inputs: list[torch.Tensor], output
     for end in parents:  # the parent's ends: with them closed here, a parent's exit ends the recv below
         end.close()
     torch.set_num_threads(1)  # a process of its own: one intra-op thread, as a DataLoader worker
-    inputs = list(inputs)  # this worker's input buffer per slot; a larger one arrives with its message
+    inputs = list(inputs)  # the input buffer of each slot; a larger one arrives with its message
     while True:
         try:
             message = connection.recv()
@@ -213,7 +213,10 @@ def _serve(steps: Sequence[Step], connection, inputs: list[torch.Tensor], output
             outcome = None
         except Exception as exc:  # raised in the parent's collect
             outcome = _picklable(exc)
-        connection.send((sequence, outcome))
+        try:
+            connection.send((sequence, outcome))
+        except OSError:  # the parent is gone (its end closed): nobody to answer
+            return
 
 
 def _picklable(exc: Exception) -> bytes:

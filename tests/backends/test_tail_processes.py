@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +132,37 @@ def test_a_daemonic_process_may_not_start_tail_processes(monkeypatch):
     assert tail_processes_possible() is None
     monkeypatch.setattr(multiprocessing.current_process(), "daemon", True, raising=False)
     assert "daemonic" in tail_processes_possible()
+
+
+@pytest.mark.parametrize("backend", DALI_CPU)
+def test_a_loader_process_that_exits_abruptly_leaves_its_tail_workers_ending_quietly(images, backend, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(tail_pipeline(images)))
+    script = ("import json, os, sys\nfrom dali_bridge import build_loader\n"
+              f"loader = build_loader(json.load(open({str(spec)!r})), {backend!r})\n"
+              "it = iter(loader); next(it)\n"
+              "print(' '.join(str(p.pid) for p in loader._executor._tail_processes._processes), flush=True)\n"
+              "os._exit(0)  # no close, no finalizer: the workers find their pipe closed\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    for pid in map(int, done.stdout.split()):
+        for _ in range(100):  # each worker ends on its own once it sees the parent's end closed
+            if not running(pid):
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"tail worker {pid} outlived its loader's process")
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie nobody has reaped yet has ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
