@@ -153,7 +153,10 @@ class DaliExecutor:
         """The host tail's chunks in ``workers`` worker processes under loader.executor: processes (the
         default), where this process may fork: threads sharing this one's GIL scale badly on the tail's
         kernels (backends/tail_processes.py). Else in threads: the tail thread and helpers. Says which."""
-        if spec.loader.executor == "processes" and tail_processes_possible() is None:
+        why_not = tail_processes_possible() if spec.loader.executor == "processes" else None
+        if why_not is not None:
+            log.info("dali-bridge %s: the torch tail runs in threads, not processes: %s", spec.name, why_not)
+        elif spec.loader.executor == "processes":
             self._tail_processes = TailProcesses(self.torch_tail, workers=workers, batch_size=spec.batch_size,
                                                  size=self.plan.output_size,
                                                  contiguous_after_first=self._contiguous_after_first)

@@ -119,9 +119,11 @@ def test_closing_the_loader_ends_its_tail_processes(images, backend):
 
 
 @pytest.mark.parametrize("backend", DALI_CPU)
-def test_where_this_process_may_not_fork_the_tail_runs_in_threads(images, in_threads, backend, monkeypatch):
+def test_where_this_process_may_not_fork_the_tail_runs_in_threads_and_says_why(images, in_threads, backend,
+                                                                               monkeypatch, caplog):
     monkeypatch.setattr(dali_backend, "tail_processes_possible", lambda: "this process is daemonic")
-    with build_loader(tail_pipeline(images), backend) as loader:
+    with caplog.at_level("INFO", logger="dali_bridge"), build_loader(tail_pipeline(images), backend) as loader:
+        assert "the torch tail runs in threads, not processes: this process is daemonic" in caplog.text
         assert loader._executor.tail_runs_in == "threads" and loader._executor._tail_processes is None
         assert_same(epochs(loader), in_threads)
 
