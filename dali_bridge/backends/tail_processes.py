@@ -43,8 +43,8 @@ __all__ = ["TailProcesses", "TailProcessError", "tail_processes_possible"]
 
 # Batches in flight at once: see the module's docstring and DaliExecutor._ahead.
 SLOTS = 2
-# Input memory mapped per image of a chunk before the fork: a 1,400 x 1,000 RGB window. Only what is
-# written takes memory (pages are touched on first use); a larger batch is sent in a buffer shared then.
+# Input memory mapped per image of a batch, per slot, before the fork: a 1,400 x 1,000 RGB window. Only
+# what is written takes memory (pages are touched on first use); a larger batch is sent in a buffer shared then.
 RESERVED_PER_IMAGE = 4 << 20
 
 
