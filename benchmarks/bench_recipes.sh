@@ -3,14 +3,16 @@
 # MixUp/CutMix; timm's RandAugment defaults): each backend against the decode ceiling and, where
 # transforms.v2 has the same transforms, a hand-written DataLoader doing them. Recorded under each
 # pipeline's name in benchmarks/results/bench_recipes.json.
-#   bash benchmarks/bench_recipes.sh          (about 8 minutes on 2 cores: at 1 thread and at all cores)
+#   bash benchmarks/bench_recipes.sh          (about 12 minutes on 2 cores: at 1 thread and at all cores)
+# 30 warm-up batches: a fresh dali-cpu loader takes 20-30 batches of 128 to reach its pace here (memory
+# first touched: its shared input buffers grow to the largest batch), torchvision about 10.
 source "$(dirname "${BASH_SOURCE[0]}")/script_env.sh"
 "$PY" -m dali_bridge.cli sample-data data/sample --images 2000 --classes 10 --seed 0 --if-absent -q
 # timm's RandAugment variant has no transforms.v2 counterpart: no hand-written baseline (the ceiling only).
 for spec in "torchvision_recipe_train:ceiling,torchvision" "timm_train:ceiling"; do
   name=${spec%%:*}
   "$PY" -m dali_bridge.cli bench "pipelines/$name.yaml" --backends available --baselines "${spec##*:}" \
-    --threads "$THREADS" --warmup 2 --batches 8 --repeat 3 --rounds 2 --json "$SCRATCH/$name.json" -q
+    --threads "$THREADS" --warmup 30 --batches 8 --repeat 3 --rounds 2 --json "$SCRATCH/$name.json" -q
   "$PY" -m dali_bridge.bench add-run "$OUT/bench_recipes.json" "$SCRATCH/$name.json" --label "$name" \
     --title "The recipe pipelines"
 done
