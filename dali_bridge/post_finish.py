@@ -14,11 +14,13 @@ rank, position) — a resumed run mixes the same pairs with the same λ and boxe
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from .intra_op import one_intra_op_thread_here
 from .ops.after_finish import BATCH
 from .plan import Plan
 from .sampling import draws, uniforms
@@ -62,6 +64,14 @@ class PostFinish:
         listing; ``number``: the batch's position in this rank's epoch; ``repeats``: each sample's
         repeat number under ``loader.repeated_augmentations`` (None: all 0), part of its draw key.
         """
+        # On the host these ops run on the consumer's thread as a stream of small kernels (a sample's
+        # erased box, its label row): each would fork and join an OpenMP team whose threads then spin,
+        # waiting for the next, on the cores the loader's workers are using.
+        with one_intra_op_thread_here() if images.device.type == "cpu" else nullcontext():
+            return self._apply(images, labels, indices, epoch=epoch, number=number, repeats=repeats)
+
+    def _apply(self, images: torch.Tensor, labels: torch.Tensor, indices: np.ndarray, *, epoch: int,
+               number: int, repeats: np.ndarray | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         targets = self.targets(labels) if self.wants_target else None
         if not self.plan.post_finish or len(indices) == 0:
             return images, targets
