@@ -41,7 +41,7 @@ def single_intra_op_thread() -> bool:
 def one_intra_op_thread_here() -> Iterator[None]:
     """Within the block, this thread's torch kernels run on one thread; its count is restored after.
 
-    For work on the consumer's thread that is a stream of small kernels (MixUp's per-sample loop):
+    For work on the consumer's thread that is a stream of small kernels (the stage after the finish):
     each would otherwise fork and join an OpenMP team whose threads then spin, waiting for the next,
     on cores the loader's own threads are using."""
     runtime = _openmp_runtime()

@@ -69,3 +69,22 @@ def test_ranks_and_batches_draw_their_own_mixing(number, rank):
                                                                                (number, rank + 1), (number, rank))]
     assert torch.equal(results[0], results[3])
     assert not torch.equal(results[0], results[1]) and not torch.equal(results[0], results[2])
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="one intra-op thread is already the default here")
+def test_ops_after_the_finish_run_on_one_intra_op_thread_on_the_host_and_the_callers_count_is_restored(
+        monkeypatch):
+    plan = build_plan(spec_from_dict(with_tail(load_spec(TRAIN).to_dict())))
+    erasing = plan.post_finish[0][1].op
+    seen = []
+    original = type(erasing).apply_samples
+
+    def counting(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(erasing), "apply_samples", counting)
+    before = torch.get_num_threads()
+    PostFinish(plan, 0, 0, num_classes=3, wants_target=True).apply(
+        torch.randn(4, 3, 8, 8), torch.tensor([0, 1, 2, 0]), np.arange(4), epoch=0, number=0)
+    assert seen == [1] and torch.get_num_threads() == before
