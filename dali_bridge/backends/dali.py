@@ -27,7 +27,7 @@ from ..plan import Plan
 from ..sampling import BatchTask
 from ..dtypes import torch_dtype
 from .dali_feed import ArgumentColumns, _Feeder, build_pipeline  # noqa: F401
-from .finishing import finish_batch
+from .finishing import FinishedBuffers, finish_batch
 from ..intra_op import single_intra_op_thread
 from .tail import run_tail
 from .tail_processes import TailProcesses, tail_processes_possible
@@ -147,6 +147,7 @@ class DaliExecutor:
         self._contiguous_after_first = host_tail and not any(step.op.kernel_on_host(step.params)
                                                               for step in self.torch_tail)
         self._tail_helpers = self._tail_processes = self._tail_sender = None
+        self._finished = FinishedBuffers()  # the host finish's output memory, reused (backends/finishing.py)
         self.tail_runs_in = self._start_tail_workers(spec, tail_threads) if host_tail else None
 
     def _start_tail_workers(self, spec: PipelineSpec, workers: int) -> str:
@@ -292,7 +293,8 @@ class DaliExecutor:
             tensor = torch.empty((0,) + tuple(self.plan.output_shape(0)[1:]),
                                  dtype=torch_dtype(self.plan.finish.dtype), device=self.device)
         elif sent is not None:  # a new tensor: the finish reads the processes' output slot, which is reused
-            tensor = finish_batch(self._tail_processes.collect(sent.result()), self.plan.finish, self.device)
+            tensor = finish_batch(self._tail_processes.collect(sent.result()), self.plan.finish, self.device,
+                                  buffers=self._finished)
         elif self.torch_tail:
             images, *border = outputs
             if self._tail_stream is None:
@@ -344,7 +346,8 @@ class DaliExecutor:
         samples = self._tail_inputs(images, border)
         done = self._tail_in_chunks(samples, tail, batched=self._batched_tail)  # each step (backends/tail.py)
         # A host tail's batch goes to the loader's device as uint8, in one copy; a GPU one is finished there.
-        return finish_batch(done, self.plan.finish, self.device if where.type == "cpu" else where)
+        return finish_batch(done, self.plan.finish, self.device if where.type == "cpu" else where,
+                            buffers=self._finished)
 
     def _tail_in_chunks(self, samples, tail: list[list], *, batched: bool) -> torch.Tensor:
         """:func:`run_tail` on the batch, as consecutive chunks of samples: the first in this thread, the

@@ -36,7 +36,7 @@ from ..formats import ImageInfo
 from ..images import SampleError
 from .base import RawBatch, Topology, default_workers
 from .device import gpu_target
-from .finishing import finish_batch
+from .finishing import FinishedBuffers, finish_batch
 from ..intra_op import single_intra_op_thread
 from .per_sample import PreparedBatch, SampleCore
 from .thread_pool import OrderedPool
@@ -247,6 +247,7 @@ class TorchvisionExecutor:
                                  initializer=functools.partial(_pool_thread_setup, gpu=gpu)) if threads else None)
         self.dataloader = None if threads else self._dataloader(pin_memory=cuda)
         self.stream = torch.cuda.Stream(self.device) if cuda else None
+        self._finished = FinishedBuffers()  # the host finish's output memory, reused (backends/finishing.py)
 
     def _dataloader(self, *, pin_memory: bool) -> DataLoader:
         """The DataLoader whose worker processes (or, with 0 workers, the calling thread) make the batches."""
@@ -344,7 +345,8 @@ class TorchvisionExecutor:
         return list(getattr(getattr(self.dataloader, "_iterator", None), "_workers", None) or [])
 
     def _finish_here(self, item: dict[str, Any], by_number: dict[int, BatchTask]) -> RawBatch:
-        image = finish_batch(item["image"], self.plan.finish, self.device) if "image" in item else None
+        image = (finish_batch(item["image"], self.plan.finish, self.device, buffers=self._finished)
+                 if "image" in item else None)
         return self._raw(item, by_number, image)
 
     def _finish_on_side_stream(self, item: dict[str, Any],

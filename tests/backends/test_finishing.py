@@ -1,11 +1,15 @@
-"""The batch finish on the CPU: a table lookup whose pixels are torchvision's arithmetic, bit for bit."""
+"""The batch finish on the CPU: a table lookup whose pixels are torchvision's arithmetic, bit for bit,
+into memory reused once the loop has let a batch go."""
 from __future__ import annotations
 
 import pytest
 import torch
+import yaml
+from conftest import CPU_BACKENDS, PIPELINES
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from dali_bridge.backends.finishing import finish_batch
+from dali_bridge import build_loader
+from dali_bridge.backends.finishing import FinishedBuffers, finish_batch
 from dali_bridge.plan import Finish
 
 CPU = torch.device("cpu")
@@ -72,3 +76,51 @@ def test_the_cpu_finish_of_a_batch_runs_no_torch_arithmetic_over_its_pixels():
         finish_batch(images, FINISHES[0], CPU)
     arithmetic = [name for name in calls.names if name.split(".")[0] in ("div", "div_", "sub", "sub_", "_to_copy")]
     assert arithmetic == []
+
+
+def test_finished_buffers_lend_a_buffer_again_only_once_nothing_else_uses_it():
+    buffers = FinishedBuffers(keep=8)
+    first = buffers.take((2, 3), torch.float32)
+    pointer, others = first.data_ptr(), []  # the others are held, so a free buffer can only be the first
+
+    def lent(dtype: torch.dtype = torch.float32) -> int:
+        others.append(buffers.take((2, 3), dtype))
+        return others[-1].data_ptr()
+
+    assert lent() != pointer                # held by the caller
+    row = first[0]
+    del first
+    assert lent() != pointer                # a view of it is still held
+    array = row.numpy()
+    del row
+    assert lent() != pointer                # so is a numpy array of it
+    del array
+    assert lent(torch.float64) != pointer   # another dtype: a new one
+    assert lent() == pointer                # now nothing uses it
+
+
+def test_a_finish_into_lent_buffers_equals_the_finish_into_new_memory():
+    buffers, images = FinishedBuffers(), every_value_batch()
+    for finish in FINISHES:
+        for _ in range(2):  # the second time into a buffer already written
+            assert torch.equal(finish_batch(images, finish, CPU, buffers=buffers), finish_batch(images, finish, CPU))
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_batches_the_loop_keeps_are_never_written_over_and_those_it_lets_go_are_reused(sample_root, backend,
+                                                                                     monkeypatch):
+    """Through a recipe with a torch tail (finished by the lookup on both CPU backends)."""
+    made = []
+    monkeypatch.setattr(FinishedBuffers, "__init__", lambda self, original=FinishedBuffers.__init__, **kwargs: (
+        original(self, **kwargs), made.append(self))[0])
+    recipe = dict(yaml.safe_load((PIPELINES / "torchvision_recipe_train.yaml").read_text()),
+                  source={"type": "folder", "root": str(sample_root)}, batch_size=4)
+    recipe["loader"] = {"workers": 1, "repeated_augmentations": 1}
+    with build_loader(recipe, backend) as loader:
+        kept = [(image, image.clone()) for image, _ in loader]
+        (buffers,) = [each for each in made if each.lent]
+        assert buffers.made == buffers.lent == len(kept) > buffers.keep  # every kept batch in memory of its own
+        assert all(torch.equal(image, copy) for image, copy in kept)
+        del kept
+        batches = sum(1 for _ in loader)  # each batch let go before the next
+    assert buffers.lent == 2 * batches and buffers.made < batches + buffers.keep
