@@ -44,7 +44,7 @@ class FinishedBuffers:
         with self._lock:
             self.lent += 1
             for buffer in self._held:
-                if buffer.shape == shape and buffer.dtype == dtype and _users(buffer) <= _UNSHARED:
+                if buffer.shape == shape and buffer.dtype == dtype and _unused(buffer):
                     return buffer.view(shape)
             buffer = torch.empty(shape, dtype=dtype)
             self.made += 1
@@ -52,12 +52,20 @@ class FinishedBuffers:
             return buffer.view(shape)
 
 
+# torch's count of a storage's users is not public API: where a torch lacks it, no buffer is reused.
+_STORAGE_USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)
+
+
 def _users(tensor: torch.Tensor) -> int:
     """How many tensors, views and storages use ``tensor``'s storage (the query's own included)."""
-    return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
+    return _STORAGE_USE_COUNT(tensor.untyped_storage()._cdata)
 
 
-_UNSHARED = _users(torch.empty(1))  # the count of a tensor nothing else uses, as this torch reports it
+_UNSHARED = _users(torch.empty(1)) if _STORAGE_USE_COUNT else 0  # a tensor nothing else uses, as torch counts it
+
+
+def _unused(buffer: torch.Tensor) -> bool:
+    return _STORAGE_USE_COUNT is not None and _users(buffer) <= _UNSHARED
 
 
 def finish_batch(images: torch.Tensor, finish: Finish, device: torch.device, *,

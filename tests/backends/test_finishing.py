@@ -124,3 +124,13 @@ def test_batches_the_loop_keeps_are_never_written_over_and_those_it_lets_go_are_
         del kept
         batches = sum(1 for _ in loader)  # each batch let go before the next
     assert buffers.lent == 2 * batches and buffers.made < batches + buffers.keep
+
+
+def test_finished_buffers_reuse_nothing_where_torch_cannot_count_a_storages_users(monkeypatch):
+    from dali_bridge.backends import finishing
+
+    monkeypatch.setattr(finishing, "_STORAGE_USE_COUNT", None)
+    buffers = FinishedBuffers()
+    for _ in range(3):
+        buffers.take((2, 3), torch.float32)  # each let go at once
+    assert buffers.made == buffers.lent == 3
