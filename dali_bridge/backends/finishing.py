@@ -77,7 +77,7 @@ def finish_batch(images: torch.Tensor, finish: Finish, device: torch.device, *,
         out = images if images.device.type == "cuda" else images.clone()
     elif images.device.type == "cpu" and images.dim() == 4:
         table = _table(finish.mean, finish.std, finish.dtype, channels=images.shape[1])
-        into = buffers.take(tuple(images.shape), torch.from_numpy(table[:0, :0]).dtype) if buffers else None
+        into = buffers.take(tuple(images.shape), torch_dtype(finish.dtype)) if buffers else None
         out = _looked_up(images, table, into=into)
     else:
         out = _normalised(images, finish)
