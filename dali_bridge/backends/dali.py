@@ -31,6 +31,7 @@ from .finishing import FinishedBuffers, finish_batch
 from ..intra_op import single_intra_op_thread
 from .tail import run_tail
 from .tail_processes import TailProcesses, tail_processes_possible
+from .thread_pool import abandon
 from .device import (InFlightCopies, TailStream, dali_threads, gpu_target, host_tail_split, keep_alive,
                      mixed_decoder_arguments, move_output)
 from ..sources import Listing
@@ -384,10 +385,7 @@ class DaliExecutor:
         """Throw the pipeline away after an error or an early exit (prefetched batches included), once
         no conversion still reads its outputs in the tail thread."""
         self.feeder.stop()
-        futures = [pending for pending in converting or () if isinstance(pending, Future)]
-        for future in futures:
-            future.cancel()
-        wait(futures)
+        abandon(pending for pending in converting or () if isinstance(pending, Future))
         if self._tail_sender is not None:  # its sends read DALI's outputs too: wait for those under way or queued
             self._tail_sender.submit(lambda: None).result()
         pipe, self.pipe = self.pipe, None

@@ -43,7 +43,7 @@ class OrderedPool:
             while pending:
                 yield pending.popleft().result()
         finally:
-            _abandon(pending)
+            abandon(pending)
 
     def close(self) -> None:
         """Stop the threads: the items not started are cancelled, the running ones finish first."""
@@ -52,7 +52,7 @@ class OrderedPool:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _abandon(pending: deque[Future]) -> None:
-    """Cancel what has not started and wait for what has. Only those: a future cancelled after its
-    pool was shut down never counts as done, and waiting for it would never end."""
-    wait([future for future in pending if not future.cancel()])
+def abandon(futures: Iterable[Future]) -> None:
+    """Cancel what has not started and wait for what has. Only those: a future its pool cancelled in
+    ``shutdown(cancel_futures=True)`` never counts as done, and waiting for it would never end."""
+    wait([future for future in futures if not future.cancel()])

@@ -292,3 +292,50 @@ def test_after_the_resize_torch_kernels_get_chw_memory_and_pil_kernels_keep_the_
     monkeypatch.setattr(kind, "torchvision_kernel", real_kernel)
     with build_loader(spec, "torchvision") as loader:   # the same pixels either way
         assert all(torch.equal(a, b) for (_, a), (_, b) in zip(epoch(loader), first))
+
+
+@pytest.mark.parametrize("backend", DALI_CPU)
+def test_an_epoch_left_after_the_loader_closed_ends_though_close_cancelled_its_queued_conversion(
+        tmp_path, monkeypatch, backend):
+    """``loader.close()`` while an epoch is suspended, then the epoch dropped (``batches = iter(loader)``
+    again, ``del``): close's shutdown cancelled the conversion still queued in the tail thread, and such a
+    future never counts as done, so leaving the epoch must not wait for it."""
+    write_image_folder(tmp_path / "data", classes=2, per_class=6)
+    loader = build_loader(tail_pipeline(tmp_path / "data"), backend)
+    pool = loader._executor._tail_thread
+    release, queued, started, converting = threading.Event(), threading.Event(), threading.Event(), []
+    real_convert, real_start = dali_backend.DaliExecutor._convert, dali_backend.DaliExecutor._start_converting
+    real_shutdown = pool.shutdown
+
+    def convert(self, *args):
+        if not started.is_set():
+            started.set()
+            assert release.wait(timeout=60)   # the first batch converts until close has cancelled the second
+        return real_convert(self, *args)
+
+    def start_converting(self, outputs, meta):
+        pending = real_start(self, outputs, meta)
+        converting.append(pending)
+        if len(converting) == 2:
+            queued.set()
+        return pending
+
+    def shutdown(wait=True, *, cancel_futures=False):
+        real_shutdown(wait=False, cancel_futures=cancel_futures)   # the second batch's conversion is cancelled here
+        release.set()
+        real_shutdown(wait=wait)
+
+    monkeypatch.setattr(dali_backend.DaliExecutor, "_convert", convert)
+    monkeypatch.setattr(dali_backend.DaliExecutor, "_start_converting", start_converting)
+    monkeypatch.setattr(pool, "shutdown", shutdown)
+    batches = iter(loader)
+    first = threading.Thread(target=next, args=(batches,), daemon=True)
+    first.start()
+    assert queued.wait(timeout=60) and started.wait(timeout=60)
+    loader.close()
+    first.join(timeout=60)
+    assert len(converting[0].result().indices) == 4 and converting[1].cancelled()
+    leaving = threading.Thread(target=batches.close, daemon=True)
+    leaving.start()
+    leaving.join(timeout=60)
+    assert not leaving.is_alive(), "leaving the epoch waits for a conversion its pool cancelled"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import torch
 
 from conftest import TRAIN, VAL, child_processes, settle
 from dali_bridge import build_loader
-from dali_bridge.backends.thread_pool import OrderedPool
+from dali_bridge.backends.thread_pool import OrderedPool, abandon
 from dali_bridge.images import SampleError
 from dali_bridge.loader import Loader
 from hostile import break_file, write_image_folder
@@ -230,3 +231,14 @@ def test_the_sample_threads_run_torch_on_one_intra_op_thread_as_worker_processes
     with loader_for(TRAIN, sample_root, "threads") as loader:
         batches(loader, limit=3)
     assert counts == {1} and torch.get_num_threads() == consumer
+
+
+def test_abandon_returns_for_a_future_its_pool_cancelled_at_shutdown_and_waits_for_a_running_one():
+    pool, release, finished = ThreadPoolExecutor(1), threading.Event(), []
+    running = pool.submit(lambda: release.wait(timeout=60) and finished.append(True))
+    queued = pool.submit(lambda: None)
+    pool.shutdown(wait=False, cancel_futures=True)
+    assert queued.cancelled() and not wait([queued], timeout=0.1).done   # plain wait() would never return
+    threading.Timer(0.2, release.set).start()
+    abandon([running, queued])
+    assert running.done() and finished == [True]
