@@ -161,7 +161,7 @@ def broken_folder(root: Path, *, images: int = 24,
     """A small ImageFolder whose samples ``bad`` are JPEGs cut in their header (every decoder rejects them)."""
     from dali_bridge.synthetic import generate_sample_data
     from dali_bridge.sources import list_source
-    from dali_bridge.spec import coerce_spec
+    from dali_bridge.spec.pipeline import coerce_spec
 
     if not root.exists():
         generate_sample_data(root, images=images, classes=2, seed=5, workers=1)
@@ -286,7 +286,7 @@ def check_errors(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, 
     ``dali`` and on torchvision finishing on CUDA (stand-ins in a dry run: dali-cpu, a CPU target)."""
     from dali_bridge import build_loader
     from dali_bridge.backends.select import unavailable_reason
-    from dali_bridge.images import SampleError
+    from dali_bridge.errors import SampleError
 
     root, (bad,) = broken_folder(work / "broken")
     all_bad, whole_batch = broken_folder(work / "all-bad", bad=(4, 5, 6, 7))   # batch 1 has nothing left

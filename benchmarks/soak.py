@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dali_bridge.bench import process_tree, tree_memory_mib
+from dali_bridge.bench.procstats import process_tree, tree_memory_mib
 from dali_bridge.bench.report import add_run
 
 REPO = Path(__file__).resolve().parent.parent

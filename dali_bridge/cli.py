@@ -11,11 +11,10 @@ from typing import Callable, Sequence
 
 from . import __version__
 from .cli_bench import EPILOG_BENCH, EPILOG_COMPARE, cmd_bench, cmd_compare
-from .cli_commands import (EPILOG_RUN, EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INVALID, EXIT_UNAVAILABLE,  # noqa: F401
-                           UsageError, _add_spec_options, check_writable_file, check_writable_folder, cmd_convert,
-                           cmd_doctor, cmd_from_timm, cmd_from_torchvision, cmd_run, cmd_sample_data, cmd_show,
-                           cmd_validate, cmd_verify)
-from .spec import SpecError
+from .cli_commands import (EPILOG_RUN, EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INVALID, EXIT_UNAVAILABLE, UsageError,
+    _add_spec_options, cmd_convert, cmd_doctor, cmd_from_timm,
+    cmd_from_torchvision, cmd_run, cmd_sample_data, cmd_show, cmd_validate, cmd_verify)
+from .spec.problems import SpecError
 
 
 # ---- parser
@@ -224,8 +223,8 @@ def _add_from_timm_command(add: AddCommand) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from .backends.select import BackendUnavailable
-    from .images import SampleError
-    from .sources import SourceError
+    from .errors import SampleError
+    from .errors import SourceError
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,

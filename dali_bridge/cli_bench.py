@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from .cli_commands import EXIT_FAILED, _backend_list, _load, check_writable_file, check_writable_folder
-from .spec import parse_override
+from .spec.overrides import parse_override
 
 
 def _int_list(text: str, what: str) -> list[int]:
@@ -21,7 +21,10 @@ def _int_list(text: str, what: str) -> list[int]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from . import bench
+    from .bench.plot import plot_report
+    from .bench.report import format_report
+    from .bench.results import REFERENCE_NAMES
+    from .bench.runner import data_overrides, default_baselines, run_bench
     from .backends.select import BackendUnavailable, unavailable_reason
 
     backends = [] if args.backends == "none" else _backend_list(args.backends)
@@ -36,29 +39,29 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if reason and args.backends != "available":
             raise BackendUnavailable(f"backend '{name}' cannot run here: {reason}")
     if args.baselines == "default":
-        baselines = bench.default_baselines(backends)
+        baselines = default_baselines(backends)
     elif args.baselines == "none":
         baselines = []
     else:
         baselines = [n.strip() for n in args.baselines.split(",") if n.strip()]
-        unknown = [n for n in baselines if n not in bench.REFERENCE_NAMES]
+        unknown = [n for n in baselines if n not in REFERENCE_NAMES]
         if unknown:
             raise SystemExit(f"dali-bridge: unknown baseline(s) {', '.join(unknown)} "
-                             f"(expected {', '.join(bench.REFERENCE_NAMES)}, default or none)")
+                             f"(expected {', '.join(REFERENCE_NAMES)}, default or none)")
     if args.json:
         check_writable_file(args.json, "--json")
     if args.plot:
         check_writable_file(args.plot, "--plot")
     overrides = dict(parse_override(text) for text in (args.set or []))
-    overrides.update(bench.data_overrides(args.data))  # default: the pipeline's own source
-    report = bench.run_bench(args.file, backends=backends, baselines=baselines, threads=threads,
+    overrides.update(data_overrides(args.data))  # default: the pipeline's own source
+    report = run_bench(args.file, backends=backends, baselines=baselines, threads=threads,
                              batches=args.batches, warmup=args.warmup, repeat=args.repeat, rounds=args.rounds,
                              model_ms=args.model_ms, overrides=overrides, progress=not args.quiet)
-    print(bench.format_report(report))
+    print(format_report(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report.as_dict(), indent=2))
     if args.plot:
-        bench.plot_report(report, args.plot)
+        plot_report(report, args.plot)
     return EXIT_FAILED if any("error" in row for row in report.rows) else 0
 
 
@@ -98,7 +101,8 @@ exit status: 0 PASS, 1 FAIL, 2 invalid pipeline or arguments, 3 a backend cannot
 def cmd_compare(args: argparse.Namespace) -> int:
     from dataclasses import asdict, replace
 
-    from .compare import MAX_SAVED_WORST, compare, default_bounds, default_pair
+    from .compare import MAX_SAVED_WORST, compare, default_pair
+    from .compare_bounds import default_bounds
 
     if args.backends == "default":
         backends = list(default_pair())

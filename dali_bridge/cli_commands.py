@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from .spec import MISSING_SOURCE, PipelineSpec, SpecError, load_spec, missing_source_warnings, parse_overrides
+from .spec.overrides import parse_overrides
+from .spec.pipeline import PipelineSpec, load_spec, missing_source_warnings
+from .spec.problems import MISSING_SOURCE, SpecError
 from .wording import plural
 
 log = logging.getLogger("dali_bridge")
@@ -191,7 +193,7 @@ RUN_COLUMNS = [("pipeline", "pipeline"), ("backend", "backend"), ("images_per_se
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .images import SampleError
+    from .errors import SampleError
     from .quoting import safe_name
     from .timing import format_table
 
@@ -235,8 +237,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _report_run_failure(exc: Exception, where: str) -> int:
     """Print why one run of ``dali-bridge run`` stopped; its exit status (as ``main`` maps the error)."""
     from .backends.select import BackendUnavailable
-    from .images import SampleError
-    from .sources import SourceError
+    from .errors import SampleError
+    from .errors import SourceError
 
     if isinstance(exc, SampleError):
         print(f"dali-bridge run: {where} stopped at a bad sample: {exc}\n"
@@ -317,9 +319,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from .convert import ConvertError, convert
+    from .convert import convert
+    from .convert_staging import ConvertError
     from .quoting import safe_name
-    from .spec import DEFAULT_EXTENSIONS
+    from .spec.model import DEFAULT_EXTENSIONS
 
     extensions = tuple("." + e.strip().lstrip(".").lower() for e in args.extensions.split(",")) \
         if args.extensions else DEFAULT_EXTENSIONS
@@ -346,7 +349,8 @@ def _print_recipe(make: Callable[[], PipelineSpec], origin: str) -> int:
     """A converted pipeline as YAML on stdout, its notes on stderr; a refusal: every problem, exit 2."""
     import warnings
 
-    from .recipes import RecipeError, RecipeWarning
+    from .errors import RecipeError
+    from .recipes.from_torchvision import RecipeWarning
 
     with warnings.catch_warnings(record=True) as notes:
         warnings.simplefilter("always", RecipeWarning)
@@ -362,7 +366,7 @@ def _print_recipe(make: Callable[[], PipelineSpec], origin: str) -> int:
 
 
 def cmd_from_torchvision(args: argparse.Namespace) -> int:
-    from .recipes import from_torchvision
+    from .recipes.from_torchvision import from_torchvision
     from .recipes.importing import import_transform
 
     def make() -> PipelineSpec:
@@ -373,7 +377,7 @@ def cmd_from_torchvision(args: argparse.Namespace) -> int:
 
 
 def cmd_from_timm(args: argparse.Namespace) -> int:
-    from .recipes import from_timm
+    from .recipes.from_timm import from_timm
 
     def make() -> PipelineSpec:
         return from_timm(args.timm_args, source=args.source, batch_size=args.batch_size,

@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
-from .compare_bounds import (CPU_BOUNDS, FAST_PARITY_REASON, FLOAT32_SLACK, NVJPEG_BOUNDS, Bounds,  # noqa: F401
-                             default_bounds, fast_parity_changes_pixels, float16_step)
-from .plan import Finish, Plan, build_plan
+from .compare_bounds import (CPU_BOUNDS, FLOAT32_SLACK, Bounds, default_bounds,
+    float16_step)
+from .ops.finish import Finish
+from .plan import Plan, build_plan
 from .quoting import safe_name
-from .spec import PipelineSpec, coerce_spec
+from .spec.pipeline import PipelineSpec, coerce_spec
 from .wording import plural
 
 if TYPE_CHECKING:  # PIL is imported where pictures are drawn, not at import time

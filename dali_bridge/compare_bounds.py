@@ -7,8 +7,9 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from .plan import Finish, build_plan
-from .spec import PipelineSpec
+from .ops.finish import Finish
+from .plan import build_plan
+from .spec.pipeline import PipelineSpec
 
 __all__ = ["CPU_BOUNDS", "FAST_PARITY_REASON", "FLOAT32_SLACK", "NVJPEG_BOUNDS", "Bounds", "default_bounds",
            "fast_parity_changes_pixels", "float16_step"]

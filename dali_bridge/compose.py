@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from .plan import LoweredSpec, Plan, build_plan
-from .recipe_error import RecipeError
+from .errors import RecipeError
 
 
 def _plan(spec_or_plan: LoweredSpec | Plan) -> Plan:

@@ -40,16 +40,18 @@ from typing import Any, BinaryIO, Iterator
 
 from .shards import index_path, manifest_path
 from .convert_staging import (_DIRECTIVE, ConvertError, _existing_outputs, _leftover_temporaries, _pattern_lock,
-                              _refuse_links, _Staging, check_pattern, index_problem)
+    _refuse_links, _Staging, check_pattern, index_problem)
 from .formats import inspect_image
-from .storage import is_url
-from .images import ImageError
+from .urls import is_url
+from .errors import ImageError
 from .parquet import ParquetSamples, list_parquet
 from .checks import is_int
 from .quoting import safe_name
-from .sources import (Listing, SourceError, list_file, list_folder, manifest_problem,
-                      read_manifest_json)
-from .spec import DEFAULT_EXTENSIONS
+from .errors import SourceError
+from .listing import Listing
+from .shard_listing import manifest_problem, read_manifest_json
+from .sources import list_file, list_folder
+from .spec.model import DEFAULT_EXTENSIONS
 from .text import NotUtf8Error
 
 MANIFEST_FORMAT = "dali-bridge/webdataset"

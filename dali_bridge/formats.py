@@ -40,18 +40,15 @@ EXIF orientation both apply) or raises :class:`ImageError` with the reason. The 
 """
 from __future__ import annotations
 
+from .errors import ImageError  # noqa: F401
+from .spec.model import DEFAULT_MAX_PIXELS  # noqa: F401
+
 import zlib
 from dataclasses import dataclass
 
-# PIL's Image.MAX_IMAGE_PIXELS (PIL warns above it and refuses above twice it).
-DEFAULT_MAX_PIXELS = 89_478_485
 
 _EXIF_ORIENTATION = 0x0112
 _TRANSPOSING = {5, 6, 7, 8}  # orientations that swap the stored width and height
-
-
-class ImageError(ValueError):
-    """The bytes are not a readable image; the message is the reason users see."""
 
 
 @dataclass(frozen=True)

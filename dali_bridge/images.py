@@ -7,23 +7,17 @@ Every byte string is checked by :func:`dali_bridge.formats.inspect_image` before
 """
 from __future__ import annotations
 
+from .errors import SampleError  # noqa: F401
+
 import os
 import re
 import stat
 
-from .formats import ImageError, inspect_image
-from .quoting import safe_name
+from .errors import ImageError
+from .formats import inspect_image
 
-__all__ = ["ImageError", "SampleError", "check_encoded", "decode_checked", "decode_rgb", "inspect_encoded", "probe",
-           "read_bytes", "read_file", "too_many_bytes"]
-
-
-class SampleError(RuntimeError):
-    """A sample could not be read or decoded (``on_error: raise``): names its index, file and reason."""
-
-    def __init__(self, index: int, path: str, reason: str):
-        self.index, self.path, self.reason = index, path, reason
-        super().__init__(f"sample {index} ({safe_name(path)}): {reason}")
+__all__ = ["check_encoded", "decode_checked", "decode_rgb", "inspect_encoded", "probe", "read_bytes", "read_file",
+           "too_many_bytes"]
 
 
 def read_bytes(path: str) -> bytes:

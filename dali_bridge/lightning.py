@@ -31,7 +31,7 @@ except ImportError:   # the older package name, the same classes
 
 from .loader import Loader, build_loader
 from .sampling import batch_count
-from .spec import PipelineSpec
+from .spec.pipeline import PipelineSpec
 
 log = logging.getLogger("dali_bridge")
 

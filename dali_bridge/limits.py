@@ -13,9 +13,10 @@ import resource
 from dataclasses import dataclass
 
 from .dtypes import item_bytes
-from .ops.base import _shown
+from .checks import shown as _shown
 from .plan import Plan
-from .spec import PipelineSpec, Problem, SpecError
+from .spec.pipeline import PipelineSpec
+from .spec.problems import Problem, SpecError
 
 # Workers beyond this many per core only queue for the same cores (reading from slow storage
 # may want a few per core, not hundreds).

@@ -3,6 +3,8 @@ how each sample's bytes are read and checked), :class:`SourceError`, and the bou
 a listing of N samples may use."""
 from __future__ import annotations
 
+from .errors import SourceError  # noqa: F401
+
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -10,11 +12,13 @@ from typing import Callable
 
 import numpy as np
 
-from .formats import DEFAULT_MAX_PIXELS, ImageInfo, inspect_image, without_webp_exif
-from .images import ImageError, check_encoded, read_file, too_many_bytes
+from .formats import ImageInfo, inspect_image, without_webp_exif
+from .spec.model import DEFAULT_MAX_PIXELS
+from .errors import ImageError
+from .images import check_encoded, read_file, too_many_bytes
 from .remote_shards import RemoteShardSamples
 from .shards import ShardSamples
-from .spec import DEFAULT_MAX_BYTES
+from .spec.model import DEFAULT_MAX_BYTES
 from .wording import plural
 
 
@@ -22,10 +26,6 @@ from .wording import plural
 # which bounds the class-name table by the listing's own size.
 MIN_CLASS_BOUND = 100_000
 CLASSES_PER_SAMPLE = 4
-
-
-class SourceError(ValueError):
-    """The source cannot be listed: missing or empty root, malformed or dangling file-list lines."""
 
 
 @dataclass(frozen=True)

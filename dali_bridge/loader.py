@@ -27,9 +27,11 @@ from .resume import STATE_FORMAT, Identity, check_identity, listing_fingerprint,
 from .sampling import BatchTask, batch_count, check_epoch, entries_consumed, rank_batches
 from .shard_order import windows_of
 from .shard_read_ahead import ShardReadAhead, read_ahead_for
-from .sources import Listing, list_source
+from .listing import Listing
+from .sources import list_source
 from .stats import StepClock
-from .spec import PipelineSpec, Problem, SpecError, coerce_spec
+from .spec.pipeline import PipelineSpec, coerce_spec
+from .spec.problems import Problem, SpecError
 from .wording import plural
 
 log = logging.getLogger("dali_bridge")

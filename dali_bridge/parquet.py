@@ -36,10 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from .images import ImageError
+from .errors import ImageError
 from .remote_shards import LISTING_THREADS
-from .shards import expand_braces
-from .storage import FetchError, ObjectStore, StorageError, redact
+from .braces import expand_braces
+from .storage import ObjectStore
+from .storage_listing import FetchError
+from .urls import StorageError, redact
 from .wording import plural
 
 # Row groups' image columns kept per process (each DataLoader worker has its own cache).
@@ -49,7 +51,7 @@ _GLOB = set("*?[")
 
 
 def _pyarrow():
-    from .listing import SourceError
+    from .errors import SourceError
 
     try:
         import pyarrow
@@ -65,7 +67,7 @@ def expand_files(files: tuple[str, ...], store: ObjectStore | None = None) -> li
     """The Parquet files ``files`` names: each entry brace-expanded, then globbed (sorted) when it has
     ``*``, ``?`` or ``[``; a plain name must exist (with ``store``: objects at URLs, HEADed together).
     Raises :class:`~dali_bridge.sources.SourceError`."""
-    from .listing import SourceError
+    from .errors import SourceError
 
     found: list[str] = []
     problems: list[str] = []
@@ -322,7 +324,8 @@ def list_parquet(files: tuple[str, ...], image_column: str = "image", label_colu
     type, null or negative label, labels outside the class names, files that disagree on the class
     names) is reported at once.
     """
-    from .listing import Listing, SourceError, sparse_labels
+    from .errors import SourceError
+    from .listing import Listing, sparse_labels
 
     _pyarrow()   # the missing extra first, before any file is looked at
     paths = expand_files(files, store)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from .backends.dali_plan import dali_plan
 from .plan import Placed, Plan
 
-__all__ = ["Placed", "placement"]
+__all__ = ["placement"]
 
 
 def placement(plan: Plan, backend: str, cuda: bool = False, *, executor: str = "processes") -> list[Placed]:

@@ -13,23 +13,13 @@ a signature: it never leaves this module, and errors name the ``s3://`` URL inst
 """
 from __future__ import annotations
 
-import re
 import time
 from typing import Any, Callable
 
+from .urls import hide_signature
+
 EXPIRES_S = 3600        # how long a signed URL is valid
 RESIGN_AFTER_S = 1800   # signed again after this long: never used close to its expiry
-# What a signed URL's query carries of the credentials (SigV4 and the older SigV2 names), in any case
-# and percent-encoded or not: the values are hidden wherever a message might quote the URL.
-_SIGNED_QUERY = re.compile(r"((?:X-Amz-(?:Signature|Credential|Security-Token)|Signature|AWSAccessKeyId|"
-                           r"x-amz-security-token)(?:=|%3D))[^&\s'\"]+", re.IGNORECASE)
-
-
-def hide_signature(text: str) -> str:
-    """``text`` with the credential parts of any signed URL's query replaced by ``***``."""
-    return _SIGNED_QUERY.sub(r"\1***", text)
-
-
 class PresignedGets:
     """One process's signed URLs and HTTP session for ranged GETs of S3 objects."""
 

@@ -13,15 +13,15 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import ops as ops_module
-from . import spec as spec_module
-from .ops import OPS
+from .ops import base as op_base
+from .spec import model as spec_model
+from .ops.registry import OPS
 from .ops.registry import op_origin
 
 # Only ``OPS`` and each op's ``name``, ``doc``, ``params`` (``name``, ``default``, ``doc``),
 # ``backends`` and ``primary`` are read (and where an op from another package came from), so the
 # registry's inner layout may change freely.
-_REQUIRED = getattr(ops_module, "REQUIRED", object())
+_REQUIRED = op_base.REQUIRED
 
 DEFAULT_PATH = Path("docs/pipeline-reference.md")
 
@@ -47,7 +47,7 @@ def _choices(values: Sequence[str]) -> str:
 
 def _key_rows() -> list[tuple[str, str, str]]:
     """(key, choices or type, default) for every key a pipeline file may hold, with its meaning."""
-    s, source, loader = spec_module, spec_module.SourceSpec(type="folder"), spec_module.LoaderSpec()
+    s, source, loader = spec_model, spec_model.SourceSpec(type="folder"), spec_model.LoaderSpec()
     return [
         ("version", f"integer, `{s.FORMAT_VERSION}`", "required", "the pipeline format version"),
         ("name", "string", "the file's name", "shown in logs, tables and errors"),
@@ -154,7 +154,7 @@ def documented_keys() -> list[str]:
 
 
 def _op_section(op: Any) -> list[str]:
-    every_backend = set(spec_module.BACKENDS) - {"auto"}
+    every_backend = set(spec_model.BACKENDS) - {"auto"}
     backends = "all backends" if set(op.backends) == every_backend else ", ".join(f"`{b}`" for b in op.backends)
     lines = [f"### `{op.name}`", "", op.doc, "", f"Runs on {backends}."]
     origin = op_origin(op.name)

@@ -30,10 +30,12 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .images import ImageError
+from .errors import ImageError
 from .shard_cache import CachedShard, ShardCache
 from .shards import Member, ShardScan, index_path, parse_header, parse_index, scan_members, scan_shard
-from .storage import FetchError, ObjectInfo, ObjectStore, Range, StorageError, redact, split_url
+from .storage import ObjectStore, Range
+from .storage_listing import FetchError, ObjectInfo
+from .urls import StorageError, redact, split_url
 from .wording import plural
 
 log = logging.getLogger("dali_bridge")

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .convert_staging import ConvertError, check_pattern
-from .storage import FetchError, ObjectInfo, ObjectStore, Range, StorageError, join_url, redact, split_url, store_for
+from .storage import ObjectStore, Range, store_for
+from .storage_listing import FetchError, ObjectInfo
+from .urls import StorageError, join_url, redact, split_url
 
 UPLOADS = 8          # files uploaded at once
 VERIFIES = 4         # shards hashed at once
@@ -70,7 +72,7 @@ def verify_url(manifest_url: str, *, progress: bool = False) -> list[str]:
     """:func:`~dali_bridge.convert.verify_shards` for a manifest at a URL: the problems found."""
     from .progress import progress as progress_bar
     from .checks import is_int
-    from .sources import MAX_MANIFEST_BYTES, manifest_problem
+    from .shard_listing import MAX_MANIFEST_BYTES, manifest_problem
     from .text import decode_utf8
 
     store = store_for(manifest_url)

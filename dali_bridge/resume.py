@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .sampling import EPOCH_LIMIT, entries_consumed
-from .sources import Listing
+from .listing import Listing
 
 STATE_FORMAT = 2
 _POLICIES = ("partial", "drop", "pad")

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .plan import Plan, Step
+from .ops.base import Step
+from .plan import Plan
 from .shard_order import ShardWindows, shard_window_order
 
 

@@ -16,12 +16,15 @@ import numpy as np
 
 from .remote_shards import CachedShardSamples, RemoteShardSamples, list_remote_shards
 from .shard_cache import ShardCache
-from .shards import ShardSamples, ShardScan, expand_braces, manifest_path, scan_shard
-from .storage import FetchError, ObjectInfo, ObjectStore
+from .braces import expand_braces
+from .shards import ShardSamples, ShardScan, manifest_path, scan_shard
+from .storage import ObjectStore
+from .storage_listing import FetchError, ObjectInfo
 from .checks import is_int
 from .quoting import quoted, safe_name
 from .text import NotUtf8Error, decode_utf8
-from .listing import Listing, SourceError, sparse_labels
+from .errors import SourceError
+from .listing import Listing, sparse_labels
 
 
 def _manifest_for(pattern: str, manifest: str | None,

@@ -24,7 +24,7 @@ import numpy as np
 
 from .remote_shards import CachedShardSamples
 from .shard_cache import CacheFull
-from .storage import redact
+from .urls import redact
 
 log = logging.getLogger("dali_bridge")
 

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, Callable, Sequence
 import numpy as np
 
 from .braces import MAX_BRACE_GROUPS, MAX_BRACE_NAMES, brace_count, expand_braces  # noqa: F401
-from .images import ImageError
+from .errors import ImageError
 from .quoting import safe_name
 
 # Samples whose shards stay open per process. pread does not move the file offset, so one

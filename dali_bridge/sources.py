@@ -26,12 +26,13 @@ from pathlib import Path
 import numpy as np
 
 from .shard_cache import ShardCache
-from .storage import ObjectStore, StorageError, is_url, store_for
-from .listing import CLASSES_PER_SAMPLE, MIN_CLASS_BOUND, Listing, SourceError, class_bound, sparse_labels  # noqa: F401
-from .shard_listing import (MAX_MANIFEST_BYTES, list_webdataset, manifest_problem,  # noqa: F401
-                            read_manifest_json)
+from .storage import ObjectStore, store_for
+from .urls import StorageError, is_url
+from .errors import SourceError  # noqa: F401
+from .listing import CLASSES_PER_SAMPLE, MIN_CLASS_BOUND, Listing, class_bound, sparse_labels  # noqa: F401
+from .shard_listing import list_webdataset
 from .quoting import quoted, safe_name
-from .spec import SourceSpec
+from .spec.model import SourceSpec
 from .text import NotUtf8Error, decode_utf8
 
 log = logging.getLogger("dali_bridge")

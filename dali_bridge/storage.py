@@ -34,14 +34,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Sequence
 
+from .spec.model import DEFAULT_MAX_REQUESTS, DEFAULT_TIMEOUT  # noqa: F401
 from .storage_listing import FetchError, ListingRequests, ObjectInfo, gcs_object_info  # noqa: F401
-from .urls import (SCHEMES, SECRET_WORDS, StorageError, is_url, join_url, redact, require_client,  # noqa: F401
-                   scheme_of, secret_option, split_url)
+from .urls import (StorageError, is_url, redact, require_client, scheme_of)
 
-# S3 serves thousands of GETs per second per prefix; 64 in flight per process hides ~20 ms of
-# latency at ~3,000 samples/s and keeps a batch's memory at 64 samples in transit.
-DEFAULT_MAX_REQUESTS = 64
-DEFAULT_TIMEOUT = 60.0          # seconds one sample's read may take, retries included
 BACKOFF_FIRST = 0.05            # seconds before the first retry; doubled each time, capped
 BACKOFF_CAP = 5.0
 LIST_PAGE = 1000                # keys per LIST request (S3's and GCS's most)

@@ -32,17 +32,10 @@ from typing import Callable
 
 from PIL import Image
 
-from .sources import SourceError
-from .synthetic_images import sample_image, sample_size
+from .errors import SourceError
+from .synthetic_images import sample_image
 
-__all__ = [
-    "MANIFEST_NAME",
-    "SampleSetInfo",
-    "ensure_sample_data",
-    "generate_sample_data",
-    "sample_image",
-    "sample_size",
-]
+__all__ = ["MANIFEST_NAME", "SampleSetInfo", "ensure_sample_data", "generate_sample_data"]
 
 #: Manifest file written into the dataset root.
 MANIFEST_NAME = ".dali-bridge-samples.json"

@@ -11,8 +11,6 @@ import importlib
 import os
 import re
 
-from .presigned import hide_signature
-
 # Object-store schemes → (the module that implements them, the extra that installs it).
 SCHEMES = {"s3": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"),
            "http": ("aiohttp", "http"), "https": ("aiohttp", "http")}
@@ -20,6 +18,16 @@ SECRET_WORDS = ("secret", "token", "password", "passwd", "credential", "key_id",
                 "session", "auth", "anon_key")
 _SECRET_ENV = re.compile(r"(SECRET|TOKEN|PASSWORD|SESSION|CREDENTIAL|ACCESS_KEY)", re.IGNORECASE)
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+# What a signed URL's query carries of the credentials (SigV4 and the older SigV2 names), in any case
+# and percent-encoded or not: the values are hidden wherever a message might quote the URL.
+_SIGNED_QUERY = re.compile(r"((?:X-Amz-(?:Signature|Credential|Security-Token)|Signature|AWSAccessKeyId|"
+                           r"x-amz-security-token)(?:=|%3D))[^&\s'\"]+", re.IGNORECASE)
+
+
+def hide_signature(text: str) -> str:
+    """``text`` with the credential parts of any signed URL's query replaced by ``***``."""
+    return _SIGNED_QUERY.sub(r"\1***", text)
 
 
 class StorageError(OSError):

@@ -39,7 +39,7 @@ def torch_vector_kernels() -> bool:
 def plan_of(ops: list, parity: str = "exact"):
     """The plan of ``ops`` over a source that is never listed (plans need no files)."""
     from dali_bridge.plan import build_plan
-    from dali_bridge.spec import spec_from_dict
+    from dali_bridge.spec.pipeline import spec_from_dict
 
     return build_plan(spec_from_dict({"version": 1, "source": {"type": "folder", "root": "/nonexistent"},
                                       "batch_size": 2, "ops": ops, "parity": parity}))

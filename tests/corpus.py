@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from dali_bridge.synthetic import sample_image
+from dali_bridge.synthetic_images import sample_image
 
 _EXIF_ORIENTATION = 0x0112
 

@@ -37,7 +37,7 @@ def variant_batches(root: Path, name: str, backend: str) -> dict[str, tuple[np.n
     from pinned_variants import VARIANTS
 
     from dali_bridge.loader import build_loader
-    from dali_bridge.spec import coerce_spec
+    from dali_bridge.spec.pipeline import coerce_spec
 
     base, overrides = VARIANTS[name]
     spec = coerce_spec(base, {"source": {"type": "folder", "root": str(root)}, "batch_size": BATCH_SIZE,

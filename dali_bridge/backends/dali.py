@@ -21,7 +21,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-from ..images import ImageError, SampleError, decode_rgb
+from ..errors import ImageError, SampleError
+from ..images import decode_rgb
 from .base import RawBatch, Topology, default_workers
 from ..plan import Plan
 from ..sampling import BatchTask
@@ -33,9 +34,9 @@ from .tail import run_tail
 from .tail_processes import TailProcesses, tail_processes_possible
 from .thread_pool import abandon
 from .device import (InFlightCopies, TailStream, dali_threads, gpu_target, host_tail_split, keep_alive,
-                     mixed_decoder_arguments, move_output)
-from ..sources import Listing
-from ..spec import PipelineSpec
+    mixed_decoder_arguments, move_output)
+from ..listing import Listing
+from ..spec.pipeline import PipelineSpec
 
 log = logging.getLogger("dali_bridge")
 

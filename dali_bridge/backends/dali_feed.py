@@ -22,8 +22,8 @@ from ..sampling import BatchTask
 from .dali_plan import DaliPlan, dali_plan
 from .per_sample import SampleCore
 from .device import mixed_decoder_arguments
-from ..sources import Listing
-from ..spec import PipelineSpec
+from ..listing import Listing
+from ..spec.pipeline import PipelineSpec
 
 # Every DALI pipeline alive in this process. A forked child (a DataLoader worker, say) inherits
 # them without DALI's threads, and destroying one there — e.g. when the child's garbage collector

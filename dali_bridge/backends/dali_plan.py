@@ -15,7 +15,7 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 
-from ..ops import OPS
+from ..ops.registry import OPS
 from ..ops.base import ResizeRequest, Step
 from ..ops.dali_op import GraphContext
 from ..ops.exact_resize import METHODS

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..dtypes import torch_dtype
-from ..plan import Finish
+from ..ops.finish import Finish
 
 __all__ = ["finish_batch", "FinishedBuffers"]
 

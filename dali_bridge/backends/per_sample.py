@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from typing import Callable, Generic, TypeVar
 
 from ..formats import ImageInfo
-from ..images import ImageError, SampleError
+from ..errors import ImageError, SampleError
 from ..plan import Plan
 from ..sampling import BatchTask, draws, sample_steps
-from ..sources import Listing
-from ..spec import PipelineSpec
+from ..listing import Listing
+from ..spec.pipeline import PipelineSpec
 from .base import SkippedSample
 
 Item = TypeVar("Item")

@@ -13,8 +13,8 @@ if TYPE_CHECKING:  # torch is imported when a device is checked or an executor b
     import torch
 
     from ..plan import Plan
-    from ..sources import Listing
-    from ..spec import PipelineSpec
+    from ..listing import Listing
+    from ..spec.pipeline import PipelineSpec
     from .base import Executor, Topology
 
 log = logging.getLogger("dali_bridge")

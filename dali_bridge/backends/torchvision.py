@@ -33,7 +33,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..formats import ImageInfo
-from ..images import SampleError
+from ..errors import SampleError
 from .base import RawBatch, Topology, default_workers
 from .device import gpu_target
 from .finishing import FinishedBuffers, finish_batch
@@ -43,8 +43,9 @@ from .thread_pool import OrderedPool
 from ..plan import Plan
 from ..region_decode import decode_steps
 from ..sampling import BatchTask
-from ..sources import Listing
-from ..spec import PipelineSpec, Problem, SpecError
+from ..listing import Listing
+from ..spec.pipeline import PipelineSpec
+from ..spec.problems import Problem, SpecError
 
 log = logging.getLogger("dali_bridge")
 

@@ -22,19 +22,3 @@ printed table, stability warnings, the markdown of ``benchmarks/README.md``: ``p
 dali_bridge.bench readme``) and ``plot`` (the PNG).
 """
 from __future__ import annotations
-
-from .baselines import dali_baseline_pipeline, torchvision_baseline_transform
-from .plot import plot_report
-from .procstats import process_tree, tree_cpu_seconds, tree_memory_mib, tree_rss_mib
-from .report import format_report, stability_warnings, table_columns
-from .results import (BASELINE_NAMES, REFERENCE_NAMES, SAMPLE_SET, BenchError, BenchReport, Candidate,
-                      CandidateResult, add_ratios, default_data_dir, loadavg, machine_description, source_pixels)
-from .runner import candidates_for, data_overrides, default_baselines, run_bench, run_candidate
-
-__all__ = [
-    "BASELINE_NAMES", "REFERENCE_NAMES", "SAMPLE_SET", "BenchError", "BenchReport", "Candidate", "CandidateResult",
-    "add_ratios", "candidates_for", "dali_baseline_pipeline", "data_overrides", "default_baselines",
-    "default_data_dir", "format_report", "loadavg", "machine_description", "plot_report", "process_tree",
-    "run_bench", "run_candidate", "source_pixels", "stability_warnings", "table_columns",
-    "torchvision_baseline_transform", "tree_cpu_seconds", "tree_memory_mib", "tree_rss_mib",
-]

@@ -4,7 +4,7 @@ references (:mod:`dali_bridge.bench.baselines`) and SPDL's torchvision configura
 from __future__ import annotations
 
 from ..compose import batch_transform, to_torchvision
-from ..recipe_error import RecipeError
+from ..errors import RecipeError
 from .results import BenchError
 
 __all__ = ["torchvision_baseline_transform", "torchvision_batch_transform"]

@@ -20,7 +20,7 @@ from .results import PROTOCOL_FD_ENV, BenchError
 
 def _bridge(path: str, overrides: dict[str, Any], backend: str):
     from ..loader import build_loader
-    from ..spec import load_spec
+    from ..spec.pipeline import load_spec
 
     spec = load_spec(path, overrides)
     outputs = list(spec.outputs)
@@ -42,7 +42,7 @@ def _open_candidate(config: dict[str, Any]):
     from ..backends.base import default_workers  # noqa: F401  (imports torch before timing starts)
     from ..plan import build_plan
     from ..sources import list_source
-    from ..spec import load_spec
+    from ..spec.pipeline import load_spec
 
     kind, name, threads = config["kind"], config["name"], config["threads"]
     if kind == "backend":

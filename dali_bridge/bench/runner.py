@@ -15,8 +15,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .procstats import MemoryMonitor, kill_group
-from .results import (BASELINE_NAMES, PROTOCOL_FD_ENV, SAMPLE_SET, BenchReport, Candidate, CandidateResult,
-                      add_ratios, default_data_dir, loadavg, machine_description, source_pixels)
+from .results import (BASELINE_NAMES, PROTOCOL_FD_ENV, SAMPLE_SET, BenchReport, Candidate, CandidateResult, add_ratios,
+    default_data_dir, loadavg, machine_description, source_pixels)
 
 STALL_SECONDS = 300.0  # a candidate that yields no batch for this long is killed and reported
 _CHILD = "import sys; from dali_bridge.bench.measure import child_main; sys.exit(child_main())"
@@ -152,7 +152,7 @@ def run_bench(file: str | Path, *, backends: Sequence[str], baselines: Sequence[
     (default 1); ``model_ms``: simulated model step per batch in milliseconds (default none).
     """
     from ..sources import list_source
-    from ..spec import load_spec
+    from ..spec.pipeline import load_spec
 
     if batches < 1 or repeat < 1 or warmup < 1 or rounds < 1:
         raise ValueError("batches, repeat, warmup and rounds must each be at least 1")

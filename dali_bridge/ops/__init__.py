@@ -71,14 +71,3 @@ and pointing at its instance (:mod:`dali_bridge.ops.registry`).
 Pure Python at import time: no DALI or torch import, so the spec layer can validate anywhere.
 """
 from __future__ import annotations
-
-from .base import (ALL_BACKENDS, DTYPES, INTERPOLATIONS, LAYOUTS, REQUIRED, Category, Checker, Op, Param,
-                   ResizeRequest, Step, _type_name, bool_checker, channels_checker, choice_checker, fixed_output_size,
-                   int_checker, is_int, is_number, optional, probability_checker, range_checker, size_checker)
-from .dali_op import Column, DaliOp, GraphContext
-from .registry import OPS, op_names, unsupported_options
-
-__all__ = ["ALL_BACKENDS", "DTYPES", "INTERPOLATIONS", "LAYOUTS", "OPS", "REQUIRED", "Category", "Checker", "Column",
-           "DaliOp", "GraphContext", "Op", "Param", "ResizeRequest", "Step", "_type_name", "bool_checker",
-           "channels_checker", "choice_checker", "fixed_output_size", "int_checker", "is_int", "is_number", "op_names",
-           "optional", "probability_checker", "range_checker", "size_checker", "unsupported_options"]

@@ -27,11 +27,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Op, Param, Step, _type_name, bool_checker, choice_checker, int_checker, is_int, is_number
+from ..checks import type_name as _type_name, bool_checker, choice_checker, int_checker, is_int, is_number
+from .base import Op, Param, Step
 # The tables and the kernels, importable from here as before the split (tests and the timm ops use them).
 from .policy_kernels import affine_operations, apply_operation, apply_operations  # noqa: F401
-from .policy_tables import (_ORIGINAL, _SIGNED, _WIDE, IMAGENET_POLICY, POLICIES, SPACES, PolicyOperation,  # noqa: F401
-                            magnitudes, pick, signed_operation)
+from .policy_tables import (_ORIGINAL, _WIDE, POLICIES, SPACES, PolicyOperation, pick, signed_operation)
 from .timm_rand_augment import TIMM_RAND_AUGMENT
 
 

@@ -21,9 +21,7 @@ import numpy as np
 
 # The checkers live in the leaf module below the op layer (the spec layer and the sources use them
 # too); the op modules import them from here.
-from ..checks import (Checker, bool_checker, channels_checker, choice_checker, fixed_output_size,  # noqa: F401
-                      int_checker, is_int, is_number, non_finite_problem, optional, probability_checker,
-                      range_checker, size_checker)
+from ..checks import (Checker, fixed_output_size, non_finite_problem)
 from ..checks import shown as _shown, type_name as _type_name  # noqa: F401
 
 ALL_BACKENDS = ("dali", "dali-cpu", "torchvision")

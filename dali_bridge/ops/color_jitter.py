@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import Op, Param, _type_name, is_number
+from ..checks import type_name as _type_name, is_number
+from .base import Op, Param
 
 # torchvision's order ids (ColorJitter.transform): 0 brightness, 1 contrast, 2 saturation, 3 hue.
 ADJUSTMENTS = ("brightness", "contrast", "saturation", "hue")

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .after_finish import AFTER_FINISH, AfterFinishOp
-from .base import Param, _type_name, is_number, probability_checker, range_checker
+from ..checks import type_name as _type_name, is_number, probability_checker, range_checker
+from .base import Param
 from .geometry import area_and_aspect
 
 ERASE_ATTEMPTS = 10  # torchvision's RandomErasing tries 10 boxes, then erases nothing

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..dtypes import dali_type, torch_dtype
-from .base import (DTYPES, LAYOUTS, Op, Param, Step, channels_checker, choice_checker, optional,
-                   probability_checker, size_checker)
+from ..checks import channels_checker, choice_checker, optional, probability_checker, size_checker
+from .base import DTYPES, LAYOUTS, Op, Param, Step
 from .dali_op import DaliOp
 from .geometry import CENTER_CROP, HORIZONTAL_FLIP
 

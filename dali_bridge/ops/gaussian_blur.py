@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from ..images import ImageError
-from .base import REQUIRED, Param, _shown, _type_name, is_int, is_number, range_checker
+from ..errors import ImageError
+from ..checks import shown as _shown, type_name as _type_name, is_int, is_number, range_checker
+from .base import REQUIRED, Param
 from .dali_op import Column, DaliOp
 
 

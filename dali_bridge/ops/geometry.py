@@ -13,9 +13,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..images import ImageError
-from .base import (INTERPOLATIONS, REQUIRED, Param, ResizeRequest, Step, bool_checker, choice_checker,
-                   fixed_output_size, optional, probability_checker, range_checker, size_checker)
+from ..errors import ImageError
+from ..checks import (bool_checker, choice_checker, fixed_output_size, optional, probability_checker, range_checker,
+    size_checker)
+from .base import INTERPOLATIONS, REQUIRED, Param, ResizeRequest, Step
 from .dali_op import Column, DaliOp, GraphContext
 from .exact_resize import METHODS
 

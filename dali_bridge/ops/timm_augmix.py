@@ -22,12 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .auto_augment import (MAX_CHAINS, chain_depth_checker, gamma_quantiles, magnitude_std_checker, pick,
-                           positive_number_checker)
-from .base import Op, Param, bool_checker, int_checker
+from .auto_augment import (MAX_CHAINS, chain_depth_checker, gamma_quantiles, magnitude_std_checker,
+    positive_number_checker)
+from .policy_tables import pick
+from ..checks import bool_checker, int_checker
+from .base import Op, Param
 from .timm_auto_augment import TIMM_FILL_PARAM
-from .timm_rand_augment import (TimmOperation, apply_operations, fill_colour, from_picture, timm_operation,
-                                to_picture)
+from .timm_rand_augment import TimmOperation, apply_operations, fill_colour, from_picture, timm_operation, to_picture
 
 OPERATIONS = ("AutoContrast", "ColorIncreasing", "ContrastIncreasing", "BrightnessIncreasing",
               "SharpnessIncreasing", "Equalize", "Rotate", "PosterizeIncreasing", "SolarizeIncreasing",

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import Param, probability_checker
+from ..checks import probability_checker
+from .base import Param
 from .dali_op import Column, DaliOp
 
 

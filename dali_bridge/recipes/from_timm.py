@@ -21,11 +21,11 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .errors import RecipeError
+from ..errors import RecipeError
 from .spec_data import build_spec
 
 if TYPE_CHECKING:
-    from ..spec import PipelineSpec
+    from ..spec.pipeline import PipelineSpec
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # timm.data.constants.IMAGENET_DEFAULT_MEAN / _STD
 IMAGENET_STD = (0.229, 0.224, 0.225)

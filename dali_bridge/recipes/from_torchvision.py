@@ -17,11 +17,11 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from .errors import RecipeError
+from ..errors import RecipeError
 from .spec_data import build_spec
 
 if TYPE_CHECKING:
-    from ..spec import PipelineSpec
+    from ..spec.pipeline import PipelineSpec
 
 _CONTAINERS = frozenset({"PILToTensor", "ToImage", "ToPureTensor", "RGB"})
 _CONVERSIONS = frozenset({"ToDtype", "ConvertImageDtype", "ToTensor"})
@@ -78,7 +78,7 @@ _FIXES = {
 
 
 def _ops_by_transform() -> dict[str, Any]:
-    from ..ops import OPS
+    from ..ops.registry import OPS
 
     return {op.transform: op for op in OPS.values() if op.transform and op.kind not in ("finish", "compound")}
 
@@ -277,7 +277,7 @@ def _pil_note(ops_on_pil: int) -> None:
 
 def _parameter_problems(ops: list, labels: list) -> list[str]:
     """What the op checkers say about each mapped transform's parameters."""
-    from ..ops import OPS
+    from ..ops.registry import OPS
 
     problems = []
     for op, label in zip(ops, labels):

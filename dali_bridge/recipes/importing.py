@@ -7,7 +7,7 @@ import inspect
 import sys
 from typing import Any
 
-from .errors import RecipeError
+from ..errors import RecipeError
 
 
 def _is_compose(value: Any) -> bool:

@@ -6,10 +6,10 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .errors import RecipeError
+from ..errors import RecipeError
 
 if TYPE_CHECKING:
-    from ..spec import PipelineSpec
+    from ..spec.pipeline import PipelineSpec
 
 _OP_PATH = re.compile(r"^ops\[(\d+)\]\.?(.*)$")
 
@@ -29,8 +29,9 @@ def build_spec(ops: Sequence[dict], labels: Sequence[str], *, source: Any, batch
                overrides: Mapping[str, Any] | None = None) -> "PipelineSpec":
     """A validated :class:`~dali_bridge.spec.PipelineSpec` of ``ops`` (``{op: params}`` each, ``labels[i]``
     saying where op i came from). A batch-mixing op or label smoothing outputs ``target`` (soft targets)."""
-    from ..ops import OPS
-    from ..spec import SpecError, spec_from_dict
+    from ..ops.registry import OPS
+    from ..spec.pipeline import spec_from_dict
+    from ..spec.problems import SpecError
 
     data: dict[str, Any] = {"version": 1, "name": name, "source": source_data(source), "batch_size": batch_size,
                             "ops": [dict(op) for op in ops]}

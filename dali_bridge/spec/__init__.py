@@ -18,22 +18,3 @@ The value checks and UTF-8 helpers they share with the rest of the package sit b
 Pure Python: this layer never imports DALI or torch.
 """
 from __future__ import annotations
-
-from ..text import NotUtf8Error, decode_utf8, text_problem
-from .model import (BACKENDS, DECODE_DEVICES, DEFAULT_EXTENSIONS, DEFAULT_IMAGE_KEYS, DEFAULT_MAX_BYTES,
-                    DEFAULT_SHUFFLE_WINDOW, EXECUTORS, FORMAT_VERSION, LAST_BATCH, MAX_OPS, MAX_REPEATED_AUGMENTATIONS,
-                    MAX_REQUESTS, MAX_SEED, MAX_SHUFFLE_WINDOW, ON_ERROR, OUTPUTS, PARITY, PLANNED_SOURCE_TYPES,
-                    SOURCE_TYPES, LoaderSpec, OpSpec, SourceSpec)
-from .overrides import SetFlags, apply_overrides, parse_override, parse_overrides
-from .pipeline import PipelineSpec, coerce_spec, load_spec, missing_source_warnings, spec_from_dict
-from .problems import MISSING_SOURCE, Problem, SpecError, format_path
-from .reading import ALIAS_NODE_BUDGET, MAX_NESTING
-
-__all__ = ["ALIAS_NODE_BUDGET", "BACKENDS", "DECODE_DEVICES", "DEFAULT_EXTENSIONS", "DEFAULT_IMAGE_KEYS",
-           "DEFAULT_MAX_BYTES", "DEFAULT_SHUFFLE_WINDOW", "EXECUTORS", "FORMAT_VERSION", "LAST_BATCH", "MAX_NESTING",
-           "MAX_OPS",
-           "MAX_REPEATED_AUGMENTATIONS", "MAX_REQUESTS", "MAX_SEED", "MAX_SHUFFLE_WINDOW", "MISSING_SOURCE",
-           "NotUtf8Error", "ON_ERROR", "OUTPUTS", "PARITY", "PLANNED_SOURCE_TYPES", "SOURCE_TYPES", "LoaderSpec",
-           "OpSpec", "PipelineSpec", "Problem", "SetFlags", "SourceSpec", "SpecError", "apply_overrides",
-           "coerce_spec", "decode_utf8", "format_path", "load_spec", "missing_source_warnings", "parse_override",
-           "parse_overrides", "spec_from_dict", "text_problem"]

@@ -14,10 +14,9 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from ..checks import type_name
-from ..compose import to_torchvision
-from ..formats import DEFAULT_MAX_PIXELS
-from ..ops import REQUIRED
-from ..storage import is_url
+from .model import DEFAULT_MAX_PIXELS
+from ..ops.base import REQUIRED
+from ..urls import is_url
 from ..text import NotUtf8Error, decode_utf8
 from .model import DECODE_DEVICES, DEFAULT_MAX_BYTES, MAX_SEED, LoaderSpec, OpSpec, SourceSpec
 from .op_keys import check_all_ops
@@ -108,11 +107,6 @@ class PipelineSpec:
         """A new spec with dotted-path overrides applied and validated (see :func:`apply_overrides`)."""
         return spec_from_dict(self.to_dict(), origin=self.origin, overrides=overrides)
 
-    def to_torchvision(self, *, pil: bool = False, skip_batch_ops: bool = False) -> Any:
-        """The equivalent ``transforms.v2.Compose``, for uint8 CHW tensors (``pil``: ``PILToTensor`` after the
-        uint8 ops): each op's counterpart; a batch-level op is refused unless ``skip_batch_ops``
-        (:func:`dali_bridge.recipes.to_torchvision`, :func:`dali_bridge.recipes.batch_transform`)."""
-        return to_torchvision(self, pil=pil, skip_batch_ops=skip_batch_ops)
 
 
 def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | None = None,

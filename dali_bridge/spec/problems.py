@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..checks import choice_checker, is_int, shown, type_name
-from ..ops import REQUIRED  # the marker of a value with no default, for keys as for op parameters
+from ..ops.base import REQUIRED  # the marker of a value with no default, for keys as for op parameters
 from ..quoting import quoted, shortened
 from ..wording import problem_list
 

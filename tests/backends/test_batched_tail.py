@@ -18,8 +18,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from conftest import backend_params, plan_of
 from dali_bridge.backends.dali_plan import dali_plan
 from dali_bridge.backends.tail import run_tail
-from dali_bridge.ops.auto_augment import (_SIGNED, SPACES, PolicyOperation, apply_operation, apply_operations,
-                                          magnitudes)
+from dali_bridge.ops.policy_kernels import apply_operation, apply_operations
+from dali_bridge.ops.policy_tables import _SIGNED, SPACES, PolicyOperation, magnitudes
 from dali_bridge.ops.registry import OPS
 from real_photos import write_real_photos
 

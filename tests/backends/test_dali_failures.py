@@ -17,7 +17,7 @@ import pytest
 from conftest import backend_params
 from dali_bridge import build_loader
 from dali_bridge.backends import dali as dali_backend
-from dali_bridge.images import SampleError
+from dali_bridge.errors import SampleError
 from hostile import break_file, tiny_jpeg, write_image_folder
 
 DALI_CPU = backend_params(["dali-cpu"])

@@ -21,10 +21,11 @@ import pytest
 import torch
 
 from conftest import CPU_BACKENDS, MEAN, STD, TRAIN, VAL, torch_vector_kernels
-from dali_bridge.compare import CPU_BOUNDS, NVJPEG_BOUNDS, CompareResult, compare, compare_batches
+from dali_bridge.compare import CompareResult, compare, compare_batches
+from dali_bridge.compare_bounds import CPU_BOUNDS, NVJPEG_BOUNDS
 from dali_bridge.backends.dali_plan import resize_methods
 from dali_bridge.plan import build_plan
-from dali_bridge.spec import spec_from_dict
+from dali_bridge.spec.pipeline import spec_from_dict
 
 pytestmark = [pytest.mark.slow,  # whole epochs of the corpus on both CPU backends
               pytest.mark.skipif(CPU_BACKENDS != ["dali-cpu", "torchvision"],
@@ -87,7 +88,7 @@ def test_shipped_train_pipeline_gives_the_same_crops_flips_and_pixels(sample_roo
 def test_the_comparison_sees_a_one_pixel_change_of_geometry(sample_root):
     """The bound has teeth: resizing to 257 instead of 256 (same 224 crop) is far outside it."""
     from dali_bridge.loader import build_loader
-    from dali_bridge.spec import coerce_spec
+    from dali_bridge.spec.pipeline import coerce_spec
 
     base = {"source": {"type": "folder", "root": str(sample_root)}, "batch_size": 16, "loader.workers": 1,
             "outputs": ["image", "label", "index"]}
@@ -107,7 +108,7 @@ def test_the_comparison_sees_a_one_pixel_change_of_geometry(sample_root):
 
 def test_a_flip_on_one_side_only_fails_the_comparison(sample_root):
     from dali_bridge.loader import build_loader
-    from dali_bridge.spec import coerce_spec
+    from dali_bridge.spec.pipeline import coerce_spec
 
     base = {"source": {"type": "folder", "root": str(sample_root)}, "batch_size": 8, "loader.workers": 1,
             "outputs": ["image", "label", "index"], "ops.1.horizontal_flip.probability": 0.0}
@@ -473,7 +474,7 @@ needs_gpu_dali = pytest.mark.skipif(_gpu_reason() is not None,
 @pytest.mark.parametrize("other", ["torchvision", "dali-cpu"])
 @pytest.mark.parametrize("shipped", [VAL, TRAIN], ids=["val", "train"])
 def test_gpu_dali_matches_the_cpu_backends_within_the_nvjpeg_bound(sample_root, shipped, other):
-    from dali_bridge.spec import coerce_spec
+    from dali_bridge.spec.pipeline import coerce_spec
 
     spec = coerce_spec(shipped, {"source": {"type": "folder", "root": str(sample_root)}, "batch_size": 16})
     result = compare(spec, ("dali", other), batches=None)
@@ -487,7 +488,7 @@ def test_gpu_dali_matches_the_cpu_backends_within_the_nvjpeg_bound(sample_root, 
 @pytest.mark.gpu
 def test_gpu_dali_with_cpu_decode_matches_dali_cpu_within_one_level(corpus_root):
     """decode.device cpu: the same libjpeg-turbo decode, so only GPU resampling rounding remains."""
-    from dali_bridge.spec import coerce_spec
+    from dali_bridge.spec.pipeline import coerce_spec
 
     for name in ("train: random resized crop + flip, float32 CHW", "random resized crop, nearest",
                  "random resized crop, bicubic with antialias"):

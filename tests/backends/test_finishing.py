@@ -10,7 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from dali_bridge import build_loader
 from dali_bridge.backends.finishing import FinishedBuffers, finish_batch
-from dali_bridge.plan import Finish
+from dali_bridge.ops.finish import Finish
 
 CPU = torch.device("cpu")
 FINISHES = [

@@ -229,7 +229,7 @@ def test_dali_batches_make_no_host_sync_in_the_bridges_code(sample_root, pipelin
 @pytest.mark.parametrize("on_error", ["raise", "skip"])
 def test_dali_gpu_error_policy(tmp_path, on_error):
     from hostile import break_file, write_image_folder
-    from dali_bridge.images import SampleError
+    from dali_bridge.errors import SampleError
 
     files = write_image_folder(tmp_path / "data", classes=2, per_class=6)
     break_file(files[5], "cut_halfway")
@@ -316,7 +316,7 @@ def test_torchvision_device_argument_keeps_outputs_on_the_cpu(sample_root):
 @needs_cuda("that torchvision on CUDA yields the batches before a broken file, then raises, like the CPU branch")
 def test_torchvision_cuda_yields_the_batches_before_a_broken_file(tmp_path):
     from hostile import break_file, write_image_folder
-    from dali_bridge.images import SampleError
+    from dali_bridge.errors import SampleError
 
     files = write_image_folder(tmp_path / "data", classes=2, per_class=6)
     break_file(files[5], "cut_halfway")

@@ -22,11 +22,11 @@ from dali_bridge.backends.base import Topology
 from dali_bridge.backends.device import InFlightCopies, cuda_ordinal, dali_threads, move_output
 from dali_bridge.backends.finishing import finish_batch
 from dali_bridge.backends.torchvision import TorchvisionExecutor, prefetched
-from dali_bridge.images import SampleError
+from dali_bridge.errors import SampleError
 from dali_bridge.loader import Loader
 from dali_bridge.plan import build_plan
 from dali_bridge.sources import list_source
-from dali_bridge.spec import coerce_spec
+from dali_bridge.spec.pipeline import coerce_spec
 from hostile import break_file, write_image_folder
 
 SIZE = 24
@@ -383,7 +383,7 @@ def test_torchvision_device_branch_yields_the_batches_before_a_bad_sample_like_t
 
 def test_finishing_makes_mean_and_std_once_not_per_batch(monkeypatch):
     from dali_bridge.backends import torchvision as tv
-    from dali_bridge.plan import Finish
+    from dali_bridge.ops.finish import Finish
 
     made = []
     real = torch.tensor

@@ -232,7 +232,7 @@ def test_a_gpu_dali_executors_tail_and_finish_copy_per_operation_drawn_not_per_s
     from dali_bridge.backends.base import Topology
     from dali_bridge.plan import build_plan
     from dali_bridge.sources import list_source
-    from dali_bridge.spec import coerce_spec
+    from dali_bridge.spec.pipeline import coerce_spec
 
     write_image_folder(tmp_path / "data", classes=2, per_class=2)
     spec = coerce_spec({"version": 1, "source": {"type": "folder", "root": str(tmp_path / "data")}, "batch_size": 8,
@@ -269,7 +269,7 @@ def test_a_gpu_dali_executors_tail_and_finish_copy_per_operation_drawn_not_per_s
 def test_random_erasing_on_a_device_copies_its_fills_once_per_batch_not_per_erased_sample(monkeypatch, value):
     from dali_bridge.plan import build_plan
     from dali_bridge.post_finish import PostFinish
-    from dali_bridge.spec import spec_from_dict
+    from dali_bridge.spec.pipeline import spec_from_dict
 
     spec = spec_from_dict({"version": 1, "source": {"type": "folder", "root": "/nonexistent"}, "batch_size": 32,
                            "ops": [{"center_crop": list(SIZE)}, "normalize",

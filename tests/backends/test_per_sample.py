@@ -8,11 +8,12 @@ import pytest
 
 from conftest import TRAIN
 from dali_bridge.backends.per_sample import SampleCore
-from dali_bridge.images import ImageError, decode_checked
+from dali_bridge.errors import ImageError
+from dali_bridge.images import decode_checked
 from dali_bridge.plan import build_plan
 from dali_bridge.sampling import BatchTask
 from dali_bridge.sources import list_source
-from dali_bridge.spec import coerce_spec
+from dali_bridge.spec.pipeline import coerce_spec
 
 
 def core_for(root, on_error: str):

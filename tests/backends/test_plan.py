@@ -17,11 +17,13 @@ import pytest
 
 from conftest import MEAN, STD, TRAIN, VAL
 from dali_bridge.backends.dali_plan import dali_plan
-from dali_bridge.ops import OPS
+from dali_bridge.ops.registry import OPS
 from dali_bridge.ops.exact_resize import METHODS
 from dali_bridge.placement import placement
-from dali_bridge.plan import Finish, Placed, Step, build_plan, unsupported_ops
-from dali_bridge.spec import coerce_spec, spec_from_dict
+from dali_bridge.ops.base import Step
+from dali_bridge.ops.finish import Finish
+from dali_bridge.plan import Placed, build_plan, unsupported_ops
+from dali_bridge.spec.pipeline import coerce_spec, spec_from_dict
 
 
 
@@ -170,7 +172,7 @@ def test_placement_refuses_an_unknown_backend():
 def test_unsupported_ops_names_the_op_and_its_backends(monkeypatch):
     import dataclasses
 
-    from dali_bridge.ops import OPS
+    from dali_bridge.ops.registry import OPS
 
     spec = spec_of(TRAIN_OPS)
     assert unsupported_ops(spec, "torchvision") == []
@@ -229,8 +231,8 @@ def dali_graph(monkeypatch, ops: list, *, gpu: bool, decode: str = "mixed") -> l
     """The operators the real graph builder defines, without DALI's backend build (which needs CUDA for gpu)."""
     from nvidia.dali.pipeline import Pipeline
 
-    from dali_bridge.backends.dali import _Feeder, build_pipeline
-    from dali_bridge.sources import Listing
+    from dali_bridge.backends.dali_feed import _Feeder, build_pipeline
+    from dali_bridge.listing import Listing
 
     spec = spec_of(ops, decode)
     plan = build_plan(spec)
@@ -355,7 +357,7 @@ def test_dali_finish_converts_mean_and_std_to_pixel_levels(monkeypatch):
 
 @needs_dali
 def test_dali_cpu_pipeline_builds_and_runs_here(sample_root):
-    from dali_bridge.backends.dali import _Feeder, build_pipeline
+    from dali_bridge.backends.dali_feed import _Feeder, build_pipeline
     from dali_bridge.sampling import rank_batches
     from dali_bridge.sources import list_source
 

@@ -17,7 +17,7 @@ from conftest import TRAIN
 from dali_bridge import build_loader
 from dali_bridge.backends import select
 from dali_bridge.backends.select import (BackendUnavailable, Probe, available_backends, choose_backend, probe,
-                                         unavailable_reason)
+    unavailable_reason)
 
 FULL = Probe(dali_version="2.4.0", dali_reason=None, cuda_devices=2, cuda_reason=None, torchvision_reason=None)
 NO_DALI = dataclasses.replace(FULL, dali_version=None,
@@ -372,7 +372,7 @@ def test_the_choice_is_logged_in_one_line(monkeypatch, fresh_probe, sample_root,
 
 
 def test_build_loader_rejects_an_op_the_backend_does_not_support(monkeypatch, sample_root):
-    from dali_bridge.ops import OPS
+    from dali_bridge.ops.registry import OPS
 
     monkeypatch.setitem(OPS, "horizontal_flip", dataclasses.replace(OPS["horizontal_flip"],
                                                                     backends=("dali", "dali-cpu")))

@@ -172,7 +172,7 @@ def test_with_two_workers_the_tail_runs_in_two_chunks_at_once_beside_one_dali_th
 def test_a_host_tail_runs_torchvisions_per_sample_kernels_with_the_batch_kernels_pixels(tmp_path, monkeypatch,
                                                                                       backend):
     # On the CPU the batch kernels save no launches and cost about twice torchvision's own.
-    from dali_bridge.ops import OPS
+    from dali_bridge.ops.registry import OPS
 
     write_image_folder(tmp_path / "data", classes=2, per_class=6)
     batch_kernels = []
@@ -273,7 +273,7 @@ def test_after_the_resize_torch_kernels_get_chw_memory_and_pil_kernels_keep_the_
                                                                                          backend, policy, contiguous):
     # torchvision's kernels after the resize are faster on CHW memory; a PIL kernel converts from HWC memory.
     from dali_bridge.plan import build_plan
-    from dali_bridge.spec import coerce_spec
+    from dali_bridge.spec.pipeline import coerce_spec
 
     write_image_folder(tmp_path / "data", classes=2, per_class=2)
     spec = tail_pipeline(tmp_path / "data")

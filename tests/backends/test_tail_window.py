@@ -48,7 +48,7 @@ def test_the_feeder_sends_each_crop_window_and_the_tail_crops_the_whole_decoded_
     from dali_bridge.plan import build_plan
     from dali_bridge.sampling import rank_batches
     from dali_bridge.sources import list_source
-    from dali_bridge.spec import coerce_spec
+    from dali_bridge.spec.pipeline import coerce_spec
 
     spec = coerce_spec(TRAIN, {"source": {"type": "folder", "root": str(sample_root)}, "batch_size": 4,
                                "ops": POLICY_OPS})

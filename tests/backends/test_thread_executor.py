@@ -14,7 +14,7 @@ import torch
 from conftest import TRAIN, VAL, child_processes, settle
 from dali_bridge import build_loader
 from dali_bridge.backends.thread_pool import OrderedPool, abandon
-from dali_bridge.images import SampleError
+from dali_bridge.errors import SampleError
 from dali_bridge.loader import Loader
 from hostile import break_file, write_image_folder
 
@@ -124,14 +124,15 @@ def test_a_loader_in_a_daemonic_process_may_use_threads(sample_root, monkeypatch
 
 
 def test_an_unknown_executor_is_a_positioned_spec_error_naming_the_choices():
-    from dali_bridge.spec import SpecError, coerce_spec
+    from dali_bridge.spec.pipeline import coerce_spec
+    from dali_bridge.spec.problems import SpecError
 
     with pytest.raises(SpecError, match=r"loader.executor: expected one of processes, threads, found 'fork'"):
         coerce_spec(TRAIN, {"loader.executor": "fork"})
 
 
 def test_the_executor_key_is_dumped_only_when_it_is_not_the_default():
-    from dali_bridge.spec import coerce_spec
+    from dali_bridge.spec.pipeline import coerce_spec
 
     assert "executor" not in coerce_spec(TRAIN).to_dict()["loader"]
     assert coerce_spec(TRAIN, {"loader.executor": "threads"}).to_dict()["loader"]["executor"] == "threads"

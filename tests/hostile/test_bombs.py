@@ -22,9 +22,12 @@ from hostile import png_chunk, tiny_jpeg, write_image_folder
 from test_fuzz_decode import crashed, run_worker
 
 from dali_bridge import build_loader
-from dali_bridge.formats import DEFAULT_MAX_PIXELS, inspect_image
-from dali_bridge.images import ImageError, SampleError
-from dali_bridge.spec import DEFAULT_MAX_BYTES, SpecError, spec_from_dict
+from dali_bridge.formats import inspect_image
+from dali_bridge.spec.model import DEFAULT_MAX_PIXELS
+from dali_bridge.errors import ImageError, SampleError
+from dali_bridge.spec.model import DEFAULT_MAX_BYTES
+from dali_bridge.spec.pipeline import spec_from_dict
+from dali_bridge.spec.problems import SpecError
 
 # Child processes import this checkout's package.
 _ENV = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from dali_bridge.cli import EXIT_INVALID, main
-from dali_bridge.convert import ConvertError, convert, verify_shards
+from dali_bridge.cli import main
+from dali_bridge.cli_commands import EXIT_INVALID
+from dali_bridge.convert import convert, verify_shards
+from dali_bridge.convert_staging import ConvertError
 from dali_bridge.shards import manifest_path
 
 pytestmark = pytest.mark.slow  # killed converts, held locks and a full tmpfs

@@ -9,11 +9,14 @@ from pathlib import Path
 import pytest
 
 from conftest import HOST_BACKENDS, REPO, VAL
-from dali_bridge.cli import EXIT_INVALID, main
+from dali_bridge.cli import main
+from dali_bridge.cli_commands import EXIT_INVALID
 from dali_bridge.limits import HostLimits, largest_sample_image, loader_limit_problems
 from dali_bridge.plan import build_plan
-from dali_bridge.spec import (ALIAS_NODE_BUDGET, MAX_NESTING, PipelineSpec, SpecError, load_spec, parse_override,
-                              spec_from_dict)
+from dali_bridge.spec.overrides import parse_override
+from dali_bridge.spec.pipeline import PipelineSpec, load_spec, spec_from_dict
+from dali_bridge.spec.problems import SpecError
+from dali_bridge.spec.reading import ALIAS_NODE_BUDGET, MAX_NESTING
 
 BASE = "version: 1\nsource: {type: folder, root: /nonexistent}\nbatch_size: 4\nops: [center_crop: 8]\n"
 
@@ -238,7 +241,7 @@ import resource, sys
 import dali_bridge.backends.base  # torch: imported before the limit, as a training script would have
 from dali_bridge.limits import host_limits, loader_limit_problems
 from dali_bridge.plan import build_plan
-from dali_bridge.spec import spec_from_dict
+from dali_bridge.spec.pipeline import spec_from_dict
 
 name, used_key = sys.argv[1], sys.argv[2]
 status = dict(line.split(":", 1) for line in open("/proc/self/status"))

@@ -11,9 +11,9 @@ import pytest
 from conftest import CPU_BACKENDS, VAL
 from dali_bridge.cli import main
 from dali_bridge.convert import convert
-from dali_bridge.images import SampleError
+from dali_bridge.errors import SampleError
 from dali_bridge.quoting import MAX_NAME, safe_name
-from dali_bridge.spec import DEFAULT_EXTENSIONS
+from dali_bridge.spec.model import DEFAULT_EXTENSIONS
 from dali_bridge.sources import list_folder
 from hostile import break_file, write_image_folder
 
@@ -60,7 +60,7 @@ def _hostile_folder(tmp_path, hostile: str):
 @pytest.mark.parametrize("hostile", HOSTILE)
 def test_skip_warnings_escape_the_file_name(tmp_path, hostile, caplog, write_pipeline):
     from dali_bridge.loader import build_loader
-    from dali_bridge.spec import load_spec
+    from dali_bridge.spec.pipeline import load_spec
 
     root, evil = _hostile_folder(tmp_path, hostile)
     spec = load_spec(write_pipeline(VAL, source={"type": "folder", "root": str(root)},
@@ -103,7 +103,7 @@ def test_runs_table_and_bad_sample_error_escape_file_and_pipeline_names(tmp_path
 
 @pytest.mark.parametrize("hostile", ["\x1b[2J", "\u202e"])
 def test_listing_messages_escape_class_folder_names(tmp_path, hostile):
-    from dali_bridge.sources import SourceError
+    from dali_bridge.errors import SourceError
 
     write_image_folder(tmp_path / "data", classes=1, per_class=2)
     (tmp_path / "data" / f"empty{hostile}").mkdir()
@@ -128,8 +128,9 @@ def test_shard_listing_problems_escape_member_names(tmp_path, hostile):
     import io
     import tarfile
 
-    from dali_bridge.sources import SourceError, list_webdataset
-    from dali_bridge.spec import DEFAULT_IMAGE_KEYS
+    from dali_bridge.errors import SourceError
+    from dali_bridge.shard_listing import list_webdataset
+    from dali_bridge.spec.model import DEFAULT_IMAGE_KEYS
     from hostile import tiny_jpeg
 
     shard = tmp_path / "s-0.tar"
@@ -151,7 +152,7 @@ def test_compares_worst_list_escapes_file_names(hostile):
     import torch
 
     from dali_bridge.compare import compare_batches
-    from dali_bridge.plan import Finish
+    from dali_bridge.ops.finish import Finish
 
     images = torch.from_numpy(np.random.default_rng(0).integers(0, 200, (2, 3, 4, 4), dtype=np.uint8))
     indices = torch.arange(2)

@@ -111,7 +111,7 @@ def test_a_datamodule_serves_a_second_fit_with_new_loaders(sample_root, tmp_path
 
 
 def test_the_val_pipeline_runs_at_each_epochs_end_on_the_trainers_device(sample_root, tmp_path):
-    from dali_bridge.spec import load_spec
+    from dali_bridge.spec.pipeline import load_spec
 
     train = load_spec(TRAIN, {"ops.0.random_resized_crop.size": 16})
     val = load_spec(VAL, {"ops.0.resize.size": 20, "ops.1.center_crop.size": 16})

@@ -27,9 +27,9 @@ import torch
 
 from conftest import backend_params, child_processes, os_threads, settle
 from dali_bridge import build_loader
-from dali_bridge.images import SampleError
+from dali_bridge.errors import SampleError
 from dali_bridge.loader import Loader
-from dali_bridge.sources import SourceError
+from dali_bridge.errors import SourceError
 from hostile import (BROKEN_KINDS, BROKEN_REASONS, break_file, make_unreadable, tiny_jpeg, write_image_folder)
 
 pytestmark = pytest.mark.slow  # every failure case on each backend, loaders' lifecycle
@@ -265,7 +265,8 @@ def test_an_image_too_thin_for_a_max_size_resize_is_a_sample_error_naming_its_sh
 
 
 def test_check_encoded_skips_exif_thumbnails_when_looking_for_the_end_marker():
-    from dali_bridge.images import ImageError, check_encoded
+    from dali_bridge.errors import ImageError
+    from dali_bridge.images import check_encoded
 
     data = tiny_jpeg(1)
     # An APP1 segment holding a thumbnail-like JPEG (its own SOS and EOI) right after SOI.

@@ -12,7 +12,8 @@ from conftest import backend_params
 
 from dali_bridge.plan import build_plan
 from dali_bridge.sampling import batch_count, draws, epoch_order, rank_batches
-from dali_bridge.spec import SpecError, spec_from_dict
+from dali_bridge.spec.pipeline import spec_from_dict
+from dali_bridge.spec.problems import SpecError
 
 TRAIN_OPS = [{"random_resized_crop": 24}, {"horizontal_flip": 0.5}, {"normalize": {"dtype": "uint8"}}]
 GRID = list(itertools.product([1, 2, 3, 4], [1, 2, 3, 4], ["partial", "drop", "pad"]))

@@ -13,7 +13,8 @@ from conftest import CPU_BACKENDS, TRAIN
 from dali_bridge import build_loader
 from dali_bridge.convert import convert
 from dali_bridge.shard_order import ShardWindows, order_quality, quality_report, shard_window_order
-from dali_bridge.spec import SpecError, spec_from_dict
+from dali_bridge.spec.pipeline import spec_from_dict
+from dali_bridge.spec.problems import SpecError
 
 SHARDS = "train-{000000..000007}.tar"
 

@@ -19,7 +19,7 @@ from dali_bridge.backends.base import RawBatch, Topology
 from dali_bridge.loader import Loader
 from dali_bridge.plan import build_plan
 from dali_bridge.sources import list_source
-from dali_bridge.spec import load_spec
+from dali_bridge.spec.pipeline import load_spec
 from dali_bridge.stats import StepClock
 
 BATCH = 4

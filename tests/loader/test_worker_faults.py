@@ -17,7 +17,8 @@ import dali_bridge.backends.torchvision as tv
 from conftest import REPO, VAL, child_processes
 from dali_bridge import build_loader
 from dali_bridge.backends.torchvision import WorkerError
-from dali_bridge.spec import SpecError, load_spec
+from dali_bridge.spec.pipeline import load_spec
+from dali_bridge.spec.problems import SpecError
 
 pytestmark = pytest.mark.slow  # kills and stops DataLoader workers and waits out the stall bound
 
@@ -126,7 +127,7 @@ _ITERATE = """
 import sys
 from dali_bridge import build_loader
 from dali_bridge.backends.torchvision import WorkerError
-from dali_bridge.spec import load_spec
+from dali_bridge.spec.pipeline import load_spec
 spec = load_spec(sys.argv[1], {"source": {"type": "folder", "root": sys.argv[2]}, "batch_size": 16,
                                "loader": {"workers": 2}})
 loader = build_loader(spec, "torchvision", device="cpu")

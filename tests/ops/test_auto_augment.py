@@ -13,9 +13,10 @@ from conftest import MEAN, STD, needs_cpu_backends, plan_of
 from test_color_jitter import write_mixed_images
 
 from dali_bridge.backends.dali_plan import dali_plan
-from dali_bridge.ops.auto_augment import SPACES, PolicyOperation, apply_operation, magnitudes
+from dali_bridge.ops.policy_kernels import apply_operation
+from dali_bridge.ops.policy_tables import SPACES, PolicyOperation, magnitudes
 from dali_bridge.placement import placement
-from dali_bridge.spec import SpecError
+from dali_bridge.spec.problems import SpecError
 
 DRAWS = 10_000
 

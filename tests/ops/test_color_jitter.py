@@ -11,7 +11,7 @@ from conftest import MEAN, STD, needs_cpu_backends, plan_of
 
 from dali_bridge.backends.dali_plan import dali_plan
 from dali_bridge.placement import placement
-from dali_bridge.spec import SpecError
+from dali_bridge.spec.problems import SpecError
 
 DRAWS = 10_000
 JITTER = {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.1}

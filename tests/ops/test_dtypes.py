@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dali_bridge.dtypes import OUTPUT_DTYPES, item_bytes, torch_dtype
-from dali_bridge.ops import DTYPES
+from dali_bridge.ops.base import DTYPES
 
 
 def test_table_holds_exactly_the_declarable_dtypes():

@@ -23,7 +23,8 @@ from dali_bridge.ops.registry import BUILTIN_OPS, OpRegistrationError, entry_poi
 INVERT_MODULE = '''
 from dataclasses import dataclass
 
-from dali_bridge.ops import Op, Param, probability_checker
+from dali_bridge.checks import probability_checker
+from dali_bridge.ops.base import Op, Param
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,7 @@ from dali_bridge.cli import main
 from dali_bridge.loader import build_loader
 from dali_bridge.backends.select import available_backends
 from dali_bridge.reference import render_reference
-from dali_bridge.spec import spec_from_dict
+from dali_bridge.spec.pipeline import spec_from_dict
 
 root, good, bad = sys.argv[1:4]
 out = {"validate_good": main(["validate", good]), "validate_bad": main(["validate", bad])}

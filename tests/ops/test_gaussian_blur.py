@@ -9,10 +9,11 @@ import pytest
 import torch
 from conftest import MEAN, STD, needs_cpu_backends
 
-from dali_bridge.images import ImageError
+from dali_bridge.errors import ImageError
 from dali_bridge.placement import placement
 from dali_bridge.plan import build_plan
-from dali_bridge.spec import SpecError, spec_from_dict
+from dali_bridge.spec.pipeline import spec_from_dict
+from dali_bridge.spec.problems import SpecError
 
 DRAWS = 10_000
 
@@ -117,7 +118,7 @@ def _blur_on_dali_cpu(step, images: list[np.ndarray], sigmas: list[float]) -> li
 
 def _test_images() -> list[np.ndarray]:
     """HWC uint8: noise (every level next to every other), a photo-like scene, a grey one, flat and edges."""
-    from dali_bridge.synthetic import sample_image
+    from dali_bridge.synthetic_images import sample_image
 
     rng = np.random.default_rng(0)
     scene = np.asarray(sample_image(3, 0, size=(61, 83)))

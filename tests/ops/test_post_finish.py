@@ -13,7 +13,7 @@ from dali_bridge.placement import placement
 from dali_bridge.plan import build_plan
 from dali_bridge.post_finish import PostFinish
 from dali_bridge.sampling import draws, sample_steps
-from dali_bridge.spec import load_spec, spec_from_dict
+from dali_bridge.spec.pipeline import load_spec, spec_from_dict
 
 
 TAIL = [{"random_erasing": {"probability": 0.25, "value": "random"}}, {"batch_mix": {"cutmix_probability": 0.4}}]

@@ -11,7 +11,7 @@ from conftest import MEAN, STD, needs_cpu_backends, plan_of, torch_vector_kernel
 
 from dali_bridge.placement import placement
 from dali_bridge.plan import build_plan
-from dali_bridge.spec import spec_from_dict
+from dali_bridge.spec.pipeline import spec_from_dict
 
 DRAWS = 10_000
 

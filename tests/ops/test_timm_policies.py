@@ -17,7 +17,7 @@ from dali_bridge.ops.timm_augmix import OPERATIONS as AUGMIX_OPERATIONS
 from dali_bridge.ops.timm_augmix import TimmMixDraw, mix
 from dali_bridge.ops.timm_auto_augment import POLICIES
 from dali_bridge.ops.timm_rand_augment import TimmOperation, level_argument, pil_operation, timm_operation, to_picture
-from dali_bridge.spec import SpecError
+from dali_bridge.spec.problems import SpecError
 
 DRAWS = 10_000
 FILL = (124, 116, 104)

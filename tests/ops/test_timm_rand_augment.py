@@ -14,7 +14,7 @@ from conftest import needs_cpu_backends, plan_of
 from test_color_jitter import write_mixed_images
 
 from dali_bridge.ops.timm_rand_augment import OPERATIONS, TimmDraw, TimmOperation, apply_timm, level_argument
-from dali_bridge.spec import SpecError
+from dali_bridge.spec.problems import SpecError
 
 DRAWS = 10_000
 TIMM_M9_MSTD05_INC1 = {"variant": "timm", "magnitude": 9, "magnitude_std": 0.5, "increasing": True}

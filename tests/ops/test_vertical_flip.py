@@ -11,7 +11,7 @@ from conftest import MEAN, STD, needs_cpu_backends, plan_of
 
 from dali_bridge.placement import placement
 from dali_bridge.plan import build_plan
-from dali_bridge.spec import spec_from_dict
+from dali_bridge.spec.pipeline import spec_from_dict
 
 DRAWS = 10_000
 
@@ -69,7 +69,7 @@ def test_vertical_flip_matches_torchvision_on_dali_cpu(sample_root, ops):
 def test_a_vertical_flip_on_one_side_only_fails_the_comparison(sample_root):
     from dali_bridge.compare import compare_batches
     from dali_bridge.loader import build_loader
-    from dali_bridge.spec import coerce_spec
+    from dali_bridge.spec.pipeline import coerce_spec
 
     def spec(probability: float):
         return coerce_spec({"version": 1, "source": {"type": "folder", "root": str(sample_root)}, "batch_size": 8,

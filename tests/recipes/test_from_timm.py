@@ -7,8 +7,10 @@ import math
 
 import pytest
 
-from dali_bridge import cli, from_timm, load_spec
-from dali_bridge.recipes import RecipeError, parse_timm_args
+from dali_bridge import cli, from_timm
+from dali_bridge.spec.pipeline import load_spec
+from dali_bridge.errors import RecipeError
+from dali_bridge.recipes.from_timm import parse_timm_args
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 TIMM_FILL = [124.0, 116.0, 104.0]  # timm's img_mean: round(255 * mean), the fill of its RandAugment

@@ -18,9 +18,13 @@ import torchvision.transforms as T
 from torchvision.transforms import InterpolationMode, v2
 
 from conftest import PIPELINES
-from dali_bridge import cli, from_torchvision, load_spec
-from dali_bridge.ops import OPS
-from dali_bridge.recipes import RecipeError, RecipeWarning, batch_transform, to_torchvision
+from dali_bridge import cli, from_torchvision
+from dali_bridge.spec.pipeline import load_spec
+from dali_bridge.ops.registry import OPS
+from dali_bridge.compose import batch_transform
+from dali_bridge.errors import RecipeError
+from dali_bridge.compose import to_torchvision
+from dali_bridge.recipes.from_torchvision import RecipeWarning
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -132,7 +136,7 @@ def test_a_bicubic_preset_with_a_policy_is_refused_as_torchvisions_tensor_kernel
 def test_a_train_preset_comes_back_from_to_torchvision_equal(policy, tmp_path):
     compose = preset_train(crop_size=224, auto_augment_policy=policy, random_erase_prob=0.25,
                            interpolation=InterpolationMode.NEAREST if policy else InterpolationMode.BILINEAR)
-    back = from_torchvision(compose, source=tmp_path).to_torchvision()
+    back = to_torchvision(from_torchvision(compose, source=tmp_path))
     assert [state(t) for t in mapped(back)] == [state(t) for t in mapped(compose)]
     finish = [state(t) for t in back.transforms if type(t).__name__ in ("ToDtype", "Normalize")]
     assert finish == [state(v2.ToDtype(torch.float32, scale=True)), state(v2.Normalize(MEAN, STD))]
@@ -145,7 +149,7 @@ def test_the_eval_preset_maps_to_resize_center_crop_normalize(use_v2, tmp_path):
     resize = {"size": 232, "max_size": None, "interpolation": "bicubic", "antialias": True}
     assert ops_of(spec) == [("resize", resize), ("center_crop", {"size": 224}), FINISH]
     assert not spec.loader.shuffle
-    assert [state(t) for t in mapped(spec.to_torchvision())] == [state(t) for t in mapped(preset_eval(
+    assert [state(t) for t in mapped(to_torchvision(spec))] == [state(t) for t in mapped(preset_eval(
         crop_size=224, resize_size=232, interpolation=InterpolationMode.BICUBIC))]
 
 
@@ -289,8 +293,8 @@ def test_the_reference_mixup_cutmix_choice_becomes_batch_mix_with_soft_targets(t
     back = batch_transform(spec, num_classes=10)  # RandomApply([RandomChoice([MixUp, CutMix])], p=1)
     assert [state(t) for t in back.transforms[0].transforms] == [state(t) for t in mix.transforms]
     with pytest.raises(RecipeError, match="'batch_mix' runs on whole batches"):
-        spec.to_torchvision()
-    assert [type(t).__name__ for t in spec.to_torchvision(skip_batch_ops=True).transforms][-1] == "Normalize"
+        to_torchvision(spec)
+    assert [type(t).__name__ for t in to_torchvision(spec, skip_batch_ops=True).transforms][-1] == "Normalize"
 
 
 @pytest.mark.parametrize("mix, expected", [
@@ -307,14 +311,14 @@ def test_each_batch_transform_form_maps_to_its_mixing_op(mix, expected, tmp_path
                                   "torchvision_recipe_val.yaml"])
 def test_a_shipped_pipeline_goes_to_torchvision_and_back_unchanged(name):
     spec = load_spec(PIPELINES / name)
-    compose = spec.to_torchvision(skip_batch_ops=True)
+    compose = to_torchvision(spec, skip_batch_ops=True)
     back = from_torchvision(compose, source=spec.source.root, batch_size=spec.batch_size)
     assert ops_of(back) == [(op.name, dict(op.params)) for op in spec.ops if OPS[op.name].kind != "batch"]
 
 
 def test_timms_rand_augment_variant_has_no_transforms_v2_counterpart():
     with pytest.raises(RecipeError, match="'rand_augment' has no transforms.v2 counterpart.*timm's transform"):
-        load_spec(PIPELINES / "timm_train.yaml").to_torchvision()
+        to_torchvision(load_spec(PIPELINES / "timm_train.yaml"))
 
 
 def test_to_torchvision_with_pil_puts_pil_to_tensor_before_the_finish():

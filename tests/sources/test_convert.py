@@ -11,11 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from dali_bridge.cli import EXIT_INVALID, main
-from dali_bridge.convert import ConvertError, brace_pattern, check_pattern, convert, verify_shards
+from dali_bridge.cli import main
+from dali_bridge.cli_commands import EXIT_INVALID
+from dali_bridge.convert import brace_pattern, convert, verify_shards
+from dali_bridge.convert_staging import ConvertError, check_pattern
 from dali_bridge.shards import index_path, manifest_path
-from dali_bridge.sources import SourceError, list_folder, list_webdataset
-from dali_bridge.spec import DEFAULT_EXTENSIONS, DEFAULT_IMAGE_KEYS
+from dali_bridge.errors import SourceError
+from dali_bridge.shard_listing import list_webdataset
+from dali_bridge.sources import list_folder
+from dali_bridge.spec.model import DEFAULT_EXTENSIONS, DEFAULT_IMAGE_KEYS
 
 
 def members(path: Path) -> list[tuple[str, bytes]]:

@@ -22,7 +22,8 @@ from conftest import CPU_BACKENDS, REPO
 from hostile import _png_chunks, build_png, exif_payload, png_chunk, png_image_data, tiny_jpeg
 
 from dali_bridge.formats import ImageInfo, inspect_image, without_webp_exif
-from dali_bridge.images import ImageError, decode_rgb
+from dali_bridge.errors import ImageError
+from dali_bridge.images import decode_rgb
 
 PIXELS = np.random.default_rng(4).integers(0, 256, (12, 10, 3), dtype=np.uint8)
 RAW = png_image_data(PIXELS)
@@ -114,7 +115,7 @@ def test_decoding_every_damaged_png_raises_instead_of_crashing_the_process(tmp_p
     # In a subprocess: without the check each of these kills the interpreter inside libpng.
     for name, (data, _) in BROKEN_PNGS.items():
         (tmp_path / f"{name}.png").write_bytes(data)
-    code = ("import json, pathlib, sys\nfrom dali_bridge.images import ImageError, decode_rgb\nout = {}\n"
+    code = ("import json, pathlib, sys\nfrom dali_bridge.errors import ImageError\nfrom dali_bridge.images import decode_rgb\nout = {}\n"
             "for path in sorted(pathlib.Path(sys.argv[1]).iterdir()):\n"
             "    try:\n        decode_rgb(path.read_bytes()); out[path.stem] = 'decoded'\n"
             "    except ImageError as exc:\n        out[path.stem] = str(exc)\nprint(json.dumps(out))\n")

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dali_bridge.images import ImageError, decode_rgb, probe
+from dali_bridge.errors import ImageError
+from dali_bridge.images import decode_rgb, probe
 
 from corpus import write_unusual_images
 

@@ -18,10 +18,14 @@ import torch
 from conftest import CPU_BACKENDS, TRAIN
 from dali_bridge import build_loader
 from dali_bridge.convert import convert
-from dali_bridge.images import ImageError, SampleError
-from dali_bridge.sources import SourceError, list_webdataset
-from dali_bridge.spec import DEFAULT_IMAGE_KEYS, SpecError, spec_from_dict
-from dali_bridge.storage import ObjectStore, StorageError, redact, require_client
+from dali_bridge.errors import ImageError, SampleError
+from dali_bridge.errors import SourceError
+from dali_bridge.shard_listing import list_webdataset
+from dali_bridge.spec.model import DEFAULT_IMAGE_KEYS
+from dali_bridge.spec.pipeline import spec_from_dict
+from dali_bridge.spec.problems import SpecError
+from dali_bridge.storage import ObjectStore
+from dali_bridge.urls import StorageError, redact, require_client
 import s3_fixtures
 from s3_fixtures import PLANTED_KEY_ID, PLANTED_SECRET, free_port, s3_client, upload_folder
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 import s3_fixtures
-from dali_bridge.convert import ConvertError, convert, verify_shards
-from dali_bridge.sources import list_webdataset
-from dali_bridge.spec import DEFAULT_IMAGE_KEYS
+from dali_bridge.convert import convert, verify_shards
+from dali_bridge.convert_staging import ConvertError
+from dali_bridge.shard_listing import list_webdataset
+from dali_bridge.spec.model import DEFAULT_IMAGE_KEYS
 from dali_bridge.storage import ObjectStore
 from s3_fixtures import s3_client
 

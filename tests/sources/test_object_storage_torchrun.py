@@ -82,8 +82,8 @@ def test_two_ranks_on_s3_killed_and_resumed_yield_every_sample_once_in_order(bac
     from dali_bridge.convert import convert
     from dali_bridge.sampling import rank_batches
     from dali_bridge.shard_order import ShardWindows
-    from dali_bridge.sources import list_webdataset
-    from dali_bridge.spec import DEFAULT_IMAGE_KEYS
+    from dali_bridge.shard_listing import list_webdataset
+    from dali_bridge.spec.model import DEFAULT_IMAGE_KEYS
     from dali_bridge.storage import ObjectStore
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

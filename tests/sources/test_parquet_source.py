@@ -24,9 +24,13 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from dali_bridge import build_loader  # noqa: E402
 from dali_bridge import parquet as parquet_module  # noqa: E402
-from dali_bridge.images import SampleError  # noqa: E402
-from dali_bridge.sources import SourceError, list_folder, list_source, list_webdataset  # noqa: E402
-from dali_bridge.spec import DEFAULT_EXTENSIONS, DEFAULT_IMAGE_KEYS, SpecError, load_spec, spec_from_dict  # noqa: E402
+from dali_bridge.errors import SampleError  # noqa: E402
+from dali_bridge.errors import SourceError  # noqa: E402
+from dali_bridge.shard_listing import list_webdataset  # noqa: E402
+from dali_bridge.sources import list_folder, list_source  # noqa: E402
+from dali_bridge.spec.model import DEFAULT_EXTENSIONS, DEFAULT_IMAGE_KEYS  # noqa: E402
+from dali_bridge.spec.pipeline import load_spec, spec_from_dict  # noqa: E402
+from dali_bridge.spec.problems import SpecError  # noqa: E402
 
 IMAGE_STRUCT = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 

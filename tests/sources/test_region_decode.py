@@ -25,7 +25,8 @@ from dali_bridge import region_decode
 from dali_bridge.backends.torchvision import apply_steps
 from dali_bridge.cli import main
 from dali_bridge.formats import inspect_image
-from dali_bridge.images import ImageError, decode_rgb
+from dali_bridge.errors import ImageError
+from dali_bridge.images import decode_rgb
 from dali_bridge.ops.geometry import Crop, rrc_window
 from dali_bridge.region_decode import decode_region, decode_steps, decoded_window, region_decoder
 from dali_bridge.sampling import draws, sample_steps, uniforms

@@ -19,10 +19,15 @@ import yaml
 from conftest import TRAIN, backend_params
 from dali_bridge import build_loader
 from dali_bridge.convert import convert
-from dali_bridge.images import ImageError, SampleError
-from dali_bridge.shards import ShardSamples, expand_braces, scan_shard, split_member
-from dali_bridge.sources import SourceError, list_folder, list_webdataset
-from dali_bridge.spec import DEFAULT_EXTENSIONS, DEFAULT_IMAGE_KEYS, SpecError, load_spec, spec_from_dict
+from dali_bridge.errors import ImageError, SampleError
+from dali_bridge.braces import expand_braces
+from dali_bridge.shards import ShardSamples, scan_shard, split_member
+from dali_bridge.errors import SourceError
+from dali_bridge.shard_listing import list_webdataset
+from dali_bridge.sources import list_folder
+from dali_bridge.spec.model import DEFAULT_EXTENSIONS, DEFAULT_IMAGE_KEYS
+from dali_bridge.spec.pipeline import load_spec, spec_from_dict
+from dali_bridge.spec.problems import SpecError
 
 BACKENDS = backend_params()
 SHARD_SIZE = 10  # 37 samples → shards of 10, 10, 10, 7

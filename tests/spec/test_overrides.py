@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 
-from dali_bridge.spec import SetFlags, apply_overrides, spec_from_dict
+from dali_bridge.spec.overrides import SetFlags, apply_overrides
+from dali_bridge.spec.pipeline import spec_from_dict
 
 DATA = {
     "version": 1,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from conftest import REPO, TRAIN
 from dali_bridge import reference
-from dali_bridge.ops import OPS
-from dali_bridge.spec import load_spec, spec_from_dict
+from dali_bridge.ops.registry import OPS
+from dali_bridge.spec.pipeline import load_spec, spec_from_dict
 
 PAGE = REPO / "docs" / "pipeline-reference.md"
 

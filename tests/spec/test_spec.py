@@ -11,8 +11,10 @@ import pytest
 import yaml
 
 from conftest import REPO
-from dali_bridge.spec import (OpSpec, PipelineSpec, Problem, SpecError, load_spec, parse_override,
-                              spec_from_dict)
+from dali_bridge.spec.model import OpSpec
+from dali_bridge.spec.overrides import parse_override
+from dali_bridge.spec.pipeline import PipelineSpec, load_spec, spec_from_dict
+from dali_bridge.spec.problems import Problem, SpecError
 
 SHIPPED = sorted((REPO / "pipelines").glob("*.yaml"))
 
@@ -154,7 +156,7 @@ def test_dump_fills_every_default(tmp_path):
 
 
 def test_validation_does_not_import_torch_or_dali():
-    code = ("import sys; from dali_bridge.spec import load_spec; "
+    code = ("import sys; from dali_bridge.spec.pipeline import load_spec; "
             f"load_spec({str(SHIPPED[0])!r}); "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'torchvision', 'nvidia')]; "
             "assert not bad, bad")

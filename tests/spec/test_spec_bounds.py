@@ -15,10 +15,13 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from dali_bridge.ops import OPS, REQUIRED
+from dali_bridge.ops.base import REQUIRED
+from dali_bridge.ops.registry import OPS
 from dali_bridge.ops.base import Param
-from dali_bridge.spec import (MAX_OPS, MAX_REPEATED_AUGMENTATIONS, MAX_SEED, SetFlags, SpecError, load_spec,
-                              spec_from_dict)
+from dali_bridge.spec.model import MAX_OPS, MAX_REPEATED_AUGMENTATIONS, MAX_SEED
+from dali_bridge.spec.overrides import SetFlags
+from dali_bridge.spec.pipeline import load_spec, spec_from_dict
+from dali_bridge.spec.problems import SpecError
 
 FRACTION_SHAPES = (0.5, [0.5, 0.5], [0.5, 0.5, 0.5])
 INTEGER_SHAPES = (3, [3, 3], 1)

@@ -13,13 +13,18 @@ import numpy as np
 import pytest
 
 from conftest import CPU_BACKENDS, REPO, TRAIN
-from dali_bridge import bench
+from dali_bridge.bench.baseline_transforms import torchvision_baseline_transform
+from dali_bridge.bench.plot import plot_report
+from dali_bridge.bench.procstats import tree_cpu_seconds, tree_memory_mib
+from dali_bridge.bench.report import format_report, stability_warnings
+from dali_bridge.bench.results import BenchError, BenchReport, Candidate, CandidateResult, SAMPLE_SET, add_ratios
+from dali_bridge.bench.runner import data_overrides, run_candidate
 from dali_bridge.bench import runner
 from dali_bridge.cli import main
 from dali_bridge.images import probe
 from dali_bridge.sampling import rank_batches
 from dali_bridge.sources import list_source
-from dali_bridge.spec import load_spec
+from dali_bridge.spec.pipeline import load_spec
 
 BATCH = 8
 WARMUP, BATCHES, REPEAT = 1, 2, 2
@@ -139,19 +144,19 @@ def test_thread_list_must_be_positive_integers():
 # ---- accounting helpers, no subprocess of the bench
 
 def test_tree_cpu_seconds_counts_a_busy_child_process():
-    before = bench.tree_cpu_seconds()
+    before = tree_cpu_seconds()
     child = subprocess.Popen([sys.executable, "-c",
                               "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\n"
                               "time.sleep(5)"])
     try:
         deadline = time.monotonic() + 20
-        while bench.tree_cpu_seconds() - before < 0.35 and time.monotonic() < deadline:
+        while tree_cpu_seconds() - before < 0.35 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert bench.tree_cpu_seconds() - before >= 0.35  # the live child's own CPU time is in the tree
+        assert tree_cpu_seconds() - before >= 0.35  # the live child's own CPU time is in the tree
     finally:
         child.kill()
         child.wait()
-    assert bench.tree_cpu_seconds() - before >= 0.35      # and stays once it is reaped (cutime)
+    assert tree_cpu_seconds() - before >= 0.35      # and stays once it is reaped (cutime)
 
 
 def test_tree_memory_includes_a_child_process():
@@ -160,9 +165,9 @@ def test_tree_memory_includes_a_child_process():
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline() == "ready\n"
-        own_rss, _ = bench.tree_memory_mib(child.pid)
+        own_rss, _ = tree_memory_mib(child.pid)
         assert own_rss >= 200
-        parent_rss, parent_pss = bench.tree_memory_mib(os.getpid())
+        parent_rss, parent_pss = tree_memory_mib(os.getpid())
         assert parent_rss >= own_rss and parent_pss >= 200
     finally:
         child.kill()
@@ -176,7 +181,7 @@ def test_ratios_are_against_the_same_thread_count():
             {"kind": "backend", "name": "torchvision", "threads": 2, "images_per_s": 300.0},
             {"kind": "backend", "name": "torchvision", "threads": 1, "images_per_s": 100.0},
             {"kind": "backend", "name": "dali-cpu", "threads": 1, "error": "boom"}]
-    bench.add_ratios(rows)
+    add_ratios(rows)
     assert rows[2]["vs_ceiling_pct"] == 25.0 and "vs_baseline" not in rows[2]
     assert rows[3]["vs_ceiling_pct"] == 37.5 and rows[3]["vs_baseline"] == 1.5
     assert rows[4]["vs_ceiling_pct"] == 25.0 and "vs_baseline" not in rows[4]  # no 1-thread baseline
@@ -184,7 +189,7 @@ def test_ratios_are_against_the_same_thread_count():
 
 
 def test_summary_takes_medians_and_pools_cpu_time():
-    result = bench.CandidateResult(bench.Candidate("backend", "torchvision", 2))
+    result = CandidateResult(Candidate("backend", "torchvision", 2))
     result.windows = [{"images": 100, "seconds": 1.0, "megapixels": 10.0, "cpu_seconds": 0.5},
                       {"images": 100, "seconds": 0.5, "megapixels": 10.0, "cpu_seconds": 0.3},
                       {"images": 100, "seconds": 0.25, "megapixels": 10.0, "cpu_seconds": 0.1}]
@@ -208,7 +213,7 @@ def test_torchvision_baseline_transform_mirrors_the_train_pipeline():
 
     from dali_bridge.plan import build_plan
 
-    transform = bench.torchvision_baseline_transform(build_plan(load_spec(TRAIN)))
+    transform = torchvision_baseline_transform(build_plan(load_spec(TRAIN)))
     kinds = [type(t) for t in transform.transforms]
     assert kinds == [v2.RandomResizedCrop, v2.RandomHorizontalFlip, v2.ToDtype, v2.Normalize]
     crop = transform.transforms[0]
@@ -221,11 +226,11 @@ def test_torchvision_baseline_does_the_recipes_erasing_and_batch_mixing_too():
     from torchvision.transforms import v2
 
     from conftest import PIPELINES
-    from dali_bridge.bench.baselines import torchvision_batch_transform
+    from dali_bridge.bench.baseline_transforms import torchvision_batch_transform
     from dali_bridge.plan import build_plan
 
     plan = build_plan(load_spec(PIPELINES / "torchvision_recipe_train.yaml"))
-    kinds = [type(t) for t in bench.torchvision_baseline_transform(plan).transforms]
+    kinds = [type(t) for t in torchvision_baseline_transform(plan).transforms]
     assert kinds == [v2.RandomResizedCrop, v2.RandomHorizontalFlip, v2.TrivialAugmentWide, v2.ToDtype,
                      v2.Normalize, v2.RandomErasing]
     mix = torchvision_batch_transform(plan, num_classes=10)
@@ -235,22 +240,22 @@ def test_torchvision_baseline_does_the_recipes_erasing_and_batch_mixing_too():
 
 
 def test_plot_draws_a_chart_without_a_ceiling_row(tmp_path):
-    report = bench.BenchReport(
+    report = BenchReport(
         machine={"cpu_model": "test cpu", "cpu_cores_available": 2}, settings={"pipeline_name": "p"}, data={},
         rows=[{"candidate": "torchvision", "kind": "backend", "name": "torchvision", "threads": 1,
                "images_per_s": 120.0, "images_per_s_min": 100.0, "images_per_s_max": 130.0},
               {"candidate": "dali-cpu", "kind": "backend", "name": "dali-cpu", "threads": 1, "error": "x"}])
-    bench.plot_report(report, tmp_path / "p.png", width=600, height=300)
+    plot_report(report, tmp_path / "p.png", width=600, height=300)
     from PIL import Image
     with Image.open(tmp_path / "p.png") as image:
         assert image.size == (600, 300)
 
 
 def test_plot_refuses_a_report_where_everything_failed(tmp_path):
-    report = bench.BenchReport(machine={}, settings={"pipeline_name": "p"}, data={},
+    report = BenchReport(machine={}, settings={"pipeline_name": "p"}, data={},
                                rows=[{"candidate": "x", "kind": "backend", "name": "x", "threads": 1, "error": "e"}])
-    with pytest.raises(bench.BenchError, match="every candidate failed"):
-        bench.plot_report(report, tmp_path / "p.png")
+    with pytest.raises(BenchError, match="every candidate failed"):
+        plot_report(report, tmp_path / "p.png")
 
 
 @pytest.mark.slow
@@ -262,11 +267,11 @@ def test_a_silent_candidate_is_killed_and_reported(tmp_path, monkeypatch):
     os.mkfifo(fifo)
     pixels = tmp_path / "pixels.npy"
     np.save(pixels, np.zeros(1, dtype=np.int64))
-    result = bench.CandidateResult(bench.Candidate("ceiling", "decode", 1))
+    result = CandidateResult(Candidate("ceiling", "decode", 1))
     base = {"file": str(fifo), "overrides": {}, "pixels": str(pixels), "batches": 1, "warmup": 1, "repeat": 1,
             "model_ms": None}
     started = time.monotonic()
-    bench.run_candidate(result.candidate, base, lambda: None, result)
+    run_candidate(result.candidate, base, lambda: None, result)
     assert result.error.startswith("no batch for 3 s: killed")
     assert time.monotonic() - started < 60
     assert result.windows == []
@@ -294,14 +299,14 @@ def test_data_option_keeps_the_source_reads_a_folder_or_makes_the_sample_set(tmp
     made = []
     monkeypatch.setattr("dali_bridge.synthetic.ensure_sample_data", lambda root, **kwargs: made.append((root, kwargs)))
     monkeypatch.setenv("DALI_BRIDGE_SAMPLES", str(tmp_path / "generated"))
-    assert bench.data_overrides(None) == {} and bench.data_overrides("source") == {}
+    assert data_overrides(None) == {} and data_overrides("source") == {}
     assert made == []
-    folder = bench.data_overrides(str(tmp_path / "images"))
+    folder = data_overrides(str(tmp_path / "images"))
     assert folder == {"source": {"type": "folder", "root": str((tmp_path / "images").resolve())}}
     assert made == []
-    sample = bench.data_overrides("sample")
+    sample = data_overrides("sample")
     assert sample == {"source": {"type": "folder", "root": str((tmp_path / "generated").resolve())}}
-    assert made == [(tmp_path / "generated", bench.SAMPLE_SET)]
+    assert made == [(tmp_path / "generated", SAMPLE_SET)]
 
 
 # ---- warnings about unstable figures (made-up rows, no timing)
@@ -313,25 +318,25 @@ def _row(name: str, rate: float, spread_pct: float, windows: int = 4, **extra) -
 
 def test_a_stable_run_gets_no_warning():
     settings = {"batch_size": 64, "batches": 8}
-    assert bench.stability_warnings(settings, [_row("torchvision", 900.0, 12.0), _row("dali-cpu", 850.0, 25.0)]) == []
+    assert stability_warnings(settings, [_row("torchvision", 900.0, 12.0), _row("dali-cpu", 850.0, 25.0)]) == []
 
 
 def test_short_windows_are_warned_about_with_the_batches_that_fix_them():
-    warnings = bench.stability_warnings({"batch_size": 64, "batches": 2}, [_row("torchvision", 900.0, 5.0)])
+    warnings = stability_warnings({"batch_size": 64, "batches": 2}, [_row("torchvision", 900.0, 5.0)])
     assert len(warnings) == 1
     assert "holds 128 images (2 batches of 64)" in warnings[0]
     assert "--batches 4 or more" in warnings[0]
 
 
 def test_few_windows_are_warned_about_with_repeat_and_rounds():
-    warnings = bench.stability_warnings({"batch_size": 64, "batches": 8}, [_row("torchvision", 900.0, 0.0, windows=1)])
+    warnings = stability_warnings({"batch_size": 64, "batches": 8}, [_row("torchvision", 900.0, 0.0, windows=1)])
     assert len(warnings) == 1 and "--repeat 3" in warnings[0] and "--rounds 2" in warnings[0]
 
 
 def test_a_large_spread_names_the_candidates_the_load_and_the_flags():
     rows = [_row("torchvision", 900.0, 45.0, load_before=1.2, load_after=3.4), _row("dali-cpu", 850.0, 10.0),
             {"candidate": "dali", "kind": "backend", "name": "dali", "threads": 2, "error": "no GPU"}]
-    warnings = bench.stability_warnings({"batch_size": 64, "batches": 8}, rows, {"cpu_cores_available": 2})
+    warnings = stability_warnings({"batch_size": 64, "batches": 8}, rows, {"cpu_cores_available": 2})
     assert len(warnings) == 1
     text = warnings[0]
     assert "torchvision x2 (45 %)" in text and "dali-cpu" not in text
@@ -340,12 +345,12 @@ def test_a_large_spread_names_the_candidates_the_load_and_the_flags():
 
 
 def test_the_printed_report_ends_with_the_warnings():
-    report = bench.BenchReport(
+    report = BenchReport(
         machine={"cpu_model": "test cpu", "cpu_cores_available": 2, "ram_gib": 4.0, "gpus": [],
                  "loadavg_at_start": [1.0], "loadavg_at_end": [1.0]},
         settings={"pipeline_name": "p", "batch_size": 8, "batches": 2, "repeat": 1, "rounds": 1},
         data={"images": 16, "mean_megapixels": 0.1}, rows=[_row("torchvision", 3000.0, 80.0, windows=1)])
-    lines = bench.format_report(report).splitlines()
+    lines = format_report(report).splitlines()
     warnings = [line for line in lines if line.startswith("warning: ")]
     assert len(warnings) == 3 and lines[-3:] == warnings
 
@@ -394,5 +399,5 @@ def test_add_run_refuses_to_write_into_a_single_report(tmp_path):
 
     single = tmp_path / "bench.json"
     single.write_text(json.dumps({"format": "dali-bridge-bench/1"}))
-    with pytest.raises(bench.BenchError, match="not a runs file"):
+    with pytest.raises(BenchError, match="not a runs file"):
         add_run(single, label="x", report={})

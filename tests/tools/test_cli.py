@@ -11,7 +11,8 @@ import pytest
 
 from conftest import TRAIN, VAL
 from dali_bridge.backends.select import available_backends
-from dali_bridge.cli import EXIT_INVALID, EXIT_UNAVAILABLE, main
+from dali_bridge.cli import main
+from dali_bridge.cli_commands import EXIT_INVALID, EXIT_UNAVAILABLE
 
 
 

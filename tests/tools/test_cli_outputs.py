@@ -10,7 +10,8 @@ import os
 import pytest
 
 from conftest import CPU_BACKENDS, VAL
-from dali_bridge.cli import EXIT_FAILED, EXIT_INVALID, main
+from dali_bridge.cli import main
+from dali_bridge.cli_commands import EXIT_FAILED, EXIT_INVALID
 from dali_bridge.compare import MAX_SAVED_WORST
 
 
@@ -59,7 +60,7 @@ def test_a_writable_json_output_checked_early_leaves_no_file_behind_when_the_run
 def test_bench_checks_its_outputs_before_measuring(tmp_path, flag, monkeypatch, capsys):
     def refuse(*args, **kwargs):
         raise AssertionError("measured before the arguments were checked")
-    monkeypatch.setattr("dali_bridge.bench.run_bench", refuse)
+    monkeypatch.setattr("dali_bridge.bench.runner.run_bench", refuse)
     target = _unwritable(tmp_path, "missing folder")
     with pytest.raises(SystemExit) as done:
         main(["bench", str(VAL), "--backends", "none", "--baselines", "ceiling", "-q", flag, target])
@@ -91,7 +92,7 @@ def test_compare_bounds_the_worst_samples_it_saves(tmp_path, no_work, capsys):
 
 def test_compare_batches_refuses_to_hold_more_worst_pixels_than_the_bound():
     from dali_bridge.compare import compare_batches
-    from dali_bridge.plan import Finish
+    from dali_bridge.ops.finish import Finish
 
     with pytest.raises(ValueError, match=f"at most {MAX_SAVED_WORST} worst samples"):
         compare_batches([], [], ["image", "index"], Finish(), [], keep_worst=MAX_SAVED_WORST + 1, save_dir="x")

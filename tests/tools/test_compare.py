@@ -14,11 +14,12 @@ import torch
 from PIL import Image
 
 from conftest import TRAIN, VAL, needs_cpu_backends
-from dali_bridge.cli import EXIT_FAILED, EXIT_UNAVAILABLE, main
-from dali_bridge.compare import (CPU_BOUNDS, NVJPEG_BOUNDS, Bounds, compare_batches, default_bounds, float16_step,
-                                 to_levels)
-from dali_bridge.plan import Finish
-from dali_bridge.spec import spec_from_dict
+from dali_bridge.cli import main
+from dali_bridge.cli_commands import EXIT_FAILED, EXIT_UNAVAILABLE
+from dali_bridge.compare import compare_batches, to_levels
+from dali_bridge.compare_bounds import CPU_BOUNDS, NVJPEG_BOUNDS, Bounds, default_bounds, float16_step
+from dali_bridge.ops.finish import Finish
+from dali_bridge.spec.pipeline import spec_from_dict
 
 OUTPUTS = ["image", "label", "index"]
 PATHS = [f"/data/img_{i}.jpg" for i in range(8)]

@@ -13,7 +13,9 @@ import yaml
 from conftest import CPU_BACKENDS, REPO, TRAIN, VAL, backend_params
 from dali_bridge.backends import base
 from dali_bridge.cli import main
-from dali_bridge.spec import SourceSpec, SpecError, load_spec, spec_from_dict
+from dali_bridge.spec.model import SourceSpec
+from dali_bridge.spec.pipeline import load_spec, spec_from_dict
+from dali_bridge.spec.problems import SpecError
 
 
 # ---- workers: auto is this rank's share of the node's cores
@@ -347,7 +349,7 @@ def test_doctor_report_carries_the_pairing_of_the_installed_builds(capsys):
 
 def test_compare_under_fast_parity_says_the_exact_bounds_are_exceeded_at_the_border_not_only_by_rounding(
         capsys, sample_root):
-    from dali_bridge.compare import CPU_BOUNDS, default_bounds
+    from dali_bridge.compare_bounds import CPU_BOUNDS, default_bounds
 
     fast = load_spec(TRAIN, {"parity": "fast"})
     assert default_bounds(load_spec(TRAIN), ["dali-cpu", "torchvision"]) is CPU_BOUNDS
@@ -369,7 +371,7 @@ def _mean_delta_panel(tmp_path, delta: np.ndarray) -> np.ndarray:
     from PIL import Image
 
     from dali_bridge.compare import compare_batches
-    from dali_bridge.plan import Finish
+    from dali_bridge.ops.finish import Finish
 
     a = torch.full((4, 3, *delta.shape[1:]), 100, dtype=torch.uint8)
     b = a + torch.from_numpy(delta.astype(np.uint8))

@@ -27,7 +27,7 @@ import yaml
 from conftest import REPO
 from dali_bridge.cli import build_parser, main
 from dali_bridge.synthetic import ensure_sample_data
-from dali_bridge.spec import spec_from_dict
+from dali_bridge.spec.pipeline import spec_from_dict
 
 README = REPO / "README.md"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)

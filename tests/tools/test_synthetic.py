@@ -13,14 +13,8 @@ import pytest
 from PIL import Image, JpegImagePlugin
 
 from dali_bridge import synthetic
-from dali_bridge.synthetic import (
-    MANIFEST_NAME,
-    SampleSetInfo,
-    ensure_sample_data,
-    generate_sample_data,
-    sample_image,
-    sample_size,
-)
+from dali_bridge.synthetic import MANIFEST_NAME, SampleSetInfo, ensure_sample_data, generate_sample_data
+from dali_bridge.synthetic_images import sample_image, sample_size
 
 
 def _hashes(root: Path) -> dict[str, str]:
