@@ -159,8 +159,8 @@ def level_differences(first, second) -> dict[str, Any]:
 def broken_folder(root: Path, *, images: int = 24,
                   bad: tuple[int, ...] = (9,)) -> tuple[Path, tuple[int, ...]]:
     """A small ImageFolder whose samples ``bad`` are JPEGs cut in their header (every decoder rejects them)."""
-    from dali_bridge.synthetic import generate_sample_data
-    from dali_bridge.sources import list_source
+    from dali_bridge.data.sources.synthetic import generate_sample_data
+    from dali_bridge.data.sources.local import list_source
     from dali_bridge.spec.pipeline import coerce_spec
 
     if not root.exists():
@@ -195,7 +195,7 @@ def check_env(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, Any
 
 
 def check_data(data: Path, work: Path, out: Path, dry_run: bool, images: int = 256) -> dict[str, Any]:
-    from dali_bridge.synthetic import generate_sample_data
+    from dali_bridge.data.sources.synthetic import generate_sample_data
     if not data.exists():
         generate_sample_data(data, images=images, classes=8, seed=0, workers=min(8, os.cpu_count() or 1))
     files = sorted(p for p in data.rglob("*.jpg"))

@@ -9,7 +9,7 @@ from importlib import import_module
 from .errors import ImageError, RecipeError, SampleError, SourceError
 from .spec.pipeline import PipelineSpec, load_spec
 from .spec.problems import SpecError
-from .urls import StorageError
+from .util.urls import StorageError
 
 __version__ = "0.1.0"
 

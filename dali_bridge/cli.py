@@ -12,8 +12,8 @@ from typing import Callable, Sequence
 from . import __version__
 from .cli_bench import EPILOG_BENCH, EPILOG_COMPARE, cmd_bench, cmd_compare
 from .cli_commands import (EPILOG_RUN, EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INVALID, EXIT_UNAVAILABLE, UsageError,
-    _add_spec_options, cmd_convert, cmd_doctor, cmd_from_timm,
-    cmd_from_torchvision, cmd_run, cmd_sample_data, cmd_show, cmd_validate, cmd_verify)
+    _add_spec_options, cmd_convert, cmd_doctor, cmd_from_timm, cmd_from_torchvision, cmd_run, cmd_sample_data, cmd_show,
+    cmd_validate, cmd_verify)
 from .spec.problems import SpecError
 
 

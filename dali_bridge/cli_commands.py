@@ -15,7 +15,7 @@ from typing import Any, Callable
 from .spec.overrides import parse_overrides
 from .spec.pipeline import PipelineSpec, load_spec, missing_source_warnings
 from .spec.problems import MISSING_SOURCE, SpecError
-from .wording import plural
+from .util.wording import plural
 
 log = logging.getLogger("dali_bridge")
 
@@ -88,7 +88,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from .backends.select import BACKEND_NAMES, choose_backend, unavailable_reason
     from .placement import placement
-    from .plan import build_plan, unsupported_ops
+    from .pipeline.plan import build_plan, unsupported_ops
     from .timing import format_table
 
     spec = _load(args.file, args)
@@ -125,7 +125,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 for s in placement(plan, backend, cuda=_cuda(), executor=spec.loader.executor)]
         print(format_table(rows, [("stage", "stage"), ("device", "device"), ("implementation", "implementation")]))
         if backend == "torchvision":
-            from .region_decode import describe_decode
+            from .pipeline.region_decode import describe_decode
             print(f"  decoder here: {describe_decode(plan)}")
     if args.order:
         _show_order(spec)
@@ -134,9 +134,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _show_order(spec) -> None:
     """How the epoch order mixes classes: the shard-aware order at a few windows against a global shuffle."""
-    from .sampling import epoch_order
-    from .shard_order import quality_report
-    from .sources import list_source
+    from .pipeline.sampling import epoch_order
+    from .data.shards.order import quality_report
+    from .data.sources.local import list_source
     from .timing import format_table
 
     listing = list_source(spec.source)
@@ -194,7 +194,7 @@ RUN_COLUMNS = [("pipeline", "pipeline"), ("backend", "backend"), ("images_per_se
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .errors import SampleError
-    from .quoting import safe_name
+    from .util.quoting import safe_name
     from .timing import format_table
 
     backends = _backend_list(args.backends)
@@ -294,8 +294,8 @@ def _run_one(spec: PipelineSpec, backend: str, args: argparse.Namespace) -> dict
 
 
 def cmd_sample_data(args: argparse.Namespace) -> int:
-    from .progress import progress as progress_bar
-    from .synthetic import ensure_sample_data, generate_sample_data
+    from .util.progress import progress as progress_bar
+    from .data.sources.synthetic import ensure_sample_data, generate_sample_data
 
     with progress_bar(total=args.images, unit="image", description=f"sample-data {args.dir}",
                       enabled=not args.quiet) as bar:
@@ -321,7 +321,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from .convert import convert
     from .convert_staging import ConvertError
-    from .quoting import safe_name
+    from .util.quoting import safe_name
     from .spec.model import DEFAULT_EXTENSIONS
 
     extensions = tuple("." + e.strip().lstrip(".").lower() for e in args.extensions.split(",")) \
@@ -389,7 +389,7 @@ def cmd_from_timm(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from .convert import verify_shards
-    from .shards import manifest_path
+    from .data.shards.tar import manifest_path
 
     failed = False
     for target in args.targets:

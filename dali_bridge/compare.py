@@ -24,13 +24,12 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
-from .compare_bounds import (CPU_BOUNDS, FLOAT32_SLACK, Bounds, default_bounds,
-    float16_step)
+from .compare_bounds import CPU_BOUNDS, FLOAT32_SLACK, Bounds, default_bounds, float16_step
 from .ops.finish import Finish
-from .plan import Plan, build_plan
-from .quoting import safe_name
+from .pipeline.plan import Plan, build_plan
+from .util.quoting import safe_name
 from .spec.pipeline import PipelineSpec, coerce_spec
-from .wording import plural
+from .util.wording import plural
 
 if TYPE_CHECKING:  # PIL is imported where pictures are drawn, not at import time
     from PIL import Image
@@ -310,7 +309,7 @@ def compare(pipeline: PipelineSpec | str | Path | Mapping, backends: Sequence[st
     raises when a backend cannot run the pipeline. ``progress``: batches compared so far on stderr.
     """
     from .loader import build_loader
-    from .progress import progress as progress_bar
+    from .util.progress import progress as progress_bar
 
     if len(backends) != 2:
         raise ValueError(f"compare needs exactly two backends, found {list(backends)}")

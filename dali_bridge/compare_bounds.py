@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .ops.finish import Finish
-from .plan import build_plan
+from .pipeline.plan import build_plan
 from .spec.pipeline import PipelineSpec
 
 __all__ = ["CPU_BOUNDS", "FAST_PARITY_REASON", "FLOAT32_SLACK", "NVJPEG_BOUNDS", "Bounds", "default_bounds",

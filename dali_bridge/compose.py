@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .plan import LoweredSpec, Plan, build_plan
+from .pipeline.plan import LoweredSpec, Plan, build_plan
 from .errors import RecipeError
 
 

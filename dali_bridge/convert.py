@@ -38,21 +38,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
-from .shards import index_path, manifest_path
+from .data.shards.tar import index_path, manifest_path
 from .convert_staging import (_DIRECTIVE, ConvertError, _existing_outputs, _leftover_temporaries, _pattern_lock,
     _refuse_links, _Staging, check_pattern, index_problem)
-from .formats import inspect_image
-from .urls import is_url
+from .data.sources.formats import inspect_image
+from .util.urls import is_url
 from .errors import ImageError
-from .parquet import ParquetSamples, list_parquet
-from .checks import is_int
-from .quoting import safe_name
+from .data.sources.parquet import ParquetSamples, list_parquet
+from .util.checks import is_int
+from .util.quoting import safe_name
 from .errors import SourceError
-from .listing import Listing
-from .shard_listing import manifest_problem, read_manifest_json
-from .sources import list_file, list_folder
+from .data.sources.listing import Listing
+from .data.sources.webdataset import manifest_problem, read_manifest_json
+from .data.sources.local import list_file, list_folder
 from .spec.model import DEFAULT_EXTENSIONS
-from .text import NotUtf8Error
+from .util.text import NotUtf8Error
 
 MANIFEST_FORMAT = "dali-bridge/webdataset"
 MANIFEST_VERSION = 1
@@ -370,7 +370,7 @@ def _convert_staged(listing: Listing, keys: list[str], source_info: dict[str, st
                     max_image_bytes: int) -> ConvertResult:
     """The conversion proper, under the pattern's lock: every file written to ``staging``, then
     renamed into place (the manifest last), then the old set's shards past the new count removed."""
-    from .progress import progress as progress_bar
+    from .util.progress import progress as progress_bar
 
     start = time.perf_counter()
     packing = _Packing()
@@ -399,8 +399,8 @@ def _convert_staged(listing: Listing, keys: list[str], source_info: dict[str, st
 
 
 def read_manifest(manifest: str | Path) -> dict[str, Any]:
-    """A converter's manifest, parsed and checked (:func:`~dali_bridge.sources.manifest_problem`);
-    :class:`~dali_bridge.sources.SourceError` naming the file if it is not one."""
+    """A converter's manifest, parsed and checked (:func:`~dali_bridge.data.sources.local.manifest_problem`);
+    :class:`~dali_bridge.data.sources.local.SourceError` naming the file if it is not one."""
     manifest = Path(manifest)
     try:
         data = read_manifest_json(manifest)
@@ -425,7 +425,7 @@ def verify_shards(manifest: str | Path, *, progress: bool = False) -> list[str]:
     and a file is hashed only when its size is the recorded one, reading at most that many bytes.
     ``progress``: shards checked so far, on stderr.
     """
-    from .progress import progress as progress_bar
+    from .util.progress import progress as progress_bar
 
     if is_url(str(manifest)):  # HEADs and streamed hashes (remote_tools)
         from .remote_tools import verify_url

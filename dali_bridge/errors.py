@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .quoting import safe_name
-from .wording import problem_list
+from .util.quoting import safe_name
+from .util.wording import problem_list
 
 
 class ImageError(ValueError):

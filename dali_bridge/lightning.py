@@ -30,7 +30,7 @@ except ImportError:   # the older package name, the same classes
                           "pip install dali-bridge[lightning] (or pip install lightning)") from None
 
 from .loader import Loader, build_loader
-from .sampling import batch_count
+from .pipeline.sampling import batch_count
 from .spec.pipeline import PipelineSpec
 
 log = logging.getLogger("dali_bridge")

@@ -12,9 +12,9 @@ import math
 import resource
 from dataclasses import dataclass
 
-from .dtypes import item_bytes
-from .checks import shown as _shown
-from .plan import Plan
+from .util.dtypes import item_bytes
+from .util.checks import shown as _shown
+from .pipeline.plan import Plan
 from .spec.pipeline import PipelineSpec
 from .spec.problems import Problem, SpecError
 

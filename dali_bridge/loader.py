@@ -3,7 +3,7 @@
 ``build_loader`` turns a spec into a :class:`Loader`. The loader owns everything that must be
 identical across backends — the epoch's order, the rank's share, the last-batch policy, the
 per-sample random parameters, resumption and error accounting — and asks a backend executor to
-turn each :class:`~dali_bridge.sampling.BatchTask` into pixels.
+turn each :class:`~dali_bridge.pipeline.sampling.BatchTask` into pixels.
 """
 from __future__ import annotations
 
@@ -20,19 +20,19 @@ import torch
 from .backends.base import Executor, RawBatch, SkippedSample, Topology, resolve_topology
 from .dataloader_keywords import unexpected_keywords_message
 from .limits import check_loader_limits
-from .plan import Plan, build_plan, unsupported_ops
+from .pipeline.plan import Plan, build_plan, unsupported_ops
 from .post_finish import PostFinish
-from .quoting import safe_name
-from .resume import STATE_FORMAT, Identity, check_identity, listing_fingerprint, merge_states, read_state
-from .sampling import BatchTask, batch_count, check_epoch, entries_consumed, rank_batches
-from .shard_order import windows_of
-from .shard_read_ahead import ShardReadAhead, read_ahead_for
-from .listing import Listing
-from .sources import list_source
+from .util.quoting import safe_name
+from .pipeline.resume import STATE_FORMAT, Identity, check_identity, listing_fingerprint, merge_states, read_state
+from .pipeline.sampling import BatchTask, batch_count, check_epoch, entries_consumed, rank_batches
+from .data.shards.order import windows_of
+from .data.shards.read_ahead import ShardReadAhead, read_ahead_for
+from .data.sources.listing import Listing
+from .data.sources.local import list_source
 from .stats import StepClock
 from .spec.pipeline import PipelineSpec, coerce_spec
 from .spec.problems import Problem, SpecError
-from .wording import plural
+from .util.wording import plural
 
 log = logging.getLogger("dali_bridge")
 
@@ -48,7 +48,7 @@ class Loader:
 
     Each ``iter()`` runs the next epoch unless :meth:`set_epoch` chose one; :meth:`state_dict`
     after k batches and :meth:`load_state_dict` on a fresh loader continue with batch k+1 — on
-    any world size (:mod:`dali_bridge.resume`).
+    any world size (:mod:`dali_bridge.pipeline.resume`).
     """
 
     def __init__(self, spec: PipelineSpec, listing: Listing, plan: Plan, executor: Executor, backend: str,

@@ -1,4 +1,4 @@
-"""Where each stage of a plan runs on each backend, as plain data (:class:`~dali_bridge.plan.Placed`).
+"""Where each stage of a plan runs on each backend, as plain data (:class:`~dali_bridge.pipeline.plan.Placed`).
 
 ``dali-bridge show`` prints it and tests check it without a GPU. It sits above the plan and the
 backends' planning: the plan is backend-neutral, and the DALI backends' stages are DALI's own
@@ -7,7 +7,7 @@ decision (:meth:`~dali_bridge.backends.dali_plan.DaliPlan.stages`).
 from __future__ import annotations
 
 from .backends.dali_plan import dali_plan
-from .plan import Placed, Plan
+from .pipeline.plan import Placed, Plan
 
 __all__ = ["placement"]
 

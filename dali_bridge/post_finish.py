@@ -8,7 +8,7 @@ builds the ``target`` output: one-hot labels over the source's classes, label sm
 mixed with the images. The same torch code runs for every backend, so they differ after the
 finish by nothing but what they handed over.
 
-Draws: a per-sample op's uniforms are :func:`~dali_bridge.sampling.draws`' (seed, epoch, sample
+Draws: a per-sample op's uniforms are :func:`~dali_bridge.pipeline.sampling.draws`' (seed, epoch, sample
 index, position); a batch op's are keyed by (seed, epoch, the batch's position in the rank's epoch,
 rank, position) — a resumed run mixes the same pairs with the same λ and boxes.
 """
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .intra_op import one_intra_op_thread_here
+from .util.intra_op import one_intra_op_thread_here
 from .ops.after_finish import BATCH
-from .plan import Plan
-from .sampling import draws, uniforms
+from .pipeline.plan import Plan
+from .pipeline.sampling import draws, uniforms
 
 # Batch draws' counter: the rank in the high half, so (batch, rank) never collide for any world size.
 _RANK_SHIFT = 32

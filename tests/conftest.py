@@ -38,7 +38,7 @@ def torch_vector_kernels() -> bool:
 
 def plan_of(ops: list, parity: str = "exact"):
     """The plan of ``ops`` over a source that is never listed (plans need no files)."""
-    from dali_bridge.plan import build_plan
+    from dali_bridge.pipeline.plan import build_plan
     from dali_bridge.spec.pipeline import spec_from_dict
 
     return build_plan(spec_from_dict({"version": 1, "source": {"type": "folder", "root": "/nonexistent"},
@@ -71,7 +71,7 @@ def backend_params(names: list[str] = ["dali-cpu", "torchvision", "dali"]) -> li
 @pytest.fixture(scope="session")
 def sample_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """37 natural-looking JPEGs in 3 classes (an odd count, so partial batches happen)."""
-    from dali_bridge.synthetic import generate_sample_data
+    from dali_bridge.data.sources.synthetic import generate_sample_data
 
     root = tmp_path_factory.mktemp("samples")
     generate_sample_data(root, images=37, classes=3, seed=1, workers=1)

@@ -2,7 +2,7 @@
 
 :func:`write_unusual_images` writes one small ImageFolder: one class folder per kind of file
 (``root/<kind>/<kind>.<ext>``), so a pipeline whose ``source.root`` is the folder reads every kind
-once, with the sorted kind names as labels. Content comes from :func:`dali_bridge.synthetic.sample_image`
+once, with the sorted kind names as labels. Content comes from :func:`dali_bridge.data.sources.synthetic.sample_image`
 (natural-looking scenes, never noise), so resampling differences show as they would on photos.
 
 Kinds (see :data:`KINDS`): grayscale / CMYK / YCCK / progressive JPEGs; PNG as RGB, RGBA,
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from dali_bridge.synthetic_images import sample_image
+from dali_bridge.data.sources.synthetic_images import sample_image
 
 _EXIF_ORIENTATION = 0x0112
 

@@ -23,9 +23,9 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # tests/ helpers and the dali_brid
 
 from hostile import mutated_images, tiny_jpeg  # noqa: E402 (after the path set-up above)
 
-from dali_bridge.formats import inspect_image, without_webp_exif  # noqa: E402
+from dali_bridge.data.sources.formats import inspect_image, without_webp_exif  # noqa: E402
 from dali_bridge.errors import ImageError  # noqa: E402
-from dali_bridge.images import decode_rgb  # noqa: E402
+from dali_bridge.data.sources.images import decode_rgb  # noqa: E402
 
 
 class DaliDecoder:

@@ -3,8 +3,9 @@ images ``tests/corpus.py`` does not cover (very large, names with spaces and non
 
 Every broken kind comes with the reason both backends report for it (:data:`BROKEN_REASONS`),
 so a test can pin the exact behaviour: the reason is produced by the shared reader
-(:func:`dali_bridge.images.read_bytes`, :func:`~dali_bridge.images.check_encoded`) or, for damage
-only a decoder sees, by the reference decoder both backends consult.
+(:func:`dali_bridge.data.sources.images.read_bytes`,
+:func:`~dali_bridge.data.sources.images.check_encoded`) or, for damage only a decoder sees, by the
+reference decoder both backends consult.
 """
 from __future__ import annotations
 

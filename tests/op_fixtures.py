@@ -14,7 +14,7 @@ from typing import Iterator
 
 import numpy as np
 
-from dali_bridge.checks import int_checker, probability_checker
+from dali_bridge.util.checks import int_checker, probability_checker
 from dali_bridge.ops.base import Op, Param
 from dali_bridge.ops.dali_op import Column, DaliOp
 from dali_bridge.ops.registry import OPS

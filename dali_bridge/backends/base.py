@@ -13,7 +13,7 @@ from typing import Iterator, Protocol
 import numpy as np
 import torch
 
-from ..sampling import BatchTask
+from ..pipeline.sampling import BatchTask
 
 
 @dataclass(frozen=True)

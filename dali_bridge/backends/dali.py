@@ -22,20 +22,20 @@ import numpy as np
 import torch
 
 from ..errors import ImageError, SampleError
-from ..images import decode_rgb
+from ..data.sources.images import decode_rgb
 from .base import RawBatch, Topology, default_workers
-from ..plan import Plan
-from ..sampling import BatchTask
-from ..dtypes import torch_dtype
+from ..pipeline.plan import Plan
+from ..pipeline.sampling import BatchTask
+from ..util.dtypes import torch_dtype
 from .dali_feed import ArgumentColumns, _Feeder, build_pipeline  # noqa: F401
 from .finishing import FinishedBuffers, finish_batch
-from ..intra_op import single_intra_op_thread
+from ..util.intra_op import single_intra_op_thread
 from .tail import run_tail
 from .tail_processes import TailProcesses, tail_processes_possible
 from .thread_pool import abandon
 from .device import (InFlightCopies, TailStream, dali_threads, gpu_target, host_tail_split, keep_alive,
     mixed_decoder_arguments, move_output)
-from ..listing import Listing
+from ..data.sources.listing import Listing
 from ..spec.pipeline import PipelineSpec
 
 log = logging.getLogger("dali_bridge")

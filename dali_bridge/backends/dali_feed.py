@@ -13,16 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from ..formats import ImageInfo
+from ..data.sources.formats import ImageInfo
 from ..ops.dali_op import Column
 from ..ops.geometry import Crop
-from ..plan import Plan
-from ..region_decode import decoded_window, steps_over_window
-from ..sampling import BatchTask
+from ..pipeline.plan import Plan
+from ..pipeline.region_decode import decoded_window, steps_over_window
+from ..pipeline.sampling import BatchTask
 from .dali_plan import DaliPlan, dali_plan
 from .per_sample import SampleCore
 from .device import mixed_decoder_arguments
-from ..listing import Listing
+from ..data.sources.listing import Listing
 from ..spec.pipeline import PipelineSpec
 
 # Every DALI pipeline alive in this process. A forked child (a DataLoader worker, say) inherits
@@ -125,7 +125,7 @@ def tail_windows(plan: Plan, tail: list[list]) -> tuple[list[np.ndarray], list[l
     """The decoder's window of each sample when the torch tail's first step crops one
     (:meth:`~dali_bridge.backends.dali_plan.DaliPlan.tail_window_columns`): the (anchor, shape)
     columns, and each sample's tail steps over its decoded window
-    (:func:`~dali_bridge.region_decode.steps_over_window`). A crop that does not lie inside the
+    (:func:`~dali_bridge.pipeline.region_decode.steps_over_window`). A crop that does not lie inside the
     image (none does) keeps the whole image as its window and its steps unchanged."""
     anchors, shapes, steps_over = [], [], []
     for steps in tail:
@@ -180,7 +180,7 @@ class ArgumentColumns:
                 + [types.INT32] * len(self.window or ()))
 
     def build(self, per_sample: list[list]) -> list[np.ndarray | list[np.ndarray]]:
-        """The argument columns of a batch from each sample's :func:`~dali_bridge.sampling.sample_steps`,
+        """The argument columns of a batch from each sample's :func:`~dali_bridge.pipeline.sampling.sample_steps`,
         in the declared order. A column whose samples all have one shape is a single array with the
         batch first: DALI's external source converts it once, where a list costs a conversion per
         sample on the feeding thread."""

@@ -1,7 +1,7 @@
 """DALI's planning of a plan: how each resize runs, whether the decoder crops, where a flip folds,
 and the stages ``dali-bridge show`` lists — computed once into a frozen :class:`DaliPlan`.
 
-The plan (:mod:`dali_bridge.plan`) says what runs; this module says how the DALI graph runs it.
+The plan (:mod:`dali_bridge.pipeline.plan`) says what runs; this module says how the DALI graph runs it.
 It reads no op's parameters: an op declares what the planner needs — the resize it asks for
 (:meth:`~dali_bridge.ops.Op.resize_request`), the centre it keeps (:meth:`~dali_bridge.ops.Op.kept_centre`),
 the crop window columns a decoder can read (``window_columns``), a flip the finish takes
@@ -22,7 +22,7 @@ from ..ops.exact_resize import METHODS
 from ..ops.finish import IMPLICIT_FINISH
 
 if TYPE_CHECKING:
-    from ..plan import Plan
+    from ..pipeline.plan import Plan
 
 __all__ = ["DaliPlan", "dali_plan", "graph_context", "resize_method", "resize_methods"]
 

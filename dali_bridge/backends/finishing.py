@@ -16,7 +16,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from ..dtypes import torch_dtype
+from ..util.dtypes import torch_dtype
 from ..ops.finish import Finish
 
 __all__ = ["finish_batch", "FinishedBuffers"]

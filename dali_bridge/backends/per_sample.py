@@ -2,7 +2,7 @@
 
 For each sample of a batch, in order: read its bytes (the byte cap, the structural checks and
 its decoded size from one walk of the header), its draws, its steps' concrete parameters for
-that size (:func:`~dali_bridge.sampling.sample_steps`), then what the executor needs of it —
+that size (:func:`~dali_bridge.pipeline.sampling.sample_steps`), then what the executor needs of it —
 ``load(data, info, steps)``: the encoded bytes for DALI's graph, the decoded and transformed image on
 the torchvision backend. A sample that fails any of these (an :class:`ImageError`) meets the
 ``on_error`` policy here: skipped and counted, or the batch's error under ``raise``. An executor
@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Generic, TypeVar
 
-from ..formats import ImageInfo
+from ..data.sources.formats import ImageInfo
 from ..errors import ImageError, SampleError
-from ..plan import Plan
-from ..sampling import BatchTask, draws, sample_steps
-from ..listing import Listing
+from ..pipeline.plan import Plan
+from ..pipeline.sampling import BatchTask, draws, sample_steps
+from ..data.sources.listing import Listing
 from ..spec.pipeline import PipelineSpec
 from .base import SkippedSample
 
@@ -51,7 +51,7 @@ class SampleCore:
 
     def prepare(self, task: BatchTask, load: Callable[[bytes, ImageInfo, list], Item]) -> PreparedBatch[Item]:
         """The task's samples through the core, ``load(data, info, steps)`` making each kept one's item
-        (``info``: the header's :class:`~dali_bridge.formats.ImageInfo`).
+        (``info``: the header's :class:`~dali_bridge.data.sources.formats.ImageInfo`).
         ``load`` may raise :class:`ImageError` (a decoder refusing the bytes): that sample meets the
         error policy like one that could not be read."""
         sample_draws = draws(self.plan, self.seed, task.epoch, task.indices, task.repeats)
@@ -76,7 +76,7 @@ class SampleCore:
 
     def _read(self, index: int, sample_draws: dict) -> tuple[bytes, ImageInfo, list]:
         """Sample ``index``'s checked bytes (as the decoders get them: see
-        :meth:`~dali_bridge.sources.Listing.read_info`), their header and its steps for its decoded size."""
+        :meth:`~dali_bridge.data.sources.local.Listing.read_info`), their header and its steps for its decoded size."""
         if index in self.bad:
             reason, signature = self.bad[index]
             if self.listing.signature(index) == signature:

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # torch is imported when a device is checked or an executor built, not to probe
     import torch
 
-    from ..plan import Plan
-    from ..listing import Listing
+    from ..pipeline.plan import Plan
+    from ..data.sources.listing import Listing
     from ..spec.pipeline import PipelineSpec
     from .base import Executor, Topology
 

@@ -3,7 +3,7 @@
 Workers take each sample through the per-sample core (:mod:`dali_bridge.backends.per_sample`:
 read, size, draws, the error policy), decode it with torchvision.io (libjpeg-turbo, the decoder
 DALI's CPU path also uses; only a first crop's window where it can be decoded alone:
-:mod:`dali_bridge.region_decode`) at one decode point (:meth:`BatchDataset.load`), apply each step's kernel
+:mod:`dali_bridge.pipeline.region_decode`) at one decode point (:meth:`BatchDataset.load`), apply each step's kernel
 with the parameters the core computed (``transforms.v2.functional`` on uint8 tensors) and ship
 whole uint8 batches — a quarter of the bytes of float32 — through the worker queue into
 shared-memory buffers they reuse. Dtype conversion and normalisation run on the
@@ -32,18 +32,18 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..formats import ImageInfo
+from ..data.sources.formats import ImageInfo
 from ..errors import SampleError
 from .base import RawBatch, Topology, default_workers
 from .device import gpu_target
 from .finishing import FinishedBuffers, finish_batch
-from ..intra_op import single_intra_op_thread
+from ..util.intra_op import single_intra_op_thread
 from .per_sample import PreparedBatch, SampleCore
 from .thread_pool import OrderedPool
-from ..plan import Plan
-from ..region_decode import decode_steps
-from ..sampling import BatchTask
-from ..listing import Listing
+from ..pipeline.plan import Plan
+from ..pipeline.region_decode import decode_steps
+from ..pipeline.sampling import BatchTask
+from ..data.sources.listing import Listing
 from ..spec.pipeline import PipelineSpec
 from ..spec.problems import Problem, SpecError
 
@@ -65,7 +65,7 @@ class WorkerError(RuntimeError):
 
 
 def apply_steps(image: torch.Tensor, plan: Plan, per_step: list) -> torch.Tensor:
-    """Apply one sample's steps (:func:`~dali_bridge.sampling.sample_steps`) to a CHW uint8 tensor,
+    """Apply one sample's steps (:func:`~dali_bridge.pipeline.sampling.sample_steps`) to a CHW uint8 tensor,
     each with its op's torchvision kernel."""
     for step, (concrete, _) in zip(plan.steps, per_step):
         image = step.op.torchvision_kernel(image, concrete)
@@ -127,7 +127,7 @@ class BatchDataset(Dataset):
 
     def load(self, data: bytes, info: ImageInfo, steps: list) -> torch.Tensor:
         """The per-sample core's ``load`` on this backend: decode (only the first step's window where
-        it can be decoded alone: :func:`~dali_bridge.region_decode.decode_steps`), then every step's
+        it can be decoded alone: :func:`~dali_bridge.pipeline.region_decode.decode_steps`), then every step's
         kernel. A method, not a closure: the dataset is pickled for workers started by spawn or forkserver."""
         image, steps = decode_steps(data, info=info, plan=self.plan, per_step=steps)
         return apply_steps(image, self.plan, steps)

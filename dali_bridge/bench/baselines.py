@@ -61,7 +61,7 @@ class _EpochOrderSampler:
         self.count, self.seed, self.shuffle, self.epoch = count, seed, shuffle, 0
 
     def __iter__(self) -> Iterator[int]:
-        from ..sampling import epoch_order
+        from ..pipeline.sampling import epoch_order
 
         order = epoch_order(self.count, self.seed, self.epoch, self.shuffle)
         self.epoch += 1
@@ -145,7 +145,7 @@ def dali_baseline_pipeline(spec, listing, plan, threads: int, gpu: bool):
 
     from ..backends.dali_plan import graph_context
     from ..ops.dali_op import DaliOp
-    from ..sampling import epoch_order
+    from ..pipeline.sampling import epoch_order
 
     order = epoch_order(len(listing), spec.seed, 0, spec.loader.shuffle).tolist()
     decode_device = "mixed" if gpu else "cpu"
@@ -201,8 +201,8 @@ def ceiling(spec, listing, threads: int):
     import torch
     from torchvision.io import ImageReadMode, decode_image
 
-    from ..sampling import epoch_order
-    from ..shard_order import windows_of
+    from ..pipeline.sampling import epoch_order
+    from ..data.shards.order import windows_of
 
     def decode(index: int):
         return decode_image(torch.frombuffer(bytearray(listing.read(index)), dtype=torch.uint8),

@@ -40,8 +40,8 @@ def _bridge(path: str, overrides: dict[str, Any], backend: str):
 
 def _open_candidate(config: dict[str, Any]):
     from ..backends.base import default_workers  # noqa: F401  (imports torch before timing starts)
-    from ..plan import build_plan
-    from ..sources import list_source
+    from ..pipeline.plan import build_plan
+    from ..data.sources.local import list_source
     from ..spec.pipeline import load_spec
 
     kind, name, threads = config["kind"], config["name"], config["threads"]

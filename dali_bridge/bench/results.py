@@ -136,7 +136,7 @@ def loadavg() -> list[float]:
 def source_pixels(listing) -> np.ndarray:
     """Pixel count of every sample's source image, from its header (int64 [N]); 0 where unreadable."""
     from ..errors import ImageError
-    from ..images import probe
+    from ..data.sources.images import probe
 
     pixels = np.zeros(len(listing), dtype=np.int64)
     for index in range(len(listing)):

@@ -31,7 +31,7 @@ def data_overrides(data: str | None) -> dict[str, Any]:
     if data in (None, "source"):
         return {}
     if data == "sample":
-        from ..synthetic import ensure_sample_data
+        from ..data.sources.synthetic import ensure_sample_data
 
         root = default_data_dir()
         ensure_sample_data(root, **SAMPLE_SET)
@@ -151,7 +151,7 @@ def run_bench(file: str | Path, *, backends: Sequence[str], baselines: Sequence[
     (default 4); ``rounds``: fresh processes per candidate, interleaved across candidates
     (default 1); ``model_ms``: simulated model step per batch in milliseconds (default none).
     """
-    from ..sources import list_source
+    from ..data.sources.local import list_source
     from ..spec.pipeline import load_spec
 
     if batches < 1 or repeat < 1 or warmup < 1 or rounds < 1:
@@ -185,7 +185,7 @@ def _measure_all(candidates: list[Candidate], *, base: dict[str, Any], pixels: n
                  total_batches: int | None) -> dict[Candidate, CandidateResult]:
     """Every candidate once per round, rounds interleaved; a progress bar when ``total_batches``."""
     results = {c: CandidateResult(c) for c in candidates}
-    from ..progress import progress
+    from ..util.progress import progress
 
     bar = progress(total=total_batches, unit="batch", description="bench", enabled=total_batches is not None)
     with tempfile.TemporaryDirectory(prefix="dali-bridge-bench-") as tmp:

@@ -105,7 +105,7 @@ def sample_filter(steps: list, height: int, width: int, rng: np.random.Generator
 
 
 def _epoch_orders(listing, spec) -> Iterator[int]:
-    from ..sampling import epoch_order
+    from ..pipeline.sampling import epoch_order
 
     epoch = 0
     while True:

@@ -8,7 +8,7 @@ An op (:class:`~dali_bridge.ops.base.Op`) declares, in its own module:
 * ``lower``: the plan steps it becomes (``crop_mirror_normalize`` → centre crop, flip, finish);
 * ``draws`` (uniforms per sample) and ``sample``: how they become concrete per-sample parameters
   given the image size — pure numpy, torchvision's ``make_params`` driven by the bridge's
-  counter-based uniforms (:func:`dali_bridge.sampling.draws`); ``output_size`` after it;
+  counter-based uniforms (:func:`dali_bridge.pipeline.sampling.draws`); ``output_size`` after it;
 * ``torchvision_kernel`` (``transforms.v2.functional`` on a CHW uint8 tensor) and
   ``torchvision_transforms``, the ``transforms.v2`` transform it must match (parity tests and the
   hand-written bench baseline);
@@ -27,7 +27,7 @@ mean/std in [0, 1] units (the DALI finish multiplies by 255).
 
 The plan
 --------
-:func:`dali_bridge.plan.build_plan` lowers a spec to ``Plan.all_steps``, a tuple of op instances
+:func:`dali_bridge.pipeline.plan.build_plan` lowers a spec to ``Plan.all_steps``, a tuple of op instances
 (:class:`Step`: the op + resolved parameters), in this order:
 
 1. per-sample ops on uint8 images (:class:`Category` ``geometry`` or ``pixel``): decoded, then each step in

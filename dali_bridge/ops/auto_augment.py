@@ -27,11 +27,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..checks import type_name as _type_name, bool_checker, choice_checker, int_checker, is_int, is_number
+from ..util.checks import type_name as _type_name, bool_checker, choice_checker, int_checker, is_int, is_number
 from .base import Op, Param, Step
 # The tables and the kernels, importable from here as before the split (tests and the timm ops use them).
 from .policy_kernels import affine_operations, apply_operation, apply_operations  # noqa: F401
-from .policy_tables import (_ORIGINAL, _WIDE, POLICIES, SPACES, PolicyOperation, pick, signed_operation)
+from .policy_tables import _ORIGINAL, _WIDE, POLICIES, SPACES, PolicyOperation, pick, signed_operation
 from .timm_rand_augment import TIMM_RAND_AUGMENT
 
 
@@ -177,7 +177,7 @@ def gamma_quantiles(alpha: float, u: Any) -> Any:
     import numpy as np
     import torch
 
-    from ..portable_math import exp, log
+    from ..util.portable_math import exp, log
 
     # exp and log are the portable ones: numpy's and torch's are SIMD kernels picked by the CPU's
     # features, and a last bit there is another draw on another machine (a resumed job included).

@@ -21,8 +21,8 @@ import numpy as np
 
 # The checkers live in the leaf module below the op layer (the spec layer and the sources use them
 # too); the op modules import them from here.
-from ..checks import (Checker, fixed_output_size, non_finite_problem)
-from ..checks import shown as _shown, type_name as _type_name  # noqa: F401
+from ..util.checks import Checker, fixed_output_size, non_finite_problem
+from ..util.checks import shown as _shown, type_name as _type_name  # noqa: F401
 
 ALL_BACKENDS = ("dali", "dali-cpu", "torchvision")
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
@@ -161,7 +161,7 @@ class Op:
     folds_into_finish: ClassVar[bool] = False  # DALI: a last step given to crop_mirror_normalize
     # As the first step, the names of its (anchor, shape) columns of a crop window the decoder reads as
     # its region of interest (a random resized crop): DALI's decoder, and the torchvision backend's
-    # window decode (dali_bridge.region_decode), which decodes only that window; None when it has none.
+    # window decode (dali_bridge.pipeline.region_decode), which decodes only that window; None when it has none.
     window_columns: ClassVar[tuple[str, str] | None] = None
     # DALI: runs as its torchvision kernel in torch on the loader's device right after the DALI graph,
     # which then ends before the first such step (the plan's torch tail; each op's docstring says why).

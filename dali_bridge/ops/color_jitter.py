@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import type_name as _type_name, is_number
+from ..util.checks import type_name as _type_name, is_number
 from .base import Op, Param
 
 # torchvision's order ids (ColorJitter.transform): 0 brightness, 1 contrast, 2 saturation, 3 hue.

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .after_finish import AFTER_FINISH, AfterFinishOp
-from ..checks import type_name as _type_name, is_number, probability_checker, range_checker
+from ..util.checks import type_name as _type_name, is_number, probability_checker, range_checker
 from .base import Param
 from .geometry import area_and_aspect
 

@@ -2,7 +2,7 @@
 compound ``crop_mirror_normalize`` that lowers to a centre crop, a flip and the finish.
 
 On torchvision the finish runs on the whole batch (``backends.finishing.finish_batch``, from
-:attr:`dali_bridge.plan.Plan.finish`); on DALI it is one fn.crop_mirror_normalize, which also
+:attr:`dali_bridge.pipeline.plan.Plan.finish`); on DALI it is one fn.crop_mirror_normalize, which also
 takes a last flip as its ``mirror`` argument.
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any
 
-from ..dtypes import dali_type, torch_dtype
-from ..checks import channels_checker, choice_checker, optional, probability_checker, size_checker
+from ..util.dtypes import dali_type, torch_dtype
+from ..util.checks import channels_checker, choice_checker, optional, probability_checker, size_checker
 from .base import DTYPES, LAYOUTS, Op, Param, Step
 from .dali_op import DaliOp
 from .geometry import CENTER_CROP, HORIZONTAL_FLIP

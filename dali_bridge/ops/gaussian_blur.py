@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ImageError
-from ..checks import shown as _shown, type_name as _type_name, is_int, is_number, range_checker
+from ..util.checks import shown as _shown, type_name as _type_name, is_int, is_number, range_checker
 from .base import REQUIRED, Param
 from .dali_op import Column, DaliOp
 

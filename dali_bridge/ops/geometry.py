@@ -14,8 +14,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import ImageError
-from ..checks import (bool_checker, choice_checker, fixed_output_size, optional, probability_checker, range_checker,
-    size_checker)
+from ..util.checks import (bool_checker, choice_checker, fixed_output_size, optional, probability_checker,
+    range_checker, size_checker)
 from .base import INTERPOLATIONS, REQUIRED, Param, ResizeRequest, Step
 from .dali_op import Column, DaliOp, GraphContext
 from .exact_resize import METHODS
@@ -85,7 +85,7 @@ def rrc_window(height: int, width: int, u: Sequence[float], scale: Sequence[floa
 def shorter_side_size(height: int, width: int, size: int, max_size: int | None = None) -> tuple[int, int]:
     """torchvision's output size for ``Resize(int)``: shorter side ``size``, aspect kept (truncated).
 
-    Raises :class:`~dali_bridge.images.ImageError` (a sample error, handled by ``on_error``) when
+    Raises :class:`~dali_bridge.data.sources.images.ImageError` (a sample error, handled by ``on_error``) when
     ``max_size`` leaves the shorter side under one pixel: an image too thin for this resize.
     """
     short, long = (width, height) if width <= height else (height, width)

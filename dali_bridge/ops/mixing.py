@@ -22,7 +22,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .after_finish import BATCH, BatchOp
-from ..checks import type_name as _type_name, is_number, probability_checker
+from ..util.checks import type_name as _type_name, is_number, probability_checker
 from .base import Param
 
 BATCH_DRAWS = 5  # mixed or not, MixUp or CutMix, λ's seed, box centre column, box centre row

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import probability_checker
+from ..util.checks import probability_checker
 from .base import Param
 from .dali_op import Column, DaliOp
 

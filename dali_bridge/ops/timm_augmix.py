@@ -25,7 +25,7 @@ from typing import Any
 from .auto_augment import (MAX_CHAINS, chain_depth_checker, gamma_quantiles, magnitude_std_checker,
     positive_number_checker)
 from .policy_tables import pick
-from ..checks import bool_checker, int_checker
+from ..util.checks import bool_checker, int_checker
 from .base import Op, Param
 from .timm_auto_augment import TIMM_FILL_PARAM
 from .timm_rand_augment import TimmOperation, apply_operations, fill_colour, from_picture, timm_operation, to_picture

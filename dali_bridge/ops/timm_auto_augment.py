@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from .auto_augment import fill_checker
-from ..checks import type_name as _type_name, choice_checker, is_number
+from ..util.checks import type_name as _type_name, choice_checker, is_number
 from .base import Op, Param
 from .timm_rand_augment import TimmDraw, TimmOperation, apply_timm, fill_colour, timm_operation
 

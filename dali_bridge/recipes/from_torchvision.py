@@ -217,7 +217,7 @@ def _checked(op: Any, transform: Any) -> dict[str, Any]:
 
 def _round_trip_problems(spec: Any, entries: list) -> list[str]:
     """Each mapped transform against the counterpart its op builds back: every attribute equal."""
-    from ..plan import build_plan
+    from ..pipeline.plan import build_plan
 
     problems = []
     for step in build_plan(spec).ops:

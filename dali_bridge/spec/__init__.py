@@ -13,7 +13,7 @@ This package is the one import face of the spec layer; its modules, bottom up:
 :mod:`~dali_bridge.spec.pipeline_keys` (the validators of each section),
 :mod:`~dali_bridge.spec.overrides` (``--set``) and :mod:`~dali_bridge.spec.pipeline` (the entry points).
 The value checks and UTF-8 helpers they share with the rest of the package sit below it, in
-:mod:`dali_bridge.checks` and :mod:`dali_bridge.text`.
+:mod:`dali_bridge.util.checks` and :mod:`dali_bridge.util.text`.
 
 Pure Python: this layer never imports DALI or torch.
 """

@@ -71,7 +71,7 @@ class SourceSpec:
     manifest: str | None = None
     max_pixels: int = DEFAULT_MAX_PIXELS
     max_bytes: int = DEFAULT_MAX_BYTES
-    files: tuple[str, ...] | None = None   # parquet: paths, globs or brace patterns (see dali_bridge.parquet)
+    files: tuple[str, ...] | None = None  # parquet: paths, globs or brace patterns (data/sources/parquet.py)
     image_column: str = "image"
     label_column: str = "label"
     # Shards at a URL (docs/object-storage.md): non-secret client settings, requests in flight per

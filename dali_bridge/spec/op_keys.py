@@ -10,10 +10,10 @@ import copy
 import difflib
 from typing import Any
 
-from ..checks import fixed_output_size, size_checker, type_name
+from ..util.checks import fixed_output_size, size_checker, type_name
 from ..ops.base import REQUIRED
 from ..ops.registry import OPS, op_names
-from ..quoting import quoted
+from ..util.quoting import quoted
 from .model import MAX_OPS, OpSpec
 from .problems import ProblemCollector
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..checks import type_name
+from ..util.checks import type_name
 from .op_keys import op_entry
 from .problems import Problem, SpecError, format_path
 from .reading import read_yaml

@@ -13,11 +13,11 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from ..checks import type_name
+from ..util.checks import type_name
 from .model import DEFAULT_MAX_PIXELS
 from ..ops.base import REQUIRED
-from ..urls import is_url
-from ..text import NotUtf8Error, decode_utf8
+from ..util.urls import is_url
+from ..util.text import NotUtf8Error, decode_utf8
 from .model import DECODE_DEVICES, DEFAULT_MAX_BYTES, MAX_SEED, LoaderSpec, OpSpec, SourceSpec
 from .op_keys import check_all_ops
 from .overrides import apply_overrides, parse_overrides

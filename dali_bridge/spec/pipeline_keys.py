@@ -11,10 +11,10 @@ import difflib
 from pathlib import Path
 from typing import Any, Callable
 
-from ..checks import bool_checker, is_number, type_name
+from ..util.checks import bool_checker, is_number, type_name
 from ..ops.registry import OPS
-from ..quoting import quoted
-from ..text import text_problem
+from ..util.quoting import quoted
+from ..util.text import text_problem
 from .model import (BACKENDS, EXECUTORS, FORMAT_VERSION, LAST_BATCH, MAX_REPEATED_AUGMENTATIONS, MAX_SHUFFLE_WINDOW,
     ON_ERROR, OUTPUTS, PARITY, LoaderSpec, OpSpec)
 from .problems import ProblemCollector, check_choice, check_int

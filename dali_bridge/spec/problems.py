@@ -8,10 +8,10 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..checks import choice_checker, is_int, shown, type_name
+from ..util.checks import choice_checker, is_int, shown, type_name
 from ..ops.base import REQUIRED  # the marker of a value with no default, for keys as for op parameters
-from ..quoting import quoted, shortened
-from ..wording import problem_list
+from ..util.quoting import quoted, shortened
+from ..util.wording import problem_list
 
 
 def format_path(path: Sequence[Any]) -> str:

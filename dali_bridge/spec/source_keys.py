@@ -9,12 +9,12 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..checks import is_number, type_name
+from ..util.checks import is_number, type_name
 from .model import DEFAULT_MAX_PIXELS
-from ..quoting import quoted
+from ..util.quoting import quoted
 from .model import DEFAULT_MAX_REQUESTS, DEFAULT_TIMEOUT
-from ..urls import is_url, scheme_of, secret_option
-from ..text import text_problem
+from ..util.urls import is_url, scheme_of, secret_option
+from ..util.text import text_problem
 from .model import (DEFAULT_EXTENSIONS, DEFAULT_IMAGE_KEYS, DEFAULT_MAX_BYTES, MAX_REQUESTS, PLANNED_SOURCE_TYPES,
     SOURCE_TYPES, SourceSpec)
 from .problems import MISSING_SOURCE, ProblemCollector, check_int
@@ -93,7 +93,7 @@ def _check_source_type(chk: ProblemCollector, src: dict) -> tuple[Any, tuple[str
 
 def check_source_paths(chk: ProblemCollector, paths: Mapping[str, Any]) -> None:
     """A problem at ``source.KEY`` for each resolved source path that does not exist, with a did-you-mean."""
-    from ..braces import expand_braces
+    from ..util.braces import expand_braces
 
     for key, noun in (("root", "folder"), ("file_list", "file"), ("manifest", "file")):
         value = paths.get(key)
@@ -134,7 +134,7 @@ def _member_keys(value: Any) -> tuple[str, ...] | None:
 
 def _check_webdataset(chk: ProblemCollector, src: dict, resolved: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     """The webdataset keys: ``shards`` required (brace pattern), ``image_key``/``label_key``/``manifest``."""
-    from ..braces import expand_braces
+    from ..util.braces import expand_braces
 
     out: dict[str, Any] = {"shards": resolved.get("shards"), "manifest": resolved.get("manifest")}
     if "shards" not in src:
@@ -162,7 +162,7 @@ def _check_webdataset(chk: ProblemCollector, src: dict, resolved: dict[str, Any]
 def _check_parquet(chk: ProblemCollector, src: dict, base_dir: Path) -> dict[str, Any]:
     """The parquet keys: ``files`` required (a path, glob or brace pattern, or a list of them, each
     resolved against ``base_dir``), ``image_column`` and ``label_column`` (column names)."""
-    from ..braces import expand_braces
+    from ..util.braces import expand_braces
 
     out: dict[str, Any] = {}
     files = src.get("files")
@@ -234,7 +234,7 @@ def _check_storage(chk: ProblemCollector, src: dict, base_dir: Path, at_url: boo
 
 def _check_cache(chk: ProblemCollector, src: dict, base_dir: Path) -> dict[str, Any]:
     """``source.cache: {dir: PATH, max_bytes: SIZE}``: whole shards cached on the node."""
-    from ..sizes import parse_size
+    from ..util.sizes import parse_size
 
     if "cache" not in src:
         return {}

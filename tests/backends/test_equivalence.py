@@ -24,7 +24,7 @@ from conftest import CPU_BACKENDS, MEAN, STD, TRAIN, VAL, torch_vector_kernels
 from dali_bridge.compare import CompareResult, compare, compare_batches
 from dali_bridge.compare_bounds import CPU_BOUNDS, NVJPEG_BOUNDS
 from dali_bridge.backends.dali_plan import resize_methods
-from dali_bridge.plan import build_plan
+from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.pipeline import spec_from_dict
 
 pytestmark = [pytest.mark.slow,  # whole epochs of the corpus on both CPU backends
@@ -242,7 +242,7 @@ def test_dali_resize_reproduces_torchvision_resize_at_any_scale(corpus_root, int
 
     from dali_bridge.backends.dali import write_border
     from dali_bridge.ops.exact_resize import METHODS
-    from dali_bridge.images import decode_rgb, read_bytes
+    from dali_bridge.data.sources.images import decode_rgb, read_bytes
     from dali_bridge.backends.dali_plan import resize_method
 
     assert resize_method(interpolation, antialias) == ("filter_1pass" if method == "border_patch" else method)
@@ -342,7 +342,7 @@ def test_border_renormalisation_is_skipped_only_where_a_crop_hides_the_border():
 def test_every_unusual_image_decodes_identically_on_dali_cpu_and_torchvision(corpus_root):
     from nvidia.dali import fn, pipeline_def, types
 
-    from dali_bridge.images import decode_rgb, probe, read_bytes
+    from dali_bridge.data.sources.images import decode_rgb, probe, read_bytes
 
     files = sorted(p for p in corpus_root.rglob("*") if p.is_file() and p.parent.name != "natural")
     encoded = [np.frombuffer(read_bytes(str(p)), dtype=np.uint8) for p in files]
@@ -376,7 +376,7 @@ def test_every_unusual_image_decodes_identically_on_dali_cpu_and_torchvision(cor
 def test_exif_orientations_5_to_8_swap_height_and_width(corpus_root):
     from corpus import stored_size
 
-    from dali_bridge.images import decode_rgb, read_bytes
+    from dali_bridge.data.sources.images import decode_rgb, read_bytes
 
     for orientation in range(1, 9):
         path = next((corpus_root / f"exif_{orientation}").iterdir())
@@ -393,7 +393,7 @@ DRAWS = 10_000
 
 def _our_windows(height: int, width: int, scale: list[float], ratio: list[float]) -> np.ndarray:
     from dali_bridge.ops.geometry import RRC_ATTEMPTS, rrc_window
-    from dali_bridge.sampling import uniforms
+    from dali_bridge.pipeline.sampling import uniforms
 
     u = uniforms(seed=0, epoch=0, indices=np.arange(DRAWS), stream=1, count=2 * RRC_ATTEMPTS + 2)
     return np.array([rrc_window(height, width, row, scale, ratio) for row in u], dtype=np.float64)
@@ -442,7 +442,7 @@ def test_the_window_statistics_test_rejects_a_different_distribution():
 def test_flip_rate_matches_torchvision_random_horizontal_flip_within_three_sigma(probability):
     from torchvision.transforms import RandomHorizontalFlip
 
-    from dali_bridge.sampling import draws
+    from dali_bridge.pipeline.sampling import draws
 
     spec = spec_from_dict({"version": 1, "source": {"type": "folder", "root": "/x"}, "batch_size": 2,
                            "ops": [{"center_crop": 8}, {"horizontal_flip": probability}]})

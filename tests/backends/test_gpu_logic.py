@@ -24,8 +24,8 @@ from dali_bridge.backends.finishing import finish_batch
 from dali_bridge.backends.torchvision import TorchvisionExecutor, prefetched
 from dali_bridge.errors import SampleError
 from dali_bridge.loader import Loader
-from dali_bridge.plan import build_plan
-from dali_bridge.sources import list_source
+from dali_bridge.pipeline.plan import build_plan
+from dali_bridge.data.sources.local import list_source
 from dali_bridge.spec.pipeline import coerce_spec
 from hostile import break_file, write_image_folder
 

@@ -230,8 +230,8 @@ def test_a_gpu_dali_executors_tail_and_finish_copy_per_operation_drawn_not_per_s
                                                                                       backend, name):
     from dali_bridge.backends import dali as dali_backend
     from dali_bridge.backends.base import Topology
-    from dali_bridge.plan import build_plan
-    from dali_bridge.sources import list_source
+    from dali_bridge.pipeline.plan import build_plan
+    from dali_bridge.data.sources.local import list_source
     from dali_bridge.spec.pipeline import coerce_spec
 
     write_image_folder(tmp_path / "data", classes=2, per_class=2)
@@ -267,7 +267,7 @@ def test_a_gpu_dali_executors_tail_and_finish_copy_per_operation_drawn_not_per_s
 
 @pytest.mark.parametrize("value", [0.5, "random"])
 def test_random_erasing_on_a_device_copies_its_fills_once_per_batch_not_per_erased_sample(monkeypatch, value):
-    from dali_bridge.plan import build_plan
+    from dali_bridge.pipeline.plan import build_plan
     from dali_bridge.post_finish import PostFinish
     from dali_bridge.spec.pipeline import spec_from_dict
 

@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from dali_bridge.intra_op import _openmp_runtime, single_intra_op_thread
+from dali_bridge.util.intra_op import _openmp_runtime, single_intra_op_thread
 
 needs_openmp = pytest.mark.skipif(_openmp_runtime() is None,
                                   reason="torch here does not parallelise with an OpenMP runtime found loaded")
@@ -50,7 +50,7 @@ def test_without_an_openmp_runtime_nothing_changes(monkeypatch):
 @needs_openmp
 @pytest.mark.skipif(torch.get_num_threads() < 2, reason="one intra-op thread is already the default here")
 def test_one_intra_op_thread_here_lasts_for_the_block_and_restores_the_threads_count():
-    from dali_bridge.intra_op import one_intra_op_thread_here
+    from dali_bridge.util.intra_op import one_intra_op_thread_here
 
     def inside_then_after() -> tuple[int, int, int]:
         before = torch.get_num_threads()

@@ -8,7 +8,7 @@ from dali_bridge import build_loader
 from dali_bridge.spec.pipeline import load_spec
 from dali_bridge.backends.dali_plan import resize_methods
 from dali_bridge.placement import placement
-from dali_bridge.plan import build_plan
+from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.problems import SpecError
 
 from conftest import TRAIN, backend_params

@@ -9,10 +9,10 @@ import pytest
 from conftest import TRAIN
 from dali_bridge.backends.per_sample import SampleCore
 from dali_bridge.errors import ImageError
-from dali_bridge.images import decode_checked
-from dali_bridge.plan import build_plan
-from dali_bridge.sampling import BatchTask
-from dali_bridge.sources import list_source
+from dali_bridge.data.sources.images import decode_checked
+from dali_bridge.pipeline.plan import build_plan
+from dali_bridge.pipeline.sampling import BatchTask
+from dali_bridge.data.sources.local import list_source
 from dali_bridge.spec.pipeline import coerce_spec
 
 

@@ -143,7 +143,7 @@ def test_outputs_across_cpu_capabilities_stay_within_compares_bound(sample_root,
      [2], "4eed0eaab42ceeb93cb9e943cd98f29f8b40d3432fd9235d29a377d612272f31"),
 ], ids=["every-geometry-op", "crop-mirror-normalize"])
 def test_draws_are_bit_identical_to_the_pinned_digests(ops, streams, expected):
-    from dali_bridge.sampling import draws
+    from dali_bridge.pipeline.sampling import draws
 
     got = draws(plan_of(ops), 7, 3, np.arange(100, 164))
     assert sorted(got) == streams
@@ -155,7 +155,7 @@ def test_draws_are_bit_identical_to_the_pinned_digests(ops, streams, expected):
 
 
 def test_train_crop_windows_and_flips_are_the_pinned_ones():
-    from dali_bridge.sampling import draws, sample_geometry
+    from dali_bridge.pipeline.sampling import draws, sample_geometry
 
     plan = plan_of([{"random_resized_crop": 224}, {"horizontal_flip": 0.5}, {"normalize": {}}])
     indices = np.array([0, 1, 5, 8, 11])

@@ -22,7 +22,7 @@ from dali_bridge.ops.exact_resize import METHODS
 from dali_bridge.placement import placement
 from dali_bridge.ops.base import Step
 from dali_bridge.ops.finish import Finish
-from dali_bridge.plan import Placed, build_plan, unsupported_ops
+from dali_bridge.pipeline.plan import Placed, build_plan, unsupported_ops
 from dali_bridge.spec.pipeline import coerce_spec, spec_from_dict
 
 
@@ -232,7 +232,7 @@ def dali_graph(monkeypatch, ops: list, *, gpu: bool, decode: str = "mixed") -> l
     from nvidia.dali.pipeline import Pipeline
 
     from dali_bridge.backends.dali_feed import _Feeder, build_pipeline
-    from dali_bridge.listing import Listing
+    from dali_bridge.data.sources.listing import Listing
 
     spec = spec_of(ops, decode)
     plan = build_plan(spec)
@@ -358,8 +358,8 @@ def test_dali_finish_converts_mean_and_std_to_pixel_levels(monkeypatch):
 @needs_dali
 def test_dali_cpu_pipeline_builds_and_runs_here(sample_root):
     from dali_bridge.backends.dali_feed import _Feeder, build_pipeline
-    from dali_bridge.sampling import rank_batches
-    from dali_bridge.sources import list_source
+    from dali_bridge.pipeline.sampling import rank_batches
+    from dali_bridge.data.sources.local import list_source
 
     spec = coerce_spec(TRAIN, {"source": {"type": "folder", "root": str(sample_root)}, "batch_size": 4})
     plan, listing = build_plan(spec), list_source(spec.source)

@@ -272,7 +272,7 @@ def test_a_gpu_tail_gets_the_batch_chw_contiguous_and_a_host_tail_a_view():
 def test_after_the_resize_torch_kernels_get_chw_memory_and_pil_kernels_keep_the_hwc_views(tmp_path, monkeypatch,
                                                                                          backend, policy, contiguous):
     # torchvision's kernels after the resize are faster on CHW memory; a PIL kernel converts from HWC memory.
-    from dali_bridge.plan import build_plan
+    from dali_bridge.pipeline.plan import build_plan
     from dali_bridge.spec.pipeline import coerce_spec
 
     write_image_folder(tmp_path / "data", classes=2, per_class=2)

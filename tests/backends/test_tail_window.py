@@ -45,9 +45,9 @@ def test_a_graph_that_runs_no_step_before_the_tail_ends_with_its_decoder_on_both
 @needs_cpu_backends
 def test_the_feeder_sends_each_crop_window_and_the_tail_crops_the_whole_decoded_window(sample_root):
     from dali_bridge.backends.dali_feed import _Feeder
-    from dali_bridge.plan import build_plan
-    from dali_bridge.sampling import rank_batches
-    from dali_bridge.sources import list_source
+    from dali_bridge.pipeline.plan import build_plan
+    from dali_bridge.pipeline.sampling import rank_batches
+    from dali_bridge.data.sources.local import list_source
     from dali_bridge.spec.pipeline import coerce_spec
 
     spec = coerce_spec(TRAIN, {"source": {"type": "folder", "root": str(sample_root)}, "batch_size": 4,

@@ -22,7 +22,7 @@ from hostile import png_chunk, tiny_jpeg, write_image_folder
 from test_fuzz_decode import crashed, run_worker
 
 from dali_bridge import build_loader
-from dali_bridge.formats import inspect_image
+from dali_bridge.data.sources.formats import inspect_image
 from dali_bridge.spec.model import DEFAULT_MAX_PIXELS
 from dali_bridge.errors import ImageError, SampleError
 from dali_bridge.spec.model import DEFAULT_MAX_BYTES
@@ -214,7 +214,7 @@ def test_an_over_size_file_is_refused_from_its_size_without_being_read(tmp_path)
     files = write_image_folder(tmp_path / "data", classes=1, per_class=2)
     with open(files[0], "r+b") as handle:
         handle.truncate(1 << 40)
-    code = ("import resource, sys; from dali_bridge.sources import list_folder;"
+    code = ("import resource, sys; from dali_bridge.data.sources.local import list_folder;"
             "listing = list_folder(sys.argv[1], ('.jpg',));"
             "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
             "try:\n    listing.read(0)\nexcept Exception as exc:\n    print(type(exc).__name__, exc)")
@@ -226,7 +226,7 @@ def test_an_over_size_file_is_refused_from_its_size_without_being_read(tmp_path)
 
 
 def test_a_file_that_grows_past_the_cap_while_read_is_refused(tmp_path, monkeypatch):
-    from dali_bridge import images
+    from dali_bridge.data.sources import images
 
     path = tmp_path / "grows.jpg"
     path.write_bytes(b"\xff\xd8" + b"\x00" * 100)

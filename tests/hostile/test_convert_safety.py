@@ -22,7 +22,7 @@ from dali_bridge.cli import main
 from dali_bridge.cli_commands import EXIT_INVALID
 from dali_bridge.convert import convert, verify_shards
 from dali_bridge.convert_staging import ConvertError
-from dali_bridge.shards import manifest_path
+from dali_bridge.data.shards.tar import manifest_path
 
 pytestmark = pytest.mark.slow  # killed converts, held locks and a full tmpfs
 

@@ -17,12 +17,12 @@ from conftest import REPO
 from dali_bridge.cli import main
 from dali_bridge.cli_commands import EXIT_INVALID
 from dali_bridge.convert import convert
-from dali_bridge.braces import MAX_BRACE_NAMES, brace_count, expand_braces
-from dali_bridge.shards import scan_shard
+from dali_bridge.util.braces import MAX_BRACE_NAMES, brace_count, expand_braces
+from dali_bridge.data.shards.tar import scan_shard
 from dali_bridge.errors import SourceError
-from dali_bridge.listing import class_bound
-from dali_bridge.shard_listing import list_webdataset
-from dali_bridge.sources import list_file, list_folder
+from dali_bridge.data.sources.listing import class_bound
+from dali_bridge.data.sources.webdataset import list_webdataset
+from dali_bridge.data.sources.local import list_file, list_folder
 from dali_bridge.spec.model import DEFAULT_EXTENSIONS, DEFAULT_IMAGE_KEYS
 from dali_bridge.spec.pipeline import spec_from_dict
 from dali_bridge.spec.problems import SpecError

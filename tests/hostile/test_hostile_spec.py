@@ -12,7 +12,7 @@ from conftest import HOST_BACKENDS, REPO, VAL
 from dali_bridge.cli import main
 from dali_bridge.cli_commands import EXIT_INVALID
 from dali_bridge.limits import HostLimits, largest_sample_image, loader_limit_problems
-from dali_bridge.plan import build_plan
+from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.overrides import parse_override
 from dali_bridge.spec.pipeline import PipelineSpec, load_spec, spec_from_dict
 from dali_bridge.spec.problems import SpecError
@@ -240,7 +240,7 @@ _RLIMIT_CHILD = """
 import resource, sys
 import dali_bridge.backends.base  # torch: imported before the limit, as a training script would have
 from dali_bridge.limits import host_limits, loader_limit_problems
-from dali_bridge.plan import build_plan
+from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.pipeline import spec_from_dict
 
 name, used_key = sys.argv[1], sys.argv[2]

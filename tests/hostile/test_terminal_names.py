@@ -12,9 +12,9 @@ from conftest import CPU_BACKENDS, VAL
 from dali_bridge.cli import main
 from dali_bridge.convert import convert
 from dali_bridge.errors import SampleError
-from dali_bridge.quoting import MAX_NAME, safe_name
+from dali_bridge.util.quoting import MAX_NAME, safe_name
 from dali_bridge.spec.model import DEFAULT_EXTENSIONS
-from dali_bridge.sources import list_folder
+from dali_bridge.data.sources.local import list_folder
 from hostile import break_file, write_image_folder
 
 HOSTILE = ["\x1b[2J", "\n", "\r", "\u202e"]
@@ -129,7 +129,7 @@ def test_shard_listing_problems_escape_member_names(tmp_path, hostile):
     import tarfile
 
     from dali_bridge.errors import SourceError
-    from dali_bridge.shard_listing import list_webdataset
+    from dali_bridge.data.sources.webdataset import list_webdataset
     from dali_bridge.spec.model import DEFAULT_IMAGE_KEYS
     from hostile import tiny_jpeg
 

@@ -75,7 +75,7 @@ def ddp_root(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("backend", backend_params(["dali-cpu", "torchvision"]))
 def test_torchrun_two_ranks_cover_every_sample_once_and_agree_on_len(ddp_root, tmp_path, backend):
-    from dali_bridge.sampling import epoch_order
+    from dali_bridge.pipeline.sampling import epoch_order
 
     launch(backend, ddp_root, tmp_path, workers=1)
     reports = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(WORLD)]

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import backend_params
 from dali_bridge import build_loader
-from dali_bridge.sampling import batch_count, entries_consumed, rank_batches
+from dali_bridge.pipeline.sampling import batch_count, entries_consumed, rank_batches
 
 SAMPLES = 11    # odd, not a multiple of any world x batch used here
 BATCH = 3

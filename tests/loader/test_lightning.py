@@ -142,7 +142,7 @@ def ddp_rank_main(root: str, out: str, phase: str) -> None:
 
 @pytest.mark.slow
 def test_two_ddp_ranks_share_each_epoch_and_resume_mid_epoch(sample_root, tmp_path):
-    from dali_bridge.sampling import rank_batches
+    from dali_bridge.pipeline.sampling import rank_batches
 
     for phase in ("fit", "resume"):
         torchrun(Path(__file__).resolve(), str(sample_root), str(tmp_path), phase, nproc=2, timeout=600)

@@ -266,7 +266,7 @@ def test_an_image_too_thin_for_a_max_size_resize_is_a_sample_error_naming_its_sh
 
 def test_check_encoded_skips_exif_thumbnails_when_looking_for_the_end_marker():
     from dali_bridge.errors import ImageError
-    from dali_bridge.images import check_encoded
+    from dali_bridge.data.sources.images import check_encoded
 
     data = tiny_jpeg(1)
     # An APP1 segment holding a thumbnail-like JPEG (its own SOS and EOI) right after SOI.

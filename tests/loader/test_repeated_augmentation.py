@@ -10,8 +10,8 @@ import pytest
 import torch
 from conftest import backend_params
 
-from dali_bridge.plan import build_plan
-from dali_bridge.sampling import batch_count, draws, epoch_order, rank_batches
+from dali_bridge.pipeline.plan import build_plan
+from dali_bridge.pipeline.sampling import batch_count, draws, epoch_order, rank_batches
 from dali_bridge.spec.pipeline import spec_from_dict
 from dali_bridge.spec.problems import SpecError
 

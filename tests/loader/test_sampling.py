@@ -12,10 +12,11 @@ from torchvision.transforms.v2 import RandomResizedCrop
 from torchvision.transforms.v2 import _geometry as tv_geometry
 from torchvision.transforms.v2 import functional as F
 
-from dali_bridge.plan import build_plan
+from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.errors import ImageError
 from dali_bridge.ops.geometry import RRC_ATTEMPTS, Crop, Flip, Resize, center_crop_window, rrc_window, shorter_side_size
-from dali_bridge.sampling import batch_count, draw_count, draws, epoch_order, rank_batches, sample_geometry, uniforms
+from dali_bridge.pipeline.sampling import (batch_count, draw_count, draws, epoch_order, rank_batches, sample_geometry,
+    uniforms)
 from dali_bridge.spec.pipeline import spec_from_dict
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import torch
 from conftest import CPU_BACKENDS, TRAIN
 from dali_bridge import build_loader
 from dali_bridge.convert import convert
-from dali_bridge.shard_order import ShardWindows, order_quality, quality_report, shard_window_order
+from dali_bridge.data.shards.order import ShardWindows, order_quality, quality_report, shard_window_order
 from dali_bridge.spec.pipeline import spec_from_dict
 from dali_bridge.spec.problems import SpecError
 
@@ -60,7 +60,7 @@ def test_each_window_holds_the_samples_of_its_shards_only():
 def test_small_windows_mix_fewer_classes_per_batch_than_a_global_shuffle():
     labels, shard_of = class_sorted()
     quality = {w: order_quality(labels, shard_window_order(ShardWindows(shard_of, w), 0, 0), 64) for w in (1, 8, 40)}
-    from dali_bridge.sampling import epoch_order
+    from dali_bridge.pipeline.sampling import epoch_order
     reference = order_quality(labels, epoch_order(len(labels), 0, 0), 64)
     assert quality[1].distinct_classes < 2.5 < quality[8].distinct_classes < reference.distinct_classes + 0.5
     assert quality[1].entropy_bits < quality[8].entropy_bits < reference.entropy_bits + 0.05
@@ -138,9 +138,9 @@ def test_shuffle_shards_needs_shards_and_a_window_of_at_least_one(tmp_path):
 
 def test_the_decode_ceiling_reads_in_the_shard_aware_order(small_shards):
     from dali_bridge.bench.baselines import ceiling
-    from dali_bridge.sampling import epoch_order
-    from dali_bridge.shard_order import windows_of
-    from dali_bridge.sources import list_source
+    from dali_bridge.pipeline.sampling import epoch_order
+    from dali_bridge.data.shards.order import windows_of
+    from dali_bridge.data.sources.local import list_source
 
     spec = spec_from_dict({"version": 1, "batch_size": 4, "ops": [{"center_crop": {"size": 8}}],
                            "source": {"type": "webdataset", "shards": str(small_shards / SHARDS)},

@@ -17,8 +17,8 @@ from conftest import TRAIN
 from dali_bridge import build_loader
 from dali_bridge.backends.base import RawBatch, Topology
 from dali_bridge.loader import Loader
-from dali_bridge.plan import build_plan
-from dali_bridge.sources import list_source
+from dali_bridge.pipeline.plan import build_plan
+from dali_bridge.data.sources.local import list_source
 from dali_bridge.spec.pipeline import load_spec
 from dali_bridge.stats import StepClock
 

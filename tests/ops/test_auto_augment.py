@@ -53,7 +53,7 @@ def test_policies_default_to_torchvision_parameters_and_run_in_torch_after_dali(
 
 
 def test_rand_augment_draws_two_uniforms_per_operation_and_checks_its_bin():
-    from dali_bridge.sampling import draws
+    from dali_bridge.pipeline.sampling import draws
 
     plan = plan_of([{"center_crop": 8}, {"rand_augment": {"num_ops": 3}}])
     assert draws(plan, seed=0, epoch=0, indices=np.arange(4))[1].shape == (4, 6)
@@ -110,7 +110,7 @@ def test_each_operation_at_extreme_magnitudes_equals_torchvision(space, interpol
 # Distribution: 10,000 draws against torchvision's own transforms with their own RNG
 
 def _ours(op: dict, height: int = 32, width: int = 48) -> list[tuple[PolicyOperation, ...]]:
-    from dali_bridge.sampling import draws
+    from dali_bridge.pipeline.sampling import draws
 
     plan = plan_of([{"center_crop": [height, width]}, op])
     step, rows = plan.steps[1], draws(plan, seed=0, epoch=0, indices=np.arange(DRAWS))[1]
@@ -296,7 +296,7 @@ def test_augmix_draws_follow_torchvision_kolmogorov_smirnov_and_chi_square():
 
     # alpha 1: the Gamma variates are the exponential's; gamma_quantiles for other alphas is pinned apart
     plan = plan_of([{"center_crop": [16, 16]}, {"augmix": {"mixture_width": 4}}])
-    from dali_bridge.sampling import draws
+    from dali_bridge.pipeline.sampling import draws
 
     step, rows = plan.steps[1], draws(plan, seed=0, epoch=0, indices=np.arange(DRAWS))[1]
     ours = [step.op.sample(step.params, row, 16, 16)[0] for row in rows]

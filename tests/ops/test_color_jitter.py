@@ -108,7 +108,7 @@ def test_kernel_equals_torchvision_color_jitter_transform_given_the_same_paramet
 # Distribution: 10,000 draws against torchvision's own make_params with its own RNG
 
 def _ours(params: dict) -> list:
-    from dali_bridge.sampling import draws
+    from dali_bridge.pipeline.sampling import draws
 
     plan = plan_of([{"center_crop": 8}, {"color_jitter": params}])
     step, rows = plan.steps[1], draws(plan, seed=0, epoch=0, indices=np.arange(DRAWS))[1]

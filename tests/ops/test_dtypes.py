@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from dali_bridge.dtypes import OUTPUT_DTYPES, item_bytes, torch_dtype
+from dali_bridge.util.dtypes import OUTPUT_DTYPES, item_bytes, torch_dtype
 from dali_bridge.ops.base import DTYPES
 
 
@@ -24,6 +24,6 @@ def test_torch_dtype_and_item_bytes_agree_with_torch(name):
 @pytest.mark.parametrize("name", DTYPES)
 def test_dali_type_names_a_dali_type(name):
     types = pytest.importorskip("nvidia.dali.types", reason="DALI is not installed: no type constants to check")
-    from dali_bridge.dtypes import dali_type
+    from dali_bridge.util.dtypes import dali_type
 
     assert np.dtype(types.to_numpy_type(dali_type(name))) == np.dtype(name)

@@ -23,7 +23,7 @@ from dali_bridge.ops.registry import BUILTIN_OPS, OpRegistrationError, entry_poi
 INVERT_MODULE = '''
 from dataclasses import dataclass
 
-from dali_bridge.checks import probability_checker
+from dali_bridge.util.checks import probability_checker
 from dali_bridge.ops.base import Op, Param
 
 

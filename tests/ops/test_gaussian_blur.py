@@ -11,7 +11,7 @@ from conftest import MEAN, STD, needs_cpu_backends
 
 from dali_bridge.errors import ImageError
 from dali_bridge.placement import placement
-from dali_bridge.plan import build_plan
+from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.pipeline import spec_from_dict
 from dali_bridge.spec.problems import SpecError
 
@@ -75,7 +75,7 @@ def test_sigma_distribution_matches_torchvision_make_params_by_kolmogorov_smirno
     from scipy.stats import ks_2samp, kstest
     from torchvision.transforms import v2
 
-    from dali_bridge.sampling import draws, sample_steps
+    from dali_bridge.pipeline.sampling import draws, sample_steps
 
     low, high = 0.1, 2.0
     plan = plan_of([{"center_crop": 8}, {"gaussian_blur": 3}])
@@ -118,7 +118,7 @@ def _blur_on_dali_cpu(step, images: list[np.ndarray], sigmas: list[float]) -> li
 
 def _test_images() -> list[np.ndarray]:
     """HWC uint8: noise (every level next to every other), a photo-like scene, a grey one, flat and edges."""
-    from dali_bridge.synthetic_images import sample_image
+    from dali_bridge.data.sources.synthetic_images import sample_image
 
     rng = np.random.default_rng(0)
     scene = np.asarray(sample_image(3, 0, size=(61, 83)))

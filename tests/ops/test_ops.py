@@ -20,7 +20,7 @@ from op_fixtures import FIXTURE_OPS, RandomPosterize, registered
 
 from dali_bridge.ops.base import REQUIRED, Category, Op, Param, Step
 from dali_bridge.ops.registry import OPS
-from dali_bridge.sampling import draws, sample_steps
+from dali_bridge.pipeline.sampling import draws, sample_steps
 from dali_bridge.spec.pipeline import spec_from_dict
 from dali_bridge.spec.problems import SpecError
 
@@ -69,7 +69,7 @@ def pipeline_around(name: str) -> tuple[list, list[str]]:
 
 
 def plan_around(name: str):
-    from dali_bridge.plan import build_plan
+    from dali_bridge.pipeline.plan import build_plan
 
     ops, outputs = pipeline_around(name)
     try:

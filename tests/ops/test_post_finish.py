@@ -10,9 +10,9 @@ from conftest import TRAIN
 
 from dali_bridge.cli import main
 from dali_bridge.placement import placement
-from dali_bridge.plan import build_plan
+from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.post_finish import PostFinish
-from dali_bridge.sampling import draws, sample_steps
+from dali_bridge.pipeline.sampling import draws, sample_steps
 from dali_bridge.spec.pipeline import load_spec, spec_from_dict
 
 

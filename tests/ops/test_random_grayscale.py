@@ -10,7 +10,7 @@ import torch
 from conftest import MEAN, STD, needs_cpu_backends, plan_of, torch_vector_kernels
 
 from dali_bridge.placement import placement
-from dali_bridge.plan import build_plan
+from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.pipeline import spec_from_dict
 
 DRAWS = 10_000
@@ -83,7 +83,7 @@ def test_dali_grey_levels_equal_torchvision_rgb_to_grayscale_exactly():
 def test_grayscale_rate_matches_torchvision_random_grayscale_within_three_sigma(probability):
     from torchvision.transforms import v2
 
-    from dali_bridge.sampling import draws, sample_steps
+    from dali_bridge.pipeline.sampling import draws, sample_steps
 
     plan = plan_of([{"center_crop": 8}, {"random_grayscale": probability}])
     sample_draws = draws(plan, seed=0, epoch=0, indices=np.arange(DRAWS))
@@ -105,7 +105,7 @@ def test_grayscale_rate_matches_torchvision_random_grayscale_within_three_sigma(
 def test_random_grayscale_matches_torchvision_on_dali_cpu(sample_root, ops):
     from test_equivalence import assert_within_bounds, pipeline, run_compare
 
-    from dali_bridge.sampling import draws
+    from dali_bridge.pipeline.sampling import draws
 
     data = pipeline(sample_root, ops)
     plan = build_plan(spec_from_dict(data))

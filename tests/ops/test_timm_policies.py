@@ -127,7 +127,7 @@ def _compare(ours: list[tuple], theirs: list[tuple], continuous: tuple[str, ...]
 
 
 def _our_rows(op: dict) -> tuple:
-    from dali_bridge.sampling import draws
+    from dali_bridge.pipeline.sampling import draws
 
     plan = plan_of([{"center_crop": 8}, op])
     step = plan.steps[1]

@@ -117,7 +117,7 @@ def _timm_draws(monkeypatch) -> list[tuple]:
 def test_timm_variant_draws_follow_timm_rand_augment_chi_square_and_kolmogorov_smirnov(monkeypatch):
     from scipy.stats import chi2_contingency, ks_2samp
 
-    from dali_bridge.sampling import draws
+    from dali_bridge.pipeline.sampling import draws
 
     theirs = _timm_draws(monkeypatch)
     plan = plan_of([{"center_crop": 8}, {"rand_augment": TIMM_M9_MSTD05_INC1}])

@@ -10,7 +10,7 @@ import torch
 from conftest import MEAN, STD, needs_cpu_backends, plan_of
 
 from dali_bridge.placement import placement
-from dali_bridge.plan import build_plan
+from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.pipeline import spec_from_dict
 
 DRAWS = 10_000
@@ -30,7 +30,7 @@ def test_vertical_flip_defaults_to_probability_one_half_and_keeps_the_size():
 def test_flip_rate_matches_torchvision_random_vertical_flip_within_three_sigma(probability):
     from torchvision.transforms import RandomVerticalFlip
 
-    from dali_bridge.sampling import draws, sample_steps
+    from dali_bridge.pipeline.sampling import draws, sample_steps
 
     plan = plan_of([{"center_crop": 8}, {"vertical_flip": probability}])
     sample_draws = draws(plan, seed=0, epoch=0, indices=np.arange(DRAWS))
@@ -58,7 +58,7 @@ def test_vertical_flip_matches_torchvision_on_dali_cpu(sample_root, ops):
     plan = build_plan(spec_from_dict(data))
     result = run_compare(data)
     assert_within_bounds(result, samples=37, float16="float16" in str(ops))
-    from dali_bridge.sampling import draws
+    from dali_bridge.pipeline.sampling import draws
 
     position = [s.kind for s in plan.steps].index("vertical_flip")
     flips = draws(plan, seed=data["seed"], epoch=0, indices=np.arange(37))[position][:, 0] < 0.5

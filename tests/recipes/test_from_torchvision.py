@@ -173,8 +173,8 @@ def test_the_train_preset_is_the_users_compose_at_the_bridges_draws_on_the_torch
     from torchvision.io import ImageReadMode, decode_image
 
     from dali_bridge import build_loader
-    from dali_bridge.plan import build_plan
-    from dali_bridge.sampling import draws, sample_steps
+    from dali_bridge.pipeline.plan import build_plan
+    from dali_bridge.pipeline.sampling import draws, sample_steps
 
     compose = preset_train(crop_size=40, auto_augment_policy="ta_wide", random_erase_prob=0.5)
     spec = from_torchvision(compose, source=sample_root, batch_size=6,
@@ -413,8 +413,8 @@ def test_the_cli_writes_the_pipeline_file_of_a_compose_or_a_function_returning_o
 
 
 def test_a_converted_presets_draws_happen_at_the_users_rates(tmp_path):
-    from dali_bridge.plan import build_plan
-    from dali_bridge.sampling import draws, sample_steps
+    from dali_bridge.pipeline.plan import build_plan
+    from dali_bridge.pipeline.sampling import draws, sample_steps
 
     compose = preset_train(crop_size=32, hflip_prob=0.3, auto_augment_policy="ta_wide", random_erase_prob=0.1)
     plan = build_plan(from_torchvision(compose, source=tmp_path))

@@ -15,10 +15,10 @@ from dali_bridge.cli import main
 from dali_bridge.cli_commands import EXIT_INVALID
 from dali_bridge.convert import brace_pattern, convert, verify_shards
 from dali_bridge.convert_staging import ConvertError, check_pattern
-from dali_bridge.shards import index_path, manifest_path
+from dali_bridge.data.shards.tar import index_path, manifest_path
 from dali_bridge.errors import SourceError
-from dali_bridge.shard_listing import list_webdataset
-from dali_bridge.sources import list_folder
+from dali_bridge.data.sources.webdataset import list_webdataset
+from dali_bridge.data.sources.local import list_folder
 from dali_bridge.spec.model import DEFAULT_EXTENSIONS, DEFAULT_IMAGE_KEYS
 
 

@@ -1,4 +1,4 @@
-"""The structural check every file passes before a decoder sees it (:mod:`dali_bridge.formats`).
+"""The structural check every file passes before a decoder sees it (:mod:`dali_bridge.data.sources.formats`).
 
 Each damaged PNG here would crash the process inside torchvision's libpng decoder (a segmentation
 fault on any libpng error); each malformed JPEG or WebP would be read differently by the two
@@ -21,9 +21,9 @@ from PIL import Image
 from conftest import CPU_BACKENDS, REPO
 from hostile import _png_chunks, build_png, exif_payload, png_chunk, png_image_data, tiny_jpeg
 
-from dali_bridge.formats import ImageInfo, inspect_image, without_webp_exif
+from dali_bridge.data.sources.formats import ImageInfo, inspect_image, without_webp_exif
 from dali_bridge.errors import ImageError
-from dali_bridge.images import decode_rgb
+from dali_bridge.data.sources.images import decode_rgb
 
 PIXELS = np.random.default_rng(4).integers(0, 256, (12, 10, 3), dtype=np.uint8)
 RAW = png_image_data(PIXELS)
@@ -115,7 +115,8 @@ def test_decoding_every_damaged_png_raises_instead_of_crashing_the_process(tmp_p
     # In a subprocess: without the check each of these kills the interpreter inside libpng.
     for name, (data, _) in BROKEN_PNGS.items():
         (tmp_path / f"{name}.png").write_bytes(data)
-    code = ("import json, pathlib, sys\nfrom dali_bridge.errors import ImageError\nfrom dali_bridge.images import decode_rgb\nout = {}\n"
+    code = ("import json, pathlib, sys\nfrom dali_bridge.errors import ImageError\n"
+            "from dali_bridge.data.sources.images import decode_rgb\nout = {}\n"
             "for path in sorted(pathlib.Path(sys.argv[1]).iterdir()):\n"
             "    try:\n        decode_rgb(path.read_bytes()); out[path.stem] = 'decoded'\n"
             "    except ImageError as exc:\n        out[path.stem] = str(exc)\nprint(json.dumps(out))\n")

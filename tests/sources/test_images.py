@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from dali_bridge.errors import ImageError
-from dali_bridge.images import decode_rgb, probe
+from dali_bridge.data.sources.images import decode_rgb, probe
 
 from corpus import write_unusual_images
 

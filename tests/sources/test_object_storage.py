@@ -20,12 +20,12 @@ from dali_bridge import build_loader
 from dali_bridge.convert import convert
 from dali_bridge.errors import ImageError, SampleError
 from dali_bridge.errors import SourceError
-from dali_bridge.shard_listing import list_webdataset
+from dali_bridge.data.sources.webdataset import list_webdataset
 from dali_bridge.spec.model import DEFAULT_IMAGE_KEYS
 from dali_bridge.spec.pipeline import spec_from_dict
 from dali_bridge.spec.problems import SpecError
-from dali_bridge.storage import ObjectStore
-from dali_bridge.urls import StorageError, redact, require_client
+from dali_bridge.data.storage.store import ObjectStore
+from dali_bridge.util.urls import StorageError, redact, require_client
 import s3_fixtures
 from s3_fixtures import PLANTED_KEY_ID, PLANTED_SECRET, free_port, s3_client, upload_folder
 
@@ -266,7 +266,7 @@ def test_listing_a_converted_set_reads_only_the_manifest_and_the_indexes(local_s
 
 def test_a_warm_listing_costs_a_list_request_per_page_of_keys_not_a_head_per_object(local_shards, moto_endpoint,
                                                                                      fault_proxy, monkeypatch):
-    from dali_bridge import storage
+    from dali_bridge.data.storage import store as storage
 
     prefix = upload_folder(moto_endpoint, local_shards, "paged-bucket", "train")
     client = s3_client(moto_endpoint)
@@ -494,7 +494,7 @@ def test_cache_mode_gives_the_local_shards_batches_and_downloads_each_shard_once
 
 def test_the_cache_stays_within_its_bound_evicting_the_least_recently_used(local_shards, s3_shards, moto_endpoint,
                                                                          fault_proxy, tmp_path):
-    from dali_bridge.shard_cache import CachedShard, cache_usage
+    from dali_bridge.data.shards.cache import CachedShard, cache_usage
 
     largest = max(p.stat().st_size for p in local_shards.glob("*.tar"))
     bound = 2 * largest + 1000
@@ -539,7 +539,7 @@ def _ensure_in_child(cache, shard, queue) -> None:
 def test_the_processes_of_a_node_download_a_shard_once(s3_shards, moto_endpoint, fault_proxy, tmp_path):
     import multiprocessing
 
-    from dali_bridge.shard_cache import CachedShard, ShardCache
+    from dali_bridge.data.shards.cache import CachedShard, ShardCache
 
     proxy = fault_proxy(moto_endpoint, latency=0.3)  # a slow download: the others wait on its lock
     store = ObjectStore("s3", {"endpoint_url": proxy.endpoint})
@@ -559,7 +559,7 @@ def test_the_processes_of_a_node_download_a_shard_once(s3_shards, moto_endpoint,
 
 
 def test_partial_downloads_count_against_the_bound(s3_shards, moto_endpoint, tmp_path):
-    from dali_bridge.shard_cache import CacheError, CachedShard, ShardCache
+    from dali_bridge.data.shards.cache import CacheError, CachedShard, ShardCache
 
     store = ObjectStore("s3", timeout=0.5)
     url = f"{s3_shards}/train-000000.tar"
@@ -583,7 +583,7 @@ def _fetch_in_child(store, request, queue) -> None:
 def test_a_forked_process_makes_its_own_client_and_reads_through_it(s3_shards):
     import multiprocessing
 
-    from dali_bridge.storage import Range
+    from dali_bridge.data.storage.store import Range
 
     store = ObjectStore("s3")
     url = f"{s3_shards}/train-000000.tar"
@@ -613,7 +613,7 @@ def test_a_forked_process_never_closes_the_client_it_inherited(s3_shards):
     processes share after a fork: the parent's next answers on them would never arrive."""
     import multiprocessing
 
-    from dali_bridge.storage import Range
+    from dali_bridge.data.storage.store import Range
 
     store = ObjectStore("s3")
     request = Range(f"{s3_shards}/train-000000.tar", 0, 512)
@@ -649,7 +649,7 @@ def is_cached(samples, shard: int) -> bool:
 
 def test_the_next_shard_is_read_ahead_into_the_cache_before_its_first_batch(local_shards, s3_shards, moto_endpoint,
                                                                              fault_proxy, tmp_path):
-    from dali_bridge.shard_cache import cache_usage
+    from dali_bridge.data.shards.cache import cache_usage
 
     largest = max(p.stat().st_size for p in local_shards.glob("*.tar"))
     bound = 2 * largest + 1000
@@ -675,8 +675,8 @@ def test_the_next_shard_is_read_ahead_into_the_cache_before_its_first_batch(loca
 
 
 def test_the_read_ahead_never_evicts_a_shard_still_in_use(s3_shards, moto_endpoint, fault_proxy, tmp_path):
-    from dali_bridge.shard_cache import cache_usage
-    from dali_bridge.shard_read_ahead import ShardReadAhead
+    from dali_bridge.data.shards.cache import cache_usage
+    from dali_bridge.data.shards.read_ahead import ShardReadAhead
 
     proxy = fault_proxy(moto_endpoint)
     probe = build_loader(TRAIN, "torchvision", overrides=cached_overrides(s3_shards, proxy, tmp_path / "c", "1GB",
@@ -724,7 +724,7 @@ def test_a_failed_read_ahead_is_fetched_again_at_first_touch(local_shards, s3_sh
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_reading_ahead_keeps_the_local_shards_batches_and_the_bound_with_workers(backend, local_shards, s3_shards,
                                                                                  moto_endpoint, fault_proxy, tmp_path):
-    from dali_bridge.shard_cache import cache_usage
+    from dali_bridge.data.shards.cache import cache_usage
 
     largest = max(p.stat().st_size for p in local_shards.glob("*.tar"))
     bound = 2 * largest + 1000

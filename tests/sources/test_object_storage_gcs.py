@@ -12,14 +12,15 @@ import sys
 import pytest
 
 from conftest import CPU_BACKENDS, TRAIN
-from dali_bridge import build_loader, storage
+from dali_bridge import build_loader
+from dali_bridge.data.storage import store as storage
 from dali_bridge.errors import SampleError
 from dali_bridge.errors import SourceError
-from dali_bridge.shard_listing import list_webdataset
+from dali_bridge.data.sources.webdataset import list_webdataset
 from dali_bridge.spec.model import DEFAULT_IMAGE_KEYS
-from dali_bridge.storage import ObjectStore
-from dali_bridge.storage_listing import FetchError, ObjectInfo
-from dali_bridge.urls import StorageError
+from dali_bridge.data.storage.store import ObjectStore
+from dali_bridge.data.storage.listing import FetchError, ObjectInfo
+from dali_bridge.util.urls import StorageError
 import gcs_fixtures
 import s3_fixtures
 from gcs_fixtures import gcs_filesystem, upload_folder_to_gcs

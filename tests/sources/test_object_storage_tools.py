@@ -11,9 +11,9 @@ import pytest
 import s3_fixtures
 from dali_bridge.convert import convert, verify_shards
 from dali_bridge.convert_staging import ConvertError
-from dali_bridge.shard_listing import list_webdataset
+from dali_bridge.data.sources.webdataset import list_webdataset
 from dali_bridge.spec.model import DEFAULT_IMAGE_KEYS
-from dali_bridge.storage import ObjectStore
+from dali_bridge.data.storage.store import ObjectStore
 from s3_fixtures import s3_client
 
 moto_endpoint = s3_fixtures.moto_endpoint  # the loopback S3 server's fixture, used by name below

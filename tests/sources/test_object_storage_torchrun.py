@@ -80,11 +80,11 @@ def launch(mode: str, backend: str, shards: str, out: Path) -> int:
 def test_two_ranks_on_s3_killed_and_resumed_yield_every_sample_once_in_order(backend, moto_endpoint, sample_root,
                                                                              tmp_path, monkeypatch):
     from dali_bridge.convert import convert
-    from dali_bridge.sampling import rank_batches
-    from dali_bridge.shard_order import ShardWindows
-    from dali_bridge.shard_listing import list_webdataset
+    from dali_bridge.pipeline.sampling import rank_batches
+    from dali_bridge.data.shards.order import ShardWindows
+    from dali_bridge.data.sources.webdataset import list_webdataset
     from dali_bridge.spec.model import DEFAULT_IMAGE_KEYS
-    from dali_bridge.storage import ObjectStore
+    from dali_bridge.data.storage.store import ObjectStore
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     convert(sample_root, str(tmp_path / "shards" / "train-%06d.tar"), shard_size=5)

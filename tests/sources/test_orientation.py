@@ -4,7 +4,7 @@ torchvision's JPEG decoder reads the orientation of the first APP1 segment (when
 the last Exif segment; torchvision ignores a WebP's EXIF orientation where DALI applies it; DALI
 decodes an animated WebP's first frame where torchvision refuses the file, and reads a PNG's
 animation chunks where torchvision's libpng ignores them. The bridge's rules
-(:mod:`dali_bridge.formats`): a JPEG whose two readings differ is refused as ambiguous, otherwise
+(:mod:`dali_bridge.data.sources.formats`): a JPEG whose two readings differ is refused as ambiguous, otherwise
 that orientation is applied on both; a PNG's single ``eXIf`` before its image data is applied on
 both; a WebP's EXIF orientation is ignored on both; animated WebPs and PNGs are refused on both.
 """
@@ -21,9 +21,9 @@ from conftest import CPU_BACKENDS
 from hostile import build_png, exif_payload, png_chunk
 
 from dali_bridge import build_loader
-from dali_bridge.formats import inspect_image
-from dali_bridge.images import decode_rgb
-from dali_bridge.sources import list_folder
+from dali_bridge.data.sources.formats import inspect_image
+from dali_bridge.data.sources.images import decode_rgb
+from dali_bridge.data.sources.local import list_folder
 
 HEIGHT, WIDTH = 20, 32
 PIXELS = np.random.default_rng(8).integers(0, 256, (HEIGHT, WIDTH, 3), dtype=np.uint8)

@@ -23,11 +23,11 @@ pa = pytest.importorskip("pyarrow", reason="needs the [parquet] extra (pip insta
 import pyarrow.parquet as pq  # noqa: E402
 
 from dali_bridge import build_loader  # noqa: E402
-from dali_bridge import parquet as parquet_module  # noqa: E402
+from dali_bridge.data.sources import parquet as parquet_module  # noqa: E402
 from dali_bridge.errors import SampleError  # noqa: E402
 from dali_bridge.errors import SourceError  # noqa: E402
-from dali_bridge.shard_listing import list_webdataset  # noqa: E402
-from dali_bridge.sources import list_folder, list_source  # noqa: E402
+from dali_bridge.data.sources.webdataset import list_webdataset  # noqa: E402
+from dali_bridge.data.sources.local import list_folder, list_source  # noqa: E402
 from dali_bridge.spec.model import DEFAULT_EXTENSIONS, DEFAULT_IMAGE_KEYS  # noqa: E402
 from dali_bridge.spec.pipeline import load_spec, spec_from_dict  # noqa: E402
 from dali_bridge.spec.problems import SpecError  # noqa: E402
@@ -242,8 +242,8 @@ def test_without_pyarrow_the_listing_names_the_extra(tmp_path):
     code = textwrap.dedent(f"""
         import sys
         sys.modules["pyarrow"] = None
-        from dali_bridge.parquet import list_parquet
-        from dali_bridge.sources import SourceError
+        from dali_bridge.data.sources.parquet import list_parquet
+        from dali_bridge.data.sources.local import SourceError
         try:
             list_parquet(({str(tmp_path / 'x.parquet')!r},))
         except SourceError as exc:

@@ -1,4 +1,4 @@
-"""Decoding only a crop's window (dali_bridge.region_decode) gives the pixels of full decode then crop.
+"""Decoding only a crop's window (dali_bridge.pipeline.region_decode) gives the pixels of full decode then crop.
 
 libjpeg-turbo skips rows outside the window (``jpeg_skip_scanlines``) and crops columns
 (``jpeg_crop_scanline``) independently of each other, so every row span with the full width and
@@ -21,15 +21,15 @@ from PIL import Image
 from real_photos import write_real_photos
 from test_images import _with_exif_orientation
 
-from dali_bridge import region_decode
+from dali_bridge.pipeline import region_decode
 from dali_bridge.backends.torchvision import apply_steps
 from dali_bridge.cli import main
-from dali_bridge.formats import inspect_image
+from dali_bridge.data.sources.formats import inspect_image
 from dali_bridge.errors import ImageError
-from dali_bridge.images import decode_rgb
+from dali_bridge.data.sources.images import decode_rgb
 from dali_bridge.ops.geometry import Crop, rrc_window
-from dali_bridge.region_decode import decode_region, decode_steps, decoded_window, region_decoder
-from dali_bridge.sampling import draws, sample_steps, uniforms
+from dali_bridge.pipeline.region_decode import decode_region, decode_steps, decoded_window, region_decoder
+from dali_bridge.pipeline.sampling import draws, sample_steps, uniforms
 
 needs_region_decoder = pytest.mark.skipif(not region_decode.region_decode_available(),
                                           reason="nvImageCodec (installed with nvidia-dali-cuda120) does not load "

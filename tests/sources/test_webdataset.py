@@ -20,11 +20,11 @@ from conftest import TRAIN, backend_params
 from dali_bridge import build_loader
 from dali_bridge.convert import convert
 from dali_bridge.errors import ImageError, SampleError
-from dali_bridge.braces import expand_braces
-from dali_bridge.shards import ShardSamples, scan_shard, split_member
+from dali_bridge.util.braces import expand_braces
+from dali_bridge.data.shards.tar import ShardSamples, scan_shard, split_member
 from dali_bridge.errors import SourceError
-from dali_bridge.shard_listing import list_webdataset
-from dali_bridge.sources import list_folder
+from dali_bridge.data.sources.webdataset import list_webdataset
+from dali_bridge.data.sources.local import list_folder
 from dali_bridge.spec.model import DEFAULT_EXTENSIONS, DEFAULT_IMAGE_KEYS
 from dali_bridge.spec.pipeline import load_spec, spec_from_dict
 from dali_bridge.spec.problems import SpecError
@@ -461,7 +461,7 @@ def test_torchvision_workers_read_shards_through_forked_descriptors(sample_root,
 # ---- positioned reads
 
 def test_shard_samples_survive_pickling_and_a_one_descriptor_cache(shard_dir, monkeypatch):
-    import dali_bridge.shards as shards_module
+    import dali_bridge.data.shards.tar as shards_module
 
     listing = list_webdataset(pattern(shard_dir), DEFAULT_IMAGE_KEYS)
     expected = [listing.read(i) for i in range(37)]

@@ -21,9 +21,9 @@ from dali_bridge.bench.results import BenchError, BenchReport, Candidate, Candid
 from dali_bridge.bench.runner import data_overrides, run_candidate
 from dali_bridge.bench import runner
 from dali_bridge.cli import main
-from dali_bridge.images import probe
-from dali_bridge.sampling import rank_batches
-from dali_bridge.sources import list_source
+from dali_bridge.data.sources.images import probe
+from dali_bridge.pipeline.sampling import rank_batches
+from dali_bridge.data.sources.local import list_source
 from dali_bridge.spec.pipeline import load_spec
 
 BATCH = 8
@@ -211,7 +211,7 @@ def test_summary_takes_medians_and_pools_cpu_time():
 def test_torchvision_baseline_transform_mirrors_the_train_pipeline():
     from torchvision.transforms import v2
 
-    from dali_bridge.plan import build_plan
+    from dali_bridge.pipeline.plan import build_plan
 
     transform = torchvision_baseline_transform(build_plan(load_spec(TRAIN)))
     kinds = [type(t) for t in transform.transforms]
@@ -227,7 +227,7 @@ def test_torchvision_baseline_does_the_recipes_erasing_and_batch_mixing_too():
 
     from conftest import PIPELINES
     from dali_bridge.bench.baseline_transforms import torchvision_batch_transform
-    from dali_bridge.plan import build_plan
+    from dali_bridge.pipeline.plan import build_plan
 
     plan = build_plan(load_spec(PIPELINES / "torchvision_recipe_train.yaml"))
     kinds = [type(t) for t in torchvision_baseline_transform(plan).transforms]
@@ -297,7 +297,8 @@ def test_bench_reads_the_pipelines_own_source_by_default(sample_root, tmp_path, 
 
 def test_data_option_keeps_the_source_reads_a_folder_or_makes_the_sample_set(tmp_path, monkeypatch):
     made = []
-    monkeypatch.setattr("dali_bridge.synthetic.ensure_sample_data", lambda root, **kwargs: made.append((root, kwargs)))
+    monkeypatch.setattr("dali_bridge.data.sources.synthetic.ensure_sample_data",
+                        lambda root, **kwargs: made.append((root, kwargs)))
     monkeypatch.setenv("DALI_BRIDGE_SAMPLES", str(tmp_path / "generated"))
     assert data_overrides(None) == {} and data_overrides("source") == {}
     assert made == []

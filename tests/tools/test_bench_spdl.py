@@ -12,8 +12,8 @@ from conftest import TRAIN, plan_of
 from dali_bridge.bench.results import BenchError
 from dali_bridge.bench.baselines import reference_description
 from dali_bridge.bench.report import bench_table
-from dali_bridge.plan import build_plan
-from dali_bridge.sources import list_source
+from dali_bridge.pipeline.plan import build_plan
+from dali_bridge.data.sources.local import list_source
 from dali_bridge.spec.pipeline import load_spec
 
 needs_spdl = pytest.mark.skipif(importlib.util.find_spec("spdl") is None,

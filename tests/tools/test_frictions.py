@@ -238,8 +238,8 @@ def test_a_misspelt_backend_exits_2_with_a_did_you_mean(capsys):
 
 
 def test_counts_of_one_are_singular(capsys, tmp_path):
-    from dali_bridge.sources import list_source
-    from dali_bridge.wording import plural
+    from dali_bridge.data.sources.local import list_source
+    from dali_bridge.util.wording import plural
 
     assert (plural(1, "class"), plural(2, "class"), plural(0, "sample"), plural(1, "batch")) == \
         ("1 class", "2 classes", "0 samples", "1 batch")

@@ -6,7 +6,7 @@ import io
 import pytest
 from conftest import needs_cpu_backends
 
-from dali_bridge.progress import Progress, progress
+from dali_bridge.util.progress import Progress, progress
 
 
 class FakeClock:
@@ -70,7 +70,7 @@ def test_run_prints_progress_lines_into_a_log(sample_root, write_pipeline, capfd
 
 @pytest.mark.parametrize("images", [10_000_001, 10**9])
 def test_sample_data_refuses_a_count_no_run_could_use_before_writing_anything(tmp_path, images):
-    from dali_bridge.synthetic import SampleDataError, generate_sample_data
+    from dali_bridge.data.sources.synthetic import SampleDataError, generate_sample_data
 
     with pytest.raises(SampleDataError, match=r"at most 10,000,000"):
         generate_sample_data(tmp_path / "set", images=images, classes=10)
@@ -81,7 +81,7 @@ def test_sample_data_refuses_a_set_the_disk_cannot_hold(tmp_path, monkeypatch):
     import shutil
     from collections import namedtuple
 
-    from dali_bridge.synthetic import SampleDataError, generate_sample_data
+    from dali_bridge.data.sources.synthetic import SampleDataError, generate_sample_data
 
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 10**6, 10**6))

@@ -26,7 +26,7 @@ import yaml
 
 from conftest import REPO
 from dali_bridge.cli import build_parser, main
-from dali_bridge.synthetic import ensure_sample_data
+from dali_bridge.data.sources.synthetic import ensure_sample_data
 from dali_bridge.spec.pipeline import spec_from_dict
 
 README = REPO / "README.md"

@@ -1,4 +1,4 @@
-"""Tests for the synthetic sample dataset generator (dali_bridge.synthetic)."""
+"""Tests for the synthetic sample dataset generator (dali_bridge.data.sources.synthetic)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from PIL import Image, JpegImagePlugin
 
-from dali_bridge import synthetic
-from dali_bridge.synthetic import MANIFEST_NAME, SampleSetInfo, ensure_sample_data, generate_sample_data
-from dali_bridge.synthetic_images import sample_image, sample_size
+from dali_bridge.data.sources import synthetic
+from dali_bridge.data.sources.synthetic import MANIFEST_NAME, SampleSetInfo, ensure_sample_data, generate_sample_data
+from dali_bridge.data.sources.synthetic_images import sample_image, sample_size
 
 
 def _hashes(root: Path) -> dict[str, str]:
@@ -251,7 +251,7 @@ def test_invalid_arguments(tmp_path: Path, kwargs: dict) -> None:
 _GENERATE_AND_HASH = """
 import hashlib, sys
 from pathlib import Path
-from dali_bridge.synthetic import generate_sample_data
+from dali_bridge.data.sources.synthetic import generate_sample_data
 root = Path(sys.argv[1])
 generate_sample_data(root, images=40, classes=3, seed=1, workers=1)
 for path in sorted(root.rglob('*.jpg')):

@@ -22,10 +22,10 @@ from typing import Iterable
 
 from filelock import FileLock
 
-from .sizes import parse_size  # noqa: F401
+from ...util.sizes import parse_size  # noqa: F401
 
-from .storage import ObjectStore
-from .urls import StorageError
+from ..storage.store import ObjectStore
+from ...util.urls import StorageError
 
 log = logging.getLogger("dali_bridge")
 

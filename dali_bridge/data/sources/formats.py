@@ -40,8 +40,8 @@ EXIF orientation both apply) or raises :class:`ImageError` with the reason. The 
 """
 from __future__ import annotations
 
-from .errors import ImageError  # noqa: F401
-from .spec.model import DEFAULT_MAX_PIXELS  # noqa: F401
+from ...errors import ImageError  # noqa: F401
+from ...spec.model import DEFAULT_MAX_PIXELS  # noqa: F401
 
 import zlib
 from dataclasses import dataclass

@@ -84,7 +84,7 @@ def quality_report(labels: np.ndarray, shard_of: np.ndarray, batch_size: int, se
     """Rows comparing the global shuffle with the shard-aware order at each window (epoch 0, one rank):
     ``order``, ``window``, ``classes/batch``, ``entropy (bits)`` and the share of the global
     shuffle's entropy; ``chosen`` marks the pipeline's window. ``global_order``: the global shuffle's
-    epoch-0 order under ``seed`` (:func:`dali_bridge.sampling.epoch_order`, which builds on this module)."""
+    epoch-0 order under ``seed`` (:func:`dali_bridge.pipeline.sampling.epoch_order`, which builds on this module)."""
     reference = order_quality(labels, global_order, batch_size)
     rows = [_row("global shuffle", "-", reference, reference)]
     num_shards = int(np.max(shard_of)) + 1 if len(shard_of) else 0

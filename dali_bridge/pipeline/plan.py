@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol, Sequence
 
-from .ops.registry import OPS, unsupported_options
-from .ops.base import Category, Step
-from .ops.finish import IMPLICIT_FINISH, Finish, Normalize
+from ..ops.registry import OPS, unsupported_options
+from ..ops.base import Category, Step
+from ..ops.finish import IMPLICIT_FINISH, Finish, Normalize
 
 __all__ = ["LoweredSpec", "Placed", "Plan", "build_plan", "unsupported_ops"]
 

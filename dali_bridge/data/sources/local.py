@@ -5,10 +5,10 @@ for a folder, the sorted sub-folder names are the classes and files are walked i
 exactly as torchvision's ``ImageFolder`` does. Files whose extension is not an image extension
 are ignored (like ImageFolder and DALI's file reader) but counted, never silently dropped.
 Shard samples are indexed in shard order, then tar order; ``paths[i]`` names ``shard.tar#member``
-and :meth:`Listing.read` fetches the bytes with one positioned read (see :mod:`dali_bridge.shards`).
+and :meth:`Listing.read` fetches the bytes with one positioned read (see :mod:`dali_bridge.data.shards.tar`).
 
 This module lists folders and file lists and picks the listing for a source; :class:`Listing` is in
-:mod:`dali_bridge.listing`, the WebDataset listing in :mod:`dali_bridge.shard_listing` (both importable
+:mod:`dali_bridge.data.sources.listing`, the WebDataset listing in :mod:`dali_bridge.data.sources.webdataset` (both importable
 from here).
 """
 from __future__ import annotations
@@ -25,15 +25,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .shard_cache import ShardCache
-from .storage import ObjectStore, store_for
-from .urls import StorageError, is_url
-from .errors import SourceError  # noqa: F401
+from ..shards.cache import ShardCache
+from ..storage.store import ObjectStore, store_for
+from ...util.urls import StorageError, is_url
+from ...errors import SourceError  # noqa: F401
 from .listing import CLASSES_PER_SAMPLE, MIN_CLASS_BOUND, Listing, class_bound, sparse_labels  # noqa: F401
-from .shard_listing import list_webdataset
-from .quoting import quoted, safe_name
-from .spec.model import SourceSpec
-from .text import NotUtf8Error, decode_utf8
+from .webdataset import list_webdataset
+from ...util.quoting import quoted, safe_name
+from ...spec.model import SourceSpec
+from ...util.text import NotUtf8Error, decode_utf8
 
 log = logging.getLogger("dali_bridge")
 

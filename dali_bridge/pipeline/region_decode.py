@@ -9,7 +9,7 @@ pixels equal torchvision's full decode then crop bit for bit (``tests/sources/te
 pins it for every row span and column span of small baseline and progressive JPEGs, every window
 of a tiny one, and edge windows and drawn crops of real photos, colour and grey).
 
-Everything else is decoded whole by :func:`~dali_bridge.images.decode_checked` and cropped, which
+Everything else is decoded whole by :func:`~dali_bridge.data.sources.images.decode_checked` and cropped, which
 gives the same pixels at the usual cost: nvImageCodec missing, a PNG or WebP, a JPEG with an EXIF
 orientation (the window is in oriented coordinates), a four-channel JPEG (CMYK and YCCK colour
 conversions are each decoder's own), or a JPEG the region decoder refuses (the full decode then
@@ -21,9 +21,9 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-from .formats import ImageInfo, inspect_image
-from .images import decode_checked
-from .ops.geometry import Crop
+from ..data.sources.formats import ImageInfo, inspect_image
+from ..data.sources.images import decode_checked
+from ..ops.geometry import Crop
 from .plan import Plan
 
 if TYPE_CHECKING:
@@ -114,8 +114,8 @@ def _region(data: bytes, window: Crop) -> Any:
 
 def decode_window(data: bytes, *, info: ImageInfo, window: Crop) -> torch.Tensor:
     """Pixels of ``window`` (inside the image as decoded) of bytes that passed
-    :func:`~dali_bridge.formats.inspect_image` with result ``info``: a uint8 CHW RGB tensor equal to
-    :func:`~dali_bridge.images.decode_rgb` then crop, decoding only the window where it can."""
+    :func:`~dali_bridge.data.sources.formats.inspect_image` with result ``info``: a uint8 CHW RGB tensor equal to
+    :func:`~dali_bridge.data.sources.images.decode_rgb` then crop, decoding only the window where it can."""
     height, width = info.size
     if not (0 <= window.top and 0 <= window.left and 0 < window.height and 0 < window.width
             and window.top + window.height <= height and window.left + window.width <= width):
@@ -138,15 +138,15 @@ def decode_window(data: bytes, *, info: ImageInfo, window: Crop) -> torch.Tensor
 def decode_region(data: bytes, top: int, left: int, height: int, width: int, *,
                   max_pixels: int | None = None) -> torch.Tensor:
     """Rows [top, top+height) and columns [left, left+width) of the encoded image ``data`` as a uint8
-    CHW RGB tensor: :func:`~dali_bridge.images.decode_rgb` then crop, pixel for pixel. The bytes are
-    checked first, as :func:`~dali_bridge.images.decode_rgb` checks them."""
+    CHW RGB tensor: :func:`~dali_bridge.data.sources.images.decode_rgb` then crop, pixel for pixel. The bytes are
+    checked first, as :func:`~dali_bridge.data.sources.images.decode_rgb` checks them."""
     info = inspect_image(data, max_pixels=max_pixels)
     return decode_window(data, info=info, window=Crop(top, left, height, width))
 
 
 def decoded_window(plan: Plan, per_step: list) -> Crop | None:
     """The window the plan's first step keeps of the image (``per_step``: the sample's
-    :func:`~dali_bridge.sampling.sample_steps`) when it may be decoded alone, else None: the step's
+    :func:`~dali_bridge.pipeline.sampling.sample_steps`) when it may be decoded alone, else None: the step's
     op crops a window first (it declares ``window_columns``) and the window lies inside the image."""
     if not plan.steps or not plan.steps[0].op.window_columns:
         return None
@@ -161,7 +161,7 @@ def decoded_window(plan: Plan, per_step: list) -> Crop | None:
 def decode_steps(data: bytes, *, info: ImageInfo, plan: Plan, per_step: list) -> tuple[torch.Tensor, list]:
     """The sample's image as its steps need it, and the steps to apply to it: the first step's window
     alone (:func:`decode_window`) with that step's crop made the identity window over it, else the
-    whole image and ``per_step`` unchanged. ``data`` passed :func:`~dali_bridge.formats.inspect_image`
+    whole image and ``per_step`` unchanged. ``data`` passed :func:`~dali_bridge.data.sources.formats.inspect_image`
     (result ``info``); the pipeline's pixels are those of a full decode."""
     window = decoded_window(plan, per_step)
     if window is None:

@@ -2,7 +2,7 @@
 (and extra) each needs, joining and splitting object URLs, and the redaction every storage message
 passes through — secrets the environment holds, ``user:password@``, a signed URL's credentials.
 
-It sits below the object store (:mod:`dali_bridge.storage`, which re-exports every name here) so
+It sits below the object store (:mod:`dali_bridge.data.storage.store`, which re-exports every name here) so
 that the listing, the converter and the tools can ask "is this a URL?" without the store.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ any file. Shuffled epochs read about one row group per sample once the dataset i
 the cache: for large shuffled training, ``dali-bridge convert`` the files to shards first.
 
 Files at a URL (``s3://``, ``gs://``, ``http(s)://``; globs and brace patterns as for local
-files) are read through the storage layer of shards at URLs (:mod:`dali_bridge.storage`): the
+files) are read through the storage layer of shards at URLs (:mod:`dali_bridge.data.storage.store`): the
 footer and each row group's image column are ranged GETs of exactly the bytes pyarrow asks for,
 through a file object whose client is the process's own (a request at a time per file, each
 bounded by ``source.timeout``; s3fs and gcsfs retry throttling and connection errors themselves);
@@ -36,13 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ImageError
-from .remote_shards import LISTING_THREADS
-from .braces import expand_braces
-from .storage import ObjectStore
-from .storage_listing import FetchError
-from .urls import StorageError, redact
-from .wording import plural
+from ...errors import ImageError
+from ..shards.remote import LISTING_THREADS
+from ...util.braces import expand_braces
+from ..storage.store import ObjectStore
+from ..storage.listing import FetchError
+from ...util.urls import StorageError, redact
+from ...util.wording import plural
 
 # Row groups' image columns kept per process (each DataLoader worker has its own cache).
 MAX_CACHED_BYTES = 256 << 20
@@ -51,7 +51,7 @@ _GLOB = set("*?[")
 
 
 def _pyarrow():
-    from .errors import SourceError
+    from ...errors import SourceError
 
     try:
         import pyarrow
@@ -66,8 +66,8 @@ def _pyarrow():
 def expand_files(files: tuple[str, ...], store: ObjectStore | None = None) -> list[str]:
     """The Parquet files ``files`` names: each entry brace-expanded, then globbed (sorted) when it has
     ``*``, ``?`` or ``[``; a plain name must exist (with ``store``: objects at URLs, HEADed together).
-    Raises :class:`~dali_bridge.sources.SourceError`."""
-    from .errors import SourceError
+    Raises :class:`~dali_bridge.data.sources.local.SourceError`."""
+    from ...errors import SourceError
 
     found: list[str] = []
     problems: list[str] = []
@@ -317,14 +317,14 @@ def _scan_file(path: str, image_column: str, label_column: str, store: ObjectSto
 
 def list_parquet(files: tuple[str, ...], image_column: str = "image", label_column: str = "label",
                  store: ObjectStore | None = None):
-    """The :class:`~dali_bridge.sources.Listing` of the Parquet files ``files`` names (see the module);
+    """The :class:`~dali_bridge.data.sources.local.Listing` of the Parquet files ``files`` names (see the module);
     with ``store``, files at URLs read through it (their footers and label columns fetched together).
 
     Reads each file's footer and label column; every problem (missing file or column, wrong column
     type, null or negative label, labels outside the class names, files that disagree on the class
     names) is reported at once.
     """
-    from .errors import SourceError
+    from ...errors import SourceError
     from .listing import Listing, sparse_labels
 
     _pyarrow()   # the missing extra first, before any file is looked at

@@ -30,13 +30,13 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .errors import ImageError
-from .shard_cache import CachedShard, ShardCache
-from .shards import Member, ShardScan, index_path, parse_header, parse_index, scan_members, scan_shard
-from .storage import ObjectStore, Range
-from .storage_listing import FetchError, ObjectInfo
-from .urls import StorageError, redact, split_url
-from .wording import plural
+from ...errors import ImageError
+from .cache import CachedShard, ShardCache
+from .tar import Member, ShardScan, index_path, parse_header, parse_index, scan_members, scan_shard
+from ..storage.store import ObjectStore, Range
+from ..storage.listing import FetchError, ObjectInfo
+from ...util.urls import StorageError, redact, split_url
+from ...util.wording import plural
 
 log = logging.getLogger("dali_bridge")
 
@@ -172,7 +172,7 @@ def manifest_labels(manifest: dict | None, label_key: str) -> dict[str, tuple[st
 def list_remote_shards(store: ObjectStore, urls: list[str], image_keys: tuple[str, ...], label_key: str,
                        cache_dir: Path | None = None, manifest: Callable[[], dict | None] = lambda: None
                        ) -> tuple[list[ShardScan], list[ObjectInfo], list[str]]:
-    """Every shard's scan, size and ETag (:meth:`~dali_bridge.storage.ObjectStore.listed`) and the
+    """Every shard's scan, size and ETag (:meth:`~dali_bridge.data.storage.store.ObjectStore.listed`) and the
     problems that stop the listing (missing shards), in the order of ``urls``. Indexes are listed
     with the shards and fetched concurrently; labels come
     from the ``manifest()`` (read once the shards answer) when it records them for an index of
@@ -254,8 +254,8 @@ def _warn_label_gets(urls: list[str], numbers: list[int], scans: list[ShardScan 
 
 
 class RemoteShardSamples:
-    """Where each sample's image bytes are, as :class:`~dali_bridge.shards.ShardSamples`, in objects
-    read by ranged GETs through an :class:`~dali_bridge.storage.ObjectStore`.
+    """Where each sample's image bytes are, as :class:`~dali_bridge.data.shards.tar.ShardSamples`, in objects
+    read by ranged GETs through an :class:`~dali_bridge.data.storage.store.ObjectStore`.
 
     :meth:`prefetch` starts a batch's ranged GETs, in the batch's order, and returns; :meth:`read`
     then hands out each sample as soon as its bytes have arrived (or fetches it alone when it was
@@ -316,7 +316,7 @@ class RemoteShardSamples:
 
 class CachedShardSamples(RemoteShardSamples):
     """:class:`RemoteShardSamples` read through a node's cache of whole shards
-    (:class:`~dali_bridge.shard_cache.ShardCache`): a shard is downloaded on its first touch, then
+    (:class:`~dali_bridge.data.shards.cache.ShardCache`): a shard is downloaded on its first touch, then
     each sample is a positioned read from the local copy."""
 
     def __init__(self, shards: tuple[str, ...], shard: np.ndarray, offset: np.ndarray, size: np.ndarray,

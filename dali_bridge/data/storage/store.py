@@ -12,11 +12,11 @@ never a hang.
 fsspec over obstore: one interface covers S3, GCS and HTTP with the file systems users already
 configure (``AWS_*`` variables, ``AWS_ENDPOINT_URL``, profiles, ``GOOGLE_APPLICATION_CREDENTIALS``),
 and each forked process makes its own client. On S3 a sample's ranged GET is a plain HTTP request
-of a URL s3fs signed once per object (:mod:`dali_bridge.presigned`): as cheap per request as
+of a URL s3fs signed once per object (:mod:`dali_bridge.data.storage.presigned`): as cheap per request as
 obstore, whose runtime does not survive a fork (docs/object-storage.md weighs the two).
 
 Credentials are never taken from the pipeline file (:func:`secret_option` refuses them) and never
-shown: every message passes through :func:`redact` (:mod:`dali_bridge.urls`), which removes the
+shown: every message passes through :func:`redact` (:mod:`dali_bridge.util.urls`), which removes the
 secret values the process environment holds, any ``user:password@`` in a URL and a signed URL's
 credentials. The client is created per process on first
 use, so forked DataLoader workers and DALI's feeder each hold their own (a client's event loop and
@@ -34,9 +34,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Sequence
 
-from .spec.model import DEFAULT_MAX_REQUESTS, DEFAULT_TIMEOUT  # noqa: F401
-from .storage_listing import FetchError, ListingRequests, ObjectInfo, gcs_object_info  # noqa: F401
-from .urls import (StorageError, is_url, redact, require_client, scheme_of)
+from ...spec.model import DEFAULT_MAX_REQUESTS, DEFAULT_TIMEOUT  # noqa: F401
+from .listing import FetchError, ListingRequests, ObjectInfo, gcs_object_info  # noqa: F401
+from ...util.urls import StorageError, is_url, redact, require_client, scheme_of
 
 BACKOFF_FIRST = 0.05            # seconds before the first retry; doubled each time, capped
 BACKOFF_CAP = 5.0
@@ -99,7 +99,7 @@ class ObjectStore(ListingRequests):
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._semaphore: asyncio.Semaphore | None = None
-        self._presigned: Any = None   # s3:// ranged GETs (dali_bridge.presigned), made on first use
+        self._presigned: Any = None   # s3:// ranged GETs (dali_bridge.data.storage.presigned), made on first use
 
     def __getstate__(self) -> dict[str, Any]:
         return {"scheme": self.scheme, "storage_options": self.storage_options,
@@ -197,7 +197,7 @@ class ObjectStore(ListingRequests):
 
     def listed(self, urls: Sequence[str]) -> list[ObjectInfo | FetchError]:
         """Each object's size and version as :meth:`info` gives them, from the store's LIST where it
-        has one (:mod:`dali_bridge.storage_listing`): on S3 and GCS one request per 1,000 keys between
+        has one (:mod:`dali_bridge.data.storage.listing`): on S3 and GCS one request per 1,000 keys between
         the first and the last of a folder's URLs (a missing object is a missing :class:`FetchError`);
         over HTTP (no LIST) one HEAD each."""
         return self._listed(urls, LIST_PAGE)

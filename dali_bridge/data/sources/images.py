@@ -3,17 +3,17 @@
 ``probe`` reads only the header (size after EXIF orientation) — the DALI feeder needs it to
 draw crop windows before DALI decodes. ``decode_rgb`` is the torchvision decoder (libjpeg-turbo,
 bit-identical to DALI's CPU decoder): RGB for grayscale/CMYK/PNG inputs, EXIF orientation applied.
-Every byte string is checked by :func:`dali_bridge.formats.inspect_image` before a decoder sees it.
+Every byte string is checked by :func:`dali_bridge.data.sources.formats.inspect_image` before a decoder sees it.
 """
 from __future__ import annotations
 
-from .errors import SampleError  # noqa: F401
+from ...errors import SampleError  # noqa: F401
 
 import os
 import re
 import stat
 
-from .errors import ImageError
+from ...errors import ImageError
 from .formats import inspect_image
 
 __all__ = ["check_encoded", "decode_checked", "decode_rgb", "inspect_encoded", "probe", "read_bytes", "read_file",
@@ -74,7 +74,7 @@ def check_encoded(data: bytes, *, max_pixels: int | None = None) -> str:
 
     Both backends accept exactly these formats, judged by content, not file name: DALI also
     decodes BMP/TIFF and torchvision also GIF, so those are refused everywhere to keep the
-    backends alike. The bytes pass :func:`~dali_bridge.formats.inspect_image`'s structural checks
+    backends alike. The bytes pass :func:`~dali_bridge.data.sources.formats.inspect_image`'s structural checks
     (which keep a PNG from crashing torchvision's decoder, refuse animated WebPs and ambiguous
     EXIF orientations, and cap the pixel count at ``max_pixels``) or are refused. A JPEG must have
     its end-of-image marker after the image data and a PNG its IEND chunk: libjpeg-turbo's full
@@ -96,14 +96,14 @@ def probe(data: bytes) -> tuple[int, int]:
 
     About ten times faster than opening the image with PIL: the DALI feeder probes every sample
     on the Python thread that feeds the pipeline. Raises :class:`ImageError` for bytes no backend
-    decodes (:func:`~dali_bridge.formats.inspect_image`); no pixel cap (see :func:`inspect_encoded`).
+    decodes (:func:`~dali_bridge.data.sources.formats.inspect_image`); no pixel cap (see :func:`inspect_encoded`).
     """
     return inspect_image(data).size
 
 
 def decode_rgb(data: bytes, *, max_pixels: int | None = None):
     """uint8 CHW RGB tensor via torchvision.io, EXIF orientation applied (as
-    :func:`~dali_bridge.formats.inspect_image` rules: a WebP's is ignored).
+    :func:`~dali_bridge.data.sources.formats.inspect_image` rules: a WebP's is ignored).
 
     The bytes are checked first (:func:`check_encoded`, pixel cap ``max_pixels``, None for none):
     torchvision's PNG decoder crashes the process on damage it reports, so nothing unchecked
@@ -115,7 +115,7 @@ def decode_rgb(data: bytes, *, max_pixels: int | None = None):
 
 def decode_checked(data: bytes):
     """:func:`decode_rgb` of bytes that already passed :func:`check_encoded` (or
-    :func:`~dali_bridge.formats.inspect_image`): the caller that walked the header once to size the
+    :func:`~dali_bridge.data.sources.formats.inspect_image`): the caller that walked the header once to size the
     sample does not walk it again."""
     import torch
     from torchvision.io import ImageReadMode, decode_image

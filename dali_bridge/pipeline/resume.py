@@ -5,7 +5,7 @@ how many batches every rank has taken in it (``batch``) and how many entries of 
 sequence — the order with its repeats, which ranks take round-robin — are behind the job
 (``position``). Ranks that stepped together have consumed exactly a prefix of that sequence, so the
 dict is the same on every rank, and a loader of any world size can deal the rest of the epoch
-(:func:`~dali_bridge.sampling.rank_batches` with ``start``). The rest of the state identifies what
+(:func:`~dali_bridge.pipeline.sampling.rank_batches` with ``start``). The rest of the state identifies what
 the position is a position in: the dataset (a fingerprint of its listing), seed, order, batch size,
 last-batch policy and repeat count; a state that disagrees is refused.
 
@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .sampling import EPOCH_LIMIT, entries_consumed
-from .listing import Listing
+from ..data.sources.listing import Listing
 
 STATE_FORMAT = 2
 _POLICIES = ("partial", "drop", "pad")

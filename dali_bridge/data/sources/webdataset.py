@@ -1,7 +1,7 @@
 """The WebDataset source's listing: the converter's manifest (found, read within bounds, checked),
-every shard's scan (local, or at URLs through :mod:`dali_bridge.remote_shards`), the labels and
+every shard's scan (local, or at URLs through :mod:`dali_bridge.data.shards.remote`), the labels and
 sizes checked against the manifest, and :func:`list_webdataset`, which joins them into a
-:class:`~dali_bridge.listing.Listing`."""
+:class:`~dali_bridge.data.sources.listing.Listing`."""
 from __future__ import annotations
 
 import functools
@@ -14,16 +14,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .remote_shards import CachedShardSamples, RemoteShardSamples, list_remote_shards
-from .shard_cache import ShardCache
-from .braces import expand_braces
-from .shards import ShardSamples, ShardScan, manifest_path, scan_shard
-from .storage import ObjectStore
-from .storage_listing import FetchError, ObjectInfo
-from .checks import is_int
-from .quoting import quoted, safe_name
-from .text import NotUtf8Error, decode_utf8
-from .errors import SourceError
+from ..shards.remote import CachedShardSamples, RemoteShardSamples, list_remote_shards
+from ..shards.cache import ShardCache
+from ...util.braces import expand_braces
+from ..shards.tar import ShardSamples, ShardScan, manifest_path, scan_shard
+from ..storage.store import ObjectStore
+from ..storage.listing import FetchError, ObjectInfo
+from ...util.checks import is_int
+from ...util.quoting import quoted, safe_name
+from ...util.text import NotUtf8Error, decode_utf8
+from ...errors import SourceError
 from .listing import Listing, sparse_labels
 
 
@@ -75,7 +75,7 @@ MAX_MANIFEST_BYTES = 256 << 20
 
 def read_manifest_json(manifest: str | Path) -> Any:
     """A converter's manifest file as JSON, read within :data:`MAX_MANIFEST_BYTES`. Raises
-    ``OSError``, :class:`~dali_bridge.text.NotUtf8Error`, or ``ValueError``/``RecursionError``
+    ``OSError``, :class:`~dali_bridge.util.text.NotUtf8Error`, or ``ValueError``/``RecursionError``
     (not JSON); each caller names the file its own way."""
     with open(manifest, "rb") as handle:
         return json.loads(decode_utf8(handle.read(MAX_MANIFEST_BYTES + 1), str(manifest)))
@@ -125,7 +125,7 @@ def _local_scans(paths: list[str], image_keys: tuple[str, ...], label_key: str) 
 
 def _remote_scans(paths: list[str], image_keys: tuple[str, ...], label_key: str,
                   store: ObjectStore, manifest: Callable[[], dict | None]) -> tuple[list[ShardScan], list[ObjectInfo]]:
-    """Scans of shards at URLs (:func:`~dali_bridge.remote_shards.list_remote_shards`) and their HEADs."""
+    """Scans of shards at URLs (:func:`~dali_bridge.data.shards.remote.list_remote_shards`) and their HEADs."""
     scans, infos, problems = list_remote_shards(store, paths, image_keys, label_key, manifest=manifest)
     if problems:
         shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
@@ -214,7 +214,7 @@ def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = 
     without image or label member, bad label, damaged or truncated tar) is reported at once with
     the shard and member key. Class names come from the converter's manifest (``manifest``, else
     the one ``dali-bridge convert`` writes next to the shards), else they are ``"0"``…``"max"``.
-    With ``store`` the pattern names objects at URLs, read through it (:mod:`dali_bridge.remote_shards`),
+    With ``store`` the pattern names objects at URLs, read through it (:mod:`dali_bridge.data.shards.remote`),
     by ranged GETs or, with ``cache``, from whole shards cached on the node.
     """
     try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from .urls import hide_signature
+from ...util.urls import hide_signature
 
 EXPIRES_S = 3600        # how long a signed URL is valid
 RESIGN_AFTER_S = 1800   # signed again after this long: never used close to its expiry

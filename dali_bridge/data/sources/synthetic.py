@@ -2,7 +2,7 @@
 
 Real datasets cannot be downloaded everywhere, so this module writes a
 deterministic stand-in whose images have natural-image statistics (rendered by
-:mod:`dali_bridge.synthetic_images`). JPEGs come out at ~0.8-1.6 bits/pixel
+:mod:`dali_bridge.data.sources.synthetic_images`). JPEGs come out at ~0.8-1.6 bits/pixel
 (median ~1.1) at quality 90, like smooth photographs (pure noise would be ~6+);
 generation runs in a process pool.
 
@@ -32,7 +32,7 @@ from typing import Callable
 
 from PIL import Image
 
-from .errors import SourceError
+from ...errors import SourceError
 from .synthetic_images import sample_image
 
 __all__ = ["MANIFEST_NAME", "SampleSetInfo", "ensure_sample_data", "generate_sample_data"]

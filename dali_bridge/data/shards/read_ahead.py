@@ -22,9 +22,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .remote_shards import CachedShardSamples
-from .shard_cache import CacheFull
-from .urls import redact
+from .remote import CachedShardSamples
+from .cache import CacheFull
+from ...util.urls import redact
 
 log = logging.getLogger("dali_bridge")
 

@@ -3,7 +3,7 @@ how each sample's bytes are read and checked), :class:`SourceError`, and the bou
 a listing of N samples may use."""
 from __future__ import annotations
 
-from .errors import SourceError  # noqa: F401
+from ...errors import SourceError  # noqa: F401
 
 import os
 from collections import Counter
@@ -13,13 +13,13 @@ from typing import Callable
 import numpy as np
 
 from .formats import ImageInfo, inspect_image, without_webp_exif
-from .spec.model import DEFAULT_MAX_PIXELS
-from .errors import ImageError
+from ...spec.model import DEFAULT_MAX_PIXELS
+from ...errors import ImageError
 from .images import check_encoded, read_file, too_many_bytes
-from .remote_shards import RemoteShardSamples
-from .shards import ShardSamples
-from .spec.model import DEFAULT_MAX_BYTES
-from .wording import plural
+from ..shards.remote import RemoteShardSamples
+from ..shards.tar import ShardSamples
+from ...spec.model import DEFAULT_MAX_BYTES
+from ...util.wording import plural
 
 
 # Labels are class numbers 0..C-1: C may be at most max(MIN_CLASS_BOUND, CLASSES_PER_SAMPLE x samples),
@@ -37,7 +37,7 @@ class Listing:
     root: str
     ignored: Counter = field(default_factory=Counter, compare=False)  # extension → files skipped
     # where shard samples' bytes are: local shards, objects at URLs, or Parquet row groups
-    # (dali_bridge.parquet.ParquetSamples); read(index) gives them
+    # (dali_bridge.data.sources.parquet.ParquetSamples); read(index) gives them
     shards: ShardSamples | RemoteShardSamples | None = field(default=None, compare=False)
     max_pixels: int = field(default=DEFAULT_MAX_PIXELS, compare=False)  # source.max_pixels: larger images are refused
     max_bytes: int = field(default=DEFAULT_MAX_BYTES, compare=False)  # source.max_bytes: larger files are refused
@@ -46,7 +46,7 @@ class Listing:
         return len(self.paths)
 
     def read(self, index: int) -> bytes:
-        """Sample ``index``'s encoded image, checked like a file's; :class:`~dali_bridge.images.ImageError` if not."""
+        """Sample ``index``'s encoded image, checked like a file's; :class:`~dali_bridge.data.sources.images.ImageError` if not."""
         data = self._raw(index)
         check_encoded(data, max_pixels=self.max_pixels)
         return data
@@ -59,9 +59,9 @@ class Listing:
 
     def read_info(self, index: int) -> tuple[bytes, ImageInfo]:
         """Sample ``index``'s bytes, checked as :meth:`read` checks them, and their
-        :class:`~dali_bridge.formats.ImageInfo` (format, decoded size, EXIF orientation), from one walk
+        :class:`~dali_bridge.data.sources.formats.ImageInfo` (format, decoded size, EXIF orientation), from one walk
         of the header — the bytes as every decoder gets them: a WebP without its EXIF chunk, whose
-        orientation no backend applies (see :mod:`dali_bridge.formats`)."""
+        orientation no backend applies (see :mod:`dali_bridge.data.sources.formats`)."""
         data = self._raw(index)
         info = inspect_image(data, max_pixels=self.max_pixels)
         return (without_webp_exif(data) if info.format == "webp" else data), info

@@ -9,7 +9,7 @@ What a listing records of an object (:class:`ObjectInfo`) is what a later ranged
 S3's ETag (``If-Match``), GCS's object generation (``ifGenerationMatch``; a generation changes
 exactly when the object's bytes are written again, a metadata update leaves it), HTTP's ETag.
 
-:class:`ListingRequests` is :class:`~dali_bridge.storage.ObjectStore`'s listing half, kept here
+:class:`ListingRequests` is :class:`~dali_bridge.data.storage.store.ObjectStore`'s listing half, kept here
 so that each module stays readable; the store re-exports this module's records.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Sequence
 
-from .urls import split_url
+from ...util.urls import split_url
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def gcs_object_info(item: dict[str, Any]) -> ObjectInfo:
 
 
 class ListingRequests:
-    """The LIST requests of :class:`~dali_bridge.storage.ObjectStore` (which provides ``scheme``,
+    """The LIST requests of :class:`~dali_bridge.data.storage.store.ObjectStore` (which provides ``scheme``,
     ``info``, ``_run``, ``_bounded``, ``_filesystem``, ``_s3_call`` and ``_gcs_json``)."""
 
     scheme: str

@@ -1,7 +1,7 @@
 """Text read from files: UTF-8 decoding that names the first bad byte's line and column, and strings
 that cannot be written as UTF-8.
 
-A leaf: it imports only :mod:`dali_bridge.quoting`, so the spec layer, the sources and the converter
+A leaf: it imports only :mod:`dali_bridge.util.quoting`, so the spec layer, the sources and the converter
 share it.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Synthetic, photo-like images: what :mod:`dali_bridge.synthetic` writes as a dataset.
+"""Synthetic, photo-like images: what :mod:`dali_bridge.data.sources.synthetic` writes as a dataset.
 
 Real datasets cannot be downloaded everywhere, so this module renders a
 deterministic stand-in with natural-image statistics: smooth background
@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import portable_math
+from ...util import portable_math
 
 __all__ = ["sample_image", "sample_size"]
 

@@ -1,5 +1,5 @@
 """WebDataset tar shards: the member scan and positioned reads of one sample (brace patterns are
-expanded by :mod:`dali_bridge.braces`, importable from here too).
+expanded by :mod:`dali_bridge.util.braces`, importable from here too).
 
 A shard is a plain tar whose members are grouped into samples by key: ``KEY.cls`` (the label,
 an integer as text) and ``KEY.jpg`` (the encoded image) are one sample; the key is the member
@@ -22,9 +22,9 @@ from typing import Any, BinaryIO, Callable, Sequence
 
 import numpy as np
 
-from .braces import MAX_BRACE_GROUPS, MAX_BRACE_NAMES, brace_count, expand_braces  # noqa: F401
-from .errors import ImageError
-from .quoting import safe_name
+from ...util.braces import MAX_BRACE_GROUPS, MAX_BRACE_NAMES, brace_count, expand_braces  # noqa: F401
+from ...errors import ImageError
+from ...util.quoting import safe_name
 
 # Samples whose shards stay open per process. pread does not move the file offset, so one
 # descriptor can serve every thread and forked worker; the cap stays far below `ulimit -n`.

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .ops.base import Step
+from ..ops.base import Step
 from .plan import Plan
-from .shard_order import ShardWindows, shard_window_order
+from ..data.shards.order import ShardWindows, shard_window_order
 
 
 # --------------------------------------------------------------------------------------------
@@ -29,7 +29,7 @@ def epoch_order(num_samples: int, seed: int, epoch: int, shuffle: bool | str = T
                 shards: ShardWindows | None = None) -> np.ndarray:
     """The global sample order of an epoch: a permutation of ``range(num_samples)`` from (seed, epoch).
 
-    ``shuffle="shards"``: the shard-aware order of :mod:`dali_bridge.shard_order` (``shards`` says
+    ``shuffle="shards"``: the shard-aware order of :mod:`dali_bridge.data.shards.order` (``shards`` says
     each sample's shard and the window)."""
     if shuffle == "shards":
         if shards is None or len(shards.shard_of) != num_samples:
@@ -203,7 +203,7 @@ def sample_steps(plan: Plan, height: int, width: int,
 
     ``sample_draws`` maps step positions to this sample's uniforms (a row of :func:`draws`).
     Every sample of a plan gets entries of the same shape, which lets the DALI backend compile one
-    graph with per-sample arguments. Raises :class:`~dali_bridge.images.ImageError` when no
+    graph with per-sample arguments. Raises :class:`~dali_bridge.data.sources.images.ImageError` when no
     parameters fit the image (too thin for a ``max_size`` resize).
     """
     found = []
