@@ -106,7 +106,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     except Exception as exc:
         print(f"# backend {spec.backend!r}: {exc}")
     from .backends.base import default_workers
-    from .backends.dali_plan import dali_plan
+    from .backends.dali.plan import dali_plan
     from .backends.device import describe_dali_threads
     host_tail = bool(dali_plan(plan).torch_tail)
     threads = describe_dali_threads(spec.loader.workers, auto_cores=default_workers(), host_tail=host_tail,

@@ -68,7 +68,7 @@ def default_bounds(spec: PipelineSpec, backends: Sequence[str]) -> Bounds:
 def fast_parity_changes_pixels(spec: PipelineSpec) -> bool:
     """Whether ``parity: fast`` makes the DALI backends run ``spec`` otherwise than ``parity: exact``
     would (a resize method, or where the torch tail starts); False under ``parity: exact``."""
-    from .backends.dali_plan import dali_plan
+    from .backends.dali.plan import dali_plan
 
     if spec.parity != "fast":
         return False

@@ -2,11 +2,11 @@
 
 ``dali-bridge show`` prints it and tests check it without a GPU. It sits above the plan and the
 backends' planning: the plan is backend-neutral, and the DALI backends' stages are DALI's own
-decision (:meth:`~dali_bridge.backends.dali_plan.DaliPlan.stages`).
+decision (:meth:`~dali_bridge.backends.dali.plan.DaliPlan.stages`).
 """
 from __future__ import annotations
 
-from .backends.dali_plan import dali_plan
+from .backends.dali.plan import dali_plan
 from .pipeline.plan import Placed, Plan
 
 __all__ = ["placement"]

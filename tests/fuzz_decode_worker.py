@@ -103,7 +103,7 @@ def run_loader(pipeline: Path, backend: str, report: Path) -> None:
     if backend.startswith("dali"):
         from nvidia.dali import fn, pipeline_def  # noqa: F401
 
-        from dali_bridge.backends import dali  # noqa: F401
+        from dali_bridge.backends.dali import executor as dali  # noqa: F401
 
     peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     loader = build_loader(json.loads(pipeline.read_text()), backend)

@@ -183,7 +183,7 @@ def gpu_pipeline_reason(dali_version: str, device_id: int | None = None) -> str 
     """None when a tiny GPU pipeline builds and runs on ``device_id`` (default: this rank's GPU),
     else why not (DALI build and driver named). A lasting answer is kept for the life of the
     process; a failure that may pass (out of memory, a busy device) is logged and asked again."""
-    from .dali import dali_message
+    from .dali.executor import dali_message
 
     device_id = probe_device() if device_id is None else device_id
     if device_id in _GPU_PIPELINE_ANSWERS:
@@ -309,7 +309,7 @@ def build_executor(backend: str, spec: PipelineSpec, listing: Listing, plan: Pla
     Without a ``device``, torchvision's batches land on the local rank's GPU when the host has one
     (the host facts ``auto`` and ``show`` use, ``DALI_BRIDGE_DISABLE=cuda`` included), else on the CPU."""
     if backend in ("dali", "dali-cpu"):
-        from .dali import DaliExecutor
+        from .dali.executor import DaliExecutor
         return DaliExecutor(spec, listing, plan, gpu=backend == "dali", topology=topology, device=device)
     import torch
 

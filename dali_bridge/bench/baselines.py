@@ -143,7 +143,7 @@ def dali_baseline_pipeline(spec, listing, plan, threads: int, gpu: bool):
     crop_mirror_normalize (taking a last centre crop and flip)."""
     from nvidia.dali import fn, pipeline_def, types
 
-    from ..backends.dali_plan import graph_context
+    from ..backends.dali.plan import graph_context
     from ..ops.dali_op import DaliOp
     from ..pipeline.sampling import epoch_order
 

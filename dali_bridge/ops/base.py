@@ -262,7 +262,7 @@ class Op:
         """:meth:`torchvision_kernel` on a whole batch (CHW uint8 images: a list, or an N x C x H x W
         tensor) in as few calls as the op can, with the same pixels; ``concrete``: each sample's.
         None: the op has no batched kernel (or not for these images), and a DALI backend's torch tail
-        runs :meth:`torchvision_kernel` per sample (:mod:`dali_bridge.backends.tail`)."""
+        runs :meth:`torchvision_kernel` per sample (:mod:`dali_bridge.backends.dali.tail`)."""
         return None
 
     def kernel_on_host(self, params: Mapping[str, Any]) -> bool:

@@ -1,6 +1,6 @@
 """torchvision's uint8 kernels on a batch, with a parameter per sample: what the ops' batch kernels share.
 
-A DALI backend's torch tail (:mod:`dali_bridge.backends.tail`) applies each step to the whole
+A DALI backend's torch tail (:mod:`dali_bridge.backends.dali.tail`) applies each step to the whole
 batch at once (``Op.batch_kernel``): an operation runs once on the group of samples that drew it,
 and a parameter that differs from sample to sample (a colour factor, posterize bits, a solarize
 threshold) is an (N, 1, 1, 1) tensor where torchvision's arithmetic allows, so the number of

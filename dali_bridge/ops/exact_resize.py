@@ -1,7 +1,7 @@
 """The torchvision-exact resize on DALI: one class per method, each owning its argument columns
 (declared by name), how it builds them, its graph and the stages it lists.
 
-:attr:`dali_bridge.backends.dali_plan.DaliPlan.resize_methods` chooses the method of each resizing step; the resizing
+:attr:`dali_bridge.backends.dali.plan.DaliPlan.resize_methods` chooses the method of each resizing step; the resizing
 ops (``random_resized_crop``, ``resize``) hand their arguments and graph to :data:`METHODS`.
 Arguments are pure numpy, built on the thread that feeds DALI; DALI is imported only inside
 :meth:`ResizeMethod.graph`.

@@ -3,7 +3,7 @@
 Their concrete per-sample parameters are :class:`Crop`, :class:`Resize` and :class:`Flip`
 (torchvision's own algorithms, driven by the bridge's uniforms); the DALI fragments apply them
 as per-sample arguments, and the resizes hand their arguments and graph to the method
-:attr:`dali_bridge.backends.dali_plan.DaliPlan.resize_methods` chose (:mod:`dali_bridge.ops.exact_resize`).
+:attr:`dali_bridge.backends.dali.plan.DaliPlan.resize_methods` chose (:mod:`dali_bridge.ops.exact_resize`).
 """
 from __future__ import annotations
 

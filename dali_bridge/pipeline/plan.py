@@ -4,7 +4,7 @@ The plan lowers every op of the spec through its registry entry (``crop_mirror_n
 centre crop, flip, normalize), with sizes in (height, width) form, and ends the per-sample steps
 with the finish (dtype, normalisation, layout). It says what runs, not how a backend runs it: where
 each step runs on each backend is :func:`dali_bridge.placement.placement`, and which steps a DALI
-graph runs is DALI's own planning (:class:`~dali_bridge.backends.dali_plan.DaliPlan`). Nothing
+graph runs is DALI's own planning (:class:`~dali_bridge.backends.dali.plan.DaliPlan`). Nothing
 here imports a backend.
 """
 from __future__ import annotations

@@ -16,8 +16,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from conftest import backend_params, plan_of
-from dali_bridge.backends.dali_plan import dali_plan
-from dali_bridge.backends.tail import run_tail
+from dali_bridge.backends.dali.plan import dali_plan
+from dali_bridge.backends.dali.tail import run_tail
 from dali_bridge.ops.policy_kernels import apply_operation, apply_operations
 from dali_bridge.ops.policy_tables import _SIGNED, SPACES, PolicyOperation, magnitudes
 from dali_bridge.ops.registry import OPS
@@ -294,7 +294,7 @@ def test_the_per_sample_fused_multiply_add_rounds_as_torchs_own_on_midpoints_and
 @pytest.mark.parametrize("backend", backend_params(["dali-cpu"]))
 def test_a_dali_cpu_batchs_tail_launches_do_not_scale_with_the_batch_size(tmp_path, monkeypatch, backend):
     from dali_bridge import build_loader
-    from dali_bridge.backends import dali as dali_backend
+    from dali_bridge.backends.dali import executor as dali_backend
     from hostile import write_image_folder
 
     write_image_folder(tmp_path / "data", classes=2, per_class=16)

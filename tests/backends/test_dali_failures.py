@@ -16,7 +16,7 @@ import pytest
 
 from conftest import backend_params
 from dali_bridge import build_loader
-from dali_bridge.backends import dali as dali_backend
+from dali_bridge.backends.dali import executor as dali_backend
 from dali_bridge.errors import SampleError
 from hostile import break_file, tiny_jpeg, write_image_folder
 

@@ -23,7 +23,7 @@ import torch
 from conftest import CPU_BACKENDS, MEAN, STD, TRAIN, VAL, torch_vector_kernels
 from dali_bridge.compare import CompareResult, compare, compare_batches
 from dali_bridge.compare_bounds import CPU_BOUNDS, NVJPEG_BOUNDS
-from dali_bridge.backends.dali_plan import resize_methods
+from dali_bridge.backends.dali.plan import resize_methods
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.pipeline import spec_from_dict
 
@@ -240,10 +240,10 @@ def test_dali_resize_reproduces_torchvision_resize_at_any_scale(corpus_root, int
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms.v2 import functional as F
 
-    from dali_bridge.backends.dali import write_border
+    from dali_bridge.backends.dali.executor import write_border
     from dali_bridge.ops.exact_resize import METHODS
     from dali_bridge.data.sources.images import decode_rgb, read_bytes
-    from dali_bridge.backends.dali_plan import resize_method
+    from dali_bridge.backends.dali.plan import resize_method
 
     assert resize_method(interpolation, antialias) == ("filter_1pass" if method == "border_patch" else method)
     files = sorted(p for p in corpus_root.rglob("*") if p.is_file() and "large" not in p.name)

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import TRAIN
-from dali_bridge.backends import dali as dali_backend
+from dali_bridge.backends.dali import executor as dali_backend
 from dali_bridge.backends import device as device_module
 from dali_bridge.backends.base import Topology
 from dali_bridge.backends.device import InFlightCopies, cuda_ordinal, dali_threads, move_output

@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from conftest import backend_params, plan_of
 from dali_bridge import build_loader
-from dali_bridge.backends.tail import run_tail
+from dali_bridge.backends.dali.tail import run_tail
 from dali_bridge.ops import batched
 from dali_bridge.backends.device import InFlightCopies, TailStream
 from hostile import write_image_folder
@@ -228,7 +228,7 @@ class DenseOutput:
 @pytest.mark.parametrize("name", ["trivial_augment_wide", "augmix", "color_jitter"])
 def test_a_gpu_dali_executors_tail_and_finish_copy_per_operation_drawn_not_per_sample(tmp_path, monkeypatch,
                                                                                       backend, name):
-    from dali_bridge.backends import dali as dali_backend
+    from dali_bridge.backends.dali import executor as dali_backend
     from dali_bridge.backends.base import Topology
     from dali_bridge.pipeline.plan import build_plan
     from dali_bridge.data.sources.local import list_source

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import MEAN, STD, TRAIN, VAL
-from dali_bridge.backends.dali_plan import dali_plan
+from dali_bridge.backends.dali.plan import dali_plan
 from dali_bridge.ops.registry import OPS
 from dali_bridge.ops.exact_resize import METHODS
 from dali_bridge.placement import placement
@@ -231,7 +231,7 @@ def dali_graph(monkeypatch, ops: list, *, gpu: bool, decode: str = "mixed") -> l
     """The operators the real graph builder defines, without DALI's backend build (which needs CUDA for gpu)."""
     from nvidia.dali.pipeline import Pipeline
 
-    from dali_bridge.backends.dali_feed import _Feeder, build_pipeline
+    from dali_bridge.backends.dali.feed import _Feeder, build_pipeline
     from dali_bridge.data.sources.listing import Listing
 
     spec = spec_of(ops, decode)
@@ -357,7 +357,7 @@ def test_dali_finish_converts_mean_and_std_to_pixel_levels(monkeypatch):
 
 @needs_dali
 def test_dali_cpu_pipeline_builds_and_runs_here(sample_root):
-    from dali_bridge.backends.dali_feed import _Feeder, build_pipeline
+    from dali_bridge.backends.dali.feed import _Feeder, build_pipeline
     from dali_bridge.pipeline.sampling import rank_batches
     from dali_bridge.data.sources.local import list_source
 

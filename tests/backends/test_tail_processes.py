@@ -14,9 +14,9 @@ import torch
 
 from conftest import backend_params
 from dali_bridge import build_loader
-from dali_bridge.backends import tail_processes
-from dali_bridge.backends import dali as dali_backend
-from dali_bridge.backends.tail_processes import TailProcessError, tail_processes_possible
+from dali_bridge.backends.dali import tail_processes
+from dali_bridge.backends.dali import executor as dali_backend
+from dali_bridge.backends.dali.tail_processes import TailProcessError, tail_processes_possible
 from dali_bridge.ops.auto_augment import TrivialAugmentWide
 from hostile import write_image_folder
 

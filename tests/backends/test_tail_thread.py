@@ -12,7 +12,7 @@ import torch
 
 from conftest import backend_params
 from dali_bridge import build_loader
-from dali_bridge.backends import dali as dali_backend
+from dali_bridge.backends.dali import executor as dali_backend
 from hostile import break_file, write_image_folder
 
 DALI_CPU = backend_params(["dali-cpu"])

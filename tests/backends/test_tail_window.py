@@ -8,7 +8,7 @@ import torch
 
 from conftest import MEAN, STD, TRAIN, needs_cpu_backends, plan_of
 from dali_bridge import build_loader
-from dali_bridge.backends.dali_plan import TAIL_WINDOW_COLUMNS, dali_plan
+from dali_bridge.backends.dali.plan import TAIL_WINDOW_COLUMNS, dali_plan
 from dali_bridge.ops.geometry import Crop
 from dali_bridge.placement import placement
 
@@ -44,7 +44,7 @@ def test_a_graph_that_runs_no_step_before_the_tail_ends_with_its_decoder_on_both
 
 @needs_cpu_backends
 def test_the_feeder_sends_each_crop_window_and_the_tail_crops_the_whole_decoded_window(sample_root):
-    from dali_bridge.backends.dali_feed import _Feeder
+    from dali_bridge.backends.dali.feed import _Feeder
     from dali_bridge.pipeline.plan import build_plan
     from dali_bridge.pipeline.sampling import rank_batches
     from dali_bridge.data.sources.local import list_source

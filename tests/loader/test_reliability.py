@@ -198,7 +198,7 @@ def test_a_batch_whose_every_sample_fails_is_not_yielded_but_counted_and_logged(
 @pytest.mark.parametrize("backend", [p for p in backend_params(["dali-cpu", "dali"])])
 def test_dali_finds_the_culprit_of_a_failed_batch_rebuilds_once_and_remembers_it_until_it_changes(tmp_path, monkeypatch,
                                                                                                    backend):
-    import dali_bridge.backends.dali as dali_backend
+    import dali_bridge.backends.dali.executor as dali_backend
 
     files = write_image_folder(tmp_path / "data", classes=2, per_class=6)
     break_file(files[7], "bad_huffman_table")  # passes every header check: only the decoder fails

@@ -12,7 +12,7 @@ import torch
 from conftest import MEAN, STD, needs_cpu_backends, plan_of
 from test_color_jitter import write_mixed_images
 
-from dali_bridge.backends.dali_plan import dali_plan
+from dali_bridge.backends.dali.plan import dali_plan
 from dali_bridge.ops.policy_kernels import apply_operation
 from dali_bridge.ops.policy_tables import SPACES, PolicyOperation, magnitudes
 from dali_bridge.placement import placement

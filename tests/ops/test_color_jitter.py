@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import MEAN, STD, needs_cpu_backends, plan_of
 
-from dali_bridge.backends.dali_plan import dali_plan
+from dali_bridge.backends.dali.plan import dali_plan
 from dali_bridge.placement import placement
 from dali_bridge.spec.problems import SpecError
 

@@ -94,7 +94,7 @@ def _blur_on_dali_cpu(step, images: list[np.ndarray], sigmas: list[float]) -> li
     from nvidia.dali import fn, pipeline_def
 
     from dali_bridge.ops.gaussian_blur import Blur
-    from dali_bridge.backends.dali_plan import graph_context
+    from dali_bridge.backends.dali.plan import graph_context
 
     kernel_x, kernel_y = step.params["kernel_size"]
     plan = plan_of([{"center_crop": 8}, {"gaussian_blur": step.params}])
@@ -172,7 +172,7 @@ def test_gaussian_blur_matches_torchvision_on_dali_cpu_over_unusual_images(corpu
 def test_plain_dali_baseline_blurs_with_a_range_or_a_fixed_sigma(sigma):
     from nvidia.dali import fn, pipeline_def
 
-    from dali_bridge.backends.dali_plan import graph_context
+    from dali_bridge.backends.dali.plan import graph_context
 
     plan = plan_of([{"center_crop": 8}, {"gaussian_blur": {"kernel_size": [5, 3], "sigma": sigma}}])
     step, ctx = plan.steps[1], graph_context(plan, "cpu")

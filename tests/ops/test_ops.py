@@ -124,7 +124,7 @@ def test_every_op_lowers_to_steps_drawing_the_uniforms_their_ops_declare(name):
 
 @every_op
 def test_every_op_builds_the_dali_columns_it_declares(name):
-    from dali_bridge.backends.dali_feed import ArgumentColumns
+    from dali_bridge.backends.dali.feed import ArgumentColumns
 
     plan = plan_around(name)
     columns = ArgumentColumns(plan)
@@ -215,7 +215,7 @@ def test_the_mixed_pipeline_lowers_to_steps_whose_ops_say_how_many_uniforms_they
 
 
 def test_the_mixed_pipeline_builds_its_declared_dali_columns():
-    from dali_bridge.backends.dali_feed import ArgumentColumns
+    from dali_bridge.backends.dali.feed import ArgumentColumns
 
     plan = plan_of(MIXED_PIPELINE)
     columns = ArgumentColumns(plan)
@@ -232,7 +232,7 @@ def test_a_step_takes_its_op_and_refuses_a_name_saying_what_to_write():
 
 
 def test_a_column_an_op_does_not_build_is_reported_with_the_op_and_its_names(monkeypatch):
-    from dali_bridge.backends.dali_feed import ArgumentColumns
+    from dali_bridge.backends.dali.feed import ArgumentColumns
     from dali_bridge.ops.vertical_flip import RandomVerticalFlip
 
     plan = plan_of([{"center_crop": 8}, {"vertical_flip": 0.5}])
@@ -244,7 +244,7 @@ def test_a_column_an_op_does_not_build_is_reported_with_the_op_and_its_names(mon
 
 
 def test_a_column_of_the_wrong_dtype_is_reported_with_its_declaration(monkeypatch):
-    from dali_bridge.backends.dali_feed import ArgumentColumns
+    from dali_bridge.backends.dali.feed import ArgumentColumns
     from dali_bridge.ops.vertical_flip import RandomVerticalFlip
 
     plan = plan_of([{"center_crop": 8}, {"vertical_flip": 0.5}])

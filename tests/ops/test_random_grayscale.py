@@ -48,7 +48,7 @@ def test_dali_grey_levels_equal_torchvision_rgb_to_grayscale_exactly():
     from torchvision.transforms.v2 import functional as F
 
     from dali_bridge.ops.random_grayscale import Grayscale
-    from dali_bridge.backends.dali_plan import graph_context
+    from dali_bridge.backends.dali.plan import graph_context
 
     colours = _colours_where_rounding_matters()
     images = [colours[: len(colours) // 2 * 2].reshape(2, -1, 3), colours[:7].reshape(7, 1, 3)]  # HWC uint8

@@ -13,7 +13,11 @@ PACKAGE = REPO / "dali_bridge"
 BACKENDS = PACKAGE / "backends"
 EXECUTORS = ("dali", "torchvision")
 # The modules of each executor's wing (the DALI executor's feeder and graph builder sit beside it).
-WINGS = {"dali": ("dali", "dali_feed"), "torchvision": ("torchvision",)}
+WINGS = {"dali": ("dali_bridge.backends.dali.executor", "dali_bridge.backends.dali.feed"),
+         "torchvision": ("dali_bridge.backends.torchvision",)}
+# What the executors share: below both wings.
+SHARED = ("dali_bridge.backends.base", "dali_bridge.backends.finishing", "dali_bridge.backends.per_sample",
+          "dali_bridge.backends.thread_pool")
 # Modules at the bottom: they import nothing of the project but one another.
 LEAVES = ("checks", "text", "quoting", "wording")
 
@@ -211,11 +215,11 @@ def test_the_plan_imports_no_backend_at_any_depth():
 
 
 def test_no_backend_executor_imports_another():
+    graph = import_graph()
     for name in EXECUTORS:
-        others = {f".{module}" for other in EXECUTORS if other != name for module in WINGS[other]} | \
-                 {f"dali_bridge.backends.{module}" for other in EXECUTORS if other != name for module in WINGS[other]}
+        others = {module for other in EXECUTORS if other != name for module in WINGS[other]}
         for module in WINGS[name]:
-            assert not imported_modules(BACKENDS / f"{module}.py") & others, module
+            assert not set(graph[module]) & others, module
 
 
 def test_leaf_modules_import_nothing_of_the_project_but_one_another():
@@ -251,26 +255,30 @@ def test_every_relative_import_names_a_module_that_exists():
                     f"{path.relative_to(REPO)}:{node.lineno}: from {'.' * node.level}{node.module}"
 
 
-def imported_names(path: Path, module: str) -> set[str]:
-    """The names ``path`` imports from ``module`` (as spelled in its ``from ... import``)."""
-    return {alias.name for node in ast.walk(ast.parse(path.read_text()))
-            if isinstance(node, ast.ImportFrom) and ("." * node.level + (node.module or "")) == module
+def imported_names(importer: str, module: str) -> set[str]:
+    """The names module ``importer`` imports from module ``module`` (both absolute), wherever it writes it."""
+    path = MODULES[importer]
+    return {alias.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)
+            and _absolute(importer, path.name == "__init__.py", node.level, node.module or "") == module
             for alias in node.names}
 
 
 def test_the_per_sample_loop_lives_in_the_core_alone():
     # Draws and a sample's steps are computed in one place (backends/per_sample.py), under one error policy.
+    graph = import_graph()
+    assert {"draws", "sample_steps"} <= imported_names("dali_bridge.backends.per_sample",
+                                                       "dali_bridge.pipeline.sampling")
     for name in EXECUTORS:
         for module in WINGS[name]:
-            assert not imported_names(BACKENDS / f"{module}.py", "..sampling") & {"draws", "sample_steps"}, module
-        assert any(".per_sample" in imported_modules(BACKENDS / f"{module}.py") for module in WINGS[name]), name
+            assert not imported_names(module, "dali_bridge.pipeline.sampling") & {"draws", "sample_steps"}, module
+        assert any("dali_bridge.backends.per_sample" in graph[module] for module in WINGS[name]), name
 
 
 def test_what_the_executors_share_imports_neither_executor():
-    wings = [module for name in EXECUTORS for module in WINGS[name]]
-    executors = {f".{name}" for name in wings} | {f"dali_bridge.backends.{name}" for name in wings}
-    for shared in ("base", "finishing", "per_sample", "thread_pool"):
-        assert not imported_modules(BACKENDS / f"{shared}.py") & executors, shared
+    graph = import_graph()
+    wings = {module for name in EXECUTORS for module in WINGS[name]}
+    for shared in SHARED:
+        assert not reachable(graph, shared) & wings, shared
 
 
 # The house rule (modules of at most 500 lines, functions of at most 60): the package as a whole stays

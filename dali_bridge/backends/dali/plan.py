@@ -5,7 +5,7 @@ The plan (:mod:`dali_bridge.pipeline.plan`) says what runs; this module says how
 It reads no op's parameters: an op declares what the planner needs — the resize it asks for
 (:meth:`~dali_bridge.ops.Op.resize_request`), the centre it keeps (:meth:`~dali_bridge.ops.Op.kept_centre`),
 the crop window columns a decoder can read (``window_columns``), a flip the finish takes
-(``folds_into_finish``). Pure Python: the graph builder (:mod:`dali_bridge.backends.dali`) and the
+(``folds_into_finish``). Pure Python: the graph builder (:mod:`dali_bridge.backends.dali.executor`) and the
 placement (:func:`dali_bridge.placement.placement`) both read the one value, so neither imports DALI to plan.
 """
 from __future__ import annotations
@@ -15,14 +15,14 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 
-from ..ops.registry import OPS
-from ..ops.base import ResizeRequest, Step
-from ..ops.dali_op import GraphContext
-from ..ops.exact_resize import METHODS
-from ..ops.finish import IMPLICIT_FINISH
+from ...ops.registry import OPS
+from ...ops.base import ResizeRequest, Step
+from ...ops.dali_op import GraphContext
+from ...ops.exact_resize import METHODS
+from ...ops.finish import IMPLICIT_FINISH
 
 if TYPE_CHECKING:
-    from ..pipeline.plan import Plan
+    from ...pipeline.plan import Plan
 
 __all__ = ["DaliPlan", "dali_plan", "graph_context", "resize_method", "resize_methods"]
 

@@ -13,17 +13,17 @@ from typing import Any
 
 import numpy as np
 
-from ..data.sources.formats import ImageInfo
-from ..ops.dali_op import Column
-from ..ops.geometry import Crop
-from ..pipeline.plan import Plan
-from ..pipeline.region_decode import decoded_window, steps_over_window
-from ..pipeline.sampling import BatchTask
-from .dali_plan import DaliPlan, dali_plan
-from .per_sample import SampleCore
-from .device import mixed_decoder_arguments
-from ..data.sources.listing import Listing
-from ..spec.pipeline import PipelineSpec
+from ...data.sources.formats import ImageInfo
+from ...ops.dali_op import Column
+from ...ops.geometry import Crop
+from ...pipeline.plan import Plan
+from ...pipeline.region_decode import decoded_window, steps_over_window
+from ...pipeline.sampling import BatchTask
+from .plan import DaliPlan, dali_plan
+from ..per_sample import SampleCore
+from ..device import mixed_decoder_arguments
+from ...data.sources.listing import Listing
+from ...spec.pipeline import PipelineSpec
 
 # Every DALI pipeline alive in this process. A forked child (a DataLoader worker, say) inherits
 # them without DALI's threads, and destroying one there — e.g. when the child's garbage collector
@@ -123,7 +123,7 @@ class _Feeder:
 
 def tail_windows(plan: Plan, tail: list[list]) -> tuple[list[np.ndarray], list[list]]:
     """The decoder's window of each sample when the torch tail's first step crops one
-    (:meth:`~dali_bridge.backends.dali_plan.DaliPlan.tail_window_columns`): the (anchor, shape)
+    (:meth:`~dali_bridge.backends.dali.plan.DaliPlan.tail_window_columns`): the (anchor, shape)
     columns, and each sample's tail steps over its decoded window
     (:func:`~dali_bridge.pipeline.region_decode.steps_over_window`). A crop that does not lie inside the
     image (none does) keeps the whole image as its window and its steps unchanged."""
@@ -152,7 +152,7 @@ class ArgumentColumns:
 
     The graph builder and the feeder both go through this one list, so a step's columns are
     matched by name — the order of the external source's outputs is an internal detail. It holds
-    the plan's :class:`~dali_bridge.backends.dali_plan.DaliPlan` (``dali``), built here once for the
+    the plan's :class:`~dali_bridge.backends.dali.plan.DaliPlan` (``dali``), built here once for the
     executor: the builder reads its decisions from there.
     """
 

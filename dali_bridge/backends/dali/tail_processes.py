@@ -1,4 +1,4 @@
-"""``dali-cpu``'s host torch tail in worker processes: each runs :func:`~dali_bridge.backends.tail.run_tail`
+"""``dali-cpu``'s host torch tail in worker processes: each runs :func:`~dali_bridge.backends.dali.tail.run_tail`
 on its chunk of a batch, with an interpreter (and a GIL) of its own.
 
 In threads of the loader's process the tail's kernels scale badly: each per-sample kernel call takes
@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..ops.base import Step
+from ...ops.base import Step
 from .tail import run_tail
 
 __all__ = ["TailProcesses", "TailProcessError", "tail_processes_possible"]

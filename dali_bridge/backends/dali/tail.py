@@ -21,8 +21,8 @@ from typing import Sequence
 
 import torch
 
-from ..ops.base import Step
-from ..ops.batched import add_rounding
+from ...ops.base import Step
+from ...ops.batched import add_rounding
 
 
 def run_tail(steps: Sequence[Step], images: Sequence[torch.Tensor], tail: Sequence[Sequence[tuple]], *,

@@ -2,14 +2,14 @@
 
 One graph builder serves ``dali`` (nvJPEG ``mixed`` decode, ops on the GPU) and ``dali-cpu``
 (every op on the CPU); the only difference is the device each stage gets from the plan's
-:class:`~dali_bridge.backends.dali_plan.DaliPlan`, built once per executor (and listed by
+:class:`~dali_bridge.backends.dali.plan.DaliPlan`, built once per executor (and listed by
 :func:`dali_bridge.placement.placement`). Samples enter through an external source in the order and
 with the geometry the loader decided: the feeder reads each file, probes its size, and computes
 torchvision-exact crop windows, resize sizes and flips, which DALI applies as per-sample
 arguments (ROI decode of the crop window, then resize) — DALI draws no randomness of its own.
 
 This module holds the executor (runs, recovery, the hand-over to torch); the feeder, its argument
-columns and the graph builder are in :mod:`dali_bridge.backends.dali_feed`.
+columns and the graph builder are in :mod:`dali_bridge.backends.dali.feed`.
 """
 from __future__ import annotations
 
@@ -21,22 +21,22 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-from ..errors import ImageError, SampleError
-from ..data.sources.images import decode_rgb
-from .base import RawBatch, Topology, default_workers
-from ..pipeline.plan import Plan
-from ..pipeline.sampling import BatchTask
-from ..util.dtypes import torch_dtype
-from .dali_feed import ArgumentColumns, _Feeder, build_pipeline  # noqa: F401
-from .finishing import FinishedBuffers, finish_batch
-from ..util.intra_op import single_intra_op_thread
+from ...errors import ImageError, SampleError
+from ...data.sources.images import decode_rgb
+from ..base import RawBatch, Topology, default_workers
+from ...pipeline.plan import Plan
+from ...pipeline.sampling import BatchTask
+from ...util.dtypes import torch_dtype
+from .feed import ArgumentColumns, _Feeder, build_pipeline  # noqa: F401
+from ..finishing import FinishedBuffers, finish_batch
+from ...util.intra_op import single_intra_op_thread
 from .tail import run_tail
 from .tail_processes import TailProcesses, tail_processes_possible
-from .thread_pool import abandon
-from .device import (InFlightCopies, TailStream, dali_threads, gpu_target, host_tail_split, keep_alive,
+from ..thread_pool import abandon
+from ..device import (InFlightCopies, TailStream, dali_threads, gpu_target, host_tail_split, keep_alive,
     mixed_decoder_arguments, move_output)
-from ..data.sources.listing import Listing
-from ..spec.pipeline import PipelineSpec
+from ...data.sources.listing import Listing
+from ...spec.pipeline import PipelineSpec
 
 log = logging.getLogger("dali_bridge")
 
@@ -431,7 +431,7 @@ class DaliExecutor:
 def _as_chw(images: torch.Tensor) -> torch.Tensor:
     """The graph's HWC output before a torch tail (an image, or a batch) as CHW: on the host a view of
     the HWC memory, as torchvision's decoder returns; on a GPU contiguous, the layout its batch
-    kernels were measured on (see :attr:`~dali_bridge.backends.dali_plan.DaliPlan.finish_step`)."""
+    kernels were measured on (see :attr:`~dali_bridge.backends.dali.plan.DaliPlan.finish_step`)."""
     chw = images.permute(0, 3, 1, 2) if images.dim() == 4 else images.permute(2, 0, 1)
     return chw if chw.device.type == "cpu" else chw.contiguous()
 
