@@ -92,7 +92,7 @@ def require_gpu_dali(dry_run: bool) -> None:
     devices = cuda_devices()
     if not devices:
         raise Skip("no CUDA device here")
-    from dali_bridge.backends.select import unavailable_reason
+    from dali_bridge.loader.select import unavailable_reason
     reason = unavailable_reason("dali")
     if reason:
         raise AssertionError(f"{devices} CUDA device(s) here, but dali cannot run: {reason}")
@@ -103,7 +103,7 @@ def stand_in_backend(dry_run: bool) -> str:
     if not dry_run:
         require_gpu_dali(dry_run)
         return "dali"
-    from dali_bridge.backends.select import unavailable_reason
+    from dali_bridge.loader.select import unavailable_reason
     reason = unavailable_reason("dali-cpu")
     if reason:
         raise Skip(f"dry run: dali-cpu cannot stand in for dali here: {reason}")
@@ -285,7 +285,7 @@ def check_errors(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, 
     """(c): raise yields the batches before the broken file then names it; skip counts it — on
     ``dali`` and on torchvision finishing on CUDA (stand-ins in a dry run: dali-cpu, a CPU target)."""
     from dali_bridge import build_loader
-    from dali_bridge.backends.select import unavailable_reason
+    from dali_bridge.loader.select import unavailable_reason
     from dali_bridge.errors import SampleError
 
     root, (bad,) = broken_folder(work / "broken")

@@ -17,7 +17,7 @@ mkdir -p "$OUT"
 MODEL_MS="${MODEL_MS:-25}"
 ROUNDS="${ROUNDS:-2}"
 BASELINES="ceiling,torchvision,torchvision-pil,dali-cpu"
-if "$PY" -c 'import sys; from dali_bridge.backends.select import unavailable_reason; sys.exit(unavailable_reason("dali") is not None)'; then
+if "$PY" -c 'import sys; from dali_bridge.loader.select import unavailable_reason; sys.exit(unavailable_reason("dali") is not None)'; then
   BASELINES="$BASELINES,dali"   # a usable GPU: the hand-written mixed-decode DALI pipeline too
 fi
 if "$PY" -c 'import spdl.pipeline' 2> /dev/null; then

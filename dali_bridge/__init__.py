@@ -14,8 +14,8 @@ from .util.urls import StorageError
 __version__ = "0.1.0"
 
 # Names whose homes import torch or torchvision: imported when first asked for.
-_LAZY = {"build_loader": "dali_bridge.loader", "Loader": "dali_bridge.loader",
-         "BackendUnavailable": "dali_bridge.backends.select",
+_LAZY = {"build_loader": "dali_bridge.loader.loader", "Loader": "dali_bridge.loader.loader",
+         "BackendUnavailable": "dali_bridge.loader.select",
          "from_torchvision": "dali_bridge.recipes.from_torchvision", "from_timm": "dali_bridge.recipes.from_timm",
          "to_torchvision": "dali_bridge.compose", "batch_transform": "dali_bridge.compose"}
 

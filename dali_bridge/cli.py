@@ -222,7 +222,7 @@ def _add_from_timm_command(add: AddCommand) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .backends.select import BackendUnavailable
+    from .loader.select import BackendUnavailable
     from .errors import SampleError
     from .errors import SourceError
 

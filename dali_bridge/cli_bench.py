@@ -25,7 +25,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .bench.report import format_report
     from .bench.results import REFERENCE_NAMES
     from .bench.runner import data_overrides, default_baselines, run_bench
-    from .backends.select import BackendUnavailable, unavailable_reason
+    from .loader.select import BackendUnavailable, unavailable_reason
 
     backends = [] if args.backends == "none" else _backend_list(args.backends)
     threads = _int_list(args.threads, "--threads") if args.threads else [_default_threads()]

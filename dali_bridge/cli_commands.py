@@ -86,8 +86,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .backends.select import BACKEND_NAMES, choose_backend, unavailable_reason
-    from .placement import placement
+    from .loader.select import BACKEND_NAMES, choose_backend, unavailable_reason
+    from .loader.placement import placement
     from .pipeline.plan import build_plan, unsupported_ops
     from .timing import format_table
 
@@ -168,12 +168,12 @@ def _resolved_yaml(spec: PipelineSpec) -> str:
 
 
 def _cuda() -> bool:
-    from .backends.select import probe
+    from .loader.select import probe
     return probe().cuda_devices > 0
 
 
 def _backend_list(text: str) -> list[str]:
-    from .backends.select import BACKEND_NAMES, available_backends
+    from .loader.select import BACKEND_NAMES, available_backends
 
     if text == "available":
         return available_backends()
@@ -236,7 +236,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _report_run_failure(exc: Exception, where: str) -> int:
     """Print why one run of ``dali-bridge run`` stopped; its exit status (as ``main`` maps the error)."""
-    from .backends.select import BackendUnavailable
+    from .loader.select import BackendUnavailable
     from .errors import SampleError
     from .errors import SourceError
 
@@ -283,7 +283,7 @@ def check_writable_folder(path: str, flag: str) -> None:
 
 def _run_one(spec: PipelineSpec, backend: str, args: argparse.Namespace) -> dict[str, Any]:
     """One epoch (or ``--batches``) of ``spec`` on ``backend``: the table row."""
-    from .loader import build_loader
+    from .loader.loader import build_loader
     from .timing import measure_epoch
 
     loader = build_loader(spec, backend)

@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # PIL is imported where pictures are drawn, not at import tim
 def default_pair() -> tuple[str, str]:
     """The backends a user switches between: ``dali`` (GPU) vs ``torchvision`` where the GPU backend
     runs, else ``dali-cpu`` vs ``torchvision``."""
-    from .backends.select import available_backends
+    from .loader.select import available_backends
 
     return ("dali", "torchvision") if "dali" in available_backends() else ("dali-cpu", "torchvision")
 
@@ -305,10 +305,10 @@ def compare(pipeline: PipelineSpec | str | Path | Mapping, backends: Sequence[st
 
     ``batches``: how many batches of the first epoch to compare (default 5; None = the whole
     epoch). ``bounds`` default to :func:`default_bounds`. The ``index`` output is added for the
-    comparison when the pipeline lacks it. Raises what :func:`~dali_bridge.loader.build_loader`
+    comparison when the pipeline lacks it. Raises what :func:`~dali_bridge.loader.loader.build_loader`
     raises when a backend cannot run the pipeline. ``progress``: batches compared so far on stderr.
     """
-    from .loader import build_loader
+    from .loader.loader import build_loader
     from .util.progress import progress as progress_bar
 
     if len(backends) != 2:

@@ -9,7 +9,7 @@ from typing import Any
 from .backends.base import available_cores, default_workers, worker_share
 from .backends.device import (DECODER_DEVICE_MEMORY_PADDING, DECODER_HOST_MEMORY_PADDING, HW_DECODER_LOAD, dali_threads,
     describe_gpu_threads)
-from .backends.select import BACKEND_NAMES, Probe, choose_backend, probe, unavailable_reason
+from .loader.select import BACKEND_NAMES, Probe, choose_backend, probe, unavailable_reason
 
 
 def _nvjpeg_hardware(dali_ok: bool, cuda_devices: int) -> str:

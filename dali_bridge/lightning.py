@@ -29,7 +29,7 @@ except ImportError:   # the older package name, the same classes
         raise ImportError("dali_bridge.lightning needs PyTorch Lightning, which is not installed: "
                           "pip install dali-bridge[lightning] (or pip install lightning)") from None
 
-from .loader import Loader, build_loader
+from .loader.loader import Loader, build_loader
 from .pipeline.sampling import batch_count
 from .spec.pipeline import PipelineSpec
 
@@ -39,7 +39,7 @@ PathLike = str | Path | PipelineSpec | Mapping
 
 
 class EpochLoader:
-    """What the Trainer iterates: a :class:`~dali_bridge.loader.Loader` that starts each iteration
+    """What the Trainer iterates: a :class:`~dali_bridge.loader.loader.Loader` that starts each iteration
     at the Trainer's current epoch.
 
     ``len()`` is the whole epoch's batch count, also after a resume: Lightning counts the batches

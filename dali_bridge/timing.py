@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from .loader import Loader
+from .loader.loader import Loader
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Any, Callable
 import pytest
 import yaml
 
-from dali_bridge.backends.select import available_backends
+from dali_bridge.loader.select import available_backends
 
 REPO = Path(__file__).resolve().parent.parent
 PIPELINES = REPO / "pipelines"
@@ -48,7 +48,7 @@ def plan_of(ops: list, parity: str = "exact"):
 @pytest.fixture
 def no_cuda(monkeypatch):
     """The same answers on every host: CUDA switched off through DALI_BRIDGE_DISABLE."""
-    from dali_bridge.backends.select import probe
+    from dali_bridge.loader.select import probe
 
     monkeypatch.setenv("DALI_BRIDGE_DISABLE", "cuda")
     probe.cache_clear()
@@ -58,7 +58,7 @@ def no_cuda(monkeypatch):
 
 def backend_params(names: list[str] = ["dali-cpu", "torchvision", "dali"]) -> list:
     """pytest params over backends, each unavailable one skipped with the reason."""
-    from dali_bridge.backends.select import unavailable_reason
+    from dali_bridge.loader.select import unavailable_reason
 
     params = []
     for name in names:

@@ -36,7 +36,7 @@ def variant_batches(root: Path, name: str, backend: str) -> dict[str, tuple[np.n
     """The first batches of each pinned epoch of a variant: {key: (image, label, index)}."""
     from pinned_variants import VARIANTS
 
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
     from dali_bridge.spec.pipeline import coerce_spec
 
     base, overrides = VARIANTS[name]

@@ -229,7 +229,7 @@ class TorchvisionExecutor:
 
     def __init__(self, spec: PipelineSpec, listing: Listing, plan: Plan, *, topology: Topology,
                  device: str | torch.device):
-        # ``device``: where the batches land; :func:`~dali_bridge.backends.select.build_executor` resolves
+        # ``device``: where the batches land; :func:`~dali_bridge.loader.select.build_executor` resolves
         # the loader's default (the local rank's GPU when the host has one) before building the executor.
         self.spec, self.listing, self.plan = spec, listing, plan
         self.device = torch.device(device)

@@ -19,7 +19,7 @@ from .results import PROTOCOL_FD_ENV, BenchError
 
 
 def _bridge(path: str, overrides: dict[str, Any], backend: str):
-    from ..loader import build_loader
+    from ..loader.loader import build_loader
     from ..spec.pipeline import load_spec
 
     spec = load_spec(path, overrides)

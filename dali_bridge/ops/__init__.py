@@ -37,7 +37,7 @@ The plan
 3. ops after normalisation (category ``after_finish``, per-sample on float tensors: ``random_erasing``),
    then at most one batch-level op (category ``batch``: ``mixup``, ``cutmix``, ``batch_mix``) last.
    ``Plan.steps`` stops at the finish, so no executor sees them: the loader's post-finish stage
-   (:mod:`dali_bridge.post_finish`) runs them on the whole finished batch on the loader's device,
+   (:mod:`dali_bridge.loader.post_finish`) runs them on the whole finished batch on the loader's device,
    the same for every backend. Batch-level ops draw per batch, keyed by (seed, epoch, the batch's
    position in the rank's epoch, rank, position); their interface is
    :mod:`dali_bridge.ops.after_finish`.

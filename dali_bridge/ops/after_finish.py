@@ -3,7 +3,7 @@
 ``batch_mix``).
 
 Neither kind reaches a backend executor: ``Plan.steps`` stops at the finish, and the loader's
-post-finish stage (:mod:`dali_bridge.post_finish`) applies these ops, in plan order, to each
+post-finish stage (:mod:`dali_bridge.loader.post_finish`) applies these ops, in plan order, to each
 finished batch on the loader's device — the same torch code for every backend, so the backends
 differ after the finish by nothing but what they handed over.
 

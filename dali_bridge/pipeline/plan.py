@@ -3,7 +3,7 @@
 The plan lowers every op of the spec through its registry entry (``crop_mirror_normalize`` →
 centre crop, flip, normalize), with sizes in (height, width) form, and ends the per-sample steps
 with the finish (dtype, normalisation, layout). It says what runs, not how a backend runs it: where
-each step runs on each backend is :func:`dali_bridge.placement.placement`, and which steps a DALI
+each step runs on each backend is :func:`dali_bridge.loader.placement.placement`, and which steps a DALI
 graph runs is DALI's own planning (:class:`~dali_bridge.backends.dali.plan.DaliPlan`). Nothing
 here imports a backend.
 """
@@ -56,7 +56,7 @@ class Plan:
     @cached_property
     def post_finish(self) -> tuple[tuple[int, Step], ...]:
         """(position in ``all_steps``, step) of each op after the finish: per-sample ops on the float images,
-        then batch-level ops. The loader applies them (:mod:`dali_bridge.post_finish`); no executor sees them."""
+        then batch-level ops. The loader applies them (:mod:`dali_bridge.loader.post_finish`); no executor sees them."""
         return tuple((n, step) for n, step in enumerate(self.all_steps) if n > self.finish_position)
 
     @property

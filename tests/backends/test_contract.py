@@ -23,7 +23,7 @@ import torch
 from conftest import TRAIN, backend_params, child_processes, os_threads, settle
 from dali_bridge import build_loader
 from dali_bridge.backends.base import resolve_topology
-from dali_bridge.loader import Loader
+from dali_bridge.loader.loader import Loader
 from dali_bridge.pipeline.sampling import epoch_order
 
 BACKENDS = backend_params()

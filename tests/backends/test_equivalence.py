@@ -87,7 +87,7 @@ def test_shipped_train_pipeline_gives_the_same_crops_flips_and_pixels(sample_roo
 
 def test_the_comparison_sees_a_one_pixel_change_of_geometry(sample_root):
     """The bound has teeth: resizing to 257 instead of 256 (same 224 crop) is far outside it."""
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
     from dali_bridge.spec.pipeline import coerce_spec
 
     base = {"source": {"type": "folder", "root": str(sample_root)}, "batch_size": 16, "loader.workers": 1,
@@ -107,7 +107,7 @@ def test_the_comparison_sees_a_one_pixel_change_of_geometry(sample_root):
 
 
 def test_a_flip_on_one_side_only_fails_the_comparison(sample_root):
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
     from dali_bridge.spec.pipeline import coerce_spec
 
     base = {"source": {"type": "folder", "root": str(sample_root)}, "batch_size": 8, "loader.workers": 1,
@@ -186,8 +186,8 @@ def test_center_crop_padding_is_zero_and_identical(corpus_root):
 
 
 def test_bicubic_without_antialias_is_refused_on_dali_naming_op_option_and_backends(corpus_root):
-    from dali_bridge.backends.select import BackendUnavailable
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.select import BackendUnavailable
+    from dali_bridge.loader.loader import build_loader
 
     spec = pipeline(corpus_root, [{"resize": {"size": [100, 120], "interpolation": "bicubic", "antialias": False}},
                                  UINT8])
@@ -200,8 +200,8 @@ def test_bicubic_without_antialias_is_refused_on_dali_naming_op_option_and_backe
 
 
 def test_a_1x1_bilinear_resize_is_refused_on_torchvision_naming_the_reason(corpus_root):
-    from dali_bridge.backends.select import BackendUnavailable
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.select import BackendUnavailable
+    from dali_bridge.loader.loader import build_loader
 
     for op in ({"resize": {"size": [1, 1]}}, {"random_resized_crop": 1}, {"resize": 1}):
         spec = pipeline(corpus_root, [op, UINT8] if "random" in str(op) else [op, {"center_crop": 1}, UINT8])
@@ -460,7 +460,7 @@ def test_flip_rate_matches_torchvision_random_horizontal_flip_within_three_sigma
 # GPU: nvJPEG decode and GPU ops vs the CPU paths (bound: compare.NVJPEG_BOUNDS, justified there)
 
 def _gpu_reason() -> str | None:
-    from dali_bridge.backends.select import unavailable_reason
+    from dali_bridge.loader.select import unavailable_reason
 
     return unavailable_reason("dali")
 

@@ -14,7 +14,7 @@ import torch
 
 from conftest import TRAIN, VAL
 from dali_bridge import build_loader
-from dali_bridge.backends.select import unavailable_reason
+from dali_bridge.loader.select import unavailable_reason
 
 CUDA = torch.cuda.is_available()
 

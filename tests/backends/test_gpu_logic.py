@@ -23,7 +23,7 @@ from dali_bridge.backends.device import InFlightCopies, cuda_ordinal, dali_threa
 from dali_bridge.backends.finishing import finish_batch
 from dali_bridge.backends.torchvision import TorchvisionExecutor, prefetched
 from dali_bridge.errors import SampleError
-from dali_bridge.loader import Loader
+from dali_bridge.loader.loader import Loader
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.data.sources.local import list_source
 from dali_bridge.spec.pipeline import coerce_spec
@@ -210,7 +210,7 @@ def test_dali_gpu_executor_takes_the_thread_default_of_its_own_gpu(tmp_path, mon
 
 
 def test_doctor_and_show_print_the_gpu_thread_default_and_what_bounds_it(monkeypatch, capsys):
-    from dali_bridge.backends.select import probe
+    from dali_bridge.loader.select import probe
     from dali_bridge.cli import main
     from dali_bridge.doctor import report
 

@@ -268,7 +268,7 @@ def test_a_gpu_dali_executors_tail_and_finish_copy_per_operation_drawn_not_per_s
 @pytest.mark.parametrize("value", [0.5, "random"])
 def test_random_erasing_on_a_device_copies_its_fills_once_per_batch_not_per_erased_sample(monkeypatch, value):
     from dali_bridge.pipeline.plan import build_plan
-    from dali_bridge.post_finish import PostFinish
+    from dali_bridge.loader.post_finish import PostFinish
     from dali_bridge.spec.pipeline import spec_from_dict
 
     spec = spec_from_dict({"version": 1, "source": {"type": "folder", "root": "/nonexistent"}, "batch_size": 32,

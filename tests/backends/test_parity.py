@@ -7,7 +7,7 @@ import torch
 from dali_bridge import build_loader
 from dali_bridge.spec.pipeline import load_spec
 from dali_bridge.backends.dali.plan import resize_methods
-from dali_bridge.placement import placement
+from dali_bridge.loader.placement import placement
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.problems import SpecError
 

@@ -19,7 +19,7 @@ from conftest import MEAN, STD, TRAIN, VAL
 from dali_bridge.backends.dali.plan import dali_plan
 from dali_bridge.ops.registry import OPS
 from dali_bridge.ops.exact_resize import METHODS
-from dali_bridge.placement import placement
+from dali_bridge.loader.placement import placement
 from dali_bridge.ops.base import Step
 from dali_bridge.ops.finish import Finish
 from dali_bridge.pipeline.plan import Placed, build_plan, unsupported_ops

@@ -118,7 +118,7 @@ def test_gaussian_blur_and_float16_stay_within_their_bounds_on_photos_and_genera
 def test_fast_parity_differs_only_in_the_outermost_lines_on_real_photos_within_the_pinned_figure(photos_root):
     """The border lines depend on how much a photo changes at its edge: 13 levels here (10-15 over seeds
     0-5), against 8 on the generated test images; the interior stays within 1 level."""
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
 
     overrides = {"source.root": str(photos_root), "batch_size": 8, "parity": "fast", "loader.workers": 1,
                  "ops.2.normalize.dtype": "uint8", "ops.2.normalize.mean": [0, 0, 0], "ops.2.normalize.std": [1, 1, 1]}

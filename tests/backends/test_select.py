@@ -15,8 +15,8 @@ import pytest
 
 from conftest import TRAIN
 from dali_bridge import build_loader
-from dali_bridge.backends import select
-from dali_bridge.backends.select import (BackendUnavailable, Probe, available_backends, choose_backend, probe,
+from dali_bridge.loader import select
+from dali_bridge.loader.select import (BackendUnavailable, Probe, available_backends, choose_backend, probe,
     unavailable_reason)
 
 FULL = Probe(dali_version="2.4.0", dali_reason=None, cuda_devices=2, cuda_reason=None, torchvision_reason=None)

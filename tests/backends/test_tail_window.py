@@ -10,7 +10,7 @@ from conftest import MEAN, STD, TRAIN, needs_cpu_backends, plan_of
 from dali_bridge import build_loader
 from dali_bridge.backends.dali.plan import TAIL_WINDOW_COLUMNS, dali_plan
 from dali_bridge.ops.geometry import Crop
-from dali_bridge.placement import placement
+from dali_bridge.loader.placement import placement
 
 POLICY_OPS = [{"random_resized_crop": {"size": 64}}, {"horizontal_flip": 0.5},
               {"trivial_augment_wide": {"interpolation": "bilinear"}},

@@ -15,7 +15,7 @@ from conftest import TRAIN, VAL, child_processes, settle
 from dali_bridge import build_loader
 from dali_bridge.backends.thread_pool import OrderedPool, abandon
 from dali_bridge.errors import SampleError
-from dali_bridge.loader import Loader
+from dali_bridge.loader.loader import Loader
 from hostile import break_file, write_image_folder
 
 WORKERS = 2

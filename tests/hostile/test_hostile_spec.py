@@ -11,7 +11,7 @@ import pytest
 from conftest import HOST_BACKENDS, REPO, VAL
 from dali_bridge.cli import main
 from dali_bridge.cli_commands import EXIT_INVALID
-from dali_bridge.limits import HostLimits, largest_sample_image, loader_limit_problems
+from dali_bridge.loader.limits import HostLimits, largest_sample_image, loader_limit_problems
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.overrides import parse_override
 from dali_bridge.spec.pipeline import PipelineSpec, load_spec, spec_from_dict
@@ -239,7 +239,7 @@ def test_integers_too_large_for_a_float_or_a_string_are_problems_not_tracebacks(
 _RLIMIT_CHILD = """
 import resource, sys
 import dali_bridge.backends.base  # torch: imported before the limit, as a training script would have
-from dali_bridge.limits import host_limits, loader_limit_problems
+from dali_bridge.loader.limits import host_limits, loader_limit_problems
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.pipeline import spec_from_dict
 

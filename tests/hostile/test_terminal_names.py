@@ -59,7 +59,7 @@ def _hostile_folder(tmp_path, hostile: str):
 
 @pytest.mark.parametrize("hostile", HOSTILE)
 def test_skip_warnings_escape_the_file_name(tmp_path, hostile, caplog, write_pipeline):
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
     from dali_bridge.spec.pipeline import load_spec
 
     root, evil = _hostile_folder(tmp_path, hostile)

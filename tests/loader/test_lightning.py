@@ -159,7 +159,7 @@ def test_two_ddp_ranks_share_each_epoch_and_resume_mid_epoch(sample_root, tmp_pa
 
 
 def _dali_gpu_reason() -> str | None:
-    from dali_bridge.backends.select import unavailable_reason
+    from dali_bridge.loader.select import unavailable_reason
 
     if not torch.cuda.is_available():
         return "no CUDA device here"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-import dali_bridge.loader as loader_module
+import dali_bridge.loader.loader as loader_module
 from conftest import TRAIN
 from dali_bridge import build_loader
 
@@ -29,7 +29,7 @@ def test_a_dataloader_keyword_names_the_pipeline_key_that_does_its_job():
 
 
 def test_a_cuda_device_this_host_lacks_is_refused_before_any_executor(no_cuda):
-    from dali_bridge.backends.select import BackendUnavailable
+    from dali_bridge.loader.select import BackendUnavailable
 
     with pytest.raises(BackendUnavailable, match="device 'cuda:0' cannot be used here"):
         build_loader(TRAIN, "torchvision", device="cuda:0")

@@ -28,7 +28,7 @@ import torch
 from conftest import backend_params, child_processes, os_threads, settle
 from dali_bridge import build_loader
 from dali_bridge.errors import SampleError
-from dali_bridge.loader import Loader
+from dali_bridge.loader.loader import Loader
 from dali_bridge.errors import SourceError
 from hostile import (BROKEN_KINDS, BROKEN_REASONS, break_file, make_unreadable, tiny_jpeg, write_image_folder)
 

@@ -129,7 +129,7 @@ def images_by_index(loader) -> dict[int, list[torch.Tensor]]:
 @pytest.mark.parametrize("backend", backend_params(["dali-cpu", "torchvision"]))
 def test_each_repeat_of_a_sample_is_augmented_differently_and_repeat_zero_is_the_plain_pixels(
         sample_root, backend):
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
 
     with build_loader(loader_data(sample_root, 3), backend) as loader:
         assert len(loader) == batch_count(37, 5, 1, 0, "partial", repeats=3) == 23
@@ -145,7 +145,7 @@ def test_each_repeat_of_a_sample_is_augmented_differently_and_repeat_zero_is_the
 
 
 def test_resuming_mid_epoch_with_repeats_continues_with_the_same_batches(sample_root):
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
 
     data = loader_data(sample_root, 3, last_batch="pad")
     with build_loader(data, "torchvision") as loader:
@@ -167,7 +167,7 @@ def test_resuming_mid_epoch_with_repeats_continues_with_the_same_batches(sample_
 
 
 def test_states_saved_before_repeated_augmentation_still_load_and_a_mismatch_is_refused(sample_root):
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
 
     with build_loader(loader_data(sample_root, 1), "torchvision") as loader:
         # a format 1 state as dali-bridge wrote it before repeated augmentation (and elastic resume)
@@ -187,7 +187,7 @@ def test_states_saved_before_repeated_augmentation_still_load_and_a_mismatch_is_
 @pytest.mark.slow
 def test_ops_after_the_finish_draw_each_repeat_anew(sample_root):
     """random_erasing runs on the finished batch in the loader: its draws key on the repeat number too."""
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
 
     data = loader_data(sample_root, 3)
     data["ops"] = [{"center_crop": 48}, {"normalize": {}}, {"random_erasing": {"probability": 1.0, "value": 0}}]

@@ -16,11 +16,11 @@ import torch
 from conftest import TRAIN
 from dali_bridge import build_loader
 from dali_bridge.backends.base import RawBatch, Topology
-from dali_bridge.loader import Loader
+from dali_bridge.loader.loader import Loader
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.data.sources.local import list_source
 from dali_bridge.spec.pipeline import load_spec
-from dali_bridge.stats import StepClock
+from dali_bridge.loader.stats import StepClock
 
 BATCH = 4
 

@@ -15,7 +15,7 @@ from test_color_jitter import write_mixed_images
 from dali_bridge.backends.dali.plan import dali_plan
 from dali_bridge.ops.policy_kernels import apply_operation
 from dali_bridge.ops.policy_tables import SPACES, PolicyOperation, magnitudes
-from dali_bridge.placement import placement
+from dali_bridge.loader.placement import placement
 from dali_bridge.spec.problems import SpecError
 
 DRAWS = 10_000

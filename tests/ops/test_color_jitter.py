@@ -10,7 +10,7 @@ import torch
 from conftest import MEAN, STD, needs_cpu_backends, plan_of
 
 from dali_bridge.backends.dali.plan import dali_plan
-from dali_bridge.placement import placement
+from dali_bridge.loader.placement import placement
 from dali_bridge.spec.problems import SpecError
 
 DRAWS = 10_000
@@ -210,7 +210,7 @@ def test_skipped_samples_leave_the_torch_tail_parameters_with_their_own_images(m
     images, so dali-cpu still equals torchvision sample for sample."""
     import shutil
 
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
 
     root = tmp_path / "with_a_broken_file"
     shutil.copytree(mixed_root, root)

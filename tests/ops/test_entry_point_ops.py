@@ -151,8 +151,8 @@ END_TO_END = '''
 import json, sys
 import numpy as np
 from dali_bridge.cli import main
-from dali_bridge.loader import build_loader
-from dali_bridge.backends.select import available_backends
+from dali_bridge.loader.loader import build_loader
+from dali_bridge.loader.select import available_backends
 from dali_bridge.reference import render_reference
 from dali_bridge.spec.pipeline import spec_from_dict
 

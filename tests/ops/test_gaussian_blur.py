@@ -10,7 +10,7 @@ import torch
 from conftest import MEAN, STD, needs_cpu_backends
 
 from dali_bridge.errors import ImageError
-from dali_bridge.placement import placement
+from dali_bridge.loader.placement import placement
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.pipeline import spec_from_dict
 from dali_bridge.spec.problems import SpecError

@@ -12,9 +12,9 @@ from conftest import CPU_BACKENDS, needs_cpu_backends
 
 from dali_bridge.ops.registry import OPS
 from dali_bridge.ops.mixing import Mix, _mixup_in_place, mix_batch
-from dali_bridge.placement import placement
+from dali_bridge.loader.placement import placement
 from dali_bridge.pipeline.plan import build_plan
-from dali_bridge.post_finish import PostFinish, batch_uniforms
+from dali_bridge.loader.post_finish import PostFinish, batch_uniforms
 from dali_bridge.spec.pipeline import spec_from_dict
 from dali_bridge.spec.problems import SpecError
 

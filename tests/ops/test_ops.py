@@ -152,7 +152,7 @@ def test_every_op_samples_one_shape_and_size_for_every_image_size(name):
 
 @every_op
 def test_every_op_is_placed_on_every_backend_it_supports(name):
-    from dali_bridge.placement import placement
+    from dali_bridge.loader.placement import placement
 
     plan = plan_around(name)
     for backend in OPS[name].backends:

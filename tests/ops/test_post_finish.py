@@ -9,9 +9,9 @@ import yaml
 from conftest import TRAIN
 
 from dali_bridge.cli import main
-from dali_bridge.placement import placement
+from dali_bridge.loader.placement import placement
 from dali_bridge.pipeline.plan import build_plan
-from dali_bridge.post_finish import PostFinish
+from dali_bridge.loader.post_finish import PostFinish
 from dali_bridge.pipeline.sampling import draws, sample_steps
 from dali_bridge.spec.pipeline import load_spec, spec_from_dict
 

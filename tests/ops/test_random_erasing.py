@@ -11,9 +11,9 @@ from conftest import MEAN, STD, needs_cpu_backends
 
 from dali_bridge.ops.registry import OPS
 from dali_bridge.ops.erasing import Erase
-from dali_bridge.placement import placement
+from dali_bridge.loader.placement import placement
 from dali_bridge.pipeline.plan import build_plan
-from dali_bridge.post_finish import PostFinish
+from dali_bridge.loader.post_finish import PostFinish
 from dali_bridge.pipeline.sampling import uniforms
 from dali_bridge.spec.pipeline import spec_from_dict
 from dali_bridge.spec.problems import SpecError

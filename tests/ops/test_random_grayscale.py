@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import MEAN, STD, needs_cpu_backends, plan_of, torch_vector_kernels
 
-from dali_bridge.placement import placement
+from dali_bridge.loader.placement import placement
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.pipeline import spec_from_dict
 
@@ -118,7 +118,7 @@ def test_random_grayscale_matches_torchvision_on_dali_cpu(sample_root, ops):
 
 @needs_cpu_backends
 def test_grey_images_have_three_equal_channels_on_dali_cpu(sample_root):
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
 
     data = {"version": 1, "source": {"type": "folder", "root": str(sample_root)}, "batch_size": 8,
             "loader": {"workers": 1}, "ops": [{"center_crop": 64}, {"random_grayscale": 1.0}]}

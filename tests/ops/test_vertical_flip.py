@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import MEAN, STD, needs_cpu_backends, plan_of
 
-from dali_bridge.placement import placement
+from dali_bridge.loader.placement import placement
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.pipeline import spec_from_dict
 
@@ -68,7 +68,7 @@ def test_vertical_flip_matches_torchvision_on_dali_cpu(sample_root, ops):
 @needs_cpu_backends
 def test_a_vertical_flip_on_one_side_only_fails_the_comparison(sample_root):
     from dali_bridge.compare import compare_batches
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
     from dali_bridge.spec.pipeline import coerce_spec
 
     def spec(probability: float):

@@ -228,7 +228,7 @@ def test_show_names_the_decoder_the_torchvision_backend_runs(capsys, no_cuda, mo
 @pytest.mark.slow
 @needs_region_decoder
 def test_the_torchvision_loader_decodes_a_first_crops_window_alone_with_the_same_batch(sample_root, monkeypatch):
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
 
     overrides = {"source": {"type": "folder", "root": str(sample_root)}, "batch_size": 6,
                  "loader": {"workers": 0}, "outputs": ["image", "index"]}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TRAIN, VAL
-from dali_bridge.backends.select import available_backends
+from dali_bridge.loader.select import available_backends
 from dali_bridge.cli import main
 from dali_bridge.cli_commands import EXIT_INVALID, EXIT_UNAVAILABLE
 

@@ -20,7 +20,7 @@ def no_work(monkeypatch):
     """Fail the test if a loader is built: the command must refuse before any work."""
     def refuse(*args, **kwargs):
         raise AssertionError("a loader was built before the arguments were checked")
-    monkeypatch.setattr("dali_bridge.loader.build_loader", refuse)
+    monkeypatch.setattr("dali_bridge.loader.loader.build_loader", refuse)
 
 
 @pytest.mark.parametrize("batches", ["0", "-1", "-100"])
@@ -101,16 +101,16 @@ def test_compare_batches_refuses_to_hold_more_worst_pixels_than_the_bound():
 @pytest.mark.skipif(len(CPU_BACKENDS) < 2, reason="needs two CPU backends (dali-cpu is not installed here)")
 def test_run_keeps_the_finished_rows_when_a_backend_fails_and_reports_the_failure_row(
         tmp_path, sample_root, monkeypatch, capsys):
-    import dali_bridge.loader
+    import dali_bridge.loader.loader
 
-    real = dali_bridge.loader.build_loader
+    real = dali_bridge.loader.loader.build_loader
 
     def flaky(spec, backend, *args, **kwargs):
         if backend == CPU_BACKENDS[0]:
             raise RuntimeError("the backend fell over")
         return real(spec, backend, *args, **kwargs)
 
-    monkeypatch.setattr(dali_bridge.loader, "build_loader", flaky)
+    monkeypatch.setattr(dali_bridge.loader.loader, "build_loader", flaky)
     out = tmp_path / "rows.json"
     code = main(["run", str(VAL), "--data", str(sample_root), "--backends", ",".join(CPU_BACKENDS), "--batches", "1",
                  "-q", "--set", "batch_size=4", "--set", "loader.workers=0", "--json", str(out)])

@@ -103,7 +103,7 @@ def test_the_work_folder_must_lie_outside_the_output_folder(tmp_path):
 
 @pytest.mark.slow
 def test_on_a_cuda_host_where_dali_cannot_run_the_dali_checks_fail_not_skip(tmp_path, monkeypatch):
-    from dali_bridge.backends import select
+    from dali_bridge.loader import select
 
     module = load_module()
     monkeypatch.setattr(module, "cuda_devices", lambda: 1)

@@ -51,7 +51,7 @@ def test_auto_workers_are_at_least_one_and_a_bad_local_world_size_is_named(monke
 
 @pytest.mark.parametrize("backend", backend_params(["torchvision", "dali-cpu"]))
 def test_loaders_built_under_torchrun_start_the_rank_share_of_workers(monkeypatch, cores_96, sample_root, backend):
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
 
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     overrides = {"source.root": str(sample_root), "batch_size": 4}
@@ -78,7 +78,7 @@ def test_show_and_doctor_state_the_auto_figure_and_why(monkeypatch, capsys, core
 # ---- an epoch with no batches is refused when the loader is built
 
 def test_a_batch_larger_than_the_rank_share_with_drop_is_refused_with_the_numbers(sample_root):
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
 
     overrides = {"source.root": str(sample_root), "batch_size": 16, "loader.last_batch": "drop"}
     with pytest.raises(SpecError) as caught:
@@ -93,7 +93,7 @@ def test_a_batch_larger_than_the_rank_share_with_drop_is_refused_with_the_number
 
 
 def test_a_rank_without_samples_is_refused_and_pad_is_suggested(sample_root):
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
 
     overrides = {"source.root": str(sample_root), "batch_size": 4}
     with pytest.raises(SpecError, match="37 samples dealt over world size 40 give this rank 0 samples.*"
@@ -116,8 +116,8 @@ def test_run_refuses_a_zero_batch_epoch_with_exit_2(capsys, sample_root):
 
 @pytest.mark.parametrize("backend", backend_params(["torchvision", "dali-cpu"]))
 def test_device_cuda_without_cuda_says_what_is_wrong_when_the_loader_is_built(sample_root, no_cuda, backend):
-    from dali_bridge.backends.select import BackendUnavailable
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.select import BackendUnavailable
+    from dali_bridge.loader.loader import build_loader
 
     with pytest.raises(BackendUnavailable, match="device 'cuda' cannot be used here: CUDA disabled by "
                                                  "DALI_BRIDGE_DISABLE; leave device unset"):
@@ -125,7 +125,7 @@ def test_device_cuda_without_cuda_says_what_is_wrong_when_the_loader_is_built(sa
 
 
 def test_device_that_is_not_a_torch_device_is_named(sample_root):
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
 
     with pytest.raises(ValueError, match="device 'gpu' is not a torch device \\(expected e.g. 'cuda'"):
         build_loader(VAL, "torchvision", overrides={"source.root": str(sample_root)}, device="gpu")
@@ -134,7 +134,7 @@ def test_device_that_is_not_a_torch_device_is_named(sample_root):
 # ---- DataLoader keywords point to overrides; Python overrides are not worded as --set flags
 
 def test_dataloader_keywords_name_the_pipeline_key_to_override():
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
 
     with pytest.raises(TypeError) as caught:
         build_loader(VAL, "torchvision", num_workers=4, batch_size=32, shuffle=False, drop_last=True)
@@ -147,7 +147,7 @@ def test_dataloader_keywords_name_the_pipeline_key_to_override():
 
 
 def test_dataloader_keywords_without_a_pipeline_key_say_why_and_typos_get_a_did_you_mean():
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
 
     with pytest.raises(TypeError) as caught:
         build_loader(VAL, pin_memory=True, sampler=None, rnak=1)
@@ -158,7 +158,7 @@ def test_dataloader_keywords_without_a_pipeline_key_say_why_and_typos_get_a_did_
 
 
 def test_python_overrides_are_named_as_overrides_and_set_flags_as_flags(capsys):
-    from dali_bridge.loader import build_loader
+    from dali_bridge.loader.loader import build_loader
 
     with pytest.raises(SpecError) as caught:
         build_loader(VAL, overrides={"batch_size": 0})

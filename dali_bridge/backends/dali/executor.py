@@ -3,7 +3,7 @@
 One graph builder serves ``dali`` (nvJPEG ``mixed`` decode, ops on the GPU) and ``dali-cpu``
 (every op on the CPU); the only difference is the device each stage gets from the plan's
 :class:`~dali_bridge.backends.dali.plan.DaliPlan`, built once per executor (and listed by
-:func:`dali_bridge.placement.placement`). Samples enter through an external source in the order and
+:func:`dali_bridge.loader.placement.placement`). Samples enter through an external source in the order and
 with the geometry the loader decided: the feeder reads each file, probes its size, and computes
 torchvision-exact crop windows, resize sizes and flips, which DALI applies as per-sample
 arguments (ROI decode of the crop window, then resize) — DALI draws no randomness of its own.

@@ -6,7 +6,7 @@ It reads no op's parameters: an op declares what the planner needs — the resiz
 (:meth:`~dali_bridge.ops.Op.resize_request`), the centre it keeps (:meth:`~dali_bridge.ops.Op.kept_centre`),
 the crop window columns a decoder can read (``window_columns``), a flip the finish takes
 (``folds_into_finish``). Pure Python: the graph builder (:mod:`dali_bridge.backends.dali.executor`) and the
-placement (:func:`dali_bridge.placement.placement`) both read the one value, so neither imports DALI to plan.
+placement (:func:`dali_bridge.loader.placement.placement`) both read the one value, so neither imports DALI to plan.
 """
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ class DaliPlan:
 
     def stages(self, *, gpu: bool) -> list[tuple[str, str, str]]:
         """(stage, implementation, device) of each stage of the DALI backends, the torch tail included
-        (``dali`` when ``gpu``, else ``dali-cpu``); :func:`dali_bridge.placement.placement` lists them."""
+        (``dali`` when ``gpu``, else ``dali-cpu``); :func:`dali_bridge.loader.placement.placement` lists them."""
         op_device = "gpu" if gpu else "cpu"
         decode_device = ("mixed" if self.plan.decode_device == "mixed" else "cpu") if gpu else "cpu"
         stages = [("read", "fn.external_source (bridge-owned order)", "cpu")]

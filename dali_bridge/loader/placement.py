@@ -6,8 +6,8 @@ decision (:meth:`~dali_bridge.backends.dali.plan.DaliPlan.stages`).
 """
 from __future__ import annotations
 
-from .backends.dali.plan import dali_plan
-from .pipeline.plan import Placed, Plan
+from ..backends.dali.plan import dali_plan
+from ..pipeline.plan import Placed, Plan
 
 __all__ = ["placement"]
 

@@ -12,11 +12,11 @@ import math
 import resource
 from dataclasses import dataclass
 
-from .util.dtypes import item_bytes
-from .util.checks import shown as _shown
-from .pipeline.plan import Plan
-from .spec.pipeline import PipelineSpec
-from .spec.problems import Problem, SpecError
+from ..util.dtypes import item_bytes
+from ..util.checks import shown as _shown
+from ..pipeline.plan import Plan
+from ..spec.pipeline import PipelineSpec
+from ..spec.problems import Problem, SpecError
 
 # Workers beyond this many per core only queue for the same cores (reading from slow storage
 # may want a few per core, not hundreds).
@@ -106,7 +106,7 @@ def _memory_available() -> tuple[int | None, str]:
 
 def host_limits() -> HostLimits:
     """This process's limits now."""
-    from .backends.base import default_workers
+    from ..backends.base import default_workers
 
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     open_files = soft if soft != resource.RLIM_INFINITY else 1 << 20

@@ -117,7 +117,7 @@ class StepClock:
         self._mark = now
 
     def figures(self) -> dict[str, Any]:
-        """The totals since the loader was built (see :meth:`dali_bridge.loader.Loader.stats`)."""
+        """The totals since the loader was built (see :meth:`dali_bridge.loader.loader.Loader.stats`)."""
         return self._total.figures(backend=self.backend, workers=self.workers)
 
     def epoch_figures(self) -> dict[str, Any]:

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .util.intra_op import one_intra_op_thread_here
-from .ops.after_finish import BATCH
-from .pipeline.plan import Plan
-from .pipeline.sampling import draws, uniforms
+from ..util.intra_op import one_intra_op_thread_here
+from ..ops.after_finish import BATCH
+from ..pipeline.plan import Plan
+from ..pipeline.sampling import draws, uniforms
 
 # Batch draws' counter: the rank in the high half, so (batch, rank) never collide for any world size.
 _RANK_SHIFT = 32

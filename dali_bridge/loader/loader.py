@@ -17,22 +17,22 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import torch
 
-from .backends.base import Executor, RawBatch, SkippedSample, Topology, resolve_topology
+from ..backends.base import Executor, RawBatch, SkippedSample, Topology, resolve_topology
 from .dataloader_keywords import unexpected_keywords_message
 from .limits import check_loader_limits
-from .pipeline.plan import Plan, build_plan, unsupported_ops
+from ..pipeline.plan import Plan, build_plan, unsupported_ops
 from .post_finish import PostFinish
-from .util.quoting import safe_name
-from .pipeline.resume import STATE_FORMAT, Identity, check_identity, listing_fingerprint, merge_states, read_state
-from .pipeline.sampling import BatchTask, batch_count, check_epoch, entries_consumed, rank_batches
-from .data.shards.order import windows_of
-from .data.shards.read_ahead import ShardReadAhead, read_ahead_for
-from .data.sources.listing import Listing
-from .data.sources.local import list_source
+from ..util.quoting import safe_name
+from ..pipeline.resume import STATE_FORMAT, Identity, check_identity, listing_fingerprint, merge_states, read_state
+from ..pipeline.sampling import BatchTask, batch_count, check_epoch, entries_consumed, rank_batches
+from ..data.shards.order import windows_of
+from ..data.shards.read_ahead import ShardReadAhead, read_ahead_for
+from ..data.sources.listing import Listing
+from ..data.sources.local import list_source
 from .stats import StepClock
-from .spec.pipeline import PipelineSpec, coerce_spec
-from .spec.problems import Problem, SpecError
-from .util.wording import plural
+from ..spec.pipeline import PipelineSpec, coerce_spec
+from ..spec.problems import Problem, SpecError
+from ..util.wording import plural
 
 log = logging.getLogger("dali_bridge")
 
@@ -44,7 +44,7 @@ class Loader:
     declared dtype, on ``loader.device``), ``label`` (int64 [N]), ``index`` (int64 [N], position in
     the source listing), ``valid`` (bool [N], False for ``pad`` repeats) and ``target`` (float32
     [N, number of classes]: soft targets, label smoothing and batch mixing folded in). Ops after
-    the finish run on each batch here (:mod:`dali_bridge.post_finish`), the same for every backend.
+    the finish run on each batch here (:mod:`dali_bridge.loader.post_finish`), the same for every backend.
 
     Each ``iter()`` runs the next epoch unless :meth:`set_epoch` chose one; :meth:`state_dict`
     after k batches and :meth:`load_state_dict` on a fresh loader continue with batch k+1 — on
@@ -130,7 +130,7 @@ class Loader:
 
     def stats(self) -> dict[str, Any]:
         """How long the consumer waited for batches and held them, since the loader was built, and
-        the verdict (data-bound or compute-bound): see :mod:`dali_bridge.stats`."""
+        the verdict (data-bound or compute-bound): see :mod:`dali_bridge.loader.stats`."""
         return self._clock.figures()
 
     def set_epoch(self, epoch: int) -> None:
@@ -385,7 +385,7 @@ def build_loader(spec_or_path: PipelineSpec | str | Path | Mapping, backend: str
     """Build the loader for a pipeline.
 
     ``backend``: ``dali`` | ``dali-cpu`` | ``torchvision`` forces a backend (an unusable one raises
-    :class:`~dali_bridge.backends.select.BackendUnavailable` with the reason); ``auto`` defers to the
+    :class:`~dali_bridge.loader.select.BackendUnavailable` with the reason); ``auto`` defers to the
     spec's ``backend`` key, whose own ``auto`` picks ``dali`` with DALI and a CUDA device, else
     ``torchvision``. ``rank``/``world_size`` default to torch.distributed or torchrun's environment.
     ``device``: where batches land (default ``cuda:LOCAL_RANK`` for GPU backends, else the CPU).
@@ -393,7 +393,7 @@ def build_loader(spec_or_path: PipelineSpec | str | Path | Mapping, backend: str
     change them with ``overrides={"loader.workers": 4}``; DataLoader's keywords raise a TypeError
     naming the key to override.
     """
-    from .backends.select import BackendUnavailable, build_executor, check_device, choose_backend
+    from .select import BackendUnavailable, build_executor, check_device, choose_backend
 
     if unexpected:
         raise TypeError(unexpected_keywords_message(unexpected))

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # torch is imported when a device is checked or an executor b
     from ..pipeline.plan import Plan
     from ..data.sources.listing import Listing
     from ..spec.pipeline import PipelineSpec
-    from .base import Executor, Topology
+    from ..backends.base import Executor, Topology
 
 log = logging.getLogger("dali_bridge")
 
@@ -169,8 +169,8 @@ def probe_device() -> int:
     """The CUDA device the tiny pipeline runs on: this rank's own, as its loader's (the local rank
     on the visible devices), so the ranks of a node do not each put a context and decoder pools
     on GPU 0."""
-    from .base import resolve_topology
-    from .device import cuda_ordinal, visible_cuda_devices
+    from ..backends.base import resolve_topology
+    from ..backends.device import cuda_ordinal, visible_cuda_devices
 
     try:
         local_rank = resolve_topology().local_rank
@@ -183,7 +183,7 @@ def gpu_pipeline_reason(dali_version: str, device_id: int | None = None) -> str 
     """None when a tiny GPU pipeline builds and runs on ``device_id`` (default: this rank's GPU),
     else why not (DALI build and driver named). A lasting answer is kept for the life of the
     process; a failure that may pass (out of memory, a busy device) is logged and asked again."""
-    from .dali.executor import dali_message
+    from ..backends.dali.executor import dali_message
 
     device_id = probe_device() if device_id is None else device_id
     if device_id in _GPU_PIPELINE_ANSWERS:
@@ -309,12 +309,12 @@ def build_executor(backend: str, spec: PipelineSpec, listing: Listing, plan: Pla
     Without a ``device``, torchvision's batches land on the local rank's GPU when the host has one
     (the host facts ``auto`` and ``show`` use, ``DALI_BRIDGE_DISABLE=cuda`` included), else on the CPU."""
     if backend in ("dali", "dali-cpu"):
-        from .dali.executor import DaliExecutor
+        from ..backends.dali.executor import DaliExecutor
         return DaliExecutor(spec, listing, plan, gpu=backend == "dali", topology=topology, device=device)
     import torch
 
-    from .device import cuda_ordinal
-    from .torchvision import TorchvisionExecutor
+    from ..backends.device import cuda_ordinal
+    from ..backends.torchvision import TorchvisionExecutor
     if device is None:
         devices, _ = torch_cuda_devices()
         device = torch.device("cuda", cuda_ordinal(topology.local_rank, devices)) if devices else torch.device("cpu")
