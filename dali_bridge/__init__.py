@@ -17,7 +17,8 @@ __version__ = "0.1.0"
 _LAZY = {"build_loader": "dali_bridge.loader.loader", "Loader": "dali_bridge.loader.loader",
          "BackendUnavailable": "dali_bridge.loader.select",
          "from_torchvision": "dali_bridge.recipes.from_torchvision", "from_timm": "dali_bridge.recipes.from_timm",
-         "to_torchvision": "dali_bridge.compose", "batch_transform": "dali_bridge.compose"}
+         "to_torchvision": "dali_bridge.recipes.to_torchvision",
+         "batch_transform": "dali_bridge.recipes.to_torchvision"}
 
 __all__ = ["PipelineSpec", "SpecError", "load_spec", "build_loader", "Loader", "from_timm", "from_torchvision",
            "to_torchvision", "batch_transform", "BackendUnavailable", "ImageError", "RecipeError", "SampleError",

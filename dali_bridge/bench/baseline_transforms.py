@@ -3,7 +3,7 @@ references (:mod:`dali_bridge.bench.baselines`) and SPDL's torchvision configura
 (:mod:`dali_bridge.bench.spdl_baseline`) both run, so it sits below them."""
 from __future__ import annotations
 
-from ..compose import batch_transform, to_torchvision
+from ..recipes.to_torchvision import batch_transform, to_torchvision
 from ..errors import RecipeError
 from .results import BenchError
 

@@ -21,9 +21,9 @@ from conftest import PIPELINES
 from dali_bridge import cli, from_torchvision
 from dali_bridge.spec.pipeline import load_spec
 from dali_bridge.ops.registry import OPS
-from dali_bridge.compose import batch_transform
+from dali_bridge.recipes.to_torchvision import batch_transform
 from dali_bridge.errors import RecipeError
-from dali_bridge.compose import to_torchvision
+from dali_bridge.recipes.to_torchvision import to_torchvision
 from dali_bridge.recipes.from_torchvision import RecipeWarning
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)

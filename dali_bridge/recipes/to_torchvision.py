@@ -7,15 +7,14 @@ places it after the last op that runs on uint8 images). Batch-level ops (MixUp, 
 per-sample transforms: :func:`batch_transform` gives theirs, applied as ``transform(images, labels)``.
 The bench's hand-written torchvision baseline is built from these two functions.
 
-It sits below the spec layer, on the plan alone, so that ``PipelineSpec.to_torchvision`` builds
-it without the recipes (which build specs); :mod:`dali_bridge.recipes` re-exports both functions.
+Public as ``dali_bridge.to_torchvision(spec)`` and ``dali_bridge.batch_transform(spec, num_classes=N)``.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from .pipeline.plan import LoweredSpec, Plan, build_plan
-from .errors import RecipeError
+from ..pipeline.plan import LoweredSpec, Plan, build_plan
+from ..errors import RecipeError
 
 
 def _plan(spec_or_plan: LoweredSpec | Plan) -> Plan:
