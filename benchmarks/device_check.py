@@ -179,7 +179,7 @@ def broken_folder(root: Path, *, images: int = 24,
 def check_env(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, Any]:
     import torch
 
-    from dali_bridge.doctor import report
+    from dali_bridge.tools.doctor import report
     info: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform(),
                             "torch": torch.__version__, "cuda_devices": cuda_devices()}
     if info["cuda_devices"]:

@@ -60,7 +60,7 @@ from s3_fixtures import LOOPBACK, FaultProxy, free_port, serve_folder, upload_fo
 
 from dali_bridge import build_loader  # noqa: E402
 from dali_bridge.bench.storage_report import OBJECT_STORAGE_FORMAT  # noqa: E402
-from dali_bridge.convert import convert  # noqa: E402
+from dali_bridge.tools.convert import convert  # noqa: E402
 from dali_bridge.data.sources.webdataset import list_webdataset  # noqa: E402
 from dali_bridge.spec.model import DEFAULT_IMAGE_KEYS  # noqa: E402
 from dali_bridge.data.storage.store import ObjectStore, Range  # noqa: E402

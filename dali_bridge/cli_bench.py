@@ -101,8 +101,8 @@ exit status: 0 PASS, 1 FAIL, 2 invalid pipeline or arguments, 3 a backend cannot
 def cmd_compare(args: argparse.Namespace) -> int:
     from dataclasses import asdict, replace
 
-    from .compare import MAX_SAVED_WORST, compare, default_pair
-    from .compare_bounds import default_bounds
+    from .tools.compare import MAX_SAVED_WORST, compare, default_pair
+    from .tools.compare_bounds import default_bounds
 
     if args.backends == "default":
         backends = list(default_pair())

@@ -311,7 +311,7 @@ def cmd_sample_data(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from .doctor import format_report, report
+    from .tools.doctor import format_report, report
 
     info = report()
     print(json.dumps(info, indent=2) if args.json else format_report(info))
@@ -319,8 +319,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from .convert import convert
-    from .convert_staging import ConvertError
+    from .tools.convert import convert
+    from .tools.convert_staging import ConvertError
     from .util.quoting import safe_name
     from .spec.model import DEFAULT_EXTENSIONS
 
@@ -388,7 +388,7 @@ def cmd_from_timm(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .convert import verify_shards
+    from .tools.convert import verify_shards
     from .data.shards.tar import manifest_path
 
     failed = False

@@ -2,7 +2,7 @@
 flips, pixels within 1 level of 255 (mean within 0.25 level) — measured on natural-looking images.
 
 Every op and option of the spec is run on ``dali-cpu`` and ``torchvision`` through
-:func:`dali_bridge.compare.compare` (the library behind ``dali-bridge compare``) over a folder that
+:func:`dali_bridge.tools.compare.compare` (the library behind ``dali-bridge compare``) over a folder that
 holds every kind of tests/corpus.py (grayscale, CMYK, YCCK, progressive, PNG variants, EXIF 1-8,
 1x1 and other images smaller than the crop, odd sizes, portrait, landscape, 4000x3000) plus
 generated photo-like JPEGs. The resize methods the DALI backend uses to reproduce torchvision's
@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from conftest import CPU_BACKENDS, MEAN, STD, TRAIN, VAL, torch_vector_kernels
-from dali_bridge.compare import CompareResult, compare, compare_batches
-from dali_bridge.compare_bounds import CPU_BOUNDS, NVJPEG_BOUNDS
+from dali_bridge.tools.compare import CompareResult, compare, compare_batches
+from dali_bridge.tools.compare_bounds import CPU_BOUNDS, NVJPEG_BOUNDS
 from dali_bridge.backends.dali.plan import resize_methods
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.pipeline import spec_from_dict

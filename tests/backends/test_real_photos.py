@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import MEAN, STD, TRAIN, VAL, needs_cpu_backends, torch_vector_kernels
-from dali_bridge.compare_bounds import FLOAT32_SLACK
+from dali_bridge.tools.compare_bounds import FLOAT32_SLACK
 from real_photos import write_real_photos
 from test_color_jitter import JITTER
 

@@ -394,7 +394,7 @@ DOCTOR_KEYS = {"python", "platform", "cpu_cores_available", "cpu_cores_total", "
 
 
 def test_doctor_report_says_what_auto_picks_and_why(monkeypatch, fresh_probe):
-    from dali_bridge.doctor import report
+    from dali_bridge.tools.doctor import report
 
     monkeypatch.setenv("DALI_BRIDGE_DISABLE", "cuda")
     info = report()

@@ -194,7 +194,7 @@ def test_source_max_bytes_refuses_larger_files_as_sample_errors_naming_their_siz
 
 @pytest.mark.parametrize("backend", backend_params(["dali-cpu", "torchvision"]))
 def test_source_max_bytes_caps_shard_members_from_the_index(tmp_path, backend):
-    from dali_bridge.convert import convert
+    from dali_bridge.tools.convert import convert
 
     files = write_image_folder(tmp_path / "data", classes=2, per_class=4)
     convert(tmp_path / "data", str(tmp_path / "shards" / "s-%06d.tar"), shard_size=4)
@@ -243,7 +243,7 @@ def test_source_max_bytes_must_be_a_positive_integer(tmp_path, value):
 
 
 def test_source_max_bytes_defaults_to_converts_cap_and_survives_a_round_trip(tmp_path):
-    from dali_bridge.convert import MAX_IMAGE_BYTES
+    from dali_bridge.tools.convert import MAX_IMAGE_BYTES
 
     assert spec_from_dict(_pipeline(tmp_path)).source.max_bytes == DEFAULT_MAX_BYTES == MAX_IMAGE_BYTES
     spec = spec_from_dict(_pipeline(tmp_path, max_bytes=1 << 30))

@@ -20,8 +20,8 @@ import pytest
 from conftest import REPO
 from dali_bridge.cli import main
 from dali_bridge.cli_commands import EXIT_INVALID
-from dali_bridge.convert import convert, verify_shards
-from dali_bridge.convert_staging import ConvertError
+from dali_bridge.tools.convert import convert, verify_shards
+from dali_bridge.tools.convert_staging import ConvertError
 from dali_bridge.data.shards.tar import manifest_path
 
 pytestmark = pytest.mark.slow  # killed converts, held locks and a full tmpfs
@@ -143,7 +143,7 @@ def _old_set(sample_root: Path, out: Path) -> dict[str, bytes]:
 
 def test_a_full_disk_during_overwrite_is_a_clear_error_leaving_the_old_set_intact(sample_root, tmp_path,
                                                                                   monkeypatch, capsys):
-    import dali_bridge.convert as module
+    import dali_bridge.tools.convert as module
 
     out = tmp_path / "out"
     before = _old_set(sample_root, out)
@@ -166,7 +166,7 @@ def test_a_full_disk_during_overwrite_is_a_clear_error_leaving_the_old_set_intac
 
 def test_an_interrupt_after_every_shard_is_written_but_before_the_switch_leaves_the_old_set(sample_root, tmp_path,
                                                                                            monkeypatch):
-    import dali_bridge.convert as module
+    import dali_bridge.tools.convert as module
 
     out = tmp_path / "out"
     before = _old_set(sample_root, out)
@@ -248,7 +248,7 @@ def test_an_output_folder_that_cannot_be_made_exits_2_without_a_traceback(sample
 
 
 def test_a_failure_between_the_renames_says_the_set_may_be_mixed(sample_root, tmp_path, monkeypatch):
-    import dali_bridge.convert as module
+    import dali_bridge.tools.convert as module
 
     out = tmp_path / "out"
     _old_set(sample_root, out)

@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO
 from dali_bridge.cli import main
 from dali_bridge.cli_commands import EXIT_INVALID
-from dali_bridge.convert import convert
+from dali_bridge.tools.convert import convert
 from dali_bridge.util.braces import MAX_BRACE_NAMES, brace_count, expand_braces
 from dali_bridge.data.shards.tar import scan_shard
 from dali_bridge.errors import SourceError

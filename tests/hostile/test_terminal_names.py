@@ -10,7 +10,7 @@ import pytest
 
 from conftest import CPU_BACKENDS, VAL
 from dali_bridge.cli import main
-from dali_bridge.convert import convert
+from dali_bridge.tools.convert import convert
 from dali_bridge.errors import SampleError
 from dali_bridge.util.quoting import MAX_NAME, safe_name
 from dali_bridge.spec.model import DEFAULT_EXTENSIONS
@@ -151,7 +151,7 @@ def test_compares_worst_list_escapes_file_names(hostile):
     import numpy as np
     import torch
 
-    from dali_bridge.compare import compare_batches
+    from dali_bridge.tools.compare import compare_batches
     from dali_bridge.ops.finish import Finish
 
     images = torch.from_numpy(np.random.default_rng(0).integers(0, 200, (2, 3, 4, 4), dtype=np.uint8))

@@ -11,7 +11,7 @@ import torch
 
 from conftest import CPU_BACKENDS, TRAIN
 from dali_bridge import build_loader
-from dali_bridge.convert import convert
+from dali_bridge.tools.convert import convert
 from dali_bridge.data.shards.order import ShardWindows, order_quality, quality_report, shard_window_order
 from dali_bridge.spec.pipeline import spec_from_dict
 from dali_bridge.spec.problems import SpecError

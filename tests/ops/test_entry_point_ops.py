@@ -159,7 +159,7 @@ from dali_bridge.spec.pipeline import spec_from_dict
 root, good, bad = sys.argv[1:4]
 out = {"validate_good": main(["validate", good]), "validate_bad": main(["validate", bad])}
 main(["show", good])
-from dali_bridge.doctor import report
+from dali_bridge.tools.doctor import report
 out["doctor"] = report()["ops_from_packages"]
 out["reference"] = render_reference().split("### `random_invert`", 1)[1].split("###", 1)[0]
 data = {"version": 1, "source": {"type": "folder", "root": root}, "batch_size": 4, "loader": {"workers": 0},

@@ -219,7 +219,7 @@ def pipeline(root, **extra) -> dict:
 
 @needs_cpu_backends
 def test_dali_cpu_and_torchvision_yield_the_same_mixed_images_and_targets(sample_root):
-    from dali_bridge.compare import compare
+    from dali_bridge.tools.compare import compare
 
     result = compare(pipeline(sample_root), ("dali-cpu", "torchvision"), batches=None)
     assert result.passed, (result.problems, result.outputs)

@@ -158,7 +158,7 @@ def test_hwc_output_is_erased_like_chw():
 
 @needs_cpu_backends
 def test_dali_cpu_and_torchvision_erase_the_same_boxes_with_the_same_noise(sample_root):
-    from dali_bridge.compare import compare
+    from dali_bridge.tools.compare import compare
 
     pipeline = {"version": 1, "source": {"type": "folder", "root": str(sample_root)}, "batch_size": 8, "seed": 2,
                 "ops": [{"random_resized_crop": 48}, {"normalize": {"mean": MEAN, "std": STD}},

@@ -67,7 +67,7 @@ def test_vertical_flip_matches_torchvision_on_dali_cpu(sample_root, ops):
 
 @needs_cpu_backends
 def test_a_vertical_flip_on_one_side_only_fails_the_comparison(sample_root):
-    from dali_bridge.compare import compare_batches
+    from dali_bridge.tools.compare import compare_batches
     from dali_bridge.loader.loader import build_loader
     from dali_bridge.spec.pipeline import coerce_spec
 

@@ -13,8 +13,8 @@ import pytest
 
 from dali_bridge.cli import main
 from dali_bridge.cli_commands import EXIT_INVALID
-from dali_bridge.convert import brace_pattern, convert, verify_shards
-from dali_bridge.convert_staging import ConvertError, check_pattern
+from dali_bridge.tools.convert import brace_pattern, convert, verify_shards
+from dali_bridge.tools.convert_staging import ConvertError, check_pattern
 from dali_bridge.data.shards.tar import index_path, manifest_path
 from dali_bridge.errors import SourceError
 from dali_bridge.data.sources.webdataset import list_webdataset

@@ -17,7 +17,7 @@ import torch
 
 from conftest import CPU_BACKENDS, TRAIN
 from dali_bridge import build_loader
-from dali_bridge.convert import convert
+from dali_bridge.tools.convert import convert
 from dali_bridge.errors import ImageError, SampleError
 from dali_bridge.errors import SourceError
 from dali_bridge.data.sources.webdataset import list_webdataset

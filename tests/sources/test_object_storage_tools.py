@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import s3_fixtures
-from dali_bridge.convert import convert, verify_shards
-from dali_bridge.convert_staging import ConvertError
+from dali_bridge.tools.convert import convert, verify_shards
+from dali_bridge.tools.convert_staging import ConvertError
 from dali_bridge.data.sources.webdataset import list_webdataset
 from dali_bridge.spec.model import DEFAULT_IMAGE_KEYS
 from dali_bridge.data.storage.store import ObjectStore

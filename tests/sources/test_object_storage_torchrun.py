@@ -79,7 +79,7 @@ def launch(mode: str, backend: str, shards: str, out: Path) -> int:
 @pytest.mark.parametrize("backend", backend_params(["torchvision"]))
 def test_two_ranks_on_s3_killed_and_resumed_yield_every_sample_once_in_order(backend, moto_endpoint, sample_root,
                                                                              tmp_path, monkeypatch):
-    from dali_bridge.convert import convert
+    from dali_bridge.tools.convert import convert
     from dali_bridge.pipeline.sampling import rank_batches
     from dali_bridge.data.shards.order import ShardWindows
     from dali_bridge.data.sources.webdataset import list_webdataset

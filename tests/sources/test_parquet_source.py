@@ -225,7 +225,7 @@ def test_the_row_group_cache_stays_within_its_bound(hf_dataset, monkeypatch):
 
 
 def test_convert_packs_parquet_rows_into_shards_byte_for_byte(hf_dataset, tmp_path):
-    from dali_bridge.convert import convert
+    from dali_bridge.tools.convert import convert
 
     root, data = hf_dataset
     result = convert(str(root / "train-*.parquet"), str(tmp_path / "train-%06d.tar"), shard_size=16)

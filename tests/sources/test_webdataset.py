@@ -18,7 +18,7 @@ import yaml
 
 from conftest import TRAIN, backend_params
 from dali_bridge import build_loader
-from dali_bridge.convert import convert
+from dali_bridge.tools.convert import convert
 from dali_bridge.errors import ImageError, SampleError
 from dali_bridge.util.braces import expand_braces
 from dali_bridge.data.shards.tar import ShardSamples, scan_shard, split_member

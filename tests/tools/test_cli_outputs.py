@@ -12,7 +12,7 @@ import pytest
 from conftest import CPU_BACKENDS, VAL
 from dali_bridge.cli import main
 from dali_bridge.cli_commands import EXIT_FAILED, EXIT_INVALID
-from dali_bridge.compare import MAX_SAVED_WORST
+from dali_bridge.tools.compare import MAX_SAVED_WORST
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_compare_bounds_the_worst_samples_it_saves(tmp_path, no_work, capsys):
 
 
 def test_compare_batches_refuses_to_hold_more_worst_pixels_than_the_bound():
-    from dali_bridge.compare import compare_batches
+    from dali_bridge.tools.compare import compare_batches
     from dali_bridge.ops.finish import Finish
 
     with pytest.raises(ValueError, match=f"at most {MAX_SAVED_WORST} worst samples"):

@@ -1,4 +1,4 @@
-"""`dali-bridge compare` and dali_bridge.compare: what they measure, report, save and return.
+"""`dali-bridge compare` and dali_bridge.tools.compare: what they measure, report, save and return.
 
 The library's arithmetic (levels from normalised floats, exact outputs, order checks, worst
 samples) is pinned on hand-made batches; the CLI runs on the shipped pipelines over the small
@@ -16,8 +16,8 @@ from PIL import Image
 from conftest import TRAIN, VAL, needs_cpu_backends
 from dali_bridge.cli import main
 from dali_bridge.cli_commands import EXIT_FAILED, EXIT_UNAVAILABLE
-from dali_bridge.compare import compare_batches, to_levels
-from dali_bridge.compare_bounds import CPU_BOUNDS, NVJPEG_BOUNDS, Bounds, default_bounds, float16_step
+from dali_bridge.tools.compare import compare_batches, to_levels
+from dali_bridge.tools.compare_bounds import CPU_BOUNDS, NVJPEG_BOUNDS, Bounds, default_bounds, float16_step
 from dali_bridge.ops.finish import Finish
 from dali_bridge.spec.pipeline import spec_from_dict
 

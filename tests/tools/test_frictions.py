@@ -272,7 +272,7 @@ DEFAULT_PAIR = {"torch_cuda": "13.0", "dali_builds": ["nvidia-dali-cuda120"]}
 
 
 def test_doctor_says_a_cuda_13_torch_with_a_cuda_12_dali_changes_nothing_without_a_gpu_and_what_a_gpu_needs():
-    from dali_bridge.doctor import cuda_builds_pairing
+    from dali_bridge.tools.doctor import cuda_builds_pairing
 
     text = cuda_builds_pairing(**DEFAULT_PAIR)
     assert text.startswith("fine on this host: torch is built for CUDA 13.0 and DALI for CUDA 12 "
@@ -303,13 +303,13 @@ def test_doctor_says_a_cuda_13_torch_with_a_cuda_12_dali_changes_nothing_without
                                       ">= 580, CUDA 12 >= 525): update the driver to >= 580"),
 ])
 def test_doctor_says_whether_this_hosts_driver_runs_the_cuda_13_torch_and_cuda_12_dali_pair(driver, verdict):
-    from dali_bridge.doctor import cuda_builds_pairing
+    from dali_bridge.tools.doctor import cuda_builds_pairing
 
     assert cuda_builds_pairing(**DEFAULT_PAIR, **driver).startswith(verdict)
 
 
 def test_doctor_reads_the_driver_release_apart_from_torch(tmp_path):
-    from dali_bridge.doctor import _driver_release
+    from dali_bridge.tools.doctor import _driver_release
 
     version = tmp_path / "version"
     version.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
@@ -319,7 +319,7 @@ def test_doctor_reads_the_driver_release_apart_from_torch(tmp_path):
 
 
 def test_doctor_pairing_covers_a_cpu_torch_no_dali_two_dalis_and_an_old_driver():
-    from dali_bridge.doctor import cuda_builds_pairing
+    from dali_bridge.tools.doctor import cuda_builds_pairing
 
     assert cuda_builds_pairing(torch_cuda=None, dali_builds=["nvidia-dali-cuda120"]).startswith(
         "torch is a CPU build: dali-cpu and torchvision run")
@@ -336,7 +336,7 @@ def test_doctor_pairing_covers_a_cpu_torch_no_dali_two_dalis_and_an_old_driver()
 def test_doctor_report_carries_the_pairing_of_the_installed_builds(capsys):
     import torch
 
-    from dali_bridge.doctor import _dali_builds, cuda_builds_pairing
+    from dali_bridge.tools.doctor import _dali_builds, cuda_builds_pairing
 
     assert main(["doctor", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
@@ -349,7 +349,7 @@ def test_doctor_report_carries_the_pairing_of_the_installed_builds(capsys):
 
 def test_compare_under_fast_parity_says_the_exact_bounds_are_exceeded_at_the_border_not_only_by_rounding(
         capsys, sample_root):
-    from dali_bridge.compare_bounds import CPU_BOUNDS, default_bounds
+    from dali_bridge.tools.compare_bounds import CPU_BOUNDS, default_bounds
 
     fast = load_spec(TRAIN, {"parity": "fast"})
     assert default_bounds(load_spec(TRAIN), ["dali-cpu", "torchvision"]) is CPU_BOUNDS
@@ -370,7 +370,7 @@ def _mean_delta_panel(tmp_path, delta: np.ndarray) -> np.ndarray:
     import torch
     from PIL import Image
 
-    from dali_bridge.compare import compare_batches
+    from dali_bridge.tools.compare import compare_batches
     from dali_bridge.ops.finish import Finish
 
     a = torch.full((4, 3, *delta.shape[1:]), 100, dtype=torch.uint8)

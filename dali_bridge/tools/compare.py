@@ -25,11 +25,11 @@ import numpy as np
 import torch
 
 from .compare_bounds import CPU_BOUNDS, FLOAT32_SLACK, Bounds, default_bounds, float16_step
-from .ops.finish import Finish
-from .pipeline.plan import Plan, build_plan
-from .util.quoting import safe_name
-from .spec.pipeline import PipelineSpec, coerce_spec
-from .util.wording import plural
+from ..ops.finish import Finish
+from ..pipeline.plan import Plan, build_plan
+from ..util.quoting import safe_name
+from ..spec.pipeline import PipelineSpec, coerce_spec
+from ..util.wording import plural
 
 if TYPE_CHECKING:  # PIL is imported where pictures are drawn, not at import time
     from PIL import Image
@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # PIL is imported where pictures are drawn, not at import tim
 def default_pair() -> tuple[str, str]:
     """The backends a user switches between: ``dali`` (GPU) vs ``torchvision`` where the GPU backend
     runs, else ``dali-cpu`` vs ``torchvision``."""
-    from .loader.select import available_backends
+    from ..loader.select import available_backends
 
     return ("dali", "torchvision") if "dali" in available_backends() else ("dali-cpu", "torchvision")
 
@@ -308,8 +308,8 @@ def compare(pipeline: PipelineSpec | str | Path | Mapping, backends: Sequence[st
     comparison when the pipeline lacks it. Raises what :func:`~dali_bridge.loader.loader.build_loader`
     raises when a backend cannot run the pipeline. ``progress``: batches compared so far on stderr.
     """
-    from .loader.loader import build_loader
-    from .util.progress import progress as progress_bar
+    from ..loader.loader import build_loader
+    from ..util.progress import progress as progress_bar
 
     if len(backends) != 2:
         raise ValueError(f"compare needs exactly two backends, found {list(backends)}")

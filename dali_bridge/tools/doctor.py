@@ -6,10 +6,10 @@ import platform
 import sys
 from typing import Any
 
-from .backends.base import available_cores, default_workers, worker_share
-from .backends.device import (DECODER_DEVICE_MEMORY_PADDING, DECODER_HOST_MEMORY_PADDING, HW_DECODER_LOAD, dali_threads,
-    describe_gpu_threads)
-from .loader.select import BACKEND_NAMES, Probe, choose_backend, probe, unavailable_reason
+from ..backends.base import available_cores, default_workers, worker_share
+from ..backends.device import (DECODER_DEVICE_MEMORY_PADDING, DECODER_HOST_MEMORY_PADDING, HW_DECODER_LOAD,
+    dali_threads, describe_gpu_threads)
+from ..loader.select import BACKEND_NAMES, Probe, choose_backend, probe, unavailable_reason
 
 
 def _nvjpeg_hardware(dali_ok: bool, cuda_devices: int) -> str:
@@ -200,7 +200,7 @@ def report() -> dict[str, Any]:
         info["nvidia_driver"] = release
     info["cuda_builds"] = cuda_builds_pairing(torch_cuda=_torch_cuda_build(), dali_builds=_dali_builds(),
                                               driver_cuda=info.get("cuda_driver"), driver_release=release)
-    from .ops.registry import ORIGINS
+    from ..ops.registry import ORIGINS
     info["ops_from_packages"] = [f"{name}: {origin}" for name, origin in sorted(ORIGINS.items())] or ["none"]
     info["nvjpeg_hardware_decoder"] = _nvjpeg_hardware(host.dali_version is not None, host.cuda_devices)
     info["backends"] = {name: unavailable_reason(name, host) or "available" for name in BACKEND_NAMES}

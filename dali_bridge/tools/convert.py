@@ -18,7 +18,7 @@ under an unpredictable name (never through a link planted there), and the tempor
 renamed to their final names only once all are written, the manifest last: an interrupted or
 failed run (disk full, kill) leaves the previous set as it was. A final name that is a link is
 refused, never replaced. One lock per pattern (``.<manifest>.lock``, ``flock``) refuses a second
-convert into the same pattern while one runs (all of this in :mod:`dali_bridge.convert_staging`).
+convert into the same pattern while one runs (all of this in :mod:`dali_bridge.tools.convert_staging`).
 Output is byte-for-byte reproducible (fixed mtime/owner in headers).
 """
 from __future__ import annotations
@@ -38,21 +38,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
-from .data.shards.tar import index_path, manifest_path
+from ..data.shards.tar import index_path, manifest_path
 from .convert_staging import (_DIRECTIVE, ConvertError, _existing_outputs, _leftover_temporaries, _pattern_lock,
     _refuse_links, _Staging, check_pattern, index_problem)
-from .data.sources.formats import inspect_image
-from .util.urls import is_url
-from .errors import ImageError
-from .data.sources.parquet import ParquetSamples, list_parquet
-from .util.checks import is_int
-from .util.quoting import safe_name
-from .errors import SourceError
-from .data.sources.listing import Listing
-from .data.sources.webdataset import manifest_problem, read_manifest_json
-from .data.sources.local import list_file, list_folder
-from .spec.model import DEFAULT_EXTENSIONS
-from .util.text import NotUtf8Error
+from ..data.sources.formats import inspect_image
+from ..util.urls import is_url
+from ..errors import ImageError
+from ..data.sources.parquet import ParquetSamples, list_parquet
+from ..util.checks import is_int
+from ..util.quoting import safe_name
+from ..errors import SourceError
+from ..data.sources.listing import Listing
+from ..data.sources.webdataset import manifest_problem, read_manifest_json
+from ..data.sources.local import list_file, list_folder
+from ..spec.model import DEFAULT_EXTENSIONS
+from ..util.text import NotUtf8Error
 
 MANIFEST_FORMAT = "dali-bridge/webdataset"
 MANIFEST_VERSION = 1
@@ -335,7 +335,7 @@ def convert(source: str | Path | Listing, out_pattern: str, *, shard_size: int =
     An ``out_pattern`` at a URL is written in a local folder first, then uploaded, manifest last.
     """
     if is_url(out_pattern):  # written locally, then uploaded (remote_tools)
-        from .remote_tools import convert_to_url
+        from .remote import convert_to_url
 
         return convert_to_url(source, out_pattern, convert_locally=convert, shard_size=shard_size, overwrite=overwrite,
                               progress=progress, extensions=extensions, max_image_bytes=max_image_bytes)
@@ -370,7 +370,7 @@ def _convert_staged(listing: Listing, keys: list[str], source_info: dict[str, st
                     max_image_bytes: int) -> ConvertResult:
     """The conversion proper, under the pattern's lock: every file written to ``staging``, then
     renamed into place (the manifest last), then the old set's shards past the new count removed."""
-    from .util.progress import progress as progress_bar
+    from ..util.progress import progress as progress_bar
 
     start = time.perf_counter()
     packing = _Packing()
@@ -425,10 +425,10 @@ def verify_shards(manifest: str | Path, *, progress: bool = False) -> list[str]:
     and a file is hashed only when its size is the recorded one, reading at most that many bytes.
     ``progress``: shards checked so far, on stderr.
     """
-    from .util.progress import progress as progress_bar
+    from ..util.progress import progress as progress_bar
 
     if is_url(str(manifest)):  # HEADs and streamed hashes (remote_tools)
-        from .remote_tools import verify_url
+        from .remote import verify_url
 
         return verify_url(str(manifest), progress=progress)
     manifest = Path(manifest)

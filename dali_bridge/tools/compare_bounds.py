@@ -1,15 +1,15 @@
-"""What a comparison of two backends tolerates (:mod:`dali_bridge.compare`): the bounds in uint8
+"""What a comparison of two backends tolerates (:mod:`dali_bridge.tools.compare`): the bounds in uint8
 levels of 255 for each pair of decoders, the float slack, one float16 step, and the reason a
-``parity: fast`` pipeline may exceed them. :mod:`dali_bridge.compare` re-exports every name."""
+``parity: fast`` pipeline may exceed them. :mod:`dali_bridge.tools.compare` re-exports every name."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from .ops.finish import Finish
-from .pipeline.plan import build_plan
-from .spec.pipeline import PipelineSpec
+from ..ops.finish import Finish
+from ..pipeline.plan import build_plan
+from ..spec.pipeline import PipelineSpec
 
 __all__ = ["CPU_BOUNDS", "FAST_PARITY_REASON", "FLOAT32_SLACK", "NVJPEG_BOUNDS", "Bounds", "default_bounds",
            "fast_parity_changes_pixels", "float16_step"]
@@ -68,7 +68,7 @@ def default_bounds(spec: PipelineSpec, backends: Sequence[str]) -> Bounds:
 def fast_parity_changes_pixels(spec: PipelineSpec) -> bool:
     """Whether ``parity: fast`` makes the DALI backends run ``spec`` otherwise than ``parity: exact``
     would (a resize method, or where the torch tail starts); False under ``parity: exact``."""
-    from .backends.dali.plan import dali_plan
+    from ..backends.dali.plan import dali_plan
 
     if spec.parity != "fast":
         return False

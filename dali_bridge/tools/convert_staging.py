@@ -13,8 +13,8 @@ import stat
 import tempfile
 from typing import BinaryIO, Iterator
 
-from .util.quoting import safe_name
-from .data.shards.tar import index_path, manifest_path
+from ..util.quoting import safe_name
+from ..data.shards.tar import index_path, manifest_path
 
 _DIRECTIVE = re.compile(r"%(0?)(\d*)d")
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .convert_staging import ConvertError, check_pattern
-from .data.storage.store import ObjectStore, Range, store_for
-from .data.storage.listing import FetchError, ObjectInfo
-from .util.urls import StorageError, join_url, redact, split_url
+from ..data.storage.store import ObjectStore, Range, store_for
+from ..data.storage.listing import FetchError, ObjectInfo
+from ..util.urls import StorageError, join_url, redact, split_url
 
 UPLOADS = 8          # files uploaded at once
 VERIFIES = 4         # shards hashed at once
@@ -29,9 +29,9 @@ PIECE = 16 << 20     # bytes per ranged GET while hashing
 
 def convert_to_url(source: Any, out_pattern: str, *, convert_locally: Callable[..., Any], overwrite: bool = False,
                    **options: Any):
-    """:func:`~dali_bridge.convert.convert` with ``out_pattern`` at a URL (``s3://b/p/train-%06d.tar``):
+    """:func:`~dali_bridge.tools.convert.convert` with ``out_pattern`` at a URL (``s3://b/p/train-%06d.tar``):
     ``convert_locally`` (the local converter, which calls this) writes the set into a scratch folder."""
-    from .data.shards.tar import manifest_path
+    from ..data.shards.tar import manifest_path
 
     check_pattern(out_pattern)
     try:
@@ -69,11 +69,11 @@ def _upload(store: ObjectStore, path: Path, url: str) -> str | None:
 
 
 def verify_url(manifest_url: str, *, progress: bool = False) -> list[str]:
-    """:func:`~dali_bridge.convert.verify_shards` for a manifest at a URL: the problems found."""
-    from .util.progress import progress as progress_bar
-    from .util.checks import is_int
-    from .data.sources.webdataset import MAX_MANIFEST_BYTES, manifest_problem
-    from .util.text import decode_utf8
+    """:func:`~dali_bridge.tools.convert.verify_shards` for a manifest at a URL: the problems found."""
+    from ..util.progress import progress as progress_bar
+    from ..util.checks import is_int
+    from ..data.sources.webdataset import MAX_MANIFEST_BYTES, manifest_problem
+    from ..util.text import decode_utf8
 
     store = store_for(manifest_url)
     answer = store.get([manifest_url])[0]
@@ -119,7 +119,7 @@ def verify_url(manifest_url: str, *, progress: bool = False) -> list[str]:
 def _index_problems(store: ObjectStore, urls: list[str], entries: list[dict], manifest_url: str) -> list[str]:
     """A problem per index whose sha256 is not the one the manifest records (those it records)."""
     from .convert_staging import index_problem
-    from .data.shards.tar import index_path
+    from ..data.shards.tar import index_path
 
     recorded = [(index_path(url), entry["index_sha256"]) for url, entry in zip(urls, entries)
                 if isinstance(entry.get("index_sha256"), str)]
