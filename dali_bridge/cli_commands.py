@@ -89,7 +89,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from .loader.select import BACKEND_NAMES, choose_backend, unavailable_reason
     from .loader.placement import placement
     from .pipeline.plan import build_plan, unsupported_ops
-    from .timing import format_table
+    from .bench.timing import format_table
 
     spec = _load(args.file, args)
     print(f"# resolved pipeline: {args.file}")
@@ -137,7 +137,7 @@ def _show_order(spec) -> None:
     from .pipeline.sampling import epoch_order
     from .data.shards.order import quality_report
     from .data.sources.local import list_source
-    from .timing import format_table
+    from .bench.timing import format_table
 
     listing = list_source(spec.source)
     chosen = spec.loader.shuffle_window if spec.loader.shuffle == "shards" else None
@@ -195,7 +195,7 @@ RUN_COLUMNS = [("pipeline", "pipeline"), ("backend", "backend"), ("images_per_se
 def cmd_run(args: argparse.Namespace) -> int:
     from .errors import SampleError
     from .util.quoting import safe_name
-    from .timing import format_table
+    from .bench.timing import format_table
 
     backends = _backend_list(args.backends)
     if args.batches is not None and args.batches < 1:
@@ -284,7 +284,7 @@ def check_writable_folder(path: str, flag: str) -> None:
 def _run_one(spec: PipelineSpec, backend: str, args: argparse.Namespace) -> dict[str, Any]:
     """One epoch (or ``--batches``) of ``spec`` on ``backend``: the table row."""
     from .loader.loader import build_loader
-    from .timing import measure_epoch
+    from .bench.timing import measure_epoch
 
     loader = build_loader(spec, backend)
     try:

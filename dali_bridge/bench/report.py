@@ -43,7 +43,7 @@ def table_columns(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
 def format_report(report: BenchReport) -> str:
     """The plain-text table printed at the end of ``bench``: the machine, the rows, the errors,
     then any warning that the figures are not stable (:func:`stability_warnings`)."""
-    from ..timing import format_table
+    from .timing import format_table
 
     m = report.machine
     lines = [f"{report.settings['pipeline_name']} on {m['cpu_model']} ({m['cpu_cores_available']} cores, "

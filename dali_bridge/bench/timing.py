@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from .loader.loader import Loader
+from ..loader.loader import Loader
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def measure_epoch(loader: Loader, *, max_batches: int | None = None, progress: b
     start-up (workers, pipeline build) shows in ``first_batch_seconds`` instead.
     """
     total = len(loader) if max_batches is None else min(len(loader), max_batches)
-    from .util.progress import progress as progress_bar
+    from ..util.progress import progress as progress_bar
 
     bar = progress_bar(total=total, unit="batch", description=description or f"{loader.spec.name} [{loader.backend}]",
                        enabled=progress)
