@@ -10,10 +10,10 @@ BASELINES="ceiling,torchvision"
 if "$PY" -c 'import spdl.pipeline' 2> /dev/null; then
   BASELINES="$BASELINES,spdl"   # the [bench] extra: SPDL's thread pool (spdl.io where FFmpeg loads)
 fi
-"$PY" -m dali_bridge.cli sample-data data/sample --images 2000 --classes 10 --seed 0 --if-absent -q
+"$PY" -m dali_bridge sample-data data/sample --images 2000 --classes 10 --seed 0 --if-absent -q
 rm -f "$OUT/bench_executors.json"   # one file, both executors from this run
 for executor in processes threads; do
-  "$PY" -m dali_bridge.cli bench pipelines/imagenet_train.yaml --data data/sample --backends torchvision \
+  "$PY" -m dali_bridge bench pipelines/imagenet_train.yaml --data data/sample --backends torchvision \
     --baselines "$BASELINES" --threads "$THREADS" --warmup 3 --batches 8 --repeat 3 --rounds 2 \
     --set loader.executor=$executor --json "$SCRATCH/$executor.json" -q
   "$PY" -m dali_bridge.bench add-run "$OUT/bench_executors.json" "$SCRATCH/$executor.json" \

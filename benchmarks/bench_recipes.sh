@@ -7,11 +7,11 @@
 # 30 warm-up batches: a fresh dali-cpu loader takes 20-30 batches of 128 to reach its pace here (memory
 # first touched: its shared input buffers grow to the largest batch), torchvision about 10.
 source "$(dirname "${BASH_SOURCE[0]}")/script_env.sh"
-"$PY" -m dali_bridge.cli sample-data data/sample --images 2000 --classes 10 --seed 0 --if-absent -q
+"$PY" -m dali_bridge sample-data data/sample --images 2000 --classes 10 --seed 0 --if-absent -q
 # timm's RandAugment variant has no transforms.v2 counterpart: no hand-written baseline (the ceiling only).
 for spec in "torchvision_recipe_train:ceiling,torchvision" "timm_train:ceiling"; do
   name=${spec%%:*}
-  "$PY" -m dali_bridge.cli bench "pipelines/$name.yaml" --backends available --baselines "${spec##*:}" \
+  "$PY" -m dali_bridge bench "pipelines/$name.yaml" --backends available --baselines "${spec##*:}" \
     --threads "$THREADS" --warmup 30 --batches 8 --repeat 3 --rounds 2 --json "$SCRATCH/$name.json" -q
   "$PY" -m dali_bridge.bench add-run "$OUT/bench_recipes.json" "$SCRATCH/$name.json" --label "$name" \
     --title "The recipe pipelines"

@@ -412,7 +412,7 @@ def check_memory_bench(data: Path, work: Path, out: Path, dry_run: bool) -> dict
 
 def bench(data: Path, target: Path, *, backends: str, baselines: str, threads: str | None = None) -> Any:
     """A short ``dali-bridge bench`` of the train pipeline: its figures, also kept in ``target``."""
-    command = [sys.executable, "-m", "dali_bridge.cli", "bench", str(TRAIN), "--data", str(data), "--backends",
+    command = [sys.executable, "-m", "dali_bridge", "bench", str(TRAIN), "--data", str(data), "--backends",
                backends, "--baselines", baselines, "--batches", "6", "--warmup", "2", "--repeat", "2",
                "--json", str(target), "-q"] + (["--threads", threads] if threads else [])
     run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)

@@ -7,7 +7,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/script_env.sh"
 RUNS=benchmarks/results/malloc_mmap.json
 bench() {
-  "$PY" -m dali_bridge.cli bench pipelines/imagenet_train.yaml --data data/sample --backends dali-cpu \
+  "$PY" -m dali_bridge bench pipelines/imagenet_train.yaml --data data/sample --backends dali-cpu \
     --baselines none --threads 2 --warmup 3 --batches 8 --repeat 3 --rounds 2 --json "$SCRATCH/run.json" -q
 }
 for round in 1 2; do

@@ -7,12 +7,12 @@
 # bench_train_fast.json (replacing those of the same label; run_all.sh's own run in the fast file
 # stays), then rewrites benchmarks/README.md. Measure on a quiet machine.
 source "$(dirname "${BASH_SOURCE[0]}")/script_env.sh"
-"$PY" -m dali_bridge.cli sample-data data/sample --images 2000 --classes 10 --seed 0 --if-absent -q
+"$PY" -m dali_bridge sample-data data/sample --images 2000 --classes 10 --seed 0 --if-absent -q
 for parity in exact fast; do
   title="dali-cpu against the hand-written DALI pipeline, \`parity: $parity\`"
   [ "$parity" = exact ] && title="$title (default)"
   for rounds in 5 10; do
-    "$PY" -m dali_bridge.cli bench pipelines/imagenet_train.yaml --data data/sample --backends dali-cpu \
+    "$PY" -m dali_bridge bench pipelines/imagenet_train.yaml --data data/sample --backends dali-cpu \
       --baselines dali-cpu --threads 2 --warmup 3 --batches 8 --repeat 3 --rounds "$rounds" \
       --set parity="$parity" --set name="imagenet-train-$parity" --json "$SCRATCH/run.json" -q
     "$PY" -m dali_bridge.bench add-run "$OUT/bench_train_$parity.json" "$SCRATCH/run.json" \

@@ -25,21 +25,21 @@ if "$PY" -c 'import spdl.pipeline' 2> /dev/null; then
 fi
 
 echo "load average before: $(cat /proc/loadavg 2> /dev/null || echo n/a)"
-"$PY" -m dali_bridge.cli sample-data data/sample --images 2000 --classes 10 --seed 0 --if-absent -q
+"$PY" -m dali_bridge sample-data data/sample --images 2000 --classes 10 --seed 0 --if-absent -q
 
 # The shipped train pipeline at 1 and all cores, every reference.
-"$PY" -m dali_bridge.cli bench pipelines/imagenet_train.yaml --data data/sample --backends available \
+"$PY" -m dali_bridge bench pipelines/imagenet_train.yaml --data data/sample --backends available \
   --baselines "$BASELINES" --threads "$THREADS" --warmup 3 --batches 8 --repeat 3 --rounds "$ROUNDS" \
   --model-ms "$MODEL_MS" --json "$OUT/bench_train.json" --plot "$OUT/bench_train.png" -q
 
 # The shipped validation pipeline (resize shorter side + centre crop), all cores.
-"$PY" -m dali_bridge.cli bench pipelines/imagenet_val.yaml --data data/sample --backends available \
+"$PY" -m dali_bridge bench pipelines/imagenet_val.yaml --data data/sample --backends available \
   --threads "$CORES" --warmup 3 --batches 8 --repeat 3 --rounds "$ROUNDS" \
   --json "$OUT/bench_val.json" --plot "$OUT/bench_val.png" -q
 
 # The train pipeline with `parity: fast` (plain DALI resize borders): the bridge's dali-cpu against
 # the hand-written DALI pipeline doing the same operations.
-"$PY" -m dali_bridge.cli bench pipelines/imagenet_train.yaml --data data/sample --backends dali-cpu \
+"$PY" -m dali_bridge bench pipelines/imagenet_train.yaml --data data/sample --backends dali-cpu \
   --baselines ceiling,dali-cpu --threads "$CORES" --warmup 3 --batches 8 --repeat 3 --rounds "$ROUNDS" \
   --set parity=fast --set name=imagenet-train-fast --json "$SCRATCH/fast.json" -q
 "$PY" -m dali_bridge.bench add-run "$OUT/bench_train_fast.json" "$SCRATCH/fast.json" --label run_all.sh

@@ -211,7 +211,7 @@ def test_dali_gpu_executor_takes_the_thread_default_of_its_own_gpu(tmp_path, mon
 
 def test_doctor_and_show_print_the_gpu_thread_default_and_what_bounds_it(monkeypatch, capsys):
     from dali_bridge.loader.select import probe
-    from dali_bridge.cli import main
+    from dali_bridge.cli.main import main
     from dali_bridge.tools.doctor import report
 
     fake_cores(monkeypatch, 224)

@@ -346,7 +346,7 @@ def test_yaml_backend_that_cannot_run_fails_with_the_reason(monkeypatch, fresh_p
 
 def test_backend_forced_from_the_cli(sample_root, capsys, tmp_path):
     _need("torchvision")
-    from dali_bridge.cli import main
+    from dali_bridge.cli.main import main
 
     out = tmp_path / "rows.json"
     code = main(["run", str(TRAIN), "--data", str(sample_root), "--backends", "auto", "--set", "backend=torchvision",
@@ -410,7 +410,7 @@ def test_doctor_report_says_what_auto_picks_and_why(monkeypatch, fresh_probe):
 
 
 def test_doctor_command_prints_the_report_and_json(monkeypatch, fresh_probe, capsys):
-    from dali_bridge.cli import main
+    from dali_bridge.cli.main import main
 
     monkeypatch.setenv("DALI_BRIDGE_DISABLE", "cuda")
     assert main(["doctor"]) == 0

@@ -218,7 +218,7 @@ def test_the_tail_threads_run_torch_on_one_intra_op_thread_and_leave_the_consume
 
 def test_a_host_tail_takes_half_the_loaders_threads_from_dali_and_show_says_so(tmp_path, capsys):
     from dali_bridge.backends.device import describe_dali_threads, host_tail_split
-    from dali_bridge.cli import main
+    from dali_bridge.cli.main import main
 
     assert [host_tail_split(threads) for threads in (0, 1, 2, 3, 4, 8, 16)] == [
         (1, 1), (1, 1), (1, 2), (2, 3), (2, 4), (4, 4), (8, 4)]

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from dali_bridge.cli import main
-from dali_bridge.cli_commands import EXIT_INVALID
+from dali_bridge.cli.main import main
+from dali_bridge.cli.commands import EXIT_INVALID
 from dali_bridge.tools.convert import convert, verify_shards
 from dali_bridge.tools.convert_staging import ConvertError
 from dali_bridge.data.shards.tar import manifest_path

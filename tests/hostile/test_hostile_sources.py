@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from dali_bridge.cli import main
-from dali_bridge.cli_commands import EXIT_INVALID
+from dali_bridge.cli.main import main
+from dali_bridge.cli.commands import EXIT_INVALID
 from dali_bridge.tools.convert import convert
 from dali_bridge.util.braces import MAX_BRACE_NAMES, brace_count, expand_braces
 from dali_bridge.data.shards.tar import scan_shard
@@ -177,7 +177,7 @@ def test_validate_of_a_huge_brace_pattern_is_a_problem_in_bounded_memory(tmp_pat
     pipeline.write_text("version: 1\nbatch_size: 1\nops: [center_crop: 8]\n"
                         "source: {type: webdataset, shards: 'x-{0..999999999}.tar'}\n")
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30));"
-            "from dali_bridge.cli import main; sys.exit(main(['validate', sys.argv[1]]))")
+            "from dali_bridge.cli.main import main; sys.exit(main(['validate', sys.argv[1]]))")
     done = subprocess.run([sys.executable, "-c", code, str(pipeline)], capture_output=True, text=True,
                           timeout=120, env=_ENV)
     assert done.returncode == EXIT_INVALID and "makes 1,000,000,000 names" in done.stderr, done.stderr[-2000:]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import HOST_BACKENDS, REPO, VAL
-from dali_bridge.cli import main
-from dali_bridge.cli_commands import EXIT_INVALID
+from dali_bridge.cli.main import main
+from dali_bridge.cli.commands import EXIT_INVALID
 from dali_bridge.loader.limits import HostLimits, largest_sample_image, loader_limit_problems
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.overrides import parse_override
@@ -153,7 +153,7 @@ def test_the_billion_laughs_file_validates_in_bounded_memory(tmp_path):
     """A child process with a 1 GiB address-space cap: unbounded expansion would die of MemoryError."""
     path = _write(tmp_path, BASE + _laughs(10, 10))
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30));"
-            "from dali_bridge.cli import main; sys.exit(main(['validate', sys.argv[1]]))")
+            "from dali_bridge.cli.main import main; sys.exit(main(['validate', sys.argv[1]]))")
     done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
                           timeout=120, env=_ENV)
     assert done.returncode == EXIT_INVALID and "more than" in done.stderr, done.stderr[-2000:]

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from conftest import CPU_BACKENDS, VAL
-from dali_bridge.cli import main
+from dali_bridge.cli.main import main
 from dali_bridge.tools.convert import convert
 from dali_bridge.errors import SampleError
 from dali_bridge.util.quoting import MAX_NAME, safe_name

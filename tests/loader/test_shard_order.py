@@ -110,7 +110,7 @@ def test_a_shard_ordered_run_resumes_mid_epoch_with_the_same_batches(small_shard
 
 def test_show_order_prints_classes_per_batch_and_entropy_against_a_global_shuffle(small_shards, write_pipeline,
                                                                                 capsys):
-    from dali_bridge.cli import main
+    from dali_bridge.cli.main import main
 
     pipeline = write_pipeline(source={"type": "webdataset", "shards": str(small_shards / SHARDS)},
                               loader__shuffle="shards", loader__shuffle_window=2)

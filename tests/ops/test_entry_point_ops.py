@@ -150,7 +150,7 @@ def test_an_op_missing_what_its_backends_need_is_refused(monkeypatch, tmp_path):
 END_TO_END = '''
 import json, sys
 import numpy as np
-from dali_bridge.cli import main
+from dali_bridge.cli.main import main
 from dali_bridge.loader.loader import build_loader
 from dali_bridge.loader.select import available_backends
 from dali_bridge.reference import render_reference

@@ -8,7 +8,7 @@ import torch
 import yaml
 from conftest import TRAIN
 
-from dali_bridge.cli import main
+from dali_bridge.cli.main import main
 from dali_bridge.loader.placement import placement
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.loader.post_finish import PostFinish

@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from dali_bridge import cli, from_timm
+from dali_bridge import from_timm
+from dali_bridge.cli import main as cli
 from dali_bridge.spec.pipeline import load_spec
 from dali_bridge.errors import RecipeError
 from dali_bridge.recipes.from_timm import parse_timm_args

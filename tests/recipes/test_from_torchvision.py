@@ -18,7 +18,8 @@ import torchvision.transforms as T
 from torchvision.transforms import InterpolationMode, v2
 
 from conftest import PIPELINES
-from dali_bridge import cli, from_torchvision
+from dali_bridge import from_torchvision
+from dali_bridge.cli import main as cli
 from dali_bridge.spec.pipeline import load_spec
 from dali_bridge.ops.registry import OPS
 from dali_bridge.recipes.to_torchvision import batch_transform

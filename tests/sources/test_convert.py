@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dali_bridge.cli import main
-from dali_bridge.cli_commands import EXIT_INVALID
+from dali_bridge.cli.main import main
+from dali_bridge.cli.commands import EXIT_INVALID
 from dali_bridge.tools.convert import brace_pattern, convert, verify_shards
 from dali_bridge.tools.convert_staging import ConvertError, check_pattern
 from dali_bridge.data.shards.tar import index_path, manifest_path

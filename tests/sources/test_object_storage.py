@@ -416,7 +416,7 @@ def test_url_shards_are_kept_as_urls_and_storage_keys_are_checked(tmp_path):
 def gone_then_shown(unreachable: str, shards: str, write_pipeline) -> str:
     """The error of a loader whose store's endpoint answers nothing (a free port, ``unreachable``'s
     shards), after which ``show`` prints a pipeline over ``shards`` (captured by the caller)."""
-    from dali_bridge.cli import main
+    from dali_bridge.cli.main import main
 
     with pytest.raises(SourceError) as gone:
         build_loader(TRAIN, "torchvision", overrides=overrides(

@@ -50,7 +50,7 @@ def client():
 
 
 def test_verify_checks_sizes_and_sha256_of_shards_at_a_url(sample_root, bucket):
-    from dali_bridge.cli import main
+    from dali_bridge.cli.main import main
 
     result = convert(sample_root, f"s3://{bucket}/v/train-%06d.tar", shard_size=10)
     assert verify_shards(result.manifest) == []

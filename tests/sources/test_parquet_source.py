@@ -254,7 +254,7 @@ def test_without_pyarrow_the_listing_names_the_extra(tmp_path):
 
 
 def test_relative_files_resolve_against_the_pipeline_file_and_the_cli_converts_them(hf_dataset, tmp_path, capsys):
-    from dali_bridge.cli import main
+    from dali_bridge.cli.main import main
 
     root, data = hf_dataset
     pipeline = root.parent / "pipeline.yaml"

@@ -23,7 +23,7 @@ from test_images import _with_exif_orientation
 
 from dali_bridge.pipeline import region_decode
 from dali_bridge.backends.torchvision import apply_steps
-from dali_bridge.cli import main
+from dali_bridge.cli.main import main
 from dali_bridge.data.sources.formats import inspect_image
 from dali_bridge.errors import ImageError
 from dali_bridge.data.sources.images import decode_rgb

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import VAL
-from dali_bridge.cli import main
-from dali_bridge.cli_commands import EXIT_INVALID
+from dali_bridge.cli.main import main
+from dali_bridge.cli.commands import EXIT_INVALID
 from dali_bridge.spec.pipeline import load_spec
 from dali_bridge.spec.problems import MISSING_SOURCE, SpecError
 

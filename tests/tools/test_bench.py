@@ -20,7 +20,7 @@ from dali_bridge.bench.report import format_report, stability_warnings
 from dali_bridge.bench.results import BenchError, BenchReport, Candidate, CandidateResult, SAMPLE_SET, add_ratios
 from dali_bridge.bench.runner import data_overrides, run_candidate
 from dali_bridge.bench import runner
-from dali_bridge.cli import main
+from dali_bridge.cli.main import main
 from dali_bridge.data.sources.images import probe
 from dali_bridge.pipeline.sampling import rank_batches
 from dali_bridge.data.sources.local import list_source

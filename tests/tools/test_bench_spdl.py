@@ -109,7 +109,7 @@ def test_the_bench_table_says_what_each_reference_is_and_which_spdl_configuratio
 def test_bench_measures_the_spdl_baseline_and_records_its_configuration(sample_root, tmp_path, capsys):
     import json
 
-    from dali_bridge.cli import main
+    from dali_bridge.cli.main import main
 
     out = tmp_path / "bench.json"
     assert main(["bench", str(TRAIN), "--data", str(sample_root), "--backends", "none", "--baselines", "spdl",

@@ -1,4 +1,4 @@
-"""The command line: each command through ``dali_bridge.cli.main``, plus one run of the installed script."""
+"""The command line: each command through ``dali_bridge.cli.main.main``, plus one run of the installed script."""
 from __future__ import annotations
 
 import json
@@ -11,8 +11,8 @@ import pytest
 
 from conftest import TRAIN, VAL
 from dali_bridge.loader.select import available_backends
-from dali_bridge.cli import main
-from dali_bridge.cli_commands import EXIT_INVALID, EXIT_UNAVAILABLE
+from dali_bridge.cli.main import main
+from dali_bridge.cli.commands import EXIT_INVALID, EXIT_UNAVAILABLE
 
 
 

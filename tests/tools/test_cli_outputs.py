@@ -10,8 +10,8 @@ import os
 import pytest
 
 from conftest import CPU_BACKENDS, VAL
-from dali_bridge.cli import main
-from dali_bridge.cli_commands import EXIT_FAILED, EXIT_INVALID
+from dali_bridge.cli.main import main
+from dali_bridge.cli.commands import EXIT_FAILED, EXIT_INVALID
 from dali_bridge.tools.compare import MAX_SAVED_WORST
 
 

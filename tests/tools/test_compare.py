@@ -14,8 +14,8 @@ import torch
 from PIL import Image
 
 from conftest import TRAIN, VAL, needs_cpu_backends
-from dali_bridge.cli import main
-from dali_bridge.cli_commands import EXIT_FAILED, EXIT_UNAVAILABLE
+from dali_bridge.cli.main import main
+from dali_bridge.cli.commands import EXIT_FAILED, EXIT_UNAVAILABLE
 from dali_bridge.tools.compare import compare_batches, to_levels
 from dali_bridge.tools.compare_bounds import CPU_BOUNDS, NVJPEG_BOUNDS, Bounds, default_bounds, float16_step
 from dali_bridge.ops.finish import Finish

@@ -4,8 +4,8 @@ from __future__ import annotations
 import re
 
 from conftest import REPO
-from dali_bridge.cli import main
-from dali_bridge.cli_commands import EXIT_INVALID
+from dali_bridge.cli.main import main
+from dali_bridge.cli.commands import EXIT_INVALID
 
 DOC_PROJECT = "/home/me/project"  # where the docs' examples pretend to run
 

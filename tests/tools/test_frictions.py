@@ -12,7 +12,7 @@ import yaml
 
 from conftest import CPU_BACKENDS, REPO, TRAIN, VAL, backend_params
 from dali_bridge.backends import base
-from dali_bridge.cli import main
+from dali_bridge.cli.main import main
 from dali_bridge.spec.model import SourceSpec
 from dali_bridge.spec.pipeline import load_spec, spec_from_dict
 from dali_bridge.spec.problems import SpecError

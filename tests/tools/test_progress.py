@@ -60,7 +60,7 @@ def test_a_terminal_gets_a_tqdm_bar_and_quiet_gets_nothing():
 
 @pytest.mark.slow
 def test_run_prints_progress_lines_into_a_log(sample_root, write_pipeline, capfd):
-    from dali_bridge.cli import main
+    from dali_bridge.cli.main import main
 
     pipeline = write_pipeline(source={"type": "folder", "root": str(sample_root)}, batch_size=8)
     assert main(["run", str(pipeline), "--backends", "torchvision", "--set", "loader.workers=0"]) == 0
@@ -92,7 +92,7 @@ def test_sample_data_refuses_a_set_the_disk_cannot_hold(tmp_path, monkeypatch):
 
 @needs_cpu_backends
 def test_compare_prints_progress_lines_into_a_log(sample_root, write_pipeline, capfd):
-    from dali_bridge.cli import main
+    from dali_bridge.cli.main import main
 
     pipeline = write_pipeline(source={"type": "folder", "root": str(sample_root)}, batch_size=8)
     assert main(["compare", str(pipeline), "--batches", "2", "--set", "loader.workers=0"]) == 0
@@ -102,14 +102,14 @@ def test_compare_prints_progress_lines_into_a_log(sample_root, write_pipeline, c
 
 
 def test_convert_prints_progress_lines_into_a_log(sample_root, tmp_path, capfd):
-    from dali_bridge.cli import main
+    from dali_bridge.cli.main import main
 
     assert main(["convert", str(sample_root), str(tmp_path / "s-%06d.tar"), "--shard-size", "20"]) == 0
     assert "convert: 37/37 images (100 %)" in capfd.readouterr().err
 
 
 def test_verify_prints_progress_lines_into_a_log(sample_root, tmp_path, capfd):
-    from dali_bridge.cli import main
+    from dali_bridge.cli.main import main
 
     assert main(["convert", str(sample_root), str(tmp_path / "s-%06d.tar"), "--shard-size", "20", "-q"]) == 0
     capfd.readouterr()

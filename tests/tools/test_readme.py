@@ -25,7 +25,7 @@ import torch
 import yaml
 
 from conftest import REPO
-from dali_bridge.cli import build_parser, main
+from dali_bridge.cli.main import build_parser, main
 from dali_bridge.data.sources.synthetic import ensure_sample_data
 from dali_bridge.spec.pipeline import spec_from_dict
 

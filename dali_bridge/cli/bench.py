@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from .cli_commands import EXIT_FAILED, _backend_list, _load, check_writable_file, check_writable_folder
-from .spec.overrides import parse_override
+from .commands import EXIT_FAILED, _backend_list, _load, check_writable_file, check_writable_folder
+from ..spec.overrides import parse_override
 
 
 def _int_list(text: str, what: str) -> list[int]:
@@ -21,11 +21,11 @@ def _int_list(text: str, what: str) -> list[int]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench.plot import plot_report
-    from .bench.report import format_report
-    from .bench.results import REFERENCE_NAMES
-    from .bench.runner import data_overrides, default_baselines, run_bench
-    from .loader.select import BackendUnavailable, unavailable_reason
+    from ..bench.plot import plot_report
+    from ..bench.report import format_report
+    from ..bench.results import REFERENCE_NAMES
+    from ..bench.runner import data_overrides, default_baselines, run_bench
+    from ..loader.select import BackendUnavailable, unavailable_reason
 
     backends = [] if args.backends == "none" else _backend_list(args.backends)
     threads = _int_list(args.threads, "--threads") if args.threads else [_default_threads()]
@@ -66,7 +66,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _default_threads() -> int:
-    from .backends.base import default_workers
+    from ..backends.base import default_workers
     return default_workers()
 
 
@@ -101,8 +101,8 @@ exit status: 0 PASS, 1 FAIL, 2 invalid pipeline or arguments, 3 a backend cannot
 def cmd_compare(args: argparse.Namespace) -> int:
     from dataclasses import asdict, replace
 
-    from .tools.compare import MAX_SAVED_WORST, compare, default_pair
-    from .tools.compare_bounds import default_bounds
+    from ..tools.compare import MAX_SAVED_WORST, compare, default_pair
+    from ..tools.compare_bounds import default_bounds
 
     if args.backends == "default":
         backends = list(default_pair())

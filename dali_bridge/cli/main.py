@@ -1,5 +1,5 @@
 """The ``dali-bridge`` command line: the parser (one function per command) and :func:`main`, the
-entry point; the commands live in :mod:`dali_bridge.cli_commands` and :mod:`dali_bridge.cli_bench`,
+entry point; the commands live in :mod:`dali_bridge.cli.commands` and :mod:`dali_bridge.cli.bench`,
 a thin layer over the library functions the tests call."""
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from . import __version__
-from .cli_bench import EPILOG_BENCH, EPILOG_COMPARE, cmd_bench, cmd_compare
-from .cli_commands import (EPILOG_RUN, EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INVALID, EXIT_UNAVAILABLE, UsageError,
+from .. import __version__
+from .bench import EPILOG_BENCH, EPILOG_COMPARE, cmd_bench, cmd_compare
+from .commands import (EPILOG_RUN, EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INVALID, EXIT_UNAVAILABLE, UsageError,
     _add_spec_options, cmd_convert, cmd_doctor, cmd_from_timm, cmd_from_torchvision, cmd_run, cmd_sample_data, cmd_show,
     cmd_validate, cmd_verify)
-from .spec.problems import SpecError
+from ..spec.problems import SpecError
 
 
 # ---- parser
@@ -222,9 +222,9 @@ def _add_from_timm_command(add: AddCommand) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .loader.select import BackendUnavailable
-    from .errors import SampleError
-    from .errors import SourceError
+    from ..loader.select import BackendUnavailable
+    from ..errors import SampleError
+    from ..errors import SourceError
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,

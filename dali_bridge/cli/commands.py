@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from .spec.overrides import parse_overrides
-from .spec.pipeline import PipelineSpec, load_spec, missing_source_warnings
-from .spec.problems import MISSING_SOURCE, SpecError
-from .util.wording import plural
+from ..spec.overrides import parse_overrides
+from ..spec.pipeline import PipelineSpec, load_spec, missing_source_warnings
+from ..spec.problems import MISSING_SOURCE, SpecError
+from ..util.wording import plural
 
 log = logging.getLogger("dali_bridge")
 
@@ -86,17 +86,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .loader.select import BACKEND_NAMES, choose_backend, unavailable_reason
-    from .loader.placement import placement
-    from .pipeline.plan import build_plan, unsupported_ops
-    from .bench.timing import format_table
+    from ..loader.select import BACKEND_NAMES, choose_backend, unavailable_reason
+    from ..loader.placement import placement
+    from ..pipeline.plan import build_plan, unsupported_ops
+    from ..bench.timing import format_table
 
     spec = _load(args.file, args)
     print(f"# resolved pipeline: {args.file}")
     print(_resolved_yaml(spec))
     plan = build_plan(spec)
     print(f"# output per batch: {plan.output_shape(spec.batch_size)} {plan.finish.dtype} ({plan.finish.layout})")
-    from .ops.registry import op_origin
+    from ..ops.registry import op_origin
     for index, op in enumerate(spec.ops):
         if op_origin(op.name) is not None:
             print(f"# ops[{index}] {op.name}: from {op_origin(op.name)}")
@@ -105,9 +105,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"# backend {spec.backend!r} picks {choice.backend} here: {choice.reason}")
     except Exception as exc:
         print(f"# backend {spec.backend!r}: {exc}")
-    from .backends.base import default_workers
-    from .backends.dali.plan import dali_plan
-    from .backends.device import describe_dali_threads
+    from ..backends.base import default_workers
+    from ..backends.dali.plan import dali_plan
+    from ..backends.device import describe_dali_threads
     host_tail = bool(dali_plan(plan).torch_tail)
     threads = describe_dali_threads(spec.loader.workers, auto_cores=default_workers(), host_tail=host_tail,
                                     tail_in=spec.loader.executor)
@@ -125,7 +125,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 for s in placement(plan, backend, cuda=_cuda(), executor=spec.loader.executor)]
         print(format_table(rows, [("stage", "stage"), ("device", "device"), ("implementation", "implementation")]))
         if backend == "torchvision":
-            from .pipeline.region_decode import describe_decode
+            from ..pipeline.region_decode import describe_decode
             print(f"  decoder here: {describe_decode(plan)}")
     if args.order:
         _show_order(spec)
@@ -134,10 +134,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _show_order(spec) -> None:
     """How the epoch order mixes classes: the shard-aware order at a few windows against a global shuffle."""
-    from .pipeline.sampling import epoch_order
-    from .data.shards.order import quality_report
-    from .data.sources.local import list_source
-    from .bench.timing import format_table
+    from ..pipeline.sampling import epoch_order
+    from ..data.shards.order import quality_report
+    from ..data.sources.local import list_source
+    from ..bench.timing import format_table
 
     listing = list_source(spec.source)
     chosen = spec.loader.shuffle_window if spec.loader.shuffle == "shards" else None
@@ -156,7 +156,7 @@ def _resolved_yaml(spec: PipelineSpec) -> str:
     comment with the figure auto resolves to here; the text still loads back to the same spec."""
     import yaml
 
-    from .backends.base import worker_share
+    from ..backends.base import worker_share
 
     data = spec.to_dict()
     if spec.loader.workers is not None:
@@ -168,12 +168,12 @@ def _resolved_yaml(spec: PipelineSpec) -> str:
 
 
 def _cuda() -> bool:
-    from .loader.select import probe
+    from ..loader.select import probe
     return probe().cuda_devices > 0
 
 
 def _backend_list(text: str) -> list[str]:
-    from .loader.select import BACKEND_NAMES, available_backends
+    from ..loader.select import BACKEND_NAMES, available_backends
 
     if text == "available":
         return available_backends()
@@ -193,9 +193,9 @@ RUN_COLUMNS = [("pipeline", "pipeline"), ("backend", "backend"), ("images_per_se
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .errors import SampleError
-    from .util.quoting import safe_name
-    from .bench.timing import format_table
+    from ..errors import SampleError
+    from ..util.quoting import safe_name
+    from ..bench.timing import format_table
 
     backends = _backend_list(args.backends)
     if args.batches is not None and args.batches < 1:
@@ -236,9 +236,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _report_run_failure(exc: Exception, where: str) -> int:
     """Print why one run of ``dali-bridge run`` stopped; its exit status (as ``main`` maps the error)."""
-    from .loader.select import BackendUnavailable
-    from .errors import SampleError
-    from .errors import SourceError
+    from ..loader.select import BackendUnavailable
+    from ..errors import SampleError
+    from ..errors import SourceError
 
     if isinstance(exc, SampleError):
         print(f"dali-bridge run: {where} stopped at a bad sample: {exc}\n"
@@ -283,8 +283,8 @@ def check_writable_folder(path: str, flag: str) -> None:
 
 def _run_one(spec: PipelineSpec, backend: str, args: argparse.Namespace) -> dict[str, Any]:
     """One epoch (or ``--batches``) of ``spec`` on ``backend``: the table row."""
-    from .loader.loader import build_loader
-    from .bench.timing import measure_epoch
+    from ..loader.loader import build_loader
+    from ..bench.timing import measure_epoch
 
     loader = build_loader(spec, backend)
     try:
@@ -294,8 +294,8 @@ def _run_one(spec: PipelineSpec, backend: str, args: argparse.Namespace) -> dict
 
 
 def cmd_sample_data(args: argparse.Namespace) -> int:
-    from .util.progress import progress as progress_bar
-    from .data.sources.synthetic import ensure_sample_data, generate_sample_data
+    from ..util.progress import progress as progress_bar
+    from ..data.sources.synthetic import ensure_sample_data, generate_sample_data
 
     with progress_bar(total=args.images, unit="image", description=f"sample-data {args.dir}",
                       enabled=not args.quiet) as bar:
@@ -311,7 +311,7 @@ def cmd_sample_data(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from .tools.doctor import format_report, report
+    from ..tools.doctor import format_report, report
 
     info = report()
     print(json.dumps(info, indent=2) if args.json else format_report(info))
@@ -319,10 +319,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from .tools.convert import convert
-    from .tools.convert_staging import ConvertError
-    from .util.quoting import safe_name
-    from .spec.model import DEFAULT_EXTENSIONS
+    from ..tools.convert import convert
+    from ..tools.convert_staging import ConvertError
+    from ..util.quoting import safe_name
+    from ..spec.model import DEFAULT_EXTENSIONS
 
     extensions = tuple("." + e.strip().lstrip(".").lower() for e in args.extensions.split(",")) \
         if args.extensions else DEFAULT_EXTENSIONS
@@ -349,8 +349,8 @@ def _print_recipe(make: Callable[[], PipelineSpec], origin: str) -> int:
     """A converted pipeline as YAML on stdout, its notes on stderr; a refusal: every problem, exit 2."""
     import warnings
 
-    from .errors import RecipeError
-    from .recipes.from_torchvision import RecipeWarning
+    from ..errors import RecipeError
+    from ..recipes.from_torchvision import RecipeWarning
 
     with warnings.catch_warnings(record=True) as notes:
         warnings.simplefilter("always", RecipeWarning)
@@ -366,8 +366,8 @@ def _print_recipe(make: Callable[[], PipelineSpec], origin: str) -> int:
 
 
 def cmd_from_torchvision(args: argparse.Namespace) -> int:
-    from .recipes.from_torchvision import from_torchvision
-    from .recipes.importing import import_transform
+    from ..recipes.from_torchvision import from_torchvision
+    from ..recipes.importing import import_transform
 
     def make() -> PipelineSpec:
         return from_torchvision(import_transform(args.reference), source=args.source, batch_size=args.batch_size,
@@ -377,7 +377,7 @@ def cmd_from_torchvision(args: argparse.Namespace) -> int:
 
 
 def cmd_from_timm(args: argparse.Namespace) -> int:
-    from .recipes.from_timm import from_timm
+    from ..recipes.from_timm import from_timm
 
     def make() -> PipelineSpec:
         return from_timm(args.timm_args, source=args.source, batch_size=args.batch_size,
@@ -388,8 +388,8 @@ def cmd_from_timm(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .tools.convert import verify_shards
-    from .data.shards.tar import manifest_path
+    from ..tools.convert import verify_shards
+    from ..data.shards.tar import manifest_path
 
     failed = False
     for target in args.targets:
