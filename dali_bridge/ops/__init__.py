@@ -54,7 +54,7 @@ Adding an op
    ``REGISTERED = (that instance,)``.
 2. Add ``"<name>"`` to ``_MODULES`` in :mod:`dali_bridge.ops.registry`.
 3. Add its row to the op table of ``README.md``.
-4. Regenerate ``docs/pipeline-reference.md`` (``python -m dali_bridge.reference --write
+4. Regenerate ``docs/pipeline-reference.md`` (``python -m dali_bridge.spec.reference --write
    docs/pipeline-reference.md``); an op without a plain DALI counterpart is named in
    ``docs/performance.md``.
 5. Write ``tests/ops/test_<name>.py``: equivalence with torchvision on ``dali-cpu`` (within 1 level),

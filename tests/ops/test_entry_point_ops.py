@@ -153,7 +153,7 @@ import numpy as np
 from dali_bridge.cli.main import main
 from dali_bridge.loader.loader import build_loader
 from dali_bridge.loader.select import available_backends
-from dali_bridge.reference import render_reference
+from dali_bridge.spec.reference import render_reference
 from dali_bridge.spec.pipeline import spec_from_dict
 
 root, good, bad = sys.argv[1:4]

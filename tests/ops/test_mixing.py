@@ -263,7 +263,7 @@ def test_a_resumed_loader_mixes_the_same_pairs_with_the_same_lambda(sample_root,
 
 
 def test_the_reference_documents_the_target_output_and_its_key():
-    from dali_bridge import reference
+    from dali_bridge.spec import reference
 
     assert "target.label_smoothing" in reference.documented_keys()
     page = reference.render_reference()

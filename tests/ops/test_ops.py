@@ -164,7 +164,7 @@ def test_every_op_is_placed_on_every_backend_it_supports(name):
 
 @every_op
 def test_every_op_has_its_section_in_the_pipeline_reference(name):
-    from dali_bridge.reference import render_reference
+    from dali_bridge.spec.reference import render_reference
 
     page = render_reference()
     assert f"### `{name}`" in page and OPS[name].doc in page

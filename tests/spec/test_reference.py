@@ -3,7 +3,7 @@ committed page is the one they give today."""
 from __future__ import annotations
 
 from conftest import REPO, TRAIN
-from dali_bridge import reference
+from dali_bridge.spec import reference
 from dali_bridge.ops.registry import OPS
 from dali_bridge.spec.pipeline import load_spec, spec_from_dict
 
@@ -21,8 +21,9 @@ def _dotted_keys(data: dict, prefix: str = "") -> set[str]:
 
 
 def test_committed_page_is_the_one_the_registry_gives():
-    assert PAGE.read_text() == reference.render_reference(), \
-        "docs/pipeline-reference.md is stale: run python -m dali_bridge.reference --write docs/pipeline-reference.md"
+    assert PAGE.read_text() == reference.render_reference(), (
+        "docs/pipeline-reference.md is stale: "
+        "run python -m dali_bridge.spec.reference --write docs/pipeline-reference.md")
 
 
 def test_check_mode_fails_on_a_stale_page(tmp_path, capsys):
