@@ -216,7 +216,7 @@ def _png_chunk(kind: bytes, data: bytes) -> bytes:
     return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
 
 
-def _png_chunks(data: bytes) -> list[tuple[int, int, bytes]]:
+def png_chunks(data: bytes) -> list[tuple[int, int, bytes]]:
     """(offset, data length, type) of each chunk of a valid PNG."""
     chunks, position = [], 8
     while position + 8 <= len(data):
@@ -244,7 +244,7 @@ def _edit_length(format: str, data: bytes, rng: np.random.Generator) -> bytes:
     """Change one chunk's (PNG, WebP) or segment's (JPEG) length field to a nearby or wild value."""
     out = bytearray(data)
     if format == "png":
-        fields = [(offset, 4, "big") for offset, _, _ in _png_chunks(data)]
+        fields = [(offset, 4, "big") for offset, _, _ in png_chunks(data)]
     elif format == "webp":
         fields = [(4, 4, "little"), (16, 4, "little")]  # RIFF size, first chunk's size
     else:
@@ -261,7 +261,7 @@ def _edit_length(format: str, data: bytes, rng: np.random.Generator) -> bytes:
 
 def _png_recrc(data: bytes, rng: np.random.Generator) -> bytes:
     """Overwrite bytes in one chunk's data and recompute its CRC: damage no checksum reveals."""
-    chunks = [c for c in _png_chunks(data) if c[1] > 0]
+    chunks = [c for c in png_chunks(data) if c[1] > 0]
     offset, length, kind = chunks[int(rng.integers(0, len(chunks)))]
     body = bytearray(data[offset + 8:offset + 8 + length])
     for _ in range(int(rng.integers(1, 3))):
@@ -272,7 +272,7 @@ def _png_recrc(data: bytes, rng: np.random.Generator) -> bytes:
 def _png_recompress(data: bytes, rng: np.random.Generator) -> bytes:
     """Change the inflated image data (row filter bytes included), cut or extend it, recompress it: a
     complete zlib stream with right checksums that libpng would still reject."""
-    chunks = _png_chunks(data)
+    chunks = png_chunks(data)
     idat = [c for c in chunks if c[2] == b"IDAT"]
     raw = bytearray(zlib.decompress(b"".join(data[o + 8:o + 8 + n] for o, n, _ in idat)))
     how = int(rng.integers(0, 3))

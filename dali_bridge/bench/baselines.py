@@ -165,11 +165,11 @@ def dali_baseline_pipeline(spec, listing, plan, threads: int, gpu: bool):
         for ctx.position, step in enumerate(plan.steps):
             if ctx.position >= start:
                 if not isinstance(step.op, DaliOp):  # it runs in torch after the bridge's graph
-                    raise BenchError(f"no hand-written DALI equivalent for step {step.kind!r}")
+                    raise BenchError(f"no hand-written DALI equivalent for step {step.name!r}")
                 try:
                     images = step.op.dali_baseline(step, images, ctx)
                 except NotImplementedError as exc:
-                    raise BenchError(f"no hand-written DALI equivalent for step {step.kind!r}") from exc
+                    raise BenchError(f"no hand-written DALI equivalent for step {step.name!r}") from exc
         return plan.finish_step.op.dali_baseline(plan.finish_step, images, ctx), labels
 
     return plain()

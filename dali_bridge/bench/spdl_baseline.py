@@ -72,11 +72,11 @@ def _spdl_version() -> str:
 def filter_steps(plan) -> list:
     """The plan's steps as FFmpeg filters express them; :class:`BenchError` naming the first that is not."""
     for step in plan.steps:
-        if step.kind not in _FILTER_STEPS:
-            raise BenchError(f"no spdl.io filter equivalent for step {step.kind!r} (the spdl baseline does "
+        if step.name not in _FILTER_STEPS:
+            raise BenchError(f"no spdl.io filter equivalent for step {step.name!r} (the spdl baseline does "
                              f"{', '.join(_FILTER_STEPS)}); the spdl-torchvision baseline runs any pipeline")
     for _, step in plan.post_finish:
-        raise BenchError(f"no spdl.io equivalent for {step.kind!r} after the finish; use spdl-torchvision")
+        raise BenchError(f"no spdl.io equivalent for {step.name!r} after the finish; use spdl-torchvision")
     return list(plan.steps)
 
 
@@ -92,7 +92,7 @@ def sample_filter(steps: list, height: int, width: int, rng: np.random.Generator
         for item in concrete:
             if isinstance(item, Crop):
                 if item.top < 0 or item.left < 0 or item.top + item.height > height or item.left + item.width > width:
-                    raise BenchError(f"the spdl baseline cannot pad: {step.kind} {item.height}x{item.width} of a "
+                    raise BenchError(f"the spdl baseline cannot pad: {step.name} {item.height}x{item.width} of a "
                                      f"{height}x{width} image")
                 parts.append(f"crop={item.width}:{item.height}:{item.left}:{item.top}")
             elif isinstance(item, Resize):

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .commands import EXIT_FAILED, _backend_list, _load, check_writable_file, check_writable_folder
+from .commands import EXIT_FAILED, backend_list, load_with_options, check_writable_file, check_writable_folder
 from ..spec.overrides import parse_override
 
 
@@ -27,7 +27,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from ..bench.runner import data_overrides, default_baselines, run_bench
     from ..loader.select import BackendUnavailable, unavailable_reason
 
-    backends = [] if args.backends == "none" else _backend_list(args.backends)
+    backends = [] if args.backends == "none" else backend_list(args.backends)
     threads = _int_list(args.threads, "--threads") if args.threads else [_default_threads()]
     for option in ("batches", "warmup", "repeat", "rounds"):
         if getattr(args, option) < 1:
@@ -122,7 +122,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         check_writable_folder(args.save, "--save")
     if args.json:
         check_writable_file(args.json, "--json")
-    spec = _load(args.file, args)
+    spec = load_with_options(args.file, args)
     bounds = default_bounds(spec, backends)
     if args.max_delta is not None or args.mean_delta is not None:
         bounds = replace(bounds, max_abs=bounds.max_abs if args.max_delta is None else args.max_delta,

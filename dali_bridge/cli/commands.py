@@ -48,11 +48,11 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
-def _load(path: str, args: argparse.Namespace) -> PipelineSpec:
+def load_with_options(path: str, args: argparse.Namespace) -> PipelineSpec:
     return load_spec(path, _overrides(args))
 
 
-def _add_spec_options(parser: argparse.ArgumentParser, data: bool = True) -> None:
+def add_spec_options(parser: argparse.ArgumentParser, data: bool = True) -> None:
     parser.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="override a key by dotted path, value read as YAML (repeatable), "
                              "e.g. --set batch_size=32 --set source.root=/data/train")
@@ -91,7 +91,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from ..pipeline.plan import build_plan, unsupported_ops
     from ..bench.timing import format_table
 
-    spec = _load(args.file, args)
+    spec = load_with_options(args.file, args)
     print(f"# resolved pipeline: {args.file}")
     print(_resolved_yaml(spec))
     plan = build_plan(spec)
@@ -172,7 +172,7 @@ def _cuda() -> bool:
     return probe().cuda_devices > 0
 
 
-def _backend_list(text: str) -> list[str]:
+def backend_list(text: str) -> list[str]:
     from ..loader.select import BACKEND_NAMES, available_backends
 
     if text == "available":
@@ -197,13 +197,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..util.quoting import safe_name
     from ..bench.timing import format_table
 
-    backends = _backend_list(args.backends)
+    backends = backend_list(args.backends)
     if args.batches is not None and args.batches < 1:
         raise SystemExit(f"dali-bridge: --batches must be at least 1, found {args.batches} "
                          f"(leave it out for one whole epoch)")
     if args.json:
         check_writable_file(args.json, "--json")
-    specs = [(path, _load(path, args)) for path in args.files]  # every file valid before any work
+    specs = [(path, load_with_options(path, args)) for path in args.files]  # every file valid before any work
     rows: list[dict[str, Any]] = []
     codes: list[int] = []
     errors: list[Exception] = []

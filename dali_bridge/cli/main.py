@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 from .. import __version__
 from .bench import EPILOG_BENCH, EPILOG_COMPARE, cmd_bench, cmd_compare
 from .commands import (EPILOG_RUN, EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INVALID, EXIT_UNAVAILABLE, UsageError,
-    _add_spec_options, cmd_convert, cmd_doctor, cmd_from_timm, cmd_from_torchvision, cmd_run, cmd_sample_data, cmd_show,
+    add_spec_options, cmd_convert, cmd_doctor, cmd_from_timm, cmd_from_torchvision, cmd_run, cmd_sample_data, cmd_show,
     cmd_validate, cmd_verify)
 from ..spec.problems import SpecError
 
@@ -58,7 +58,7 @@ def _add_validate_command(add: AddCommand) -> None:
     p.add_argument("--no-source-check", action="store_true",
                    help="a source folder, file list, shard or manifest that does not exist is a warning, not a problem "
                         "(for files validated away from their data)")
-    _add_spec_options(p, data=False)
+    add_spec_options(p, data=False)
 
 
 def _add_show_command(add: AddCommand) -> None:
@@ -69,7 +69,7 @@ def _add_show_command(add: AddCommand) -> None:
     p.add_argument("--order", action="store_true",
                    help="list the source and show how the order mixes classes per batch (loader.shuffle: shards "
                         "at several windows against a global shuffle)")
-    _add_spec_options(p)
+    add_spec_options(p)
 
 
 def _add_run_command(add: AddCommand) -> None:
@@ -82,7 +82,7 @@ def _add_run_command(add: AddCommand) -> None:
     p.add_argument("--batches", type=int, default=None, help="stop each run after N batches (default: one epoch)")
     p.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    _add_spec_options(p)
+    add_spec_options(p)
 
 
 def _add_sample_data_command(add: AddCommand) -> None:
@@ -186,7 +186,7 @@ def _add_compare_command(add: AddCommand) -> None:
                    help="bound on mean |difference| in uint8 levels (default 0.25; 0.5 with nvJPEG)")
     p.add_argument("--json", metavar="OUT", help="also write the result as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
-    _add_spec_options(p)
+    add_spec_options(p)
 
 
 def _add_from_torchvision_command(add: AddCommand) -> None:
@@ -201,7 +201,7 @@ def _add_from_torchvision_command(add: AddCommand) -> None:
     p.add_argument("--source", required=True, metavar="DIR", help="image folder (ImageFolder layout) to read")
     p.add_argument("--batch-size", type=int, default=32, help="images per batch (default 32, torchvision's train.py)")
     p.add_argument("--name", default="from-torchvision", help="the pipeline's name (default from-torchvision)")
-    _add_spec_options(p, data=False)
+    add_spec_options(p, data=False)
 
 
 def _add_from_timm_command(add: AddCommand) -> None:
@@ -218,7 +218,7 @@ def _add_from_timm_command(add: AddCommand) -> None:
     p.add_argument("--crop-interpolation", choices=("bilinear", "bicubic"), default=None,
                    help="the crop's filter where timm's --train-interpolation is random (its default)")
     p.add_argument("--name", default="from-timm", help="the pipeline's name (default from-timm)")
-    _add_spec_options(p, data=False)
+    add_spec_options(p, data=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

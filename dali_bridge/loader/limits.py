@@ -13,7 +13,7 @@ import resource
 from dataclasses import dataclass
 
 from ..util.dtypes import item_bytes
-from ..util.checks import shown as _shown
+from ..util.checks import shown
 from ..pipeline.plan import Plan
 from ..spec.pipeline import PipelineSpec
 from ..spec.problems import Problem, SpecError
@@ -153,14 +153,14 @@ def loader_limit_problems(spec: PipelineSpec, plan: Plan, *, backend: str, host:
     if workers > worker_bound:
         what = "threads" if backend.startswith("dali") else "worker processes"
         problems.append(Problem(spec.origin, "loader.workers",
-                                f"{_shown(workers)} {what} on {host.cores} core(s): at most {worker_bound} "
+                                f"{shown(workers)} {what} on {host.cores} core(s): at most {worker_bound} "
                                 f"(max({MIN_WORKER_BOUND}, {WORKERS_PER_CORE} per core)); more only queue for "
                                 f"the same cores — use 'auto' ({host.cores} here)"))
     processes = workers if backend == "torchvision" else 0
     descriptors = processes * (FDS_PER_WORKER + prefetch) + FDS_RESERVED
     if processes and descriptors > host.open_files:
-        problems.append(Problem(spec.origin, "loader", f"workers {_shown(workers)} x (prefetch {_shown(prefetch)} "
-                                f"+ {FDS_PER_WORKER}) + {FDS_RESERVED} = {_shown(descriptors)} open files needed, over "
+        problems.append(Problem(spec.origin, "loader", f"workers {shown(workers)} x (prefetch {shown(prefetch)} "
+                                f"+ {FDS_PER_WORKER}) + {FDS_RESERVED} = {shown(descriptors)} open files needed, over "
                                 f"this process's limit of {host.open_files} (ulimit -n): lower workers or prefetch, "
                                 f"or raise the limit"))
     memory = _memory_problem(spec, plan, backend=backend, host=host, workers=workers)
@@ -192,10 +192,10 @@ def _memory_problem(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostL
     if in_steps > slots * batch_bytes and position is not None:
         op = spec.ops[position].name  # a step before the finish: an op of the spec
         if backend == "torchvision":
-            holders = f"{_shown(max(1, workers))} worker(s) holding one each, with their batch buffers,"
+            holders = f"{shown(max(1, workers))} worker(s) holding one each, with their batch buffers,"
             lower = "workers"
         else:
-            holders = f"{_shown(slots)} batches of {_shown(batch)} in flight (prefetch {_shown(prefetch)} + 1)"
+            holders = f"{shown(slots)} batches of {shown(batch)} in flight (prefetch {shown(prefetch)} + 1)"
             lower = "batch_size or prefetch"
         return Problem(spec.origin, f"ops[{position}].{op}",
                        f"makes images of {_size(step_bytes)} each (uint8 RGB) on the way to the output, and "
@@ -205,8 +205,8 @@ def _memory_problem(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostL
     fit = int(MEMORY_SHARE * host.memory_available) // per_slot - (2 if backend == "torchvision" else 1)
     advice = f"lower prefetch (up to {fit} fits)," if fit >= 1 else "even prefetch 1 does not fit: lower"
     return Problem(spec.origin, "loader.prefetch",
-                   f"{_shown(slots)} batch buffers of {_size(batch_bytes)} "
-                   f"({'x'.join(map(_shown, plan.output_shape(batch)))} "
+                   f"{shown(slots)} batch buffers of {_size(batch_bytes)} "
+                   f"({'x'.join(map(shown, plan.output_shape(batch)))} "
                    f"{'uint8' if item == 1 else plan.finish.dtype}) need {_size(needed)}, {available}: {advice} "
                    f"batch_size or workers")
 

@@ -81,7 +81,7 @@ class PostFinish:
         height, width = chw.shape[-2:]
         for position, step in self.plan.post_finish:
             op, params = step.op, step.params
-            if op.kind == BATCH:
+            if op.category == BATCH:
                 u = batch_uniforms(self.seed, epoch, number, self.rank, position, op.batch_draws)
                 chw, targets = op.apply_batch(params, chw, targets, op.sample_batch(params, u, height, width))
                 continue

@@ -27,11 +27,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..util.checks import type_name as _type_name, bool_checker, choice_checker, int_checker, is_int, is_number
+from ..util.checks import type_name, bool_checker, choice_checker, int_checker, is_int, is_number
 from .base import Op, Param, Step
 # The tables and the kernels, importable from here as before the split (tests and the timm ops use them).
 from .policy_kernels import affine_operations, apply_operation, apply_operations  # noqa: F401
-from .policy_tables import _ORIGINAL, _WIDE, POLICIES, SPACES, PolicyOperation, pick, signed_operation
+from .policy_tables import ORIGINAL, WIDE, POLICIES, SPACES, PolicyOperation, pick, signed_operation
 from .timm_rand_augment import TIMM_RAND_AUGMENT
 
 
@@ -46,7 +46,7 @@ def fill_checker(value: Any) -> tuple[Any, str | None]:
         return value, None
     if isinstance(value, list) and len(value) == 3 and all(is_number(v) for v in value):
         return [float(v) for v in value], None
-    return value, f"expected null, a number or 3 numbers (R, G, B) in 0-255 levels, found {_type_name(value)} {value!r}"
+    return value, f"expected null, a number or 3 numbers (R, G, B) in 0-255 levels, found {type_name(value)} {value!r}"
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class TrivialAugmentWide(Policy):
     transform = "TrivialAugmentWide"
 
     def draw_operations(self, params, u, height, width):
-        names = tuple(_WIDE)
+        names = tuple(WIDE)
         bins = params["num_magnitude_bins"]
         name = names[pick(u[0], len(names))]
         return (signed_operation("wide", name, bins, pick(u[1], bins), u[2], height, width),)
@@ -136,7 +136,7 @@ class RandAugment(Policy):
         return problems
 
     def draw_operations(self, params, u, height, width):
-        names = tuple(_ORIGINAL)
+        names = tuple(ORIGINAL)
         return tuple(signed_operation("original", names[pick(u[2 * n], len(names))], params["num_magnitude_bins"],
                                       params["magnitude"], u[2 * n + 1], height, width)
                      for n in range(params["num_ops"]))
@@ -295,13 +295,13 @@ class AugMix(Op):
 def positive_number_checker(value: Any) -> tuple[Any, str | None]:
     if is_number(value) and value > 0:
         return float(value), None
-    return value, f"expected a number > 0, found {_type_name(value)} {value!r}"
+    return value, f"expected a number > 0, found {type_name(value)} {value!r}"
 
 
 def magnitude_std_checker(value: Any) -> tuple[Any, str | None]:
     if is_number(value) and value >= 0:
         return float(value), None
-    return value, f"expected a number >= 0 (.inf: uniform), found {_type_name(value)} {value!r}"
+    return value, f"expected a number >= 0 (.inf: uniform), found {type_name(value)} {value!r}"
 
 
 # Upper bounds of the counts (docs/errors.md lists them): far above any recipe, low enough that
@@ -326,7 +326,7 @@ def chain_depth_checker(value: Any) -> tuple[Any, str | None]:
         return value, None  # 1 to 3 at random, as torchvision's -1
     if is_int(value):
         return _chain_depth(value)
-    return value, f"expected an integer (> 0: that depth; <= 0: 1 to 3 at random), found {_type_name(value)} {value!r}"
+    return value, f"expected an integer (> 0: that depth; <= 0: 1 to 3 at random), found {type_name(value)} {value!r}"
 
 
 _policy_choice = choice_checker(tuple(POLICIES))

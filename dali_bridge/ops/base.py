@@ -22,7 +22,6 @@ import numpy as np
 # The checkers live in the leaf module below the op layer (the spec layer and the sources use them
 # too); the op modules import them from here.
 from ..util.checks import Checker, fixed_output_size, non_finite_problem
-from ..util.checks import shown as _shown, type_name as _type_name  # noqa: F401
 
 ALL_BACKENDS = ("dali", "dali-cpu", "torchvision")
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
@@ -109,11 +108,7 @@ class Step:
 
     @property
     def name(self) -> str:
-        """The op's name (``kind`` is its older spelling)."""
-        return self.op.name
-
-    @property
-    def kind(self) -> str:
+        """The op's name."""
         return self.op.name
 
     @property
@@ -139,9 +134,8 @@ class ResizeRequest:
 class Op:
     """An op of the registry; subclasses hold one op's behaviour.
 
-    ``category``: its :class:`Category` (given as the member or its string; ``kind`` is its older
-    name). An op that runs in the DALI graph is a :class:`~dali_bridge.ops.dali_op.DaliOp` (the
-    DALI hooks); any other per-sample op runs, on the DALI backends, as its torchvision kernel
+    ``category``: its :class:`Category` (given as the member or its string). An op that runs in the
+    DALI graph is a :class:`~dali_bridge.ops.dali_op.DaliOp` (the DALI hooks); any other per-sample op runs, on the DALI backends, as its torchvision kernel
     right after the graph (the plan's torch tail). ``primary`` is the parameter a scalar shorthand
     (``- resize: 256``) sets. ``size_param``/``size_rule`` tell the validator how the op sets
     the output size: ``output`` (that size), ``resize`` (an int is a shorter side) or ``crop``
@@ -174,11 +168,6 @@ class Op:
     def __post_init__(self) -> None:
         if isinstance(self.category, str) and self.category in Category._value2member_map_:
             object.__setattr__(self, "category", Category(self.category))  # else op_problems names it
-
-    @property
-    def kind(self) -> Category:
-        """The category, under its older name."""
-        return self.category
 
     @property
     def random(self) -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..util.checks import type_name as _type_name, is_number
+from ..util.checks import type_name, is_number
 from .base import Op, Param
 
 # torchvision's order ids (ColorJitter.transform): 0 brightness, 1 contrast, 2 saturation, 3 hue.
@@ -51,7 +51,7 @@ def _check_jitter(value: Any, *, name: str) -> tuple[Any, str | None]:
     elif isinstance(value, list) and len(value) == 2 and all(is_number(v) for v in value):
         low, high = float(value[0]), float(value[1])
     else:
-        return value, f"expected a number or [low, high], found {_type_name(value)} {value!r}"
+        return value, f"expected a number or [low, high], found {type_name(value)} {value!r}"
     if not bounds[0] <= low <= high <= bounds[1]:
         where = "[-0.5, 0.5]" if hue else "[0, inf)"
         return value, f"expected {name} factors within {where} with low <= high, found [{low}, {high}]"

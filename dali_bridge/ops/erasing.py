@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .after_finish import AFTER_FINISH, AfterFinishOp
-from ..util.checks import type_name as _type_name, is_number, probability_checker, range_checker
+from ..util.checks import type_name, is_number, probability_checker, range_checker
 from .base import Param
 from .geometry import area_and_aspect
 
@@ -63,7 +63,7 @@ def _value_checker(value: Any) -> tuple[Any, str | None]:
     if isinstance(value, list) and len(value) in (1, 3) and all(is_number(v) for v in value):
         return [float(v) for v in value], None
     return value, (f"expected a number, 3 numbers (R, G, B) in the normalised units, or 'random' (normal noise), "
-                   f"found {_type_name(value)} {value!r}")
+                   f"found {type_name(value)} {value!r}")
 
 
 class RandomErasing(AfterFinishOp):

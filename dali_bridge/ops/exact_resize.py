@@ -191,7 +191,7 @@ class Nearest(ResizeMethod):
 
 # ---- border renormalisation
 
-def _filter_margin(interpolation: str, in_size: int, out_size: int) -> int:
+def filter_margin(interpolation: str, in_size: int, out_size: int) -> int:
     """Zero padding (source pixels) wider than the filter's reach: radius 1 (bilinear) or 2
     (bicubic) output pixels when downscaling, source pixels when upscaling, plus a margin."""
     reach = (1.0 if interpolation == "bilinear" else 2.0) * max(in_size / out_size, 1.0)
@@ -231,7 +231,7 @@ def _filter_pass(interpolation: str, in_hw: tuple[int, int], out_hw: tuple[int, 
     size, paste anchor (the zero margins), padded size, roi start, roi end, then per axis
     (``rows.``/``columns.``): weight mask (ones on the image, zeros on the margins), its output
     size, roi start, roi end."""
-    margin = [(_filter_margin(interpolation, in_hw[a], out_hw[a]) if a in axes else 0) for a in (0, 1)]
+    margin = [(filter_margin(interpolation, in_hw[a], out_hw[a]) if a in axes else 0) for a in (0, 1)]
     args = {"size": np.array(out_hw, dtype=np.float32),
             "anchor": np.array([margin], dtype=np.int32),
             "canvas": np.array([in_hw[0] + 2 * margin[0], in_hw[1] + 2 * margin[1]], dtype=np.int32),

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ImageError
-from ..util.checks import shown as _shown, type_name as _type_name, is_int, is_number, range_checker
+from ..util.checks import shown, type_name, is_int, is_number, range_checker
 from .base import REQUIRED, Param
 from .dali_op import Column, DaliOp
 
@@ -51,12 +51,12 @@ def kernel_size_checker(value: Any) -> tuple[Any, str | None]:
     sizes = [value, value] if is_int(value) else value
     if not (isinstance(sizes, list) and len(sizes) == 2 and all(is_int(v) for v in sizes)):
         return value, (f"expected an odd kernel size in pixels (an integer, or [width, height] as torchvision's "
-                       f"(kx, ky)), found {_type_name(value)} {value!r}")
+                       f"(kx, ky)), found {type_name(value)} {value!r}")
     if any(v <= 0 or v % 2 == 0 for v in sizes):
         return value, f"expected odd positive kernel sizes (1, 3, 5, ...), found {value}"
     if max(sizes) > MAX_KERNEL_SIZE:
         return value, (f"expected kernel sizes of at most {MAX_KERNEL_SIZE} pixels (blur recipes use a tenth of "
-                       f"the image side), found {_shown(value) if is_int(value) else [_shown(v) for v in sizes]}")
+                       f"the image side), found {shown(value) if is_int(value) else [shown(v) for v in sizes]}")
     return list(sizes), None
 
 

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .after_finish import BATCH, BatchOp
-from ..util.checks import type_name as _type_name, is_number, probability_checker
+from ..util.checks import type_name, is_number, probability_checker
 from .base import Param
 
 BATCH_DRAWS = 5  # mixed or not, MixUp or CutMix, λ's seed, box centre column, box centre row
@@ -61,11 +61,11 @@ def mix_batch(images: Any, targets: Any, mix: Mix) -> tuple[Any, Any]:
 
     In place: the batch is the loader's own, fresh from the finish. CutMix rolls only its box and
     pastes it over the batch (torchvision clones the whole batch first, the same pixels). MixUp on
-    the host goes sample by sample (:func:`_mixup_in_place`)."""
+    the host goes sample by sample (:func:`mixup_in_place`)."""
     if mix.mode == "none":
         return images, targets
     if mix.mode == "mixup":
-        images = _mixup_in_place(images, mix.lam, per_sample=images.device.type == "cpu")
+        images = mixup_in_place(images, mix.lam, per_sample=images.device.type == "cpu")
     else:
         x1, y1, x2, y2 = mix.box
         images[..., y1:y2, x1:x2] = images[..., y1:y2, x1:x2].roll(1, 0)  # roll copies: no overlap
@@ -74,7 +74,7 @@ def mix_batch(images: Any, targets: Any, mix: Mix) -> tuple[Any, Any]:
     return images, targets
 
 
-def _mixup_in_place(images: Any, lam: float, *, per_sample: bool) -> Any:
+def mixup_in_place(images: Any, lam: float, *, per_sample: bool) -> Any:
     """``images[n] = images[n - 1] * (1 - λ) + images[n] * λ`` for every n (sample 0 with the last),
     rounded as torchvision's MixUp rounds it: each product in float32, then their sum.
 
@@ -97,7 +97,7 @@ def _mixup_in_place(images: Any, lam: float, *, per_sample: bool) -> Any:
 
 def _alpha_checker(value: Any) -> tuple[Any, str | None]:
     if not is_number(value) or value <= 0:
-        return value, f"expected alpha > 0 (Beta(alpha, alpha) draws λ), found {_type_name(value)} {value!r}"
+        return value, f"expected alpha > 0 (Beta(alpha, alpha) draws λ), found {type_name(value)} {value!r}"
     return float(value), None
 
 

@@ -9,13 +9,13 @@ from functools import lru_cache
 # (start, end) of each linspace table, or a table kind, per operation: torchvision's _AUGMENTATION_SPACE.
 # "width"/"height": end = factor x the image's width/height ("width/": width / divisor); "posterize":
 # 8 - arange / ((bins - 1) / span) ("posterize4": from 4).
-_ORIGINAL = {  # RandAugment and AutoAugment
+ORIGINAL = {  # RandAugment and AutoAugment
     "Identity": None, "ShearX": (0.0, 0.3), "ShearY": (0.0, 0.3),
     "TranslateX": ("width", 150.0 / 331.0), "TranslateY": ("height", 150.0 / 331.0), "Rotate": (0.0, 30.0),
     "Brightness": (0.0, 0.9), "Color": (0.0, 0.9), "Contrast": (0.0, 0.9), "Sharpness": (0.0, 0.9),
     "Posterize": ("posterize", 4), "Solarize": (1.0, 0.0), "AutoContrast": None, "Equalize": None,
 }
-_WIDE = {  # TrivialAugmentWide
+WIDE = {  # TrivialAugmentWide
     "Identity": None, "ShearX": (0.0, 0.99), "ShearY": (0.0, 0.99), "TranslateX": (0.0, 32.0),
     "TranslateY": (0.0, 32.0), "Rotate": (0.0, 135.0), "Brightness": (0.0, 0.99), "Color": (0.0, 0.99),
     "Contrast": (0.0, 0.99), "Sharpness": (0.0, 0.99), "Posterize": ("posterize", 6), "Solarize": (1.0, 0.0),
@@ -28,9 +28,9 @@ _AUGMIX_PARTIAL = {  # AugMix's own tables (10 bins, read at the severity's bins
 }
 _AUGMIX = {**_AUGMIX_PARTIAL, "Brightness": (0.0, 0.9), "Color": (0.0, 0.9), "Contrast": (0.0, 0.9),
            "Sharpness": (0.0, 0.9)}
-_SIGNED = frozenset({"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast",
+SIGNED = frozenset({"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast",
                      "Sharpness"})
-SPACES = {"original": _ORIGINAL, "wide": _WIDE, "auto": {**_ORIGINAL, "Invert": None}, "augmix": _AUGMIX,
+SPACES = {"original": ORIGINAL, "wide": WIDE, "auto": {**ORIGINAL, "Invert": None}, "augmix": _AUGMIX,
           "augmix_partial": _AUGMIX_PARTIAL}
 
 # torchvision's AutoAugmentPolicy.IMAGENET: 25 sub-policies of two (operation, probability, magnitude bin).
@@ -92,6 +92,6 @@ def signed_operation(space: str, name: str, bins: int, index: int, u_sign: float
     if table is None:
         return PolicyOperation(name, 0.0)
     magnitude = table[index]
-    if name in _SIGNED and u_sign <= 0.5:
+    if name in SIGNED and u_sign <= 0.5:
         magnitude *= -1
     return PolicyOperation(name, magnitude)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from .auto_augment import fill_checker
-from ..util.checks import type_name as _type_name, choice_checker, is_number
+from ..util.checks import type_name, choice_checker, is_number
 from .base import Op, Param
 from .timm_rand_augment import TimmDraw, TimmOperation, apply_timm, fill_colour, timm_operation
 
@@ -41,7 +41,7 @@ _V0: _Policy = (  # timm's auto_augment_policy_v0 (the TPU EfficientNet implemen
     (("Posterize", 0.8, 2), ("Solarize", 0.6, 10)), (("Solarize", 0.6, 8), ("Equalize", 0.6, 1)),
     (("Color", 0.8, 6), ("Rotate", 0.4, 5)),
 )
-_ORIGINAL: _Policy = (  # timm's auto_augment_policy_original (the AutoAugment paper's ImageNet policy)
+ORIGINAL: _Policy = (  # timm's auto_augment_policy_original (the AutoAugment paper's ImageNet policy)
     (("PosterizeOriginal", 0.4, 8), ("Rotate", 0.6, 9)), (("Solarize", 0.6, 5), ("AutoContrast", 0.6, 5)),
     (("Equalize", 0.8, 8), ("Equalize", 0.6, 3)), (("PosterizeOriginal", 0.6, 7), ("PosterizeOriginal", 0.6, 6)),
     (("Equalize", 0.4, 7), ("Solarize", 0.2, 4)), (("Equalize", 0.4, 4), ("Rotate", 0.8, 8)),
@@ -64,8 +64,8 @@ def _posterize_as(policy: _Policy, name: str) -> _Policy:
 
 
 POLICIES: dict[str, _Policy] = {  # named as timm names them (TIMM_POLICY_NAMES)
-    "original": _ORIGINAL,
-    "originalr": _posterize_as(_ORIGINAL, "PosterizeIncreasing"),
+    "original": ORIGINAL,
+    "originalr": _posterize_as(ORIGINAL, "PosterizeIncreasing"),
     "v0": _V0,
     "v0r": _posterize_as(_V0, "PosterizeIncreasing"),
     "3a": ((("Solarize", 1.0, 5),), (("Desaturate", 1.0, 10),), (("GaussianBlurRand", 1.0, 10),)),  # DeiT III
@@ -90,7 +90,7 @@ def draw_policy(params: Any, u: Any) -> tuple[TimmOperation, ...]:
 def finite_std_checker(value: Any) -> tuple[Any, str | None]:
     if is_number(value) and value >= 0:
         return float(value), None
-    return value, f"expected a number >= 0, found {_type_name(value)} {value!r}"
+    return value, f"expected a number >= 0, found {type_name(value)} {value!r}"
 
 
 # The colour shear, translate and rotate move in (timm's AugMix shares it).

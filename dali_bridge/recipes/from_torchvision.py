@@ -80,7 +80,7 @@ _FIXES = {
 def _ops_by_transform() -> dict[str, Any]:
     from ..ops.registry import OPS
 
-    return {op.transform: op for op in OPS.values() if op.transform and op.kind not in ("finish", "compound")}
+    return {op.transform: op for op in OPS.values() if op.transform and op.category not in ("finish", "compound")}
 
 
 def read_params(op: Any, transform: Any) -> tuple[dict[str, Any], set[str]]:
@@ -116,13 +116,13 @@ def _closest(name: str, ops: Mapping[str, Any]) -> str:
     hit = [_NEAREST[name]] if name in _NEAREST else difflib.get_close_matches(name, list(ops), n=1, cutoff=0.6)
     if hit:
         return f"the closest op is {ops[hit[0]].name!r} (torchvision's {hit[0]})"
-    mappable = sorted(n for n, op in ops.items() if op.kind != "batch")
+    mappable = sorted(n for n, op in ops.items() if op.category != "batch")
     return f"the transforms with an op are: {', '.join(mappable)}"
 
 
 def _unmappable(label: str, name: str, ops: Mapping[str, Any]) -> str:
     op = ops.get(name)
-    if op is not None and op.kind == "batch":
+    if op is not None and op.category == "batch":
         return (f"{label}: {name} mixes whole batches, not one image: pass it as "
                 f"from_torchvision(..., batch_transform=...) (the '{op.name}' op)")
     if name in ("RandomApply", "RandomChoice", "RandomOrder"):
@@ -174,10 +174,10 @@ class _Reader:
 
     def _op(self, label: str, name: str, transform: Any) -> None:
         op = self.by_transform.get(name)
-        if op is None or op.kind == "batch":
+        if op is None or op.category == "batch":
             self.problems.append(_unmappable(label, name, self.by_transform))
             return
-        after = op.kind == "after_finish"
+        after = op.category == "after_finish"
         if after and self.finish is None:
             self.problems.append(f"{label}: the bridge erases the normalised float image ('{op.name}' runs after "
                                  f"normalize, its value in normalised units): move it after ToDtype/Normalize")

@@ -35,7 +35,7 @@ def build_spec(ops: Sequence[dict], labels: Sequence[str], *, source: Any, batch
 
     data: dict[str, Any] = {"version": 1, "name": name, "source": source_data(source), "batch_size": batch_size,
                             "ops": [dict(op) for op in ops]}
-    mixes = any(OPS[next(iter(op))].kind == "batch" for op in ops if next(iter(op)) in OPS)
+    mixes = any(OPS[next(iter(op))].category == "batch" for op in ops if next(iter(op)) in OPS)
     if mixes or label_smoothing:
         data.update(outputs=["image", "target"], target={"label_smoothing": label_smoothing})
     if loader:

@@ -25,7 +25,7 @@ def _counterpart(step: Any) -> list:
     try:
         return step.op.torchvision_transforms(step.params)
     except NotImplementedError as exc:
-        raise RecipeError([f"op {step.kind!r} has no transforms.v2 counterpart: {exc}"]) from exc
+        raise RecipeError([f"op {step.name!r} has no transforms.v2 counterpart: {exc}"]) from exc
 
 
 def to_torchvision(spec_or_plan: LoweredSpec | Plan, *, pil: bool = False, skip_batch_ops: bool = False) -> Any:
@@ -37,7 +37,7 @@ def to_torchvision(spec_or_plan: LoweredSpec | Plan, *, pil: bool = False, skip_
     from torchvision.transforms import v2
 
     plan = _plan(spec_or_plan)
-    batch = [step.kind for _, step in plan.post_finish if step.op.kind == "batch"]
+    batch = [step.name for _, step in plan.post_finish if step.op.category == "batch"]
     if batch and not skip_batch_ops:
         raise RecipeError([f"op {batch[0]!r} runs on whole batches, not in a per-sample Compose: call "
                            f"to_torchvision(..., skip_batch_ops=True) for the Compose and "
@@ -49,7 +49,7 @@ def to_torchvision(spec_or_plan: LoweredSpec | Plan, *, pil: bool = False, skip_
         transforms.append(v2.PILToTensor())
     transforms += _counterpart(plan.finish_step)
     for _, step in plan.post_finish:  # per-sample ops on the normalised image (random_erasing)
-        if step.op.kind != "batch":
+        if step.op.category != "batch":
             transforms += _counterpart(step)
     return v2.Compose(transforms)
 
@@ -58,5 +58,5 @@ def batch_transform(spec_or_plan: LoweredSpec | Plan, *, num_classes: int) -> An
     """The ``transforms.v2`` batch transform (MixUp, CutMix, or a RandomChoice of both) of a spec's
     batch-level op, called as ``transform(images, labels)``; None when the spec has none."""
     plan = _plan(spec_or_plan)
-    batch = [step for _, step in plan.post_finish if step.op.kind == "batch"]
+    batch = [step for _, step in plan.post_finish if step.op.category == "batch"]
     return batch[0].op.torchvision_batch_transform(batch[0].params, num_classes) if batch else None

@@ -112,15 +112,15 @@ _KIND_STAGE = {"finish": 1, "compound": 1, "after_finish": 2, "batch": 3}
 def _check_op_order(ops: list[OpSpec], chk: ProblemCollector, indices: list[int]) -> None:
     """Per-sample uint8 ops, then one finish, then ops after the finish (which need a float finish),
     batch-level ops last and at most one of them."""
-    finishing = [n for n, op in enumerate(ops) if OPS[op.name].kind in ("finish", "compound")]
+    finishing = [n for n, op in enumerate(ops) if OPS[op.name].category in ("finish", "compound")]
     if len(finishing) > 1:
         chk.add(("ops", indices[finishing[1]]), "only one normalize/crop_mirror_normalize op is allowed")
-    batch_ops = [n for n, op in enumerate(ops) if OPS[op.name].kind == "batch"]
+    batch_ops = [n for n, op in enumerate(ops) if OPS[op.name].category == "batch"]
     if len(batch_ops) > 1:
         first, second = ops[batch_ops[0]].name, ops[batch_ops[1]].name
         chk.add(("ops", indices[batch_ops[1]]), f"only one batch-level op is allowed, found '{first}' and "
                                                 f"'{second}': to pick MixUp or CutMix per batch, use one batch_mix op")
-    stages = [_KIND_STAGE.get(OPS[op.name].kind, 0) for op in ops]
+    stages = [_KIND_STAGE.get(OPS[op.name].category, 0) for op in ops]
     for n in finishing:
         later = next((m for m in range(n + 1, len(ops)) if stages[m] == 0), None)
         if later is not None:

@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from ..data.shards.tar import index_path, manifest_path
-from .convert_staging import (_DIRECTIVE, ConvertError, _existing_outputs, _leftover_temporaries, _pattern_lock,
-    _refuse_links, _Staging, check_pattern, index_problem)
+from .convert_staging import (DIRECTIVE, ConvertError, existing_outputs, leftover_temporaries, pattern_lock,
+    refuse_links, Staging, check_pattern, index_problem)
 from ..data.sources.formats import inspect_image
 from ..util.urls import is_url
 from ..errors import ImageError
@@ -85,7 +85,7 @@ def brace_pattern(out_pattern: str, count: int) -> str:
     def repl(match: re.Match) -> str:
         width = int(match.group(2) or 0) if match.group(1) else 0
         return "{" + f"{0:0{width}d}..{count - 1:0{width}d}" + "}"
-    return _DIRECTIVE.sub(repl, out_pattern.replace("%%", "\0")).replace("\0", "%")
+    return DIRECTIVE.sub(repl, out_pattern.replace("%%", "\0")).replace("\0", "%")
 
 
 class _HashingWriter:
@@ -174,7 +174,7 @@ def _write_tar(handle: BinaryIO, entries: Iterator[tuple[str, str, bytes, int]],
     return writer.written, writer.sha256.hexdigest()
 
 
-def _write_shard(path: str, entries: Iterator[tuple[str, str, bytes, int]], staging: _Staging) -> dict[str, Any]:
+def _write_shard(path: str, entries: Iterator[tuple[str, str, bytes, int]], staging: Staging) -> dict[str, Any]:
     """Write one shard and its DALI index as temporary files of ``staging``; its manifest entry."""
     index_lines: list[str] = []
     labels: list[int] = []
@@ -260,7 +260,7 @@ def _packable(listing: Listing, keys: list[str], packing: _Packing, max_bytes: i
 
 
 def _write_shards(out_pattern: str, samples: Iterator[tuple[str, str, bytes, int]],
-                  shard_size: int, staging: _Staging) -> list[dict[str, Any]]:
+                  shard_size: int, staging: Staging) -> list[dict[str, Any]]:
     """Shards of ``shard_size`` samples from the stream until it ends; their manifest entries."""
     entries: list[dict[str, Any]] = []
     first_sample = 0
@@ -345,16 +345,16 @@ def convert(source: str | Path | Listing, out_pattern: str, *, shard_size: int =
     listing, source_info = _listing_for(source, extensions)
     keys = _sample_keys(listing)
     os.makedirs(os.path.dirname(os.path.abspath(out_pattern)), exist_ok=True)
-    with _pattern_lock(out_pattern):
-        existing = _existing_outputs(out_pattern, math.ceil(len(listing) / shard_size))
-        _refuse_links(existing)
+    with pattern_lock(out_pattern):
+        existing = existing_outputs(out_pattern, math.ceil(len(listing) / shard_size))
+        refuse_links(existing)
         if existing and not overwrite:
             shown = ", ".join(existing[:5]) + (f" and {len(existing) - 5} more" if len(existing) > 5 else "")
             raise ConvertError(f"output exists: {shown} (pass --overwrite to replace it)")
-        for leftover in _leftover_temporaries(out_pattern):  # of a convert killed before: ours to remove now
+        for leftover in leftover_temporaries(out_pattern):  # of a convert killed before: ours to remove now
             os.remove(leftover)
         owned = _owned_outputs(out_pattern) if overwrite else None
-        staging = _Staging(out_pattern)
+        staging = Staging(out_pattern)
         try:
             return _convert_staged(listing, keys, source_info, out_pattern, staging, owned=owned,
                                    shard_size=shard_size, progress=progress, max_image_bytes=max_image_bytes)
@@ -366,7 +366,7 @@ def convert(source: str | Path | Listing, out_pattern: str, *, shard_size: int =
 
 
 def _convert_staged(listing: Listing, keys: list[str], source_info: dict[str, str], out_pattern: str,
-                    staging: _Staging, *, owned: list[str] | None, shard_size: int, progress: bool,
+                    staging: Staging, *, owned: list[str] | None, shard_size: int, progress: bool,
                     max_image_bytes: int) -> ConvertResult:
     """The conversion proper, under the pattern's lock: every file written to ``staging``, then
     renamed into place (the manifest last), then the old set's shards past the new count removed."""

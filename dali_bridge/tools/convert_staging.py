@@ -16,7 +16,7 @@ from typing import BinaryIO, Iterator
 from ..util.quoting import safe_name
 from ..data.shards.tar import index_path, manifest_path
 
-_DIRECTIVE = re.compile(r"%(0?)(\d*)d")
+DIRECTIVE = re.compile(r"%(0?)(\d*)d")
 
 
 class ConvertError(ValueError):
@@ -25,8 +25,8 @@ class ConvertError(ValueError):
 
 def check_pattern(out_pattern: str) -> None:
     """An output pattern holds exactly one integer directive (``%d``, ``%06d``) and ends in ``.tar``."""
-    directives = _DIRECTIVE.findall(out_pattern.replace("%%", ""))
-    if len(directives) != 1 or "%" in _DIRECTIVE.sub("", out_pattern.replace("%%", "")):
+    directives = DIRECTIVE.findall(out_pattern.replace("%%", ""))
+    if len(directives) != 1 or "%" in DIRECTIVE.sub("", out_pattern.replace("%%", "")):
         raise ConvertError(f"output pattern {out_pattern!r}: expected exactly one shard-number directive "
                            f"such as %06d (e.g. shards/train-%06d.tar)")
     if any(width and not zero for zero, width in directives):
@@ -36,7 +36,7 @@ def check_pattern(out_pattern: str) -> None:
         raise ConvertError(f"output pattern {out_pattern!r}: expected a name ending in .tar")
 
 
-def _existing_outputs(out_pattern: str, count: int) -> list[str]:
+def existing_outputs(out_pattern: str, count: int) -> list[str]:
     found = []
     number = 0
     while number < count or os.path.lexists(out_pattern % number):  # earlier, larger conversions too
@@ -50,7 +50,7 @@ def _existing_outputs(out_pattern: str, count: int) -> list[str]:
     return found
 
 
-def _refuse_links(paths: list[str]) -> None:
+def refuse_links(paths: list[str]) -> None:
     """A final name that is a symbolic link (or anything but a regular file) is never written
     through nor replaced: :class:`ConvertError` naming them."""
     odd = [path for path in paths if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode)]
@@ -75,7 +75,7 @@ def _umask() -> int:
     return mask
 
 
-class _Staging:
+class Staging:
     """The temporary files of one conversion, in the output folder: each created exclusively
     (``mkstemp``: ``O_CREAT|O_EXCL|O_NOFOLLOW``, an unpredictable name), renamed to its final name
     by :meth:`commit` only, in the order created; :meth:`discard` removes what was not renamed."""
@@ -95,7 +95,7 @@ class _Staging:
         return os.fdopen(descriptor, "wb")
 
     def commit(self) -> None:
-        _refuse_links([final for _, final in self.pending])
+        refuse_links([final for _, final in self.pending])
         while self.pending:
             temporary, final = self.pending[0]
             os.replace(temporary, final)
@@ -118,11 +118,11 @@ class _Staging:
         self.pending.clear()
 
 
-def _leftover_temporaries(out_pattern: str) -> list[str]:
+def leftover_temporaries(out_pattern: str) -> list[str]:
     """Temporary files a killed conversion into ``out_pattern`` left (its shards', indexes' and
     manifest's), to remove while this conversion holds the pattern's lock."""
     folder, name = os.path.split(os.path.abspath(out_pattern))
-    shard = _DIRECTIVE.sub("[0-9]+", re.escape(name.replace("%%", "\0"))).replace("\0", "%")
+    shard = DIRECTIVE.sub("[0-9]+", re.escape(name.replace("%%", "\0"))).replace("\0", "%")
     finals = "|".join((shard, shard[:-len(re.escape(".tar"))] + re.escape(".idx"),
                        re.escape(os.path.basename(manifest_path(out_pattern)))))
     temporary = re.compile(rf"\.(?:{finals})\.[A-Za-z0-9_]{{8}}\.partial")
@@ -131,7 +131,7 @@ def _leftover_temporaries(out_pattern: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def _pattern_lock(out_pattern: str) -> Iterator[None]:
+def pattern_lock(out_pattern: str) -> Iterator[None]:
     """Hold ``out_pattern``'s lock (``.<manifest name>.lock`` beside the shards, ``flock``) for one
     conversion: a second convert into the pattern is refused while it is held. The kernel releases
     it when the process ends, killed or not; a clean end also removes the file."""

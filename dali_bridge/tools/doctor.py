@@ -35,7 +35,7 @@ def _torch_cuda_build() -> str | None:
         return None
 
 
-def _dali_builds() -> list[str]:
+def installed_dali_builds() -> list[str]:
     """Installed DALI distributions (``nvidia-dali-cuda120`` ...), whether or not they import."""
     from importlib.metadata import distributions
 
@@ -50,7 +50,7 @@ MIN_DRIVER = {11: 450, 12: 525, 13: 580}
 TORCH_CUDA_12_WHEELS = "https://pytorch.org/get-started/locally/"  # where PyTorch lists its cu12x wheel indexes
 
 
-def _driver_release(path: str | os.PathLike = "/proc/driver/nvidia/version") -> str | None:
+def driver_release_version(path: str | os.PathLike = "/proc/driver/nvidia/version") -> str | None:
     """The NVIDIA kernel driver's release (``580.65.06``) from ``path``; None without one. Read apart
     from torch: a torch whose CUDA is newer than the driver cannot ask it."""
     try:
@@ -195,10 +195,10 @@ def report() -> dict[str, Any]:
     }
     _add_libraries(info, host)
     _add_cuda_devices(info, host)
-    release = _driver_release()
+    release = driver_release_version()
     if release:
         info["nvidia_driver"] = release
-    info["cuda_builds"] = cuda_builds_pairing(torch_cuda=_torch_cuda_build(), dali_builds=_dali_builds(),
+    info["cuda_builds"] = cuda_builds_pairing(torch_cuda=_torch_cuda_build(), dali_builds=installed_dali_builds(),
                                               driver_cuda=info.get("cuda_driver"), driver_release=release)
     from ..ops.registry import ORIGINS
     info["ops_from_packages"] = [f"{name}: {origin}" for name, origin in sorted(ORIGINS.items())] or ["none"]

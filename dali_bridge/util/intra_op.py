@@ -29,7 +29,7 @@ _RUNTIMES = ("libgomp", "libomp", "libiomp5")
 def single_intra_op_thread() -> bool:
     """Run torch's CPU kernels called from this thread on one thread; other threads keep theirs.
     False (nothing changed) where torch does not parallelise with an OpenMP runtime found loaded."""
-    runtime = _openmp_runtime()
+    runtime = openmp_runtime()
     if runtime is None:
         return False
     torch.get_num_threads()  # ATen's per-thread initialisation, before the count is set
@@ -44,7 +44,7 @@ def one_intra_op_thread_here() -> Iterator[None]:
     For work on the consumer's thread that is a stream of small kernels (the stage after the finish):
     each would otherwise fork and join an OpenMP team whose threads then spin, waiting for the next,
     on cores the loader's own threads are using."""
-    runtime = _openmp_runtime()
+    runtime = openmp_runtime()
     if runtime is None:
         yield
         return
@@ -57,7 +57,7 @@ def one_intra_op_thread_here() -> Iterator[None]:
 
 
 @lru_cache(maxsize=1)
-def _openmp_runtime() -> ctypes.CDLL | None:
+def openmp_runtime() -> ctypes.CDLL | None:
     """The OpenMP runtime torch loaded (opened again by its path: the same library), or None."""
     if "OpenMP" not in torch.__config__.parallel_info():
         return None

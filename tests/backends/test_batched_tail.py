@@ -19,7 +19,7 @@ from conftest import backend_params, plan_of
 from dali_bridge.backends.dali.plan import dali_plan
 from dali_bridge.backends.dali.tail import run_tail
 from dali_bridge.ops.policy_kernels import apply_operation, apply_operations
-from dali_bridge.ops.policy_tables import _SIGNED, SPACES, PolicyOperation, magnitudes
+from dali_bridge.ops.policy_tables import SIGNED, SPACES, PolicyOperation, magnitudes
 from dali_bridge.ops.registry import OPS
 from real_photos import write_real_photos
 
@@ -72,7 +72,7 @@ def every_operation(space: str) -> list[PolicyOperation]:
     found = []
     for name in SPACES[space]:
         table = magnitudes(space, name, BINS[space], *SIZE)
-        values = [0.0] if table is None else list(table) + ([-m for m in table] if name in _SIGNED else [])
+        values = [0.0] if table is None else list(table) + ([-m for m in table] if name in SIGNED else [])
         found += [PolicyOperation(name, value) for value in values]
     return found
 
@@ -111,7 +111,7 @@ def test_rotations_by_quarter_turns_of_square_images_take_torchvisions_fast_path
 def drawn(op_name: str, params: dict, count: int, seed: int) -> tuple:
     """The step of ``op_name`` with ``params`` and ``count`` samples' concrete parameters at SIZE."""
     plan = plan_of([{"random_resized_crop": {"size": list(SIZE)}}, {op_name: params}])
-    step = next(step for step in plan.steps if step.kind == op_name)
+    step = next(step for step in plan.steps if step.name == op_name)
     uniforms = np.random.default_rng(seed).random((count, step.op.draw_count(step.params)))
     return step, [step.op.sample(step.params, u, *SIZE) for u in uniforms]
 
@@ -161,7 +161,7 @@ def test_a_tail_that_starts_with_the_resize_loops_until_the_sizes_agree_then_bat
     # parity exact: the resize runs in the tail, on images of every size, before the policy.
     plan = plan_of([{"random_resized_crop": {"size": 32}}, {"horizontal_flip": {}}, {"trivial_augment_wide": {}},
                     {"color_jitter": {"brightness": 0.4, "hue": 0.2}}])
-    assert [step.kind for step in dali_plan(plan).torch_tail][:1] == ["random_resized_crop"]
+    assert [step.name for step in dali_plan(plan).torch_tail][:1] == ["random_resized_crop"]
     inputs = [photos[n, :, : 40 + n, : 48 - n] for n in range(len(photos))]  # every sample its own size
     rng = np.random.default_rng(3)
     tail = []
@@ -382,7 +382,7 @@ def test_the_tail_asks_the_batchs_device_how_it_rounds_before_its_first_step(mon
     monkeypatch.setattr(batched, "probe_add_rounding", lambda device: probed.append(device) or "fused")
     monkeypatch.setattr(batched, "_ADD_ROUNDING", {})
     plan = plan_of([{"random_resized_crop": {"size": list(SIZE)}}, {"vertical_flip": {"probability": 1.0}}])
-    step = next(step for step in plan.steps if step.kind == "vertical_flip")
+    step = next(step for step in plan.steps if step.name == "vertical_flip")
     concrete = [step.op.sample(step.params, np.zeros(step.op.draw_count(step.params)), *SIZE) for _ in range(2)]
     batch = torch.empty((2, 3, *SIZE), dtype=torch.uint8, device="meta")   # a device other than the CPU
     for _ in range(2):

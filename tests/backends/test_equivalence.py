@@ -290,11 +290,11 @@ def test_image_weight_is_dalis_own_filter_weight_on_the_image():
     image, zeros on a margin wider than the filter) at random up- and downscales."""
     from nvidia.dali import fn, pipeline_def, types
 
-    from dali_bridge.ops.exact_resize import _filter_margin, image_weight
+    from dali_bridge.ops.exact_resize import filter_margin, image_weight
 
     rng = np.random.default_rng(0)
     in_sizes, out_size = rng.integers(1, 900, 48), 223
-    margins = [_filter_margin("bilinear", int(n), out_size) for n in in_sizes]
+    margins = [filter_margin("bilinear", int(n), out_size) for n in in_sizes]
     masks = [np.pad(np.ones((1, n, 1), np.float32), ((0, 0), (m, m), (0, 0))) for n, m in zip(in_sizes, margins)]
     starts = [np.array([0, m], np.float32) for m in margins]
     ends = [np.array([1, m + n], np.float32) for n, m in zip(in_sizes, margins)]

@@ -187,7 +187,7 @@ def test_the_batched_tail_on_a_device_copies_per_operation_drawn_not_per_sample(
     # each, makes the same copies: a per-sample .to(device) or torch.tensor(..., device=...) fails this.
     monkeypatch.setitem(batched._ADD_ROUNDING, torch.device("meta"), rounding)   # what a GPU's probe answers
     plan = plan_of([{"random_resized_crop": {"size": list(SIZE)}}, {name: TAIL_OPS[name]}])
-    step = next(step for step in plan.steps if step.kind == name)
+    step = next(step for step in plan.steps if step.name == name)
     uniforms = np.random.default_rng(4).random((8, step.op.draw_count(step.params)))
     concrete = [step.op.sample(step.params, u, *SIZE) for u in uniforms]
     copies = {}

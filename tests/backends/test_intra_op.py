@@ -7,9 +7,9 @@ import threading
 import pytest
 import torch
 
-from dali_bridge.util.intra_op import _openmp_runtime, single_intra_op_thread
+from dali_bridge.util.intra_op import openmp_runtime, single_intra_op_thread
 
-needs_openmp = pytest.mark.skipif(_openmp_runtime() is None,
+needs_openmp = pytest.mark.skipif(openmp_runtime() is None,
                                   reason="torch here does not parallelise with an OpenMP runtime found loaded")
 
 
@@ -38,13 +38,13 @@ def test_the_calling_thread_runs_on_one_thread_and_every_other_thread_keeps_its_
 
 def test_without_an_openmp_runtime_nothing_changes(monkeypatch):
     monkeypatch.setattr(torch.__config__, "parallel_info", lambda: "ATen parallel backend: native thread pool")
-    _openmp_runtime.cache_clear()
+    openmp_runtime.cache_clear()
     try:
         default = torch.get_num_threads()
         assert in_thread(single_intra_op_thread) is False
         assert in_thread(torch.get_num_threads) == default
     finally:
-        _openmp_runtime.cache_clear()
+        openmp_runtime.cache_clear()
 
 
 @needs_openmp

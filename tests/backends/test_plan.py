@@ -51,7 +51,7 @@ VAL_OPS = [{"resize": 256}, {"center_crop": 224}, {"normalize": {"mean": MEAN, "
 
 def test_train_plan_lowers_to_rrc_flip_and_a_float_finish():
     plan = build_plan(coerce_spec(TRAIN))
-    assert [s.kind for s in plan.steps] == ["random_resized_crop", "horizontal_flip"]
+    assert [s.name for s in plan.steps] == ["random_resized_crop", "horizontal_flip"]
     assert plan.steps[0].params["size"] == (224, 224) and plan.steps[0].params["scale"] == [0.08, 1.0]
     assert plan.finish == Finish(tuple(MEAN), tuple(STD), "float32", "CHW")
     assert plan.output_size == (224, 224) and plan.output_shape(8) == (8, 3, 224, 224)
@@ -60,7 +60,7 @@ def test_train_plan_lowers_to_rrc_flip_and_a_float_finish():
 
 def test_val_plan_has_a_shorter_side_resize_and_a_centre_crop():
     plan = build_plan(coerce_spec(VAL))
-    assert [s.kind for s in plan.steps] == ["resize", "center_crop"]
+    assert [s.name for s in plan.steps] == ["resize", "center_crop"]
     assert plan.steps[0].params["shorter_side"] is True and plan.steps[0].params["size"] == (256,)
     assert plan.steps[1].params == {"size": (224, 224)}
     assert not plan.random
@@ -77,7 +77,7 @@ def test_crop_mirror_normalize_lowers_to_centre_crop_flip_and_finish():
 
 def test_crop_mirror_normalize_without_crop_or_mirror_adds_no_steps():
     plan = plan_of([{"random_resized_crop": 64}, {"crop_mirror_normalize": {"dtype": "uint8"}}])
-    assert [s.kind for s in plan.steps] == ["random_resized_crop"]
+    assert [s.name for s in plan.steps] == ["random_resized_crop"]
     assert plan.finish.identity and plan.finish.dtype == "uint8"
 
 
@@ -231,7 +231,7 @@ def dali_graph(monkeypatch, ops: list, *, gpu: bool, decode: str = "mixed") -> l
     """The operators the real graph builder defines, without DALI's backend build (which needs CUDA for gpu)."""
     from nvidia.dali.pipeline import Pipeline
 
-    from dali_bridge.backends.dali.feed import _Feeder, build_pipeline
+    from dali_bridge.backends.dali.feed import Feeder, build_pipeline
     from dali_bridge.data.sources.listing import Listing
 
     spec = spec_of(ops, decode)
@@ -239,7 +239,7 @@ def dali_graph(monkeypatch, ops: list, *, gpu: bool, decode: str = "mixed") -> l
     listing = Listing(("/nonexistent/a.jpg",), np.zeros(1, dtype=np.int64), ("a",), "/nonexistent")
     with monkeypatch.context() as patch:
         patch.setattr(Pipeline, "build", lambda self: self._build_graph())
-        pipe = build_pipeline(spec, plan, _Feeder(spec, listing, plan, gpu=gpu), gpu=gpu,
+        pipe = build_pipeline(spec, plan, Feeder(spec, listing, plan, gpu=gpu), gpu=gpu,
                               device_id=0 if gpu else None, threads=1)
     return [parse_opspec(str(instance.spec)) for instance in pipe._ops]
 
@@ -357,13 +357,13 @@ def test_dali_finish_converts_mean_and_std_to_pixel_levels(monkeypatch):
 
 @needs_dali
 def test_dali_cpu_pipeline_builds_and_runs_here(sample_root):
-    from dali_bridge.backends.dali.feed import _Feeder, build_pipeline
+    from dali_bridge.backends.dali.feed import Feeder, build_pipeline
     from dali_bridge.pipeline.sampling import rank_batches
     from dali_bridge.data.sources.local import list_source
 
     spec = coerce_spec(TRAIN, {"source": {"type": "folder", "root": str(sample_root)}, "batch_size": 4})
     plan, listing = build_plan(spec), list_source(spec.source)
-    feeder = _Feeder(spec, listing, plan, gpu=False)
+    feeder = Feeder(spec, listing, plan, gpu=False)
     pipe = build_pipeline(spec, plan, feeder, gpu=False, device_id=None, threads=1)
     feeder.start(rank_batches(len(listing), 4, 0, 0)[:1])
     images, rows, cols = pipe.run()  # the image and its exact border lines (a border patch)

@@ -44,7 +44,7 @@ def test_a_graph_that_runs_no_step_before_the_tail_ends_with_its_decoder_on_both
 
 @needs_cpu_backends
 def test_the_feeder_sends_each_crop_window_and_the_tail_crops_the_whole_decoded_window(sample_root):
-    from dali_bridge.backends.dali.feed import _Feeder
+    from dali_bridge.backends.dali.feed import Feeder
     from dali_bridge.pipeline.plan import build_plan
     from dali_bridge.pipeline.sampling import rank_batches
     from dali_bridge.data.sources.local import list_source
@@ -54,11 +54,11 @@ def test_the_feeder_sends_each_crop_window_and_the_tail_crops_the_whole_decoded_
                                "ops": POLICY_OPS})
     plan, listing = build_plan(spec), list_source(spec.source)
     task = rank_batches(len(listing), 4, 0, 0)[0]
-    whole, _ = _Feeder(spec, listing, plan, gpu=True).prepare(task)   # no window columns on the GPU
-    inputs, meta = _Feeder(spec, listing, plan, gpu=False).prepare(task)
+    whole, _ = Feeder(spec, listing, plan, gpu=True).prepare(task)   # no window columns on the GPU
+    inputs, meta = Feeder(spec, listing, plan, gpu=False).prepare(task)
     assert len(inputs) == len(whole) + 2
     anchors, shapes = inputs[-2:]
-    _, full = _Feeder(spec, listing, plan, gpu=True).prepare(task)
+    _, full = Feeder(spec, listing, plan, gpu=True).prepare(task)
     for n, (steps, original) in enumerate(zip(meta["tail"], full["tail"])):
         crop = original[0][0][0]
         assert isinstance(crop, Crop)

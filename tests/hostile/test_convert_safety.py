@@ -174,7 +174,7 @@ def test_an_interrupt_after_every_shard_is_written_but_before_the_switch_leaves_
     def interrupted(self):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(module._Staging, "commit", interrupted)
+    monkeypatch.setattr(module.Staging, "commit", interrupted)
     with pytest.raises(KeyboardInterrupt):
         convert(sample_root, str(out / "s-%06d.tar"), shard_size=10, overwrite=True)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before

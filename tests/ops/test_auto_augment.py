@@ -45,7 +45,7 @@ def test_policies_default_to_torchvision_parameters_and_run_in_torch_after_dali(
          "variant": "torchvision", "magnitude_std": 0.0, "increasing": False},
         {"policy": "imagenet", "interpolation": "nearest", "fill": None}]
     # parity: exact (the default): the resize before the tail runs in the tail too, as torchvision's kernel
-    assert [s.kind for s in dali_plan(plan).torch_tail] == ["random_resized_crop", "trivial_augment_wide",
+    assert [s.name for s in dali_plan(plan).torch_tail] == ["random_resized_crop", "trivial_augment_wide",
                                                             "rand_augment", "auto_augment"]
     stages = placement(plan, "dali-cpu")
     assert [s.stage for s in stages[-4:]] == ["trivial_augment_wide", "rand_augment", "auto_augment", "finish"]

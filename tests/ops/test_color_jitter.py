@@ -62,17 +62,17 @@ def test_bad_jitter_ranges_name_the_field_and_what_is_expected(field, value, exp
 def test_under_exact_parity_the_torch_tail_starts_at_the_resize_before_it():
     plan = plan_of([{"center_crop": 300}, {"random_resized_crop": 224}, {"horizontal_flip": 0.5},
                     {"color_jitter": JITTER}, {"normalize": {"mean": MEAN, "std": STD}}])
-    assert [s.kind for s in dali_plan(plan).steps] == ["center_crop"]
-    assert [s.kind for s in dali_plan(plan).torch_tail] == ["random_resized_crop", "horizontal_flip", "color_jitter"]
+    assert [s.name for s in dali_plan(plan).steps] == ["center_crop"]
+    assert [s.name for s in dali_plan(plan).torch_tail] == ["random_resized_crop", "horizontal_flip", "color_jitter"]
     no_resize = plan_of([{"center_crop": 224}, {"color_jitter": JITTER}, {"normalize": {}}])
-    assert [s.kind for s in dali_plan(no_resize).steps] == ["center_crop"]
+    assert [s.name for s in dali_plan(no_resize).steps] == ["center_crop"]
 
 
 def test_color_jitter_runs_in_torch_after_the_dali_graph_which_ends_with_a_uint8_finish():
     plan = plan_of([{"random_resized_crop": 224}, {"horizontal_flip": 0.5}, {"color_jitter": JITTER},
                     {"normalize": {"mean": MEAN, "std": STD}}], parity="fast")
-    assert [s.kind for s in dali_plan(plan).steps] == ["random_resized_crop", "horizontal_flip"]
-    assert [s.kind for s in dali_plan(plan).torch_tail] == ["color_jitter"]
+    assert [s.name for s in dali_plan(plan).steps] == ["random_resized_crop", "horizontal_flip"]
+    assert [s.name for s in dali_plan(plan).torch_tail] == ["color_jitter"]
     for backend, device in (("dali", "cuda"), ("dali-cpu", "cpu")):
         stages = placement(plan, backend)
         names = [s.stage for s in stages]

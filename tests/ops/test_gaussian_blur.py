@@ -29,7 +29,7 @@ def plan_of(ops: list):
 def test_gaussian_blur_shorthand_sets_a_square_kernel_with_torchvisions_default_sigma_and_keeps_the_size():
     plan = plan_of([{"center_crop": 8}, {"gaussian_blur": 5}])
     step = plan.steps[1]
-    assert step.kind == "gaussian_blur" and step.random
+    assert step.name == "gaussian_blur" and step.random
     assert step.params == {"kernel_size": [5, 5], "sigma": [0.1, 2.0]}
     assert plan.output_size == (8, 8)
     assert [s.stage for s in placement(plan, "torchvision")][3] == "gaussian_blur"

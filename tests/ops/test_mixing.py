@@ -11,7 +11,7 @@ import torch
 from conftest import CPU_BACKENDS, needs_cpu_backends
 
 from dali_bridge.ops.registry import OPS
-from dali_bridge.ops.mixing import Mix, _mixup_in_place, mix_batch
+from dali_bridge.ops.mixing import Mix, mixup_in_place, mix_batch
 from dali_bridge.loader.placement import placement
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.loader.post_finish import PostFinish, batch_uniforms
@@ -116,7 +116,7 @@ def test_mixup_in_place_both_forms_equal_torchvision_mixup(per_sample, layout):
     transform.make_params = lambda flat: {"lam": lam}
     expected, _ = transform(images.clone(), torch.zeros(9, dtype=torch.int64))
     batch = images.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2) if layout == "NHWC view" else images.clone()
-    ours = _mixup_in_place(batch, lam, per_sample=per_sample)
+    ours = mixup_in_place(batch, lam, per_sample=per_sample)
     assert ours.data_ptr() == batch.data_ptr() and torch.equal(ours, expected)
 
 

@@ -228,7 +228,7 @@ def test_a_step_takes_its_op_and_refuses_a_name_saying_what_to_write():
     with pytest.raises(TypeError, match=r"Step\(self, params, op_index\)"):
         Step("center_crop", {"size": (2, 2)}, 0)
     step = Step(OPS["center_crop"], {"size": (2, 2)}, 0)
-    assert step.op is OPS["center_crop"] and step.name == step.kind == "center_crop"
+    assert step.op is OPS["center_crop"] and step.name == "center_crop"
 
 
 def test_a_column_an_op_does_not_build_is_reported_with_the_op_and_its_names(monkeypatch):

@@ -33,8 +33,8 @@ def params(**given) -> dict:
 
 def test_random_erasing_runs_after_the_finish_on_the_loaders_device_for_every_backend():
     plan = build_plan(spec_of([{"center_crop": 8}, "normalize", {"random_erasing": 0.25}]))
-    assert [step.kind for step in plan.steps] == ["center_crop"]  # executors stop at the finish
-    assert [(n, step.kind) for n, step in plan.post_finish] == [(2, "random_erasing")]
+    assert [step.name for step in plan.steps] == ["center_crop"]  # executors stop at the finish
+    assert [(n, step.name) for n, step in plan.post_finish] == [(2, "random_erasing")]
     assert plan.post_finish[0][1].params == {"probability": 0.25, "scale": [0.02, 0.33], "ratio": [0.3, 3.3],
                                              "value": 0.0}
     for backend, device in (("dali", "cuda"), ("dali-cpu", "cpu"), ("torchvision", "cpu")):

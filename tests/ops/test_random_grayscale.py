@@ -20,7 +20,7 @@ DRAWS = 10_000
 def test_random_grayscale_defaults_to_probability_one_tenth_and_keeps_the_size():
     plan = plan_of([{"center_crop": 8}, "random_grayscale"])
     step = plan.steps[1]
-    assert step.kind == "random_grayscale" and step.params == {"probability": 0.1} and step.random
+    assert step.name == "random_grayscale" and step.params == {"probability": 0.1} and step.random
     assert plan.output_size == (8, 8) and plan.output_shape(2) == (2, 3, 8, 8)
     assert [s.stage for s in placement(plan, "torchvision")][3] == "random_grayscale"
 
@@ -111,7 +111,7 @@ def test_random_grayscale_matches_torchvision_on_dali_cpu(sample_root, ops):
     plan = build_plan(spec_from_dict(data))
     result = run_compare(data)
     assert_within_bounds(result, samples=37)
-    position = [s.kind for s in plan.steps].index("random_grayscale")
+    position = [s.name for s in plan.steps].index("random_grayscale")
     chosen = draws(plan, seed=data["seed"], epoch=0, indices=np.arange(37))[position][:, 0] < 0.5
     assert 0 < chosen.sum() < 37  # both grey and colour images were compared
 

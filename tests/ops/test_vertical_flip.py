@@ -20,7 +20,7 @@ DRAWS = 10_000
 def test_vertical_flip_defaults_to_probability_one_half_and_keeps_the_size():
     plan = plan_of([{"center_crop": 8}, "vertical_flip"])
     step = plan.steps[1]
-    assert step.kind == "vertical_flip" and step.params == {"probability": 0.5} and step.random
+    assert step.name == "vertical_flip" and step.params == {"probability": 0.5} and step.random
     assert plan.output_size == (8, 8)
     assert [s.stage for s in placement(plan, "torchvision")][2:4] == ["center_crop", "vertical_flip"]
     assert ("vertical_flip", "fn.flip (vertical)") in [(s.stage, s.implementation) for s in placement(plan, "dali")]
@@ -60,7 +60,7 @@ def test_vertical_flip_matches_torchvision_on_dali_cpu(sample_root, ops):
     assert_within_bounds(result, samples=37, float16="float16" in str(ops))
     from dali_bridge.pipeline.sampling import draws
 
-    position = [s.kind for s in plan.steps].index("vertical_flip")
+    position = [s.name for s in plan.steps].index("vertical_flip")
     flips = draws(plan, seed=data["seed"], epoch=0, indices=np.arange(37))[position][:, 0] < 0.5
     assert 0 < flips.sum() < 37  # both flipped and unflipped images were compared
 

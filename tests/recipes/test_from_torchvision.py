@@ -185,7 +185,7 @@ def test_the_train_preset_is_the_users_compose_at_the_bridges_draws_on_the_torch
     plan = build_plan(spec)
     crop, flip, policy, to_float, normalize, erasing = (compose.transforms[n] for n in range(1, 7))
     erase_position, erase_step = plan.post_finish[0]
-    assert erase_step.kind == "random_erasing"
+    assert erase_step.name == "random_erasing"
     rows = draws(plan, spec.seed, 0, indices.numpy())
     for n, (image, index) in enumerate(zip(images, indices.tolist())):
         theirs = decode_image(loader.listing.paths[index], mode=ImageReadMode.RGB)
@@ -314,7 +314,7 @@ def test_a_shipped_pipeline_goes_to_torchvision_and_back_unchanged(name):
     spec = load_spec(PIPELINES / name)
     compose = to_torchvision(spec, skip_batch_ops=True)
     back = from_torchvision(compose, source=spec.source.root, batch_size=spec.batch_size)
-    assert ops_of(back) == [(op.name, dict(op.params)) for op in spec.ops if OPS[op.name].kind != "batch"]
+    assert ops_of(back) == [(op.name, dict(op.params)) for op in spec.ops if OPS[op.name].category != "batch"]
 
 
 def test_timms_rand_augment_variant_has_no_transforms_v2_counterpart():

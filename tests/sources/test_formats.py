@@ -19,7 +19,7 @@ import pytest
 from PIL import Image
 
 from conftest import CPU_BACKENDS, REPO
-from hostile import _png_chunks, build_png, exif_payload, png_chunk, png_image_data, tiny_jpeg
+from hostile import png_chunks, build_png, exif_payload, png_chunk, png_image_data, tiny_jpeg
 
 from dali_bridge.data.sources.formats import ImageInfo, inspect_image, without_webp_exif
 from dali_bridge.errors import ImageError
@@ -41,7 +41,7 @@ def _pil_png(image: Image.Image) -> bytes:
 
 def _reorder(data: bytes, order) -> bytes:
     """A PNG's chunks re-assembled as ``order(list of whole chunks as (type, bytes))`` returns them."""
-    chunks = [(kind, data[offset:offset + 12 + length]) for offset, length, kind in _png_chunks(data)]
+    chunks = [(kind, data[offset:offset + 12 + length]) for offset, length, kind in png_chunks(data)]
     return data[:8] + b"".join(chunk for _, chunk in order(chunks))
 
 

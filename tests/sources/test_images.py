@@ -21,7 +21,7 @@ def _jpeg(height: int, width: int) -> bytes:
     return buffer.getvalue()
 
 
-def _with_exif_orientation(jpeg: bytes, orientation: int, byte_order: str) -> bytes:
+def with_exif_orientation(jpeg: bytes, orientation: int, byte_order: str) -> bytes:
     """Insert an APP1 Exif segment holding only the orientation tag, in the given TIFF byte order."""
     e = "<" if byte_order == "II" else ">"
     tiff = byte_order.encode() + struct.pack(e + "HI", 42, 8) + struct.pack(e + "H", 1)
@@ -40,7 +40,7 @@ def test_probe_matches_the_decoded_size_of_every_unusual_image(tmp_path):
 @pytest.mark.parametrize("byte_order", ["II", "MM"])
 @pytest.mark.parametrize("orientation", range(1, 9))
 def test_jpeg_header_probe_applies_exif_orientation_in_either_byte_order(orientation, byte_order):
-    data = _with_exif_orientation(_jpeg(30, 50), orientation, byte_order)
+    data = with_exif_orientation(_jpeg(30, 50), orientation, byte_order)
     expected = (50, 30) if orientation >= 5 else (30, 50)
     assert probe(data) == expected
     assert tuple(decode_rgb(data).shape[-2:]) == expected  # the reference decoder agrees

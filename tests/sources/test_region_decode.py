@@ -19,7 +19,7 @@ import torch
 from conftest import TRAIN, VAL, plan_of
 from PIL import Image
 from real_photos import write_real_photos
-from test_images import _with_exif_orientation
+from test_images import with_exif_orientation
 
 from dali_bridge.pipeline import region_decode
 from dali_bridge.backends.torchvision import apply_steps
@@ -119,8 +119,8 @@ def test_grey_cmyk_oriented_png_and_webp_images_decode_as_full_decode_then_crop(
     images = {"grey": _encode(colour.convert("L"), quality=90),
               "cmyk": _encode(colour.convert("CMYK"), quality=90),
               "cmyk_progressive": _encode(colour.convert("CMYK"), quality=90, progressive=True),
-              "orientation 6": _with_exif_orientation(photos["chelsea_q75.jpg"], 6, "II"),
-              "orientation 3": _with_exif_orientation(photos["chelsea_q75.jpg"], 3, "MM")}
+              "orientation 6": with_exif_orientation(photos["chelsea_q75.jpg"], 6, "II"),
+              "orientation 3": with_exif_orientation(photos["chelsea_q75.jpg"], 3, "MM")}
     for name, form in (("png", "PNG"), ("webp", "WEBP")):
         buffer = io.BytesIO()
         colour.save(buffer, form, **({"lossless": True} if form == "WEBP" else {}))

@@ -52,14 +52,14 @@ def pipeline_with(op_name: str, params: dict) -> dict:
     companions = {key: value for name in params for key, value in COMPANIONS.get((op_name, name), {}).items()}
     params = {p.name: _example(p) for p in op.params if p.default is REQUIRED} | companions | params
     entry = {op_name: params}
-    if op.kind in ("geometry", "pixel"):
+    if op.category in ("geometry", "pixel"):
         ops = [{"resize": [64, 64]}, entry, {"resize": [32, 32]}]
-    elif op.kind in ("finish", "compound"):
+    elif op.category in ("finish", "compound"):
         ops = [{"resize": [32, 32]}, entry]
     else:
         ops = [{"resize": [32, 32]}, "normalize", entry]
     return {"version": 1, "source": {"type": "folder", "root": "/nonexistent"}, "batch_size": 2, "ops": ops,
-            "outputs": ["image", "target"] if op.kind == "batch" else ["image", "label"]}
+            "outputs": ["image", "target"] if op.category == "batch" else ["image", "label"]}
 
 
 def _op_position(data: dict, op_name: str) -> int:

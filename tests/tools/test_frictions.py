@@ -309,13 +309,13 @@ def test_doctor_says_whether_this_hosts_driver_runs_the_cuda_13_torch_and_cuda_1
 
 
 def test_doctor_reads_the_driver_release_apart_from_torch(tmp_path):
-    from dali_bridge.tools.doctor import _driver_release
+    from dali_bridge.tools.doctor import driver_release_version
 
     version = tmp_path / "version"
     version.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
                        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
-    assert _driver_release(version) == "550.54.15"
-    assert _driver_release(tmp_path / "absent") is None
+    assert driver_release_version(version) == "550.54.15"
+    assert driver_release_version(tmp_path / "absent") is None
 
 
 def test_doctor_pairing_covers_a_cpu_torch_no_dali_two_dalis_and_an_old_driver():
@@ -336,11 +336,12 @@ def test_doctor_pairing_covers_a_cpu_torch_no_dali_two_dalis_and_an_old_driver()
 def test_doctor_report_carries_the_pairing_of_the_installed_builds(capsys):
     import torch
 
-    from dali_bridge.tools.doctor import _dali_builds, cuda_builds_pairing
+    from dali_bridge.tools.doctor import installed_dali_builds, cuda_builds_pairing
 
     assert main(["doctor", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert info["cuda_builds"] == cuda_builds_pairing(torch_cuda=torch.version.cuda, dali_builds=_dali_builds(),
+    assert info["cuda_builds"] == cuda_builds_pairing(torch_cuda=torch.version.cuda,
+                                                      dali_builds=installed_dali_builds(),
                                                       driver_cuda=info.get("cuda_driver"),
                                                       driver_release=info.get("nvidia_driver"))
 

@@ -27,7 +27,7 @@ from ..base import RawBatch, Topology, default_workers
 from ...pipeline.plan import Plan
 from ...pipeline.sampling import BatchTask
 from ...util.dtypes import torch_dtype
-from .feed import ArgumentColumns, _Feeder, build_pipeline  # noqa: F401
+from .feed import ArgumentColumns, Feeder, build_pipeline  # noqa: F401
 from ..finishing import FinishedBuffers, finish_batch
 from ...util.intra_op import single_intra_op_thread
 from .tail import run_tail
@@ -118,7 +118,7 @@ class DaliExecutor:
         threads = dali_threads(spec.loader.workers, gpu=gpu, auto_cores=default_workers(), device=self.device_id)
         # The torch tail runs on DALI's GPU (on a side stream: TailStream), or on the host where DALI is
         # on the CPU or a step's kernel is PIL's; the finish then on the loader's device.
-        self.feeder = _Feeder(spec, listing, plan, gpu=gpu)
+        self.feeder = Feeder(spec, listing, plan, gpu=gpu)
         self.torch_tail = self.feeder.columns.dali.torch_tail  # the feeder's DaliPlan: built once per executor
         on_host = not gpu or any(step.op.kernel_on_host(step.params) for step in self.torch_tail)
         self._tail_device = torch.device("cpu") if on_host else torch.device("cuda", self.device_id)
@@ -242,7 +242,7 @@ class DaliExecutor:
 
     def _next_batch(self, pipe) -> tuple[dict[str, Any], Any]:
         """The next batch's meta and DALI outputs, in the loader's order. An unfed batch (see
-        :class:`_Feeder`) has no outputs; the outputs of a fed batch DALI ran while feeding it are
+        :class:`Feeder`) has no outputs; the outputs of a fed batch DALI ran while feeding it are
         held until the unfed ones before it are answered, and so is its failure."""
         pending = self.feeder.pending
         if self._held is None and not (pending and not pending[0]["fed"]):

@@ -1,5 +1,5 @@
 """The DALI backend's input side: the external source that feeds each batch in the loader's order
-(:class:`_Feeder`, through the per-sample core), the argument columns every step declares
+(:class:`Feeder`, through the per-sample core), the argument columns every step declares
 (:class:`ArgumentColumns`), and the graph builder (:func:`build_pipeline`), with the guard that keeps
 DALI pipelines a forked child inherits alive."""
 from __future__ import annotations
@@ -54,7 +54,7 @@ if hasattr(os, "register_at_fork"):
                         after_in_child=_keep_inherited_pipelines)
 
 
-class _Feeder:
+class Feeder:
     """The external source: yields the inputs of each batch in the loader's order.
 
     DALI calls it ahead of consumption (prefetch); ``pending`` keeps, in order, which samples
@@ -89,7 +89,7 @@ class _Feeder:
         with self.lock:
             self.stopped = True
 
-    def __iter__(self) -> "_Feeder":
+    def __iter__(self) -> "Feeder":
         return self
 
     def __next__(self) -> list[list[np.ndarray]]:
@@ -202,7 +202,7 @@ class ArgumentColumns:
         return columns
 
 
-def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: _Feeder, *, gpu: bool, device_id: int | None,
+def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: Feeder, *, gpu: bool, device_id: int | None,
                    threads: int):
     """Compile the plan into a DALI pipeline (its planning and stage devices from the feeder's
     ``DaliPlan``): the decoder, then each step's own fragment, then the finish, every fragment
