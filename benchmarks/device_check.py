@@ -19,7 +19,7 @@ is about twice that, cut to what the budget has left):
   sync         30 s  batches of each shipped pipeline on ``dali`` under ``torch.cuda.set_sync_debug_mode``,
                      "warn" (every sync listed where it happened) then "error": no host sync in the
                      bridge's code
-  pytest      100 s  tests/backends/test_gpu.py (threads on CUDA included), tests/backends/test_gpu_logic.py,
+  pytest      100 s  tests/backends/dali/test_gpu.py (threads on CUDA included), tests/backends/dali/test_gpu_logic.py,
                      the batch kernels against the per-sample ones on CUDA and the rounding probe there
                      (PYTEST_SELECTIONS; each must select a test; JUnit XML: pytest.xml)
   memory_bench 90 s  GPU and pinned host memory after each backend's first batch, then a short
@@ -336,10 +336,10 @@ def check_errors(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, 
 # What the pytest check runs on the GPU: files, and node ids (a test and all its parameters). Each must
 # select at least one test, so a test renamed or moved fails the check instead of quietly not running.
 PYTEST_SELECTIONS = (
-    "tests/backends/test_gpu.py",
-    "tests/backends/test_gpu_logic.py",
-    "tests/backends/test_batched_tail.py::test_on_cuda_a_batch_kernel_gives_the_per_sample_cuda_kernels_pixels",
-    "tests/backends/test_batched_tail.py::test_the_probe_answers_what_the_devices_add_kernel_does",
+    "tests/backends/dali/test_gpu.py",
+    "tests/backends/dali/test_gpu_logic.py",
+    "tests/backends/dali/test_batched_tail.py::test_on_cuda_a_batch_kernel_gives_the_per_sample_cuda_kernels_pixels",
+    "tests/backends/dali/test_batched_tail.py::test_the_probe_answers_what_the_devices_add_kernel_does",
 )
 
 

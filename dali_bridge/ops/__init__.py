@@ -59,7 +59,7 @@ Adding an op
    ``docs/performance.md``.
 5. Write ``tests/ops/test_<name>.py``: equivalence with torchvision on ``dali-cpu`` (within 1 level),
    the sampler's rate against torchvision's own transform (within 3 sigma), and add the op to a
-   pipeline of ``tests/backends/test_plan.py``'s ``PIPELINES`` (the GPU graph equals the CPU graph). The
+   pipeline of ``tests/backends/dali/test_plan.py``'s ``PIPELINES`` (the GPU graph equals the CPU graph). The
    every-op tests of ``tests/ops/test_ops.py`` check it without being told of it.
 
 ``vertical_flip`` (torchvision's ``RandomVerticalFlip``) and ``random_grayscale``

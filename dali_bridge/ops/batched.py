@@ -6,7 +6,7 @@ and a parameter that differs from sample to sample (a colour factor, posterize b
 threshold) is an (N, 1, 1, 1) tensor where torchvision's arithmetic allows, so the number of
 kernel launches follows the operations drawn, not the batch size. Each function here reproduces
 the per-sample kernel's arithmetic step by step, rounding included, so its pixels are torchvision's
-(tests/backends/test_batched_tail.py compares them over every operation, bin and sign).
+(tests/backends/dali/test_batched_tail.py compares them over every operation, bin and sign).
 
 Per-sample values are built on the host and moved to the batch's device in one copy per call:
 nothing per sample crosses between host and device.

@@ -5,7 +5,7 @@ rest of the image away. libjpeg-turbo can skip the rows above and below the wind
 (``jpeg_skip_scanlines``) and decode only the columns of blocks it spans (``jpeg_crop_scanline``),
 as DALI's CPU decoder does. nvImageCodec's CPU decoder (its libjpeg-turbo extension; the
 ``nvidia-nvimgcodec`` wheel DALI installs) exposes that as a region of a code stream, and its
-pixels equal torchvision's full decode then crop bit for bit (``tests/sources/test_region_decode.py``
+pixels equal torchvision's full decode then crop bit for bit (``tests/pipeline/test_region_decode.py``
 pins it for every row span and column span of small baseline and progressive JPEGs, every window
 of a tiny one, and edge windows and drawn crops of real photos, colour and grey).
 

@@ -3,7 +3,7 @@ flips, pixels within 1 level of 255 (mean within 0.25 level) — measured on nat
 
 Every op and option of the spec is run on ``dali-cpu`` and ``torchvision`` through
 :func:`dali_bridge.tools.compare.compare` (the library behind ``dali-bridge compare``) over a folder that
-holds every kind of tests/corpus.py (grayscale, CMYK, YCCK, progressive, PNG variants, EXIF 1-8,
+holds every kind of tests/helpers/corpus.py (grayscale, CMYK, YCCK, progressive, PNG variants, EXIF 1-8,
 1x1 and other images smaller than the crop, odd sizes, portrait, landscape, 4000x3000) plus
 generated photo-like JPEGs. The resize methods the DALI backend uses to reproduce torchvision's
 F.resize are also checked on their own over random crops and scales (0.05x to 3x), and the
@@ -13,19 +13,19 @@ RandomHorizontalFlip. GPU comparisons (nvJPEG) are written here and skip without
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import CPU_BACKENDS, MEAN, STD, TRAIN, VAL, torch_vector_kernels
-from dali_bridge.tools.compare import CompareResult, compare, compare_batches
+from tests.helpers.backends import CPU_BACKENDS, MEAN, STD, torch_vector_kernels
+from tests.helpers.paths import TRAIN, VAL
+from dali_bridge.tools.compare import compare, compare_batches
 from dali_bridge.tools.compare_bounds import CPU_BOUNDS, NVJPEG_BOUNDS
 from dali_bridge.backends.dali.plan import resize_methods
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.pipeline import spec_from_dict
+from tests.helpers.equivalence import assert_within_bounds, pipeline, run_compare
 
 pytestmark = [pytest.mark.slow,  # whole epochs of the corpus on both CPU backends
               pytest.mark.skipif(CPU_BACKENDS != ["dali-cpu", "torchvision"],
@@ -33,32 +33,6 @@ pytestmark = [pytest.mark.slow,  # whole epochs of the corpus on both CPU backen
 
 NORMALIZE = {"normalize": {"mean": MEAN, "std": STD, "dtype": "float32", "layout": "CHW"}}
 UINT8 = {"normalize": {"dtype": "uint8"}}
-
-
-
-
-def pipeline(root: Path, ops: list, *, batch_size: int = 13, shuffle: bool = True, seed: int = 3) -> dict[str, Any]:
-    return {"version": 1, "name": "equivalence", "source": {"type": "folder", "root": str(root)},
-            "batch_size": batch_size, "seed": seed, "ops": ops, "outputs": ["image", "label", "index"],
-            "loader": {"workers": 1, "shuffle": shuffle}}
-
-
-def assert_within_bounds(result: CompareResult, samples: int, float16: bool = False) -> None:
-    """The issue's bounds, checked on the numbers (not only the verdict): order and labels exact;
-    max |Δ| <= 1 level (plus one float16 step for float16 outputs), mean |Δ| <= 0.25 level."""
-    image = result.output("image")
-    assert result.problems == [], result.format()
-    assert result.samples == samples, result.format()
-    assert result.output("index").mismatches == 0 and result.output("label").mismatches == 0
-    assert (image.max_limit > CPU_BOUNDS.max_abs) == float16 and image.max_limit < CPU_BOUNDS.max_abs + 0.2
-    assert image.max_abs <= image.max_limit + 1e-3, result.format()
-    assert image.mean_abs <= CPU_BOUNDS.mean_abs, result.format()
-    assert result.passed, result.format()
-
-
-def run_compare(data: dict[str, Any] | Path, overrides: dict[str, Any] | None = None) -> CompareResult:
-    """dali-cpu vs torchvision over the whole first epoch."""
-    return compare(data, ("dali-cpu", "torchvision"), overrides=overrides, batches=None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,7 +141,7 @@ CASES: dict[str, list] = {
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_every_op_and_option_matches_torchvision_on_unusual_and_natural_images(corpus_root, name):
-    from corpus import KINDS
+    from tests.helpers.corpus import KINDS
 
     result = run_compare(pipeline(corpus_root, CASES[name]))
     assert_within_bounds(result, samples=len(KINDS) + 10, float16="float16" in name)
@@ -374,7 +348,7 @@ def test_every_unusual_image_decodes_identically_on_dali_cpu_and_torchvision(cor
 
 
 def test_exif_orientations_5_to_8_swap_height_and_width(corpus_root):
-    from corpus import stored_size
+    from tests.helpers.corpus import stored_size
 
     from dali_bridge.data.sources.images import decode_rgb, read_bytes
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 import yaml
-from conftest import CPU_BACKENDS, PIPELINES
+from tests.helpers.backends import CPU_BACKENDS
+from tests.helpers.paths import PIPELINES
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dali_bridge import build_loader

@@ -11,7 +11,8 @@ from dali_bridge.loader.placement import placement
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.problems import SpecError
 
-from conftest import TRAIN, backend_params
+from tests.helpers.backends import backend_params
+from tests.helpers.paths import TRAIN
 
 UINT8 = {"ops.2.normalize.dtype": "uint8", "ops.2.normalize.mean": [0, 0, 0], "ops.2.normalize.std": [1, 1, 1]}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import TRAIN
+from tests.helpers.paths import TRAIN
 from dali_bridge.backends.per_sample import SampleCore
 from dali_bridge.errors import ImageError
 from dali_bridge.data.sources.images import decode_checked

@@ -1,17 +1,17 @@
 """Pinned outputs: digests of whole batches (images, labels, indices) and of the sampler's draws.
 
 The op layer may be reorganised freely, but not one output pixel, order or random draw of an
-existing pipeline may change on any backend. The digests (tests/pinned_outputs.json, one per batch)
-were computed from the pipelines of tests/pinned_variants.py on the generated sample set of
+existing pipeline may change on any backend. The digests (tests/helpers/pinned_outputs.json, one per batch)
+were computed from the pipelines of tests/helpers/pinned_variants.py on the generated sample set of
 tests/conftest.py, which is the same bytes on every CPU (its own digest is pinned too, so a change
 of the generated images is told apart). torch's CPU kernels take other arithmetic paths under
 other CPU capabilities, so the batches are computed in a worker process under one stated
-capability (tests/pinned_worker.py, ``ATEN_CPU_CAPABILITY=default``); what holds across
+capability (tests/helpers/pinned_worker.py, ``ATEN_CPU_CAPABILITY=default``); what holds across
 capabilities is compare's bound, measured below. A failing digest says which batch moved, by how
 much, and against the other backend's batch.
 
-Re-pin after an intended change: ``ATEN_CPU_CAPABILITY=default python tests/pinned_worker.py ROOT
-OUT --print-pins > tests/pinned_outputs.json`` (ROOT: the set of ``sample_root``).
+Re-pin after an intended change: ``ATEN_CPU_CAPABILITY=default python tests/helpers/pinned_worker.py ROOT
+OUT --print-pins > tests/helpers/pinned_outputs.json`` (ROOT: the set of ``sample_root``).
 """
 from __future__ import annotations
 
@@ -24,10 +24,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CPU_BACKENDS, REPO, needs_cpu_backends, plan_of
-from pinned_variants import VARIANTS
+from tests.helpers.backends import CPU_BACKENDS, needs_cpu_backends, plan_of
+from tests.helpers.paths import REPO
+from tests.helpers.pinned_variants import VARIANTS
 
-HERE = REPO / "tests"  # the worker and the pins
+HERE = REPO / "tests" / "helpers"  # the worker and the pins
 WORKER = HERE / "pinned_worker.py"
 PINNED: dict[str, dict[str, list[str]]] = json.loads((HERE / "pinned_outputs.json").read_text())
 SAMPLE_SET = "c6d831f8"  # first 8 hex digits of the generated set's digest (see sample_set_digest)

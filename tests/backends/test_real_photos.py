@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import MEAN, STD, TRAIN, VAL, needs_cpu_backends, torch_vector_kernels
+from tests.helpers.backends import MEAN, STD, needs_cpu_backends, torch_vector_kernels
+from tests.helpers.paths import TRAIN, VAL
 from dali_bridge.tools.compare_bounds import FLOAT32_SLACK
-from real_photos import write_real_photos
-from test_color_jitter import JITTER
+from tests.helpers.real_photos import write_real_photos
+from tests.helpers.color_images import JITTER
 
 PHOTOS = 26
 NORMALIZE = {"normalize": {"mean": MEAN, "std": STD}}
@@ -41,13 +42,13 @@ def data(request, sample_root) -> tuple[Path, int]:
 
 
 def _compare(data, overrides=None):
-    from test_equivalence import run_compare
+    from tests.helpers.equivalence import run_compare
 
     return run_compare(data, overrides)
 
 
 def _pipeline(root: Path, ops: list, **keys):
-    from test_equivalence import pipeline
+    from tests.helpers.equivalence import pipeline
 
     return {**pipeline(root, ops), **keys}
 
@@ -59,7 +60,7 @@ def _same_order(result, samples: int = PHOTOS) -> None:
 
 @pytest.mark.parametrize("shipped", [VAL, TRAIN], ids=["val", "train"])
 def test_shipped_pipelines_match_torchvision_within_one_level_on_photos_and_generated_images(data, shipped):
-    from test_equivalence import assert_within_bounds
+    from tests.helpers.equivalence import assert_within_bounds
 
     root, count = data
     result = _compare(shipped, {"source": {"type": "folder", "root": str(root)}, "batch_size": 16,

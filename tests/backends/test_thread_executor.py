@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 import torch
 
-from conftest import TRAIN, VAL, child_processes, settle
+from tests.helpers.paths import TRAIN, VAL
+from tests.helpers.processes import child_processes, settle
 from dali_bridge import build_loader
 from dali_bridge.backends.thread_pool import OrderedPool, abandon
 from dali_bridge.errors import SampleError
 from dali_bridge.loader.loader import Loader
-from hostile import break_file, write_image_folder
+from tests.helpers.hostile import break_file, write_image_folder
 
 WORKERS = 2
 POOL_THREADS = "dali-bridge-sample"

@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import CPU_BACKENDS, REPO, backend_params
-from hostile import png_chunk, tiny_jpeg, write_image_folder
-from test_fuzz_decode import crashed, run_worker
+from tests.helpers.backends import CPU_BACKENDS, backend_params
+from tests.helpers.paths import REPO
+from tests.helpers.hostile import png_chunk, tiny_jpeg, write_image_folder
+from tests.helpers.fuzz import crashed, run_worker
 
 from dali_bridge import build_loader
 from dali_bridge.data.sources.formats import inspect_image

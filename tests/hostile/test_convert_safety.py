@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from tests.helpers.paths import REPO
 from dali_bridge.cli.main import main
 from dali_bridge.cli.commands import EXIT_INVALID
 from dali_bridge.tools.convert import convert, verify_shards

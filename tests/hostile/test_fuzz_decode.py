@@ -10,35 +10,19 @@ and a regression must show as a failing test, not a dead pytest.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import CPU_BACKENDS, REPO
-from hostile import mutated_images, tiny_jpeg
+from tests.helpers.backends import CPU_BACKENDS
+from tests.helpers.hostile import mutated_images, tiny_jpeg
+from tests.helpers.fuzz import crashed, run_worker
 
 pytestmark = pytest.mark.slow  # decodes thousands of mutated images in child processes
 
-HERE = REPO / "tests"  # the worker and the helpers it imports
-WORKER = HERE / "fuzz_decode_worker.py"
 FILES = 600  # 200 of each format: ~8 s with both decoders
-
-
-def run_worker(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    """The worker in a fresh interpreter; a crash (negative return code) fails the caller's assert."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)])}
-    return subprocess.run([sys.executable, str(WORKER), *args], capture_output=True, text=True, timeout=timeout,
-                          env=env, cwd=HERE.parent)
-
-
-def crashed(result: subprocess.CompletedProcess, current: Path | None = None) -> str:
-    where = f" at mutated file {current.read_text()}" if current is not None and current.exists() else ""
-    return f"worker exited with {result.returncode}{where}:\n{result.stderr[-3000:]}"
 
 
 def test_mutated_images_never_crash_a_decoder_and_both_decoders_agree_on_each(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from tests.helpers.paths import REPO
 from dali_bridge.cli.main import main
 from dali_bridge.cli.commands import EXIT_INVALID
 from dali_bridge.tools.convert import convert
@@ -26,7 +26,7 @@ from dali_bridge.data.sources.local import list_file, list_folder
 from dali_bridge.spec.model import DEFAULT_EXTENSIONS, DEFAULT_IMAGE_KEYS
 from dali_bridge.spec.pipeline import spec_from_dict
 from dali_bridge.spec.problems import SpecError
-from hostile import write_image_folder
+from tests.helpers.hostile import write_image_folder
 
 # ---- file lists
 

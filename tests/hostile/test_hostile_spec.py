@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HOST_BACKENDS, REPO, VAL
+from tests.helpers.backends import HOST_BACKENDS
+from tests.helpers.paths import REPO, VAL
 from dali_bridge.cli.main import main
 from dali_bridge.cli.commands import EXIT_INVALID
 from dali_bridge.loader.limits import HostLimits, largest_sample_image, loader_limit_problems

@@ -8,14 +8,15 @@ import logging
 
 import pytest
 
-from conftest import CPU_BACKENDS, VAL
+from tests.helpers.backends import CPU_BACKENDS
+from tests.helpers.paths import VAL
 from dali_bridge.cli.main import main
 from dali_bridge.tools.convert import convert
 from dali_bridge.errors import SampleError
 from dali_bridge.util.quoting import MAX_NAME, safe_name
 from dali_bridge.spec.model import DEFAULT_EXTENSIONS
 from dali_bridge.data.sources.local import list_folder
-from hostile import break_file, write_image_folder
+from tests.helpers.hostile import break_file, write_image_folder
 
 HOSTILE = ["\x1b[2J", "\n", "\r", "\u202e"]
 # What may not reach a terminal from a name: ESC, line breaks and the right-to-left override.
@@ -131,7 +132,7 @@ def test_shard_listing_problems_escape_member_names(tmp_path, hostile):
     from dali_bridge.errors import SourceError
     from dali_bridge.data.sources.webdataset import list_webdataset
     from dali_bridge.spec.model import DEFAULT_IMAGE_KEYS
-    from hostile import tiny_jpeg
+    from tests.helpers.hostile import tiny_jpeg
 
     shard = tmp_path / "s-0.tar"
     with tarfile.open(shard, "w") as archive:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HOST_BACKENDS, REPO, backend_params
+from tests.helpers.backends import HOST_BACKENDS, backend_params
+from tests.helpers.paths import REPO
 from dali_bridge import build_loader
 
 pytestmark = pytest.mark.slow  # threads and forked children iterating loaders

@@ -8,7 +8,6 @@ same story under torchrun with its processes killed.
 """
 from __future__ import annotations
 
-import hashlib
 import random
 import shutil
 from collections import Counter
@@ -16,58 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import backend_params
+from tests.helpers.backends import backend_params
 from dali_bridge import build_loader
 from dali_bridge.pipeline.sampling import batch_count, entries_consumed, rank_batches
-
-SAMPLES = 11    # odd, not a multiple of any world x batch used here
-BATCH = 3
-REPEATS = 2
-KEPT = 2        # batches every rank of the first world takes before it stops
-
-
-def pipeline(root: Path, last_batch: str = "partial", workers: int = 0, repeats: int = REPEATS) -> dict:
-    return {"version": 1, "name": "elastic", "source": {"type": "folder", "root": str(root)},
-            "batch_size": BATCH, "seed": 7,
-            "ops": [{"random_resized_crop": {"size": 12}}, {"horizontal_flip": {}}, {"normalize": {"dtype": "uint8"}}],
-            "outputs": ["image", "label", "index", "valid"],
-            "loader": {"workers": workers, "last_batch": last_batch, "repeated_augmentations": repeats}}
-
-
-def image_folder(folder: Path) -> Path:
-    """The tiny dataset of these tests: SAMPLES JPEGs of one class."""
-    from hostile import write_image_folder
-
-    write_image_folder(folder, classes=1, per_class=SAMPLES)
-    return folder
+from tests.helpers.elastic import BATCH, KEPT, SAMPLES, image_folder, kept, pipeline, reference, rows, take
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
     return image_folder(tmp_path_factory.mktemp("elastic"))
-
-
-def rows(batch) -> list[tuple[int, bool, str]]:
-    """(index, valid, digest of its pixels) of every row of a batch."""
-    image, _, index, valid = batch
-    return [(i, ok, hashlib.sha256(picture.contiguous().numpy().tobytes()).hexdigest())
-            for picture, i, ok in zip(image, index.tolist(), valid.tolist())]
-
-
-def kept(batches: list[list[tuple[int, bool, str]]]) -> Counter:
-    """The valid rows of some batches as a multiset of (index, pixels)."""
-    return Counter((i, digest) for batch in batches for i, ok, digest in batch if ok)
-
-
-def take(loader) -> list[list[tuple[int, bool, str]]]:
-    """The rows of every batch of the loader's next iteration."""
-    return [rows(batch) for batch in loader]
-
-
-def reference(root: Path, backend: str = "torchvision") -> dict[int, Counter]:
-    """Every entry of epochs 0 and 1 with its pixels (one process: augmentation ignores the layout)."""
-    with build_loader(pipeline(root), backend, rank=0, world_size=1) as loader:
-        return {epoch: kept(take(loader)) for epoch in (0, 1)}
 
 
 def stopped_ranks(root: Path, world: int, last_batch: str, backend: str = "torchvision", count: int = KEPT,
@@ -291,7 +247,7 @@ def test_a_state_with_a_key_missing_or_not_a_mapping_says_what_to_pass(root):
 
 
 def test_a_state_from_another_dataset_of_the_same_size_is_refused(root, tmp_path):
-    from hostile import write_image_folder
+    from tests.helpers.hostile import write_image_folder
 
     write_image_folder(tmp_path / "other", classes=1, per_class=SAMPLES, seed=4)
     (tmp_path / "other" / "class_0" / "img_000.jpg").rename(tmp_path / "other" / "class_0" / "renamed.jpg")

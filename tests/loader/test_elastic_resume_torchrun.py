@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import backend_params, torchrun
-from test_elastic_resume import BATCH, KEPT, image_folder, kept, pipeline, reference, rows, take
+from tests.helpers.backends import backend_params
+from tests.helpers.processes import torchrun
+from tests.helpers.elastic import BATCH, KEPT, image_folder, kept, pipeline, reference, rows, take
 
 POLICIES = ("partial", "drop", "pad")
 

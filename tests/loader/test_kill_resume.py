@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, backend_params
+from tests.helpers.backends import backend_params
+from tests.helpers.paths import REPO
 
 pytestmark = pytest.mark.slow  # kills a training process and resumes it in another
 
@@ -81,7 +82,7 @@ def train(backend: str, root: str, state_path: Path, delay: float, variant: str)
 
 
 def child(backend: str, root: Path, state_path: Path, variant: str) -> subprocess.Popen:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{REPO}{os.pathsep}{REPO / 'tests'}")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), backend, str(root), str(state_path),
                              str(DELAY_S), variant], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
@@ -95,7 +96,7 @@ def saved_batches(state_path: Path) -> int:
 
 @pytest.fixture(scope="module")
 def resume_root(tmp_path_factory) -> Path:
-    from hostile import break_file, write_image_folder
+    from tests.helpers.hostile import break_file, write_image_folder
 
     root = tmp_path_factory.mktemp("resume")
     files = write_image_folder(root, classes=2, per_class=SAMPLES // 2)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TRAIN, VAL, torchrun
+from tests.helpers.paths import TRAIN, VAL
+from tests.helpers.processes import torchrun
 
 lightning = pytest.importorskip("lightning", reason="needs the [lightning] extra (pip install dali-bridge[lightning])")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import dali_bridge.loader.loader as loader_module
-from conftest import TRAIN
+from tests.helpers.paths import TRAIN
 from dali_bridge import build_loader
 
 

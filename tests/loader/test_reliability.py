@@ -25,12 +25,14 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import backend_params, child_processes, os_threads, settle
+from tests.helpers.backends import backend_params
+from tests.helpers.processes import child_processes, os_threads, settle
 from dali_bridge import build_loader
 from dali_bridge.errors import SampleError
 from dali_bridge.loader.loader import Loader
 from dali_bridge.errors import SourceError
-from hostile import (BROKEN_KINDS, BROKEN_REASONS, break_file, make_unreadable, tiny_jpeg, write_image_folder)
+from tests.helpers.hostile import (BROKEN_KINDS, BROKEN_REASONS, break_file, make_unreadable, tiny_jpeg,
+    write_image_folder)
 
 pytestmark = pytest.mark.slow  # every failure case on each backend, loaders' lifecycle
 
@@ -155,7 +157,7 @@ def test_skip_leaves_each_broken_file_out_of_its_batch_and_records_every_skip(tm
 
 
 def test_skip_gives_the_same_batches_and_records_on_the_cpu_backends(tmp_path, monkeypatch):
-    from conftest import CPU_BACKENDS
+    from tests.helpers.backends import CPU_BACKENDS
 
     if len(CPU_BACKENDS) < 2:
         pytest.skip(f"needs dali-cpu and torchvision; this host has {CPU_BACKENDS}")
@@ -285,9 +287,9 @@ def test_check_encoded_skips_exif_thumbnails_when_looking_for_the_end_marker():
 
 @pytest.fixture(scope="module")
 def unusual_root(tmp_path_factory) -> Path:
-    """tests/corpus.py's kinds, plus awkward names and an 8000x6000 JPEG, as one ImageFolder."""
-    from corpus import write_unusual_images
-    from hostile import write_awkward_names, write_large_jpeg
+    """tests/helpers/corpus.py's kinds, plus awkward names and an 8000x6000 JPEG, as one ImageFolder."""
+    from tests.helpers.corpus import write_unusual_images
+    from tests.helpers.hostile import write_awkward_names, write_large_jpeg
 
     root = tmp_path_factory.mktemp("unusual")
     write_unusual_images(root)
@@ -315,7 +317,7 @@ def _reference_rgb(path: str, size: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_unusual_valid_images_decode_to_the_right_rgb_pixels(unusual_root, backend):
-    from corpus import KINDS
+    from tests.helpers.corpus import KINDS
 
     size = 32
     spec = pipeline(unusual_root, shuffle=False)
@@ -334,7 +336,7 @@ def test_unusual_valid_images_decode_to_the_right_rgb_pixels(unusual_root, backe
 
 
 def test_unusual_valid_images_give_the_same_pixels_on_the_cpu_backends(unusual_root):
-    from conftest import CPU_BACKENDS
+    from tests.helpers.backends import CPU_BACKENDS
 
     if len(CPU_BACKENDS) < 2:
         pytest.skip(f"needs dali-cpu and torchvision; this host has {CPU_BACKENDS}")

@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from conftest import backend_params
+from tests.helpers.backends import backend_params
 
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.pipeline.sampling import batch_count, draws, epoch_order, rank_batches

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import backend_params, torchrun
+from tests.helpers.backends import backend_params
+from tests.helpers.processes import torchrun
 
 pytestmark = pytest.mark.slow  # starts torchrun ranks
 
@@ -59,7 +60,7 @@ def launch(backend: str, root: Path, out: Path) -> None:
 
 @pytest.fixture(scope="module")
 def ddp_root(tmp_path_factory) -> Path:
-    from hostile import write_image_folder
+    from tests.helpers.hostile import write_image_folder
 
     root = tmp_path_factory.mktemp("ddp-repeated")
     write_image_folder(root, classes=1, per_class=SAMPLES)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from conftest import TRAIN
+from tests.helpers.paths import TRAIN
 from dali_bridge import build_loader
 from dali_bridge.backends.base import RawBatch, Topology
 from dali_bridge.loader.loader import Loader

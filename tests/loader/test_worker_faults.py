@@ -14,7 +14,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import dali_bridge.backends.torchvision as tv
-from conftest import REPO, VAL, child_processes
+from tests.helpers.paths import REPO, VAL
+from tests.helpers.processes import child_processes
 from dali_bridge import build_loader
 from dali_bridge.backends.torchvision import WorkerError
 from dali_bridge.spec.pipeline import load_spec

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import MEAN, STD, needs_cpu_backends, plan_of
-from test_color_jitter import write_mixed_images
+from tests.helpers.backends import MEAN, STD, needs_cpu_backends, plan_of
+from tests.helpers.color_images import write_mixed_images
 
 from dali_bridge.backends.dali.plan import dali_plan
 from dali_bridge.ops.policy_kernels import apply_operation
@@ -197,7 +197,7 @@ POLICY_OPS = {
 @pytest.mark.parametrize("name", list(POLICY_OPS))
 def test_policy_equals_torchvision_exactly_on_dali_cpu(mixed_root, name):
     """Smaller and larger images than the output, grey-origin ones among them, after an exact crop and flip."""
-    from test_equivalence import pipeline, run_compare
+    from tests.helpers.equivalence import pipeline, run_compare
 
     ops = [{"center_crop": 64}, {"horizontal_flip": 0.5}, POLICY_OPS[name], {"normalize": {"mean": MEAN, "std": STD}}]
     result = run_compare(pipeline(mixed_root, ops, batch_size=3))
@@ -212,7 +212,7 @@ def test_policy_equals_torchvision_exactly_on_dali_cpu(mixed_root, name):
 def test_policy_after_a_random_resized_crop_equals_torchvision_under_exact_parity(sample_root, name):
     """Under ``parity: exact`` (the default) the resize before a policy runs as torchvision's kernel in the
     torch tail, so the policy sees torchvision's pixels and gives them back to the level."""
-    from test_equivalence import pipeline, run_compare
+    from tests.helpers.equivalence import pipeline, run_compare
 
     ops = [{"random_resized_crop": [96, 80]}, {"horizontal_flip": 0.5}, name, {"normalize": {"mean": MEAN, "std": STD}}]
     result = run_compare(pipeline(sample_root, ops))
@@ -231,7 +231,7 @@ def test_policy_after_a_dali_resize_amplifies_its_rounding_within_the_pinned_bou
     posterize bit or a solarize threshold (up to 255 levels), moves an equalize or autocontrast mapping, or
     shifts a nearest-neighbour sample. The order, the labels and every drawn operation stay the same; the
     measured figures on the 37 test images are pinned."""
-    from test_equivalence import pipeline, run_compare
+    from tests.helpers.equivalence import pipeline, run_compare
 
     ops = [{"random_resized_crop": [96, 80]}, {"horizontal_flip": 0.5}, name, {"normalize": {"mean": MEAN, "std": STD}}]
     result = run_compare({**pipeline(sample_root, ops), "parity": "fast"})

@@ -7,32 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import MEAN, STD, needs_cpu_backends, plan_of
+from tests.helpers.backends import MEAN, STD, needs_cpu_backends, plan_of
 
 from dali_bridge.backends.dali.plan import dali_plan
 from dali_bridge.loader.placement import placement
 from dali_bridge.spec.problems import SpecError
+from tests.helpers.color_images import JITTER, write_mixed_images
 
 DRAWS = 10_000
-JITTER = {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.1}
-
-
-
-def write_mixed_images(root: Path) -> Path:
-    """8 JPEGs smaller and larger than a 64 x 64 output, colour and grey-origin (mode L), in 2 classes."""
-    from PIL import Image
-
-    rng = np.random.default_rng(5)
-    for n, (height, width, grey) in enumerate([(40, 30, False), (300, 200, False), (48, 90, True), (180, 140, True),
-                                               (64, 64, False), (120, 50, False), (33, 200, True), (90, 90, False)]):
-        y, x = np.mgrid[0:height, 0:width]
-        base = np.stack([128 + 100 * np.sin(x / 7.0 + c) * np.cos(y / 11.0 - c) for c in range(3)], axis=2)
-        pixels = np.clip(base + rng.normal(0, 12, base.shape), 0, 255).astype(np.uint8)
-        image = Image.fromarray(pixels).convert("L") if grey else Image.fromarray(pixels)
-        folder = root / f"class_{n % 2}"
-        folder.mkdir(exist_ok=True)
-        image.save(folder / f"img_{n}.jpg", quality=90)
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +149,7 @@ def test_adjustment_order_follows_torchvision_randperm_chi_square():
 def test_color_jitter_equals_torchvision_exactly_on_dali_cpu(mixed_root, ops):
     """Smaller and larger images than the output, grey-origin ones among them: the DALI graph's crop
     and flip are exact, so the torch tail's output equals torchvision's to the level."""
-    from test_equivalence import pipeline, run_compare
+    from tests.helpers.equivalence import pipeline, run_compare
 
     result = run_compare(pipeline(mixed_root, ops, batch_size=3))
     image = result.output("image")
@@ -180,7 +162,7 @@ def test_color_jitter_equals_torchvision_exactly_on_dali_cpu(mixed_root, ops):
 def test_color_jitter_after_a_random_resized_crop_equals_torchvision_under_exact_parity(sample_root):
     """Under ``parity: exact`` (the default) the resize before the jitter runs in the torch tail as
     torchvision's kernel, so the jitter sees torchvision's pixels and gives them back to the level."""
-    from test_equivalence import pipeline, run_compare
+    from tests.helpers.equivalence import pipeline, run_compare
 
     ops = [{"random_resized_crop": [96, 80]}, {"horizontal_flip": 0.5}, {"color_jitter": JITTER},
            {"normalize": {"mean": MEAN, "std": STD}}]
@@ -194,7 +176,7 @@ def test_color_jitter_after_a_dali_resize_amplifies_its_rounding_within_the_pinn
     """Under ``parity: fast`` the resize stays in DALI, up to 1 level off torchvision's in rounding; jitter's
     factors (up to 1.4 here) and the hue round trip through HSV (a 1-level change of a nearly grey pixel
     moves its hue) amplify that in a few pixels. Measured on the 37 test images: max 10 levels, mean 0.15."""
-    from test_equivalence import pipeline, run_compare
+    from tests.helpers.equivalence import pipeline, run_compare
 
     ops = [{"random_resized_crop": [96, 80]}, {"horizontal_flip": 0.5}, {"color_jitter": JITTER},
            {"normalize": {"mean": MEAN, "std": STD}}]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from tests.helpers.paths import REPO
 from dali_bridge.ops.registry import BUILTIN_OPS, OpRegistrationError, entry_point_ops
 
 # A random op as a user writes one outside dali-bridge: torchvision's RandomInvert.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import MEAN, STD, needs_cpu_backends
+from tests.helpers.backends import MEAN, STD, needs_cpu_backends
 
 from dali_bridge.errors import ImageError
 from dali_bridge.loader.placement import placement
@@ -161,8 +161,8 @@ def test_dali_blur_is_within_one_level_of_torchvision_at_extreme_sigmas(kernel_s
 ], ids=["center-crop-pads-small-images-uint8", "after-a-random-resized-crop-normalized"])
 @pytest.mark.slow
 def test_gaussian_blur_matches_torchvision_on_dali_cpu_over_unusual_images(corpus_root, ops):
-    from corpus import KINDS
-    from test_equivalence import assert_within_bounds, pipeline, run_compare
+    from tests.helpers.corpus import KINDS
+    from tests.helpers.equivalence import assert_within_bounds, pipeline, run_compare
 
     result = run_compare(pipeline(corpus_root, ops))
     assert_within_bounds(result, samples=len(KINDS) + 10)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import CPU_BACKENDS, needs_cpu_backends
+from tests.helpers.backends import CPU_BACKENDS, needs_cpu_backends
 
 from dali_bridge.ops.registry import OPS
 from dali_bridge.ops.mixing import Mix, mixup_in_place, mix_batch

@@ -15,8 +15,9 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, plan_of
-from op_fixtures import FIXTURE_OPS, RandomPosterize, registered
+from tests.helpers.backends import plan_of
+from tests.helpers.paths import REPO
+from tests.helpers.op_fixtures import FIXTURE_OPS, RandomPosterize, registered
 
 from dali_bridge.ops.base import REQUIRED, Category, Op, Param, Step
 from dali_bridge.ops.registry import OPS

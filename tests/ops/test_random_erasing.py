@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import MEAN, STD, needs_cpu_backends
+from tests.helpers.backends import MEAN, STD, needs_cpu_backends
 
 from dali_bridge.ops.registry import OPS
 from dali_bridge.ops.erasing import Erase

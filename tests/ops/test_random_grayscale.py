@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import MEAN, STD, needs_cpu_backends, plan_of, torch_vector_kernels
+from tests.helpers.backends import MEAN, STD, needs_cpu_backends, plan_of, torch_vector_kernels
 
 from dali_bridge.loader.placement import placement
 from dali_bridge.pipeline.plan import build_plan
@@ -103,7 +103,7 @@ def test_grayscale_rate_matches_torchvision_random_grayscale_within_three_sigma(
     [{"resize": 128}, {"center_crop": [112, 100]}, {"random_grayscale": 0.5}, {"normalize": {"dtype": "uint8"}}],
 ], ids=["between-a-random-resized-crop-and-a-flip", "last-uint8"])
 def test_random_grayscale_matches_torchvision_on_dali_cpu(sample_root, ops):
-    from test_equivalence import assert_within_bounds, pipeline, run_compare
+    from tests.helpers.equivalence import assert_within_bounds, pipeline, run_compare
 
     from dali_bridge.pipeline.sampling import draws
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import needs_cpu_backends, plan_of
-from test_color_jitter import write_mixed_images
+from tests.helpers.backends import needs_cpu_backends, plan_of
+from tests.helpers.color_images import write_mixed_images
 
 from dali_bridge.ops.timm_augmix import OPERATIONS as AUGMIX_OPERATIONS
 from dali_bridge.ops.timm_augmix import TimmMixDraw, mix
@@ -276,7 +276,7 @@ def mixed_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("op", [{"timm_auto_augment": {"policy": "original", "magnitude_std": 0.5, "fill": list(FILL)}},
                                 {"timm_augmix": {"magnitude": 5, "mixture_width": 4, "chain_depth": 2}}])
 def test_timm_policies_equal_torchvision_backend_exactly_on_dali_cpu(mixed_root, op):
-    from test_equivalence import pipeline, run_compare
+    from tests.helpers.equivalence import pipeline, run_compare
 
     ops = [{"center_crop": 64}, {"horizontal_flip": 0.5}, op, {"normalize": {}}]
     result = run_compare(pipeline(mixed_root, ops, batch_size=3))

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import needs_cpu_backends, plan_of
-from test_color_jitter import write_mixed_images
+from tests.helpers.backends import needs_cpu_backends, plan_of
+from tests.helpers.color_images import write_mixed_images
 
 from dali_bridge.ops.timm_rand_augment import OPERATIONS, TimmDraw, TimmOperation, apply_timm, level_argument
 from dali_bridge.spec.problems import SpecError
@@ -148,7 +148,7 @@ def mixed_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @needs_cpu_backends
 def test_timm_variant_equals_torchvision_backend_exactly_on_dali_cpu(mixed_root):
-    from test_equivalence import pipeline, run_compare
+    from tests.helpers.equivalence import pipeline, run_compare
 
     ops = [{"center_crop": 64}, {"horizontal_flip": 0.5},
            {"rand_augment": dict(TIMM_M9_MSTD05_INC1, num_ops=3, fill=[124, 116, 104])}, {"normalize": {}}]
@@ -162,7 +162,7 @@ def test_timm_variant_after_a_random_resized_crop_amplifies_its_rounding_within_
     """As for torchvision's policies (tests/ops/test_auto_augment.py): DALI's resize rounds up to 1 level
     differently, and solarize thresholds, posterize bits, equalize and autocontrast mappings turn some of those
     into large steps. Measured on the 37 test images: max 206 levels, mean 0.152."""
-    from test_equivalence import pipeline, run_compare
+    from tests.helpers.equivalence import pipeline, run_compare
 
     ops = [{"random_resized_crop": [96, 80]}, {"horizontal_flip": 0.5}, {"rand_augment": TIMM_M9_MSTD05_INC1},
            {"normalize": {}}]

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import MEAN, STD, needs_cpu_backends, plan_of
+from tests.helpers.backends import MEAN, STD, needs_cpu_backends, plan_of
 
 from dali_bridge.loader.placement import placement
 from dali_bridge.pipeline.plan import build_plan
@@ -52,7 +52,7 @@ def test_flip_rate_matches_torchvision_random_vertical_flip_within_three_sigma(p
 ], ids=["after-a-random-resized-crop", "between-resize-and-crop-float16-hwc"])
 @pytest.mark.slow
 def test_vertical_flip_matches_torchvision_on_dali_cpu(sample_root, ops):
-    from test_equivalence import assert_within_bounds, pipeline, run_compare
+    from tests.helpers.equivalence import assert_within_bounds, pipeline, run_compare
 
     data = pipeline(sample_root, ops)
     plan = build_plan(spec_from_dict(data))

@@ -17,7 +17,7 @@ import torch
 import torchvision.transforms as T
 from torchvision.transforms import InterpolationMode, v2
 
-from conftest import PIPELINES
+from tests.helpers.paths import PIPELINES
 from dali_bridge import from_torchvision
 from dali_bridge.cli import main as cli
 from dali_bridge.spec.pipeline import load_spec
@@ -438,7 +438,7 @@ def test_the_from_your_code_examples_run_as_printed(tmp_path, monkeypatch, capsy
     import re
     import shlex
 
-    from conftest import REPO
+    from tests.helpers.paths import REPO
 
     page = (REPO / "docs" / "from-your-code.md").read_text()
     blocks = re.findall(r"^```(\w*)\n(.*?)^```", page, re.S | re.M)

@@ -2,7 +2,7 @@
 committed page is the one they give today."""
 from __future__ import annotations
 
-from conftest import REPO, TRAIN
+from tests.helpers.paths import REPO, TRAIN
 from dali_bridge.spec import reference
 from dali_bridge.ops.registry import OPS
 from dali_bridge.spec.pipeline import load_spec, spec_from_dict

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from tests.helpers.paths import REPO
 from dali_bridge.spec.model import OpSpec
 from dali_bridge.spec.overrides import parse_override
 from dali_bridge.spec.pipeline import PipelineSpec, load_spec, spec_from_dict

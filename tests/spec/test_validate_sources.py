@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import VAL
+from tests.helpers.paths import VAL
 from dali_bridge.cli.main import main
 from dali_bridge.cli.commands import EXIT_INVALID
 from dali_bridge.spec.pipeline import load_spec

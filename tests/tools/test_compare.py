@@ -13,7 +13,8 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import TRAIN, VAL, needs_cpu_backends
+from tests.helpers.backends import needs_cpu_backends
+from tests.helpers.paths import TRAIN, VAL
 from dali_bridge.cli.main import main
 from dali_bridge.cli.commands import EXIT_FAILED, EXIT_UNAVAILABLE
 from dali_bridge.tools.compare import compare_batches, to_levels

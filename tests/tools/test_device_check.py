@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from tests.helpers.paths import REPO
 
 SCRIPT = REPO / "benchmarks" / "device_check.sh"
 NAMES = ["env", "data", "device", "equivalence", "errors", "sync", "pytest", "memory_bench"]
@@ -207,16 +207,16 @@ def test_a_pytest_selection_that_selects_nothing_fails_the_check_loudly(tmp_path
     monkeypatch.setattr(module, "PYTEST_SELECTIONS", ("tests/backends/test_gone.py",))
     with pytest.raises(AssertionError, match=r"test files not found: \['tests/backends/test_gone.py'\]"):
         module.check_pytest(tmp_path, tmp_path, tmp_path, True)
-    monkeypatch.setattr(module, "PYTEST_SELECTIONS", ("tests/backends/test_gpu_tail.py::test_renamed_away",))
+    monkeypatch.setattr(module, "PYTEST_SELECTIONS", ("tests/backends/dali/test_gpu_tail.py::test_renamed_away",))
     with pytest.raises(AssertionError, match="pytest failed"):   # pytest itself refuses a test it cannot find
         module.check_pytest(tmp_path, tmp_path, tmp_path, True)
-    node = "tests/backends/test_batched_tail.py::test_the_probe_answers_what_the_devices_add_kernel_does"
-    assert module.selects(node, node + "[cpu]") and module.selects("tests/backends/test_gpu.py",
-                                                                   "tests/backends/test_gpu.py::test_x")
-    assert not module.selects(node, node + "_too[cpu]") and not module.selects("tests/backends/test_gpu.py",
+    node = "tests/backends/dali/test_batched_tail.py::test_the_probe_answers_what_the_devices_add_kernel_does"
+    assert module.selects(node, node + "[cpu]") and module.selects("tests/backends/dali/test_gpu.py",
+                                                                   "tests/backends/dali/test_gpu.py::test_x")
+    assert not module.selects(node, node + "_too[cpu]") and not module.selects("tests/backends/dali/test_gpu.py",
                                                                                "tests/backends/test_gpu.py_x::t")
-    assert module.junit_node_ids(junit(tmp_path / "r.xml", "tests.backends.test_gpu", "test_x[a]")) == [
-        "tests/backends/test_gpu.py::test_x[a]"]
+    assert module.junit_node_ids(junit(tmp_path / "r.xml", "tests.backends.dali.test_gpu", "test_x[a]")) == [
+        "tests/backends/dali/test_gpu.py::test_x[a]"]
 
 
 def junit(path: Path, classname: str, name: str) -> Path:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from conftest import REPO
+from tests.helpers.paths import REPO
 from dali_bridge.cli.main import main
 from dali_bridge.cli.commands import EXIT_INVALID
 

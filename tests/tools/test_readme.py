@@ -24,7 +24,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO
+from tests.helpers.paths import REPO
 from dali_bridge.cli.main import build_parser, main
 from dali_bridge.data.sources.synthetic import ensure_sample_data
 from dali_bridge.spec.pipeline import spec_from_dict

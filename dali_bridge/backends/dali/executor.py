@@ -354,7 +354,7 @@ class DaliExecutor:
     def _tail_in_chunks(self, samples, tail: list[list], *, batched: bool) -> torch.Tensor:
         """:func:`run_tail` on the batch, as consecutive chunks of samples: the first in this thread, the
         others in the tail helpers at the same time. The same pixels: a sample's steps read only its own
-        image and parameters, in a batch kernel as in a per-sample one (tests/backends/test_batched_tail.py)."""
+        image and parameters, in a batch kernel as in a per-sample one (tests/backends/dali/test_batched_tail.py)."""
         steps, count = self.torch_tail, len(tail)
         chunks = min(self._tail_chunks, count)
         contiguous = self._contiguous_after_first
