@@ -1,10 +1,13 @@
-"""Imports run one way: no module of the package reaches itself through its imports (at any depth);
-the executors sit side by side above what they share, and neither borrows from the other (what must
-be identical on every backend lives below both); the plan is below every backend; the value checks
-and text helpers sit at the bottom, below the op layer."""
+"""The package's architecture (docs/architecture.md) as the code has it: each folder imports only the
+folders its row of the allowed-imports table names, and the table has no circle; no module reaches
+itself through its imports (at any depth); no module imports another's private names, and no package
+face re-exports; the executors sit side by side above what they share, and neither borrows from the
+other (what must be identical on every backend lives below both); the plan is below every backend;
+the value checks and text helpers sit at the bottom, below the op layer."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests.helpers.paths import REPO
@@ -270,3 +273,101 @@ def test_what_the_executors_share_imports_neither_executor():
     wings = {module for name in EXECUTORS for module in WINGS[name]}
     for shared in SHARED:
         assert not reachable(graph, shared) & wings, shared
+
+
+# The folders and the allowed-imports table -----------------------------------------------------
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+
+
+def folder_of(module: str, modules: dict[str, Path] = MODULES) -> str:
+    """``dali_bridge.data.shards.tar`` -> ``data/shards``; a module at the top is its file name
+    (``errors.py``), the package's face ``dali_bridge``."""
+    path = modules[module].relative_to(PACKAGE)
+    if len(path.parts) > 1:
+        return "/".join(path.parts[:-1])
+    return "dali_bridge" if path.name == "__init__.py" else path.name
+
+
+def holds_code(path: Path) -> bool:
+    """Whether a module holds more than its docstring (a folder's ``__init__`` that only describes it
+    is no edge: importing a subfolder runs it, and it runs nothing)."""
+    body = ast.parse(path.read_text()).body
+    return any(not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)) for node in body)
+
+
+def allowed_imports(text: str) -> dict[str, set[str]]:
+    """The ``| folder | may import |`` table under the "Allowed imports" heading."""
+    section = text.split("## Allowed imports", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = set(re.findall(r"`([^`]+)`", cells[1].split("(")[0]))
+    return rows
+
+
+def folder_edges(graph: dict[str, dict[str, int]], modules: dict[str, Path] = MODULES) -> dict[tuple[str, str], str]:
+    """Each (importing folder, imported folder) pair with one module-level example."""
+    edges = {}
+    for importer, targets in graph.items():
+        for target, line in targets.items():
+            pair = (folder_of(importer, modules), folder_of(target, modules))
+            if pair[0] != pair[1] and holds_code(modules[target]):
+                edges.setdefault(pair, f"{importer} (line {line}) -> {target}")
+    return edges
+
+
+def violations(edges: dict[tuple[str, str], str], table: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} -> {b}: {example}" for (a, b), example in edges.items() if b not in table.get(a, set()))
+
+
+def test_every_folder_imports_only_what_its_row_of_the_table_allows():
+    table = allowed_imports(ARCHITECTURE.read_text())
+    found = violations(folder_edges(import_graph()), table)
+    assert not found, "imports docs/architecture.md does not allow (add the row's entry, or move the code):\n  " + \
+        "\n  ".join(found)
+
+
+def test_the_table_of_allowed_imports_has_no_circle_and_names_every_folder():
+    table = allowed_imports(ARCHITECTURE.read_text())
+    folders = {folder_of(module) for module in MODULES} - {"data"}
+    assert set(table) == folders, (sorted(folders - set(table)), sorted(set(table) - folders))
+    assert all(targets <= folders for targets in table.values()), table
+    graph = {folder: {target: 0 for target in targets} for folder, targets in table.items()}
+    assert circles(graph) == []
+
+
+def test_the_folder_check_names_an_import_its_row_does_not_allow(tmp_path):
+    # The check on two folders: ``low`` imports ``high`` lazily, inside a function, which its row does not allow.
+    (tmp_path / "low").mkdir()
+    (tmp_path / "high").mkdir()
+    (tmp_path / "low" / "a.py").write_text("def f():\n    from ..high import b\n")
+    (tmp_path / "high" / "b.py").write_text("from ..low import a\n")
+    modules = {"dali_bridge.low.a": tmp_path / "low" / "a.py", "dali_bridge.high.b": tmp_path / "high" / "b.py"}
+    graph = {name: import_edges(name, path, modules) for name, path in modules.items()}
+    edges = {(a.split(".")[1], b.split(".")[1]): f"{a} -> {b}" for a, targets in graph.items() for b in targets}
+    assert violations(edges, {"high": {"low"}, "low": set()}) == [
+        "low -> high: dali_bridge.low.a -> dali_bridge.high.b"]
+    assert violations(edges, {"high": {"low"}, "low": {"high"}}) == []
+    assert circles({"high": {"low": 0}, "low": {"high": 0}}) == [(["high", "low"], ["high", "low", "high"])]
+
+
+def test_no_module_imports_a_private_name_from_another():
+    # What another module needs is public in its home (or the two belong together).
+    found = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("dali_bridge")):
+                found += [f"{name}:{node.lineno} {alias.name}" for alias in node.names
+                          if alias.name.startswith("_") and not alias.name.startswith("__")]
+    assert not found, found
+
+
+def test_no_package_face_but_the_public_one_imports_anything():
+    # A folder's __init__ describes the folder; it re-exports nothing (imports name the real home).
+    for name, path in MODULES.items():
+        if path.name == "__init__.py" and name != "dali_bridge":
+            imports = [node for node in ast.parse(path.read_text()).body
+                       if isinstance(node, (ast.Import, ast.ImportFrom))
+                       and not (isinstance(node, ast.ImportFrom) and node.module == "__future__")]
+            assert not imports, f"{path.relative_to(REPO)} imports at line {imports[0].lineno}"
