@@ -139,9 +139,10 @@ _SOURCE_LIMIT_KEYS = (
         "[Object storage](object-storage.md))",
         default=MappingProxyType({})),
     # S3 serves thousands of GETs per second per prefix; 64 in flight per process hides ~20 ms of
-    # latency at ~3,000 samples/s and keeps a batch's memory at 64 samples in transit.
+    # latency at ~3,000 samples/s and keeps a batch's memory at 64 samples in transit. The most, 16
+    # times that, is far past what a batch needs.
     Key("source.max_requests", "integer", f"{_AT_URL}: ranged GETs in flight per process",
-        default=64, minimum=1),
+        default=64, minimum=1, maximum=Bound(1024, "each request in flight holds a connection and a sample's bytes")),
     Key("source.timeout", "seconds",
         f"{_AT_URL}: the time one sample's read may take, retries included; then it is a sample error",
         default=60.0, interval=Interval(0, 3600, "(]")),
@@ -215,11 +216,12 @@ _LOADER_KEYS = (
         "`false` keeps the listing order (validation); `shards` (webdataset): shards shuffled, then samples "
         "within a window of shards ([Object storage](object-storage.md#a-shard-aware-order))",
         default=True, words=("shards",)),
-    # 16 shards per window: about 16 classes at once when the shards are sorted.
+    # 16 shards per window: about 16 classes at once when the shards are sorted; the most is far
+    # past any dataset's shard count (1,024 for ImageNet).
     Key("loader.shuffle_window", "integer",
         "`shuffle: shards`: how many shards' samples are shuffled together; `dali-bridge show --order` "
         "measures how well a window mixes classes",
-        default=16, minimum=1),
+        default=16, minimum=1, maximum=Bound(1_000_000, "a window of every shard is a global shuffle")),
     # DeiT and torchvision's RASampler use 3; each repeat is one more epoch pass.
     Key("loader.repeated_augmentations", "integer",
         "each sample comes this many times per epoch, each time with its own random parameters; the repeats "

@@ -35,8 +35,8 @@ DEFAULT_MAX_BYTES: int = default_of("source.max_bytes")
 # Upper bounds of counts the spec reads (docs/errors.md lists them with the ops' own), far above
 # what a recipe uses and low enough that none can exhaust memory or time by itself.
 MAX_OPS: int = KEYS["ops"].maximum.value
-MAX_REQUESTS = 1024  # ranged GETs in flight per process: 16 times the default, far past what a batch needs
-MAX_SHUFFLE_WINDOW = 1_000_000  # shards per window: far past any dataset's shard count (1,024 for ImageNet)
+MAX_REQUESTS: int = KEYS["source.max_requests"].maximum.value
+MAX_SHUFFLE_WINDOW: int = KEYS["loader.shuffle_window"].maximum.value
 MAX_REPEATED_AUGMENTATIONS: int = KEYS["loader.repeated_augmentations"].maximum.value
 MAX_SEED: int = KEYS["seed"].maximum.value
 
