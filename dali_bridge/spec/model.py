@@ -1,6 +1,7 @@
 """The pipeline file's vocabulary and the typed values a valid file becomes: the choices and bounds
-of its keys, and the source, op and loader settings (:class:`~dali_bridge.spec.PipelineSpec`, which
-holds them, lives with the entry points that build it).
+of its keys under the names the package imports (their values, and every default below, come from
+the schema, :data:`~dali_bridge.spec.keys.KEYS`), and the source, op and loader settings
+(:class:`~dali_bridge.spec.PipelineSpec`, which holds them, lives with the entry points that build it).
 
 Pure data: nothing here reads a file or checks a value.
 """
@@ -9,36 +10,35 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-FORMAT_VERSION = 1
-BACKENDS = ("auto", "dali", "dali-cpu", "torchvision")
-SOURCE_TYPES = ("folder", "file_list", "webdataset", "parquet")
+from .keys import KEYS, default_of
+
+# The vocabulary by the names the rest of the package imports; the values live in the schema
+# (keys.py), with the prose the reference prints.
+FORMAT_VERSION: int = KEYS["version"].choices[0]
+BACKENDS: tuple[str, ...] = KEYS["backend"].choices
+SOURCE_TYPES: tuple[str, ...] = KEYS["source.type"].choices
 PLANNED_SOURCE_TYPES: tuple[str, ...] = ()
-OUTPUTS = ("image", "label", "index", "valid", "target")
-LAST_BATCH = ("partial", "drop", "pad")
-ON_ERROR = ("raise", "skip")
-EXECUTORS = ("processes", "threads")  # how the torchvision backend runs its workers
-DECODE_DEVICES = ("mixed", "cpu")
-PARITY = ("exact", "fast")
-DEFAULT_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
-DEFAULT_IMAGE_KEYS = ("jpg", "jpeg", "png", "webp")  # webdataset members `dali-bridge convert` writes
-# PIL's Image.MAX_IMAGE_PIXELS (PIL warns above it and refuses above twice it).
-DEFAULT_MAX_PIXELS = 89_478_485
-# S3 serves thousands of GETs per second per prefix; 64 in flight per process hides ~20 ms of
-# latency at ~3,000 samples/s and keeps a batch's memory at 64 samples in transit.
-DEFAULT_MAX_REQUESTS = 64
-DEFAULT_TIMEOUT = 60.0          # seconds one sample's read may take, retries included
-DEFAULT_SHUFFLE_WINDOW = 16  # shards per window of `loader.shuffle: shards` (about 16 classes at once when sorted)
+OUTPUTS: tuple[str, ...] = KEYS["outputs"].choices
+LAST_BATCH: tuple[str, ...] = KEYS["loader.last_batch"].choices
+ON_ERROR: tuple[str, ...] = KEYS["loader.on_error"].choices
+EXECUTORS: tuple[str, ...] = KEYS["loader.executor"].choices  # how the torchvision backend runs its workers
+DECODE_DEVICES: tuple[str, ...] = KEYS["decode.device"].choices
+PARITY: tuple[str, ...] = KEYS["parity"].choices
+DEFAULT_EXTENSIONS: tuple[str, ...] = default_of("source.extensions")
+DEFAULT_IMAGE_KEYS: tuple[str, ...] = default_of("source.image_key")
+DEFAULT_MAX_PIXELS: int = default_of("source.max_pixels")
+DEFAULT_MAX_REQUESTS: int = default_of("source.max_requests")
+DEFAULT_TIMEOUT: float = default_of("source.timeout")
+DEFAULT_SHUFFLE_WINDOW: int = default_of("loader.shuffle_window")
+DEFAULT_MAX_BYTES: int = default_of("source.max_bytes")
 
 # Upper bounds of counts the spec reads (docs/errors.md lists them with the ops' own), far above
 # what a recipe uses and low enough that none can exhaust memory or time by itself.
-MAX_OPS = 64                      # a recipe chains about 10; DALI's graph builder recurses per op
-MAX_REQUESTS = 1024  # ranged GETs in flight per process: 16 times the default, far past what a batch needs
-MAX_SHUFFLE_WINDOW = 1_000_000  # shards per window: far past any dataset's shard count (1,024 for ImageNet)
-MAX_REPEATED_AUGMENTATIONS = 32   # DeiT and torchvision's RASampler use 3; each repeat is one more epoch pass
-MAX_SEED = 2 ** 32 - 1            # the draws key on the seed's low 32 bits (sampling.py)
-# The largest encoded image read per sample (source.max_bytes), as `dali-bridge convert` caps the
-# files it packs: no JPEG, PNG or WebP within source.max_pixels needs more in practice.
-DEFAULT_MAX_BYTES = 256 << 20
+MAX_OPS: int = KEYS["ops"].maximum.value
+MAX_REQUESTS: int = KEYS["source.max_requests"].maximum.value
+MAX_SHUFFLE_WINDOW: int = KEYS["loader.shuffle_window"].maximum.value
+MAX_REPEATED_AUGMENTATIONS: int = KEYS["loader.repeated_augmentations"].maximum.value
+MAX_SEED: int = KEYS["seed"].maximum.value
 
 
 @dataclass(frozen=True)
@@ -67,16 +67,17 @@ class SourceSpec:
     extensions: tuple[str, ...] = DEFAULT_EXTENSIONS
     shards: str | None = None
     image_keys: tuple[str, ...] = DEFAULT_IMAGE_KEYS
-    label_key: str = "cls"
+    label_key: str = default_of("source.label_key")
     manifest: str | None = None
     max_pixels: int = DEFAULT_MAX_PIXELS
     max_bytes: int = DEFAULT_MAX_BYTES
     files: tuple[str, ...] | None = None  # parquet: paths, globs or brace patterns (data/sources/parquet.py)
-    image_column: str = "image"
-    label_column: str = "label"
+    image_column: str = default_of("source.image_column")
+    label_column: str = default_of("source.label_column")
     # Shards at a URL (docs/object-storage.md): non-secret client settings, requests in flight per
     # process, seconds one sample's read may take with its retries.
-    storage_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    storage_options: Mapping[str, Any] = field(default_factory=lambda: dict(default_of("source.storage_options")),
+                                               hash=False)
     max_requests: int = DEFAULT_MAX_REQUESTS
     timeout: float = DEFAULT_TIMEOUT
     cache_dir: str | None = None        # source.cache.dir: whole shards cached on the node, else ranged reads
@@ -96,12 +97,12 @@ class OpSpec:
 @dataclass(frozen=True)
 class LoaderSpec:
     """Loader settings: ``workers`` None = from the cores available; ``prefetch`` in batches."""
-    workers: int | None = None
-    prefetch: int = 2
-    last_batch: str = "partial"
-    on_error: str = "raise"
-    shuffle: bool | str = True        # True: a global shuffle; "shards": shards, then samples within a window
-    repeated_augmentations: int = 1   # each sample r times per epoch, each repeat with its own draws
-    report_starvation: bool = False   # log the data-bound / compute-bound verdict at each epoch's end
+    workers: int | None = default_of("loader.workers")
+    prefetch: int = default_of("loader.prefetch")
+    last_batch: str = default_of("loader.last_batch")
+    on_error: str = default_of("loader.on_error")
+    shuffle: bool | str = default_of("loader.shuffle")  # True: a global shuffle; "shards": shards, then a window
+    repeated_augmentations: int = default_of("loader.repeated_augmentations")  # each sample r times per epoch
+    report_starvation: bool = default_of("loader.report_starvation")  # log data- or compute-bound per epoch
     shuffle_window: int = DEFAULT_SHUFFLE_WINDOW   # shards whose samples `shuffle: shards` mixes at once
-    executor: str = "processes"       # torchvision's workers, dali-cpu's torch tail: processes or threads
+    executor: str = default_of("loader.executor")  # torchvision's workers, dali-cpu's torch tail: processes or threads

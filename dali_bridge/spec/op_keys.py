@@ -14,7 +14,8 @@ from ..util.checks import fixed_output_size, size_checker, type_name
 from ..ops.base import REQUIRED
 from ..ops.registry import OPS, op_names
 from ..util.quoting import quoted
-from .model import MAX_OPS, OpSpec
+from .keys import KEYS
+from .model import OpSpec
 from .problems import ProblemCollector
 
 
@@ -57,9 +58,9 @@ def _check_ops(raw_ops: Any, chk: ProblemCollector) -> list[OpSpec]:
     if not isinstance(raw_ops, list):
         chk.add(path, f"expected a list of ops, found {type_name(raw_ops)} {quoted(raw_ops)}")
         return []
-    if len(raw_ops) > MAX_OPS:
-        chk.add(path, f"expected at most {MAX_OPS} ops (a recipe uses about 10; DALI builds its graph by "
-                      f"recursion), found {len(raw_ops)}")
+    most = KEYS["ops"].maximum
+    if len(raw_ops) > most.value:
+        chk.add(path, f"expected at most {most.value} ops ({most.why}), found {len(raw_ops)}")
         return []
     ops = [_check_op(entry, path + (i,), chk) for i, entry in enumerate(raw_ops)]
     return [op for op in ops if op is not None]

@@ -15,10 +15,10 @@ import yaml
 
 from ..util.checks import type_name
 from .model import DEFAULT_MAX_PIXELS
-from ..ops.base import REQUIRED
 from ..util.urls import is_url
 from ..util.text import NotUtf8Error, decode_utf8
-from .model import DECODE_DEVICES, DEFAULT_MAX_BYTES, MAX_SEED, LoaderSpec, OpSpec, SourceSpec
+from .keys import KEYS, section_keys
+from .model import DEFAULT_MAX_BYTES, LoaderSpec, OpSpec, SourceSpec
 from .op_keys import check_all_ops
 from .overrides import apply_overrides, parse_overrides
 from .pipeline_keys import check_identity, check_loader, check_outputs, check_target
@@ -131,21 +131,18 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
     data, override_origin, override_problems = apply_overrides(copy.deepcopy(data), overrides or {})
     chk = ProblemCollector(origin, marks or {}, override_origin)
     chk.problems.extend(override_problems)
-    top_keys = ("version", "name", "backend", "source", "batch_size", "seed", "decode", "parity", "ops", "outputs",
-                "target", "loader")
-    chk.unknown_keys(data, top_keys, (), "the pipeline")
+    chk.unknown_keys(data, section_keys(""), (), "the pipeline")
 
     def base_for(path: tuple) -> Path:
         return Path.cwd() if any(path[: n] in override_origin for n in range(1, len(path) + 1)) else base
 
     version, name, backend, parity = check_identity(chk, data, origin)
     source = check_source(chk, data, base_for, check_paths=check_sources)
-    batch_size = check_int(chk, data, "batch_size", (), REQUIRED, 1)
-    seed = check_int(chk, data, "seed", (), 0, 0, maximum=(MAX_SEED, "the draws use the seed's low 32 bits, so "
-                                                               "seed + 2^32 would draw the same augmentations"))
+    batch_size = check_int(chk, data, KEYS["batch_size"])
+    seed = check_int(chk, data, KEYS["seed"])
     decode = chk.mapping(data.get("decode"), ("decode",), "the decode step") or {}
-    chk.unknown_keys(decode, ("device",), ("decode",), "decode")
-    decode_device = check_choice(chk, decode, "device", ("decode",), DECODE_DEVICES, "mixed")
+    chk.unknown_keys(decode, section_keys("decode"), ("decode",), "decode")
+    decode_device = check_choice(chk, decode, KEYS["decode.device"])
     ops = check_all_ops(chk, data)
     outputs = check_outputs(chk, data)
     label_smoothing = check_target(chk, data, outputs, ops if isinstance(data.get("ops"), list) else [])

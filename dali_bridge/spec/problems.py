@@ -1,6 +1,7 @@
 """Problems and their collector: every problem of a pipeline file is gathered in one pass, each at
 ``file:line:column`` (or the override that set it) with its key path, and raised together as one
-:class:`SpecError`; the two key readers every section uses (an integer, a choice) report through it.
+:class:`SpecError`; the two key readers every section uses (an integer, a choice) report through it,
+reading the key's range, choices and default from its schema entry (:mod:`~dali_bridge.spec.keys`).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ..util.checks import choice_checker, is_int, shown, type_name
 from ..ops.base import REQUIRED  # the marker of a value with no default, for keys as for op parameters
 from ..util.quoting import quoted, shortened
 from ..util.wording import problem_list
+from .keys import Key
 
 
 def format_path(path: Sequence[Any]) -> str:
@@ -95,34 +97,35 @@ class ProblemCollector:
         return data
 
 
-def check_choice(chk: ProblemCollector, mapping: dict, key: str, path: tuple, choices: tuple, default: Any) -> Any:
-    """A key whose value is one of ``choices``; ``default`` when the mapping lacks it."""
-    if key not in mapping:
-        return default
-    value, message = choice_checker(choices)(mapping[key])
+def check_choice(chk: ProblemCollector, mapping: dict, key: Key) -> Any:
+    """A key whose value is one of the schema's ``key.choices``; its default when the mapping lacks it."""
+    if key.leaf not in mapping:
+        return key.default
+    value, message = choice_checker(key.choices)(mapping[key.leaf])
     if message:
-        chk.add(path + (key,), message)
+        chk.add(key.path + (key.leaf,), message)
     return value
 
 
-def check_int(chk: ProblemCollector, mapping: dict, key: str, path: tuple, default: Any, minimum: int,
-              allow_none: bool = False, maximum: tuple[int, str] | None = None) -> Any:
-    """An integer key >= ``minimum``; ``maximum``: (the largest allowed, why) for a bounded count."""
-    if key not in mapping:
-        if default is REQUIRED:
-            chk.add(path or (key,), f"missing required key '{format_path(path + (key,))}' "
-                                    f"(expected an integer >= {minimum})")
+def check_int(chk: ProblemCollector, mapping: dict, key: Key, allow_none: bool = False) -> Any:
+    """An integer key >= the schema's ``key.minimum``, at most ``key.maximum`` (the largest allowed,
+    why) for a bounded count; its default when the mapping lacks it."""
+    path, name, minimum, maximum = key.path, key.leaf, key.minimum, key.maximum
+    if name not in mapping:
+        if key.default is REQUIRED:
+            chk.add(path or (name,), f"missing required key '{format_path(path + (name,))}' "
+                                     f"(expected an integer >= {minimum})")
             return None
-        return default
-    value = mapping[key]
+        return key.default
+    value = mapping[name]
     if value is None and allow_none:
         return None
     if not is_int(value):
-        chk.add(path + (key,), f"expected an integer >= {minimum}{' or null' if allow_none else ''}, "
-                               f"found {type_name(value)} {quoted(value)}")
+        chk.add(path + (name,), f"expected an integer >= {minimum}{' or null' if allow_none else ''}, "
+                                f"found {type_name(value)} {quoted(value)}")
     elif value < minimum:
-        chk.add(path + (key,), f"expected an integer >= {minimum}, found {shown(value)}")
-    elif maximum is not None and value > maximum[0]:
-        chk.add(path + (key,), f"expected an integer >= {minimum}, at most {maximum[0]} ({maximum[1]}), "
-                               f"found {shown(value)}")
+        chk.add(path + (name,), f"expected an integer >= {minimum}, found {shown(value)}")
+    elif maximum is not None and value > maximum.value:
+        chk.add(path + (name,), f"expected an integer >= {minimum}, at most {maximum.value} ({maximum.why}), "
+                                f"found {shown(value)}")
     return value

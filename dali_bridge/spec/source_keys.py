@@ -10,13 +10,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..util.checks import is_number, type_name
-from .model import DEFAULT_MAX_PIXELS
 from ..util.quoting import quoted
-from .model import DEFAULT_MAX_REQUESTS, DEFAULT_TIMEOUT
 from ..util.urls import is_url, scheme_of, secret_option
 from ..util.text import text_problem
-from .model import (DEFAULT_EXTENSIONS, DEFAULT_IMAGE_KEYS, DEFAULT_MAX_BYTES, MAX_REQUESTS, PLANNED_SOURCE_TYPES,
-    SOURCE_TYPES, SourceSpec)
+from .keys import KEYS, SOURCE_KEYS
+from .model import PLANNED_SOURCE_TYPES, SourceSpec
 from .problems import MISSING_SOURCE, ProblemCollector, check_int
 
 
@@ -53,40 +51,34 @@ def check_source(chk: ProblemCollector, data: dict, base_for: Callable[[tuple], 
         typed = _check_parquet(chk, src, base_for(("source", "files")))
     if check_paths:
         check_source_paths(chk, resolved)
-    extensions = src.get("extensions", list(DEFAULT_EXTENSIONS))
+    extensions = src.get("extensions", list(KEYS["source.extensions"].default))
     if not (isinstance(extensions, list) and extensions and all(isinstance(e, str) and e for e in extensions)):
         chk.add(("source", "extensions"), f"expected a non-empty list of file extensions like ['.jpg'], "
                                           f"found {quoted(extensions)}")
-        extensions = list(DEFAULT_EXTENSIONS)
+        extensions = list(KEYS["source.extensions"].default)
     extensions = tuple(("." + e.lstrip(".")).lower() for e in extensions)
-    max_pixels = check_int(chk, src, "max_pixels", ("source",), DEFAULT_MAX_PIXELS, 1)
-    max_bytes = check_int(chk, src, "max_bytes", ("source",), DEFAULT_MAX_BYTES, 1)
-    if stype in SOURCE_TYPES:
+    max_pixels = check_int(chk, src, KEYS["source.max_pixels"])
+    max_bytes = check_int(chk, src, KEYS["source.max_bytes"])
+    if stype in KEYS["source.type"].choices:
         source = SourceSpec(type=stype, root=resolved.get("root"), file_list=resolved.get("file_list"),
                             extensions=extensions, max_pixels=max_pixels, max_bytes=max_bytes, **typed)
     return source
 
 
 def _check_source_type(chk: ProblemCollector, src: dict) -> tuple[Any, tuple[str, ...]]:
-    """``source.type`` and the keys that type allows."""
-    stype = src.get("type")
+    """``source.type`` and the keys that type allows (the schema's :data:`~dali_bridge.spec.keys.SOURCE_KEYS`)."""
+    stype, types = src.get("type"), KEYS["source.type"].choices
     if stype is None:
-        chk.add(("source",), f"missing required key 'source.type' (expected one of {', '.join(SOURCE_TYPES)})")
+        chk.add(("source",), f"missing required key 'source.type' (expected one of {', '.join(types)})")
     elif stype in PLANNED_SOURCE_TYPES:
         chk.add(("source", "type"), f"source type '{stype}' is not supported in this version "
-                                    f"(supported: {', '.join(SOURCE_TYPES)})")
-    elif stype not in SOURCE_TYPES:
-        hint = difflib.get_close_matches(str(stype), SOURCE_TYPES, n=1)
-        chk.add(("source", "type"), f"expected one of {', '.join(SOURCE_TYPES)}, found {quoted(stype)}"
+                                    f"(supported: {', '.join(types)})")
+    elif stype not in types:
+        hint = difflib.get_close_matches(str(stype), types, n=1)
+        chk.add(("source", "type"), f"expected one of {', '.join(types)}, found {quoted(stype)}"
                                     + (f"; did you mean '{hint[0]}'?" if hint else ""))
-    allowed = {"folder": ("type", "root", "extensions", "max_pixels", "max_bytes"),
-               "file_list": ("type", "file_list", "root", "extensions", "max_pixels", "max_bytes"),
-               "webdataset": ("type", "shards", "image_key", "label_key", "manifest", "max_pixels", "max_bytes",
-                              "storage_options", "max_requests", "timeout", "cache"),
-               "parquet": ("type", "files", "image_column", "label_column", "max_pixels", "max_bytes",
-                           "storage_options", "max_requests", "timeout"),
-               }.get(stype, ("type",))
-    if stype in SOURCE_TYPES:
+    allowed = SOURCE_KEYS.get(stype, ("type",))
+    if stype in types:
         chk.unknown_keys(src, allowed, ("source",), f"a '{stype}' source")
     return stype, allowed
 
@@ -145,8 +137,9 @@ def _check_webdataset(chk: ProblemCollector, src: dict, resolved: dict[str, Any]
             expand_braces(src["shards"])  # the pattern as written, for the message
         except ValueError as exc:
             chk.add(("source", "shards"), str(exc))
-    for key, default, what in (("image_key", DEFAULT_IMAGE_KEYS, "an extension or a ';'-separated list like jpg;png"),
-                               ("label_key", ("cls",), "one member extension like cls")):
+    for key, default, what in (("image_key", KEYS["source.image_key"].default,
+                                "an extension or a ';'-separated list like jpg;png"),
+                               ("label_key", (KEYS["source.label_key"].default,), "one member extension like cls")):
         keys = _member_keys(src.get(key, list(default)))
         if keys is None or (key == "label_key" and len(keys) != 1):
             chk.add(("source", key), f"expected {what}, found {type_name(src[key])} {quoted(src[key])}")
@@ -187,7 +180,7 @@ def _check_parquet(chk: ProblemCollector, src: dict, base_dir: Path) -> dict[str
         # an object in storage is not a path against the file's folder
         out["files"] = tuple(entry if is_url(entry) else resolve_path(entry, base_dir) for entry in entries)
     for key in ("image_column", "label_column"):
-        value = src.get(key, key.split("_")[0])
+        value = src.get(key, KEYS[f"source.{key}"].default)
         if not isinstance(value, str) or not value:
             chk.add(("source", key), f"expected a column name, found {type_name(value)} {quoted(value)}")
         else:
@@ -201,15 +194,14 @@ def _check_parquet(chk: ProblemCollector, src: dict, base_dir: Path) -> dict[str
 def _check_storage(chk: ProblemCollector, src: dict, base_dir: Path, at_url: bool) -> dict[str, Any]:
     """``storage_options`` (non-secret client settings), ``max_requests``, ``timeout`` and ``cache`` of a
     source ``at_url`` (shards or Parquet files)."""
-    out: dict[str, Any] = {"max_requests": check_int(chk, src, "max_requests", ("source",), DEFAULT_MAX_REQUESTS, 1,
-                                                      maximum=(MAX_REQUESTS, "each request in flight holds a "
-                                                               "connection and a sample's bytes"))}
-    timeout = src.get("timeout", DEFAULT_TIMEOUT)
-    if not is_number(timeout) or not 0 < timeout <= 3600:
-        chk.add(("source", "timeout"), f"expected seconds in (0, 3600], found {quoted(timeout)}")
-        timeout = DEFAULT_TIMEOUT
+    out: dict[str, Any] = {"max_requests": check_int(chk, src, KEYS["source.max_requests"])}
+    timeout_key = KEYS["source.timeout"]
+    timeout = src.get("timeout", timeout_key.default)
+    if not is_number(timeout) or timeout not in timeout_key.interval:
+        chk.add(("source", "timeout"), f"expected seconds in {timeout_key.interval}, found {quoted(timeout)}")
+        timeout = timeout_key.default
     out["timeout"] = float(timeout)
-    options = src.get("storage_options", {})
+    options = src.get("storage_options", dict(KEYS["source.storage_options"].default))
     if not isinstance(options, dict):
         chk.add(("source", "storage_options"), f"expected a mapping of client settings (fsspec's storage_options), "
                                                f"found {type_name(options)}")
