@@ -85,7 +85,7 @@ def rrc_window(height: int, width: int, u: Sequence[float], scale: Sequence[floa
 def shorter_side_size(height: int, width: int, size: int, max_size: int | None = None) -> tuple[int, int]:
     """torchvision's output size for ``Resize(int)``: shorter side ``size``, aspect kept (truncated).
 
-    Raises :class:`~dali_bridge.data.sources.images.ImageError` (a sample error, handled by ``on_error``) when
+    Raises :class:`~dali_bridge.errors.ImageError` (a sample error, handled by ``on_error``) when
     ``max_size`` leaves the shorter side under one pixel: an image too thin for this resize.
     """
     short, long = (width, height) if width <= height else (height, width)

@@ -203,7 +203,7 @@ def sample_steps(plan: Plan, height: int, width: int,
 
     ``sample_draws`` maps step positions to this sample's uniforms (a row of :func:`draws`).
     Every sample of a plan gets entries of the same shape, which lets the DALI backend compile one
-    graph with per-sample arguments. Raises :class:`~dali_bridge.data.sources.images.ImageError` when no
+    graph with per-sample arguments. Raises :class:`~dali_bridge.errors.ImageError` when no
     parameters fit the image (too thin for a ``max_size`` resize).
     """
     found = []

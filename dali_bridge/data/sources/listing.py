@@ -46,7 +46,7 @@ class Listing:
         return len(self.paths)
 
     def read(self, index: int) -> bytes:
-        """Sample ``index``'s encoded image, checked like a file's; :class:`~dali_bridge.data.sources.images.ImageError` if not."""
+        """Sample ``index``'s encoded image, checked like a file's; :class:`~dali_bridge.errors.ImageError` if not."""
         data = self._raw(index)
         check_encoded(data, max_pixels=self.max_pixels)
         return data

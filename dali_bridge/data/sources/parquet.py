@@ -66,7 +66,7 @@ def _pyarrow():
 def expand_files(files: tuple[str, ...], store: ObjectStore | None = None) -> list[str]:
     """The Parquet files ``files`` names: each entry brace-expanded, then globbed (sorted) when it has
     ``*``, ``?`` or ``[``; a plain name must exist (with ``store``: objects at URLs, HEADed together).
-    Raises :class:`~dali_bridge.data.sources.local.SourceError`."""
+    Raises :class:`~dali_bridge.errors.SourceError`."""
     from ...errors import SourceError
 
     found: list[str] = []
