@@ -1,6 +1,7 @@
 """The command line: each command through ``dali_bridge.cli.main.main``, plus one run of the installed script."""
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
@@ -12,7 +13,7 @@ import pytest
 from tests.helpers.paths import TRAIN, VAL
 from dali_bridge.loader.select import available_backends
 from dali_bridge.cli.main import main
-from dali_bridge.cli.commands import EXIT_INVALID, EXIT_UNAVAILABLE
+from dali_bridge.cli.options import EXIT_INVALID, EXIT_UNAVAILABLE
 
 
 
@@ -140,3 +141,16 @@ def test_console_script_runs_validate_and_show():
     assert done.returncode == 0 and all(cmd in done.stdout for cmd in ("validate", "show", "run", "doctor"))
     done = subprocess.run([script, "validate"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "FILE" in done.stderr
+
+
+def test_each_command_module_holds_its_parser_beside_its_handler():
+    # build_parser asks each module of cli.main.COMMANDS to add its commands; each handler it names is its own.
+    from dali_bridge.cli.main import COMMANDS, build_parser
+
+    for module in COMMANDS:
+        added = []
+        module.add_parser(lambda name, func, *args, **kwargs: added.append((name, func)) or argparse.ArgumentParser())
+        assert added and all(func.__module__ == module.__name__ for _, func in added), (module.__name__, added)
+    names = set(build_parser()._subparsers._group_actions[0].choices)
+    assert names == {"validate", "show", "run", "sample-data", "convert", "verify", "doctor", "bench", "compare",
+                     "from-torchvision", "from-timm"}

@@ -12,7 +12,7 @@ import pytest
 from tests.helpers.backends import CPU_BACKENDS
 from tests.helpers.paths import VAL
 from dali_bridge.cli.main import main
-from dali_bridge.cli.commands import EXIT_FAILED, EXIT_INVALID
+from dali_bridge.cli.options import EXIT_FAILED, EXIT_INVALID
 from dali_bridge.tools.compare import MAX_SAVED_WORST
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests.helpers.paths import REPO
 from dali_bridge.cli.main import main
-from dali_bridge.cli.commands import EXIT_INVALID
+from dali_bridge.cli.options import EXIT_INVALID
 from dali_bridge.tools.convert import convert, verify_shards
 from dali_bridge.tools.convert_staging import ConvertError
 from dali_bridge.data.shards.tar import manifest_path

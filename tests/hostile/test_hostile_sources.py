@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers.paths import REPO
 from dali_bridge.cli.main import main
-from dali_bridge.cli.commands import EXIT_INVALID
+from dali_bridge.cli.options import EXIT_INVALID
 from dali_bridge.tools.convert import convert
 from dali_bridge.util.braces import MAX_BRACE_NAMES, brace_count, expand_braces
 from dali_bridge.data.shards.tar import scan_shard

@@ -11,7 +11,7 @@ import pytest
 from tests.helpers.backends import HOST_BACKENDS
 from tests.helpers.paths import REPO, VAL
 from dali_bridge.cli.main import main
-from dali_bridge.cli.commands import EXIT_INVALID
+from dali_bridge.cli.options import EXIT_INVALID
 from dali_bridge.loader.limits import HostLimits, largest_sample_image, loader_limit_problems
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.overrides import parse_override

@@ -5,7 +5,7 @@ import pytest
 
 from tests.helpers.paths import VAL
 from dali_bridge.cli.main import main
-from dali_bridge.cli.commands import EXIT_INVALID
+from dali_bridge.cli.options import EXIT_INVALID
 from dali_bridge.spec.pipeline import load_spec
 from dali_bridge.spec.problems import MISSING_SOURCE, SpecError
 

@@ -16,7 +16,7 @@ from PIL import Image
 from tests.helpers.backends import needs_cpu_backends
 from tests.helpers.paths import TRAIN, VAL
 from dali_bridge.cli.main import main
-from dali_bridge.cli.commands import EXIT_FAILED, EXIT_UNAVAILABLE
+from dali_bridge.cli.options import EXIT_FAILED, EXIT_UNAVAILABLE
 from dali_bridge.tools.compare import compare_batches, to_levels
 from dali_bridge.tools.compare_bounds import CPU_BOUNDS, NVJPEG_BOUNDS, Bounds, default_bounds, float16_step
 from dali_bridge.ops.finish import Finish

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dali_bridge.cli.main import main
-from dali_bridge.cli.commands import EXIT_INVALID
+from dali_bridge.cli.options import EXIT_INVALID
 from dali_bridge.tools.convert import brace_pattern, convert, verify_shards
 from dali_bridge.tools.convert_staging import ConvertError, check_pattern
 from dali_bridge.data.shards.tar import index_path, manifest_path

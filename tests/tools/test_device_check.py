@@ -142,7 +142,7 @@ def test_exit_status_is_1_when_a_check_that_ran_failed(tmp_path, monkeypatch):
 
 
 def test_the_bench_flags_the_check_uses_exist():
-    text = subprocess.run([sys.executable, "-m", "dali_bridge.cli.main", "bench", "--help"], capture_output=True,
+    text = subprocess.run([sys.executable, "-m", "dali_bridge", "bench", "--help"], capture_output=True,
                           text=True, cwd=REPO).stdout
     for flag in ("--data", "--backends", "--baselines", "--batches", "--warmup", "--repeat", "--json", "-q",
                  "--threads"):

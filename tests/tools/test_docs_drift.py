@@ -5,7 +5,7 @@ import re
 
 from tests.helpers.paths import REPO
 from dali_bridge.cli.main import main
-from dali_bridge.cli.commands import EXIT_INVALID
+from dali_bridge.cli.options import EXIT_INVALID
 
 DOC_PROJECT = "/home/me/project"  # where the docs' examples pretend to run
 
