@@ -135,8 +135,9 @@ class Op:
     """An op of the registry; subclasses hold one op's behaviour.
 
     ``category``: its :class:`Category` (given as the member or its string). An op that runs in the
-    DALI graph is a :class:`~dali_bridge.ops.dali_op.DaliOp` (the DALI hooks); any other per-sample op runs, on the DALI backends, as its torchvision kernel
-    right after the graph (the plan's torch tail). ``primary`` is the parameter a scalar shorthand
+    DALI graph is a :class:`~dali_bridge.ops.dali_op.DaliOp` (the DALI hooks); any other per-sample op
+    runs, on the DALI backends, as its torchvision kernel right after the graph (the plan's torch tail).
+    ``primary`` is the parameter a scalar shorthand
     (``- resize: 256``) sets. ``size_param``/``size_rule`` tell the validator how the op sets
     the output size: ``output`` (that size), ``resize`` (an int is a shorter side) or ``crop``
     (that size, which must fit what comes before); ``None`` when the size stays.
