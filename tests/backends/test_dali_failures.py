@@ -101,10 +101,10 @@ def test_a_failure_converting_a_batch_blames_that_batch_and_is_raised_as_it_is(t
     monkeypatch.setattr(dali_backend.DaliExecutor, "_find_culprits", lambda self, task: searched.append(task) or [])
     real_convert = dali_backend.DaliExecutor._convert
 
-    def convert(self, outputs, meta):
-        if meta["task"].number == failing:
+    def convert(self, outputs, batch, sent=None):
+        if batch.outcome.task.number == failing:
             raise TailFailure(f"the tail's kernel failed on batch {failing}")
-        return real_convert(self, outputs, meta)
+        return real_convert(self, outputs, batch, sent)
 
     monkeypatch.setattr(dali_backend.DaliExecutor, "_convert", convert)
     loader = build_loader(blur_first(tmp_path / "data", on_error="skip"), backend)

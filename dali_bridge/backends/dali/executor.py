@@ -9,7 +9,9 @@ torchvision-exact crop windows, resize sizes and flips, which DALI applies as pe
 arguments (ROI decode of the crop window, then resize) — DALI draws no randomness of its own.
 
 This module holds the executor (runs, recovery, the hand-over to torch); the feeder, its argument
-columns and the graph builder are in :mod:`dali_bridge.backends.dali.feed`.
+columns and the graph builder are in :mod:`dali_bridge.backends.dali.feed`. What each batch became (its
+kept and skipped samples, or its sample error) travels from the feeder to the batch handed back as one
+:class:`BatchFeed`.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from ..base import RawBatch, Topology, default_workers
 from ...pipeline.plan import Plan
 from ...pipeline.sampling import BatchTask
 from ...util.dtypes import torch_dtype
-from .feed import ArgumentColumns, Feeder, build_pipeline  # noqa: F401
+from .feed import ArgumentColumns, BatchFeed, Feeder, build_pipeline  # noqa: F401
 from ..finishing import FinishedBuffers, finish_batch
 from ...util.intra_op import single_intra_op_thread
 from .tail import run_tail
@@ -193,21 +195,21 @@ class DaliExecutor:
                     # With a tail thread, batch k+1's DALI run overlaps batch k's conversion there.
                     while fetched < len(tasks) and failure is None and len(converting) < self._ahead:
                         try:
-                            meta, outputs = self._next_batch(pipe)
+                            batch, outputs = self._next_batch(pipe)
                         except StopIteration:  # the feeder ended early: should not happen
                             raise RuntimeError("DALI pipeline ended before the epoch's batches were produced") from None
                         except Exception as exc:  # DALI failed the batch at ``fetched``
                             failure = exc
                             break
-                        converting.append(self._start_converting(outputs, meta))
+                        converting.append(self._start_converting(outputs, batch))
                         fetched += 1
                     if not converting:  # the batches before the failed one are all yielded
                         break
                     # Not DALI's: a failure converting (the torch tail, DLPack, a CUDA allocation) is raised as it is.
                     pending = converting.popleft()
-                    batch = pending.result() if isinstance(pending, Future) else pending()
+                    raw = pending.result() if isinstance(pending, Future) else pending()
                     position, retries = position + 1, 0  # counted once it converted: a failure blames this batch
-                    yield batch
+                    yield raw
             except BaseException:  # a sample error, a failure after DALI, or the consumer leaving
                 self._discard(converting)
                 raise
@@ -224,38 +226,34 @@ class DaliExecutor:
         there while DALI runs the next), else one, converted when it is handed over."""
         return 2 if self._tail_thread is not None else 1
 
-    def _start_converting(self, outputs: Any, meta: dict[str, Any]) -> "Future | Callable[[], RawBatch]":
+    def _start_converting(self, outputs: Any, batch: BatchFeed) -> "Future[RawBatch] | Callable[[], RawBatch]":
         """The batch's RawBatch to come: the tail thread's future when there is one, else a callable that
         converts it; either raises its sample error (under ``raise``) or the conversion's failure."""
-        if meta["error"] is not None:
-            error = meta["error"]
-
-            def raise_error() -> RawBatch:
-                raise error
-            return raise_error
-        if self._tail_thread is None or not meta["fed"]:
-            return lambda: self._convert(outputs, meta)
+        if not batch.fed:  # answered without DALI: no sample left (an empty batch), or its sample error
+            return lambda: batch.outcome.raw_batch(self._empty_batch())
+        if self._tail_thread is None:
+            return lambda: self._convert(outputs, batch)
         if self._tail_processes is not None:
-            sent = self._tail_sender.submit(self._send_to_tail, outputs, meta["tail"])
-            return self._tail_thread.submit(self._convert, outputs, meta, sent)
-        return self._tail_thread.submit(self._convert, outputs, meta)
+            sent = self._tail_sender.submit(self._send_to_tail, outputs, batch.tail)
+            return self._tail_thread.submit(self._convert, outputs, batch, sent)
+        return self._tail_thread.submit(self._convert, outputs, batch)
 
-    def _next_batch(self, pipe) -> tuple[dict[str, Any], Any]:
-        """The next batch's meta and DALI outputs, in the loader's order. An unfed batch (see
+    def _next_batch(self, pipe) -> tuple[BatchFeed, Any]:
+        """The next batch's feed and DALI outputs, in the loader's order. An unfed batch (see
         :class:`Feeder`) has no outputs; the outputs of a fed batch DALI ran while feeding it are
         held until the unfed ones before it are answered, and so is its failure."""
         pending = self.feeder.pending
-        if self._held is None and not (pending and not pending[0]["fed"]):
+        if self._held is None and not (pending and not pending[0].fed):
             try:
                 self._held = pipe.run(self._consumer_stream())  # outputs on the consumer's stream: no host wait
             except StopIteration:
-                if not (pending and not pending[0]["fed"]):
+                if not (pending and not pending[0].fed):
                     raise
             except Exception as exc:
-                if not (pending and not pending[0]["fed"]):
+                if not (pending and not pending[0].fed):
                     raise
                 self._held = exc
-        if not pending[0]["fed"]:
+        if not pending[0].fed:
             return pending.popleft(), None
         outputs, self._held = self._held, None
         if isinstance(outputs, Exception):
@@ -263,11 +261,14 @@ class DaliExecutor:
         return pending.popleft(), outputs
 
     def _recover(self, task: BatchTask, failure: Exception, retries: int) -> None:
-        """After DALI failed ``task``: find the samples that cannot be decoded; raise the first under
-        ``raise``, else remember them so the rebuilt pipeline skips them. A failure with no culprit
-        it did not already know of is raised: rebuilding could not change it, so retries are bounded."""
-        known = self.feeder.bad
-        culprits = [(index, reason) for index, reason in self._find_culprits(task) if index not in known]
+        """After DALI failed ``task``: find the samples that cannot be decoded and put the first to the
+        ``on_error`` policy (:meth:`~dali_bridge.backends.per_sample.SampleCore.refusal`, as every sample
+        that fails): its sample error is raised, DALI's failure as its cause; else the culprits are
+        remembered, and the rebuilt pipeline's feed leaves them out and counts them, as the core refuses
+        them. A failure with no culprit it did not already know of is raised: rebuilding could not
+        change it, so retries are bounded."""
+        core = self.feeder.core
+        culprits = [(index, reason) for index, reason in self._find_culprits(task) if index not in core.bad]
         where = f"epoch {task.epoch} batch {task.number} (samples {task.indices.tolist()})"
         if not culprits:
             raise DaliBatchError(f"DALI failed on {where}, yet each of them reads and decodes on its own: "
@@ -275,10 +276,11 @@ class DaliExecutor:
         if retries > len(task.indices):
             raise DaliBatchError(f"DALI failed on {where} {retries} times, each time with a new sample that "
                                  f"cannot be decoded; stopped: {dali_message(failure)}") from failure
-        index, reason = culprits[0]
-        if self.spec.loader.on_error == "raise":
-            raise SampleError(index, self.listing.paths[index], reason) from failure
-        known.update((index, (reason, self.listing.signature(index))) for index, reason in culprits)
+        refused = core.refusal(task, *culprits[0])
+        if isinstance(refused, SampleError):
+            raise refused from failure
+        # A skip is not counted here: the retried batch's feed counts it, through the same refusal.
+        core.bad.update((index, (reason, self.listing.signature(index))) for index, reason in culprits)
 
     def _consumer_stream(self) -> Any:
         """The stream DALI binds a GPU pipeline's outputs to: the torch tail's side stream, else the
@@ -287,27 +289,27 @@ class DaliExecutor:
             return None
         return self._tail_stream.stream if self._tail_stream else torch.cuda.current_stream(self.device_id)
 
-    def _convert(self, outputs: Any, meta: dict[str, Any], sent: Future | None = None) -> RawBatch:
-        """The RawBatch of DALI's ``outputs``; ``sent``: the batch is in the tail processes already."""
-        task: BatchTask = meta["task"]
-        rows = meta["rows"]
-        if not meta["fed"]:
-            tensor = torch.empty((0,) + tuple(self.plan.output_shape(0)[1:]),
-                                 dtype=torch_dtype(self.plan.finish.dtype), device=self.device)
-        elif sent is not None:  # a new tensor: the finish reads the processes' output slot, which is reused
+    def _convert(self, outputs: Any, batch: BatchFeed, sent: Future | None = None) -> RawBatch:
+        """The RawBatch of a fed batch's DALI ``outputs``; ``sent``: the batch is in the tail processes already."""
+        if sent is not None:  # a new tensor: the finish reads the processes' output slot, which is reused
             tensor = finish_batch(self._tail_processes.collect(sent.result()), self.plan.finish, self.device,
                                   buffers=self._finished)
         elif self.torch_tail:
             images, *border = outputs
             if self._tail_stream is None:
-                tensor = self._run_torch_tail(images, meta["tail"], border)
+                tensor = self._run_torch_tail(images, batch.tail, border)
             else:
-                tensor = self._tail_stream.run(lambda: self._run_torch_tail(images, meta["tail"], border), outputs,
+                tensor = self._tail_stream.run(lambda: self._run_torch_tail(images, batch.tail, border), outputs,
                                                self._in_flight)
             tensor = move_output(tensor, self.device, self._in_flight)
         else:
             tensor = self._hand_over(outputs)
-        return RawBatch(tensor, task.indices[rows], task.valid[rows], meta["skipped"], repeats=task.repeats[rows])
+        return batch.outcome.raw_batch(tensor)
+
+    def _empty_batch(self) -> torch.Tensor:
+        """The images of a batch no sample of which is left: none, in the shape and dtype of a full one."""
+        return torch.empty((0,) + tuple(self.plan.output_shape(0)[1:]), dtype=torch_dtype(self.plan.finish.dtype),
+                           device=self.device)
 
     def _hand_over(self, outputs: Any) -> torch.Tensor:
         """The graph's finished batch as a tensor on the loader's device: DALI's own buffer when it is
