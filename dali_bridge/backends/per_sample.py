@@ -56,7 +56,8 @@ class SampleCore:
         sample_draws = draws(self.plan, self.seed, task.epoch, task.indices, task.repeats)
         rows: list[int] = []
         skipped: list[SkippedSample] = []
-        batch: PreparedBatch[Item] = PreparedBatch(BatchOutcome(task, rows, skipped))
+        items: list[Item] = []
+        kept_steps: list[list] = []
         self.listing.prefetch(task.indices.tolist())  # shards at a URL: the batch's GETs in flight together
         for row, index in enumerate(task.indices.tolist()):
             try:
@@ -71,9 +72,9 @@ class SampleCore:
                 skipped.append(refused)
                 continue
             rows.append(row)
-            batch.items.append(item)
-            batch.steps.append(steps)
-        return batch
+            items.append(item)
+            kept_steps.append(steps)
+        return PreparedBatch(BatchOutcome(task, rows, skipped), items, kept_steps)
 
     def refusal(self, task: BatchTask, index: int, reason: str) -> SkippedSample | SampleError:
         """The ``on_error`` policy, for every backend and every way a sample fails (read, checks, decode,
