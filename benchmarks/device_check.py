@@ -440,7 +440,7 @@ def check_sync(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, An
         loader = build_loader(pipeline, backend, overrides={"source": {"type": "folder", "root": str(data)},
                                                              "batch_size": 4, "loader.shuffle": False})
         # A tail with a PIL kernel (timm's policies) runs on the host: its batch comes there once, a sync by design.
-        host_tail = getattr(loader._executor, "_tail_device", None) == torch.device("cpu")
+        host_tail = getattr(getattr(loader._executor, "tail", None), "device", None) == torch.device("cpu")
         batches = iter(loader)
         next(batches)
         try:
@@ -519,7 +519,7 @@ def frame_site(frames: list[traceback.FrameSummary], message: str, *, host_tail:
     outside_torch = [f for f in frames if "dali_bridge" in Path(f.filename).parts
                      or "torchvision" in Path(f.filename).parts]
     inside = bool(outside_torch) and "torchvision" in Path(outside_torch[-1].filename).parts
-    copy_to_host = host_tail and [f.name for f in ours[-2:]] == ["_run_torch_tail", "move_output"]
+    copy_to_host = host_tail and [f.name for f in ours[-2:]] == ["_tail_inputs", "move_output"]
     return {"message": message.splitlines()[0],
             "innermost": [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames[-3:]],
             "bridge_frame": f"{Path(ours[-1].filename).name}:{ours[-1].lineno}" if ours else None,

@@ -16,7 +16,8 @@ PACKAGE = REPO / "dali_bridge"
 BACKENDS = PACKAGE / "backends"
 EXECUTORS = ("dali", "torchvision")
 # The modules of each executor's wing (the DALI executor's feeder and graph builder sit beside it).
-WINGS = {"dali": ("dali_bridge.backends.dali.executor", "dali_bridge.backends.dali.feed"),
+WINGS = {"dali": ("dali_bridge.backends.dali.executor", "dali_bridge.backends.dali.feed",
+                  "dali_bridge.backends.dali.tail_runner", "dali_bridge.backends.dali.outputs"),
          "torchvision": ("dali_bridge.backends.torchvision",)}
 # What the executors share: below both wings.
 SHARED = ("dali_bridge.backends.base", "dali_bridge.backends.finishing", "dali_bridge.backends.per_sample",

@@ -13,6 +13,7 @@ from typing import Iterator, Protocol
 import numpy as np
 import torch
 
+from ..errors import SampleError
 from ..pipeline.sampling import BatchTask
 
 
@@ -33,6 +34,33 @@ class RawBatch:
     valid: np.ndarray
     skipped: list[SkippedSample] = field(default_factory=list)
     repeats: np.ndarray | None = None  # int64 [N]: which repeat of its sample each row is (None: all 0)
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What the per-sample core made of one task before any pixels: the kept samples (``rows``:
+    their positions in the task, in order), the skipped ones with their reasons (what the loader
+    logs and counts), or under ``on_error: raise`` the sample error that stops the epoch at this
+    batch (no rows then). Every executor carries it from the core to the batch it hands back, so the
+    loader's accounting reads the same record whichever backend ran the batch."""
+    task: BatchTask
+    rows: list[int] = field(default_factory=list)
+    skipped: list[SkippedSample] = field(default_factory=list)
+    error: SampleError | None = None
+
+    @property
+    def kept(self) -> int:
+        """How many of the task's samples the batch holds."""
+        return len(self.rows)
+
+    def raw_batch(self, image: torch.Tensor | None) -> RawBatch:
+        """The batch handed back, ``image`` holding the kept samples' rows in order — every executor
+        builds its :class:`RawBatch` here. Raises the batch's sample error instead, under ``raise``:
+        the consumer meets it at this batch, after every batch before it."""
+        if self.error is not None:
+            raise self.error
+        task, rows = self.task, self.rows
+        return RawBatch(image, task.indices[rows], task.valid[rows], self.skipped, repeats=task.repeats[rows])
 
 
 class Executor(Protocol):

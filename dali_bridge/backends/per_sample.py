@@ -5,8 +5,9 @@ its decoded size from one walk of the header), its draws, its steps' concrete pa
 that size (:func:`~dali_bridge.pipeline.sampling.sample_steps`), then what the executor needs of it —
 ``load(data, info, steps)``: the encoded bytes for DALI's graph, the decoded and transformed image on
 the torchvision backend. A sample that fails any of these (an :class:`ImageError`) meets the
-``on_error`` policy here: skipped and counted, or the batch's error under ``raise``. An executor
-only decides where and how in parallel it calls :meth:`SampleCore.prepare`.
+``on_error`` policy here, in :meth:`SampleCore.refusal`: skipped and counted, or the batch's error under
+``raise`` — as does a sample the DALI executor finds its graph cannot decode. An executor only decides
+where and how in parallel it calls :meth:`SampleCore.prepare`.
 """
 from __future__ import annotations
 
@@ -19,21 +20,19 @@ from ..pipeline.plan import Plan
 from ..pipeline.sampling import BatchTask, draws, sample_steps
 from ..data.sources.listing import Listing
 from ..spec.pipeline import PipelineSpec
-from .base import SkippedSample
+from .base import BatchOutcome, SkippedSample
 
 Item = TypeVar("Item")
 
 
 @dataclass
 class PreparedBatch(Generic[Item]):
-    """One task's samples as the core left them: the kept rows (positions in the task), what
-    ``load`` made of each and each one's steps; the skipped samples; under ``on_error: raise`` the
-    first sample's error instead (no rows then: the batch is not delivered)."""
-    rows: list[int] = field(default_factory=list)
+    """One task's samples as the core left them: its :class:`BatchOutcome` (the kept rows, the skipped
+    samples, or the sample error under ``raise``), and for each kept row what ``load`` made of it and
+    its steps."""
+    outcome: BatchOutcome
     items: list[Item] = field(default_factory=list)
     steps: list[list] = field(default_factory=list)
-    skipped: list[SkippedSample] = field(default_factory=list)
-    error: SampleError | None = None
 
 
 class SampleCore:
@@ -55,24 +54,37 @@ class SampleCore:
         ``load`` may raise :class:`ImageError` (a decoder refusing the bytes): that sample meets the
         error policy like one that could not be read."""
         sample_draws = draws(self.plan, self.seed, task.epoch, task.indices, task.repeats)
-        batch: PreparedBatch[Item] = PreparedBatch()
+        rows: list[int] = []
+        skipped: list[SkippedSample] = []
+        items: list[Item] = []
+        kept_steps: list[list] = []
         self.listing.prefetch(task.indices.tolist())  # shards at a URL: the batch's GETs in flight together
         for row, index in enumerate(task.indices.tolist()):
             try:
                 data, info, steps = self._read(index, {name: values[row] for name, values in sample_draws.items()})
                 item = load(data, info, steps)
             except ImageError as exc:  # unreadable, or no geometry fits it (too thin for a max_size resize)
-                path = self.listing.paths[index]
-                if self.on_error == "raise":
+                refused = self.refusal(task, index, str(exc))
+                if isinstance(refused, SampleError):
                     # Returned, not raised: the executor raises it when the consumer reaches this batch,
                     # after the batches before it (which may be prepared later, in another thread).
-                    return PreparedBatch(skipped=batch.skipped, error=SampleError(index, path, str(exc)))
-                batch.skipped.append(SkippedSample(index, path, task.epoch, str(exc)))
+                    return PreparedBatch(BatchOutcome(task, skipped=skipped, error=refused))
+                skipped.append(refused)
                 continue
-            batch.rows.append(row)
-            batch.items.append(item)
-            batch.steps.append(steps)
-        return batch
+            rows.append(row)
+            items.append(item)
+            kept_steps.append(steps)
+        return PreparedBatch(BatchOutcome(task, rows, skipped), items, kept_steps)
+
+    def refusal(self, task: BatchTask, index: int, reason: str) -> SkippedSample | SampleError:
+        """The ``on_error`` policy, for every backend and every way a sample fails (read, checks, decode,
+        geometry, or a DALI graph that cannot decode it): sample ``index`` of ``task`` cannot be used
+        for ``reason``. Under ``skip``, the record its batch's outcome counts it by; under ``raise``, the
+        error that stops the epoch at its batch. Returned, not raised: the caller knows when to raise."""
+        path = self.listing.paths[index]
+        if self.on_error == "raise":
+            return SampleError(index, path, reason)
+        return SkippedSample(index, path, task.epoch, reason)
 
     def _read(self, index: int, sample_draws: dict) -> tuple[bytes, ImageInfo, list]:
         """Sample ``index``'s checked bytes (as the decoders get them: see

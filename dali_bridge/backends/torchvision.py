@@ -72,19 +72,21 @@ def apply_steps(image: torch.Tensor, plan: Plan, per_step: list) -> torch.Tensor
     return image
 
 
-def as_item(batch: PreparedBatch, out: Callable[[int], torch.Tensor], number: int) -> dict[str, Any]:
-    """A prepared batch as the item an executor hands on: its images copied into ``out(count)``,
-    the kept rows, the skipped samples; or the sample error under ``raise`` as data (a worker's
-    exception would reach the main process as torch's traceback text, not as a SampleError)."""
-    if batch.error is not None:
-        return {"error": (batch.error.index, batch.error.path, batch.error.reason)}
+def as_item(batch: PreparedBatch, out: Callable[[int], torch.Tensor]) -> dict[str, Any]:
+    """A prepared batch as the item an executor hands on: its images copied into ``out(count)`` and
+    its outcome (a dict, so that DataLoader's pin-memory thread pins the images); or the sample error
+    under ``raise`` as data (a worker's exception would reach the main process as torch's traceback
+    text, not as a SampleError, and a SampleError does not unpickle from its message alone)."""
+    error = batch.outcome.error
+    if error is not None:
+        return {"error": (error.index, error.path, error.reason)}
     try:
         image = out(len(batch.items))
     except _SharedMemoryFull as exc:  # as data, not raised: the main process says it without a traceback
         return {"fatal": str(exc)}
     for slot, item in enumerate(batch.items):
         image[slot].copy_(item)
-    return {"image": image, "rows": batch.rows, "skipped": batch.skipped, "number": number}
+    return {"image": image, "outcome": batch.outcome}
 
 
 class BatchDataset(Dataset):
@@ -123,7 +125,7 @@ class BatchDataset(Dataset):
 
     def batch(self, task: BatchTask, buffer: Callable[[int], torch.Tensor]) -> dict[str, Any]:
         """The task's batch as an item (see :func:`as_item`), its images in ``buffer(count)``."""
-        return as_item(self.core.prepare(task, self.load), buffer, task.number)
+        return as_item(self.core.prepare(task, self.load), buffer)
 
     def load(self, data: bytes, info: ImageInfo, steps: list) -> torch.Tensor:
         """The per-sample core's ``load`` on this backend: decode (only the first step's window where
@@ -266,7 +268,6 @@ class TorchvisionExecutor:
                           collate_fn=_identity, pin_memory=pin_memory, **kwargs)
 
     def run(self, tasks: list[BatchTask]) -> Iterator[RawBatch]:
-        by_number = {task.number: task for task in tasks}
         if self.pool is not None:
             # As many batches in flight as DataLoader's workers would hold: prefetch per worker.
             items = self.pool.map(self._threaded_batch, tasks, in_flight=self.workers * self.spec.loader.prefetch)
@@ -275,11 +276,11 @@ class TorchvisionExecutor:
             items = self._watched() if self.workers > 0 else self._started()
         try:
             if self.stream is None:
-                yield from prefetched(items, start=lambda item: self._finish_here(item, by_number),
+                yield from prefetched(items, start=self._finish_here,
                                       ready=lambda raw: raw, lookahead=0)
             else:
                 # GPU: copy + finish batch k+1 on a side stream while the consumer works on batch k.
-                yield from prefetched(items, start=lambda item: self._finish_on_side_stream(item, by_number),
+                yield from prefetched(items, start=self._finish_on_side_stream,
                                       ready=self._ready, lookahead=1)
         finally:
             close = getattr(items, "close", None)
@@ -345,14 +346,13 @@ class TorchvisionExecutor:
         """The DataLoader's worker processes (empty before they start, and under threads)."""
         return list(getattr(getattr(self.dataloader, "_iterator", None), "_workers", None) or [])
 
-    def _finish_here(self, item: dict[str, Any], by_number: dict[int, BatchTask]) -> RawBatch:
+    def _finish_here(self, item: dict[str, Any]) -> RawBatch:
         image = (finish_batch(item["image"], self.plan.finish, self.device, buffers=self._finished)
                  if "image" in item else None)
-        return self._raw(item, by_number, image)
+        return self._raw(item, image)
 
-    def _finish_on_side_stream(self, item: dict[str, Any],
-                               by_number: dict[int, BatchTask]) -> tuple[RawBatch, torch.cuda.Event]:
-        raw = self._raw(item, by_number, None)  # a bad sample raises here, before any GPU work
+    def _finish_on_side_stream(self, item: dict[str, Any]) -> tuple[RawBatch, torch.cuda.Event]:
+        raw = self._raw(item, None)  # a bad sample raises here, before any GPU work
         with torch.cuda.stream(self.stream):
             raw.image = finish_batch(item["image"], self.plan.finish, self.device)
             done = torch.cuda.Event()
@@ -367,15 +367,13 @@ class TorchvisionExecutor:
         raw.image.record_stream(consumer)  # allocated on the side stream, used on the consumer's
         return raw
 
-    def _raw(self, item: dict[str, Any], by_number: dict[int, BatchTask], image: torch.Tensor | None) -> RawBatch:
+    def _raw(self, item: dict[str, Any], image: torch.Tensor | None) -> RawBatch:
         if "fatal" in item:
             raise WorkerError(item["fatal"])
         if "error" in item:
             index, path, reason = item["error"]
             raise SampleError(index, path, reason)
-        task = by_number[item["number"]]
-        rows = item["rows"]
-        return RawBatch(image, task.indices[rows], task.valid[rows], item["skipped"], repeats=task.repeats[rows])
+        return item["outcome"].raw_batch(image)
 
     def close(self) -> None:
         if self.pool is not None:

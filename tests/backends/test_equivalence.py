@@ -214,7 +214,7 @@ def test_dali_resize_reproduces_torchvision_resize_at_any_scale(corpus_root, int
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms.v2 import functional as F
 
-    from dali_bridge.backends.dali.executor import write_border
+    from dali_bridge.backends.dali.outputs import write_border
     from dali_bridge.ops.exact_resize import METHODS
     from dali_bridge.data.sources.images import decode_rgb, read_bytes
     from dali_bridge.backends.dali.plan import resize_method

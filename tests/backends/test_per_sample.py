@@ -49,12 +49,13 @@ def test_a_load_that_refuses_a_sample_meets_the_error_policy(sample_root, on_err
     loaded: list = []
     batch = core.prepare(task_of([4, 9, 2]), load)
     if on_error == "skip":
-        assert batch.rows == [0, 2] and len(batch.items) == len(batch.steps) == 2 and batch.error is None
-        assert [(s.index, s.path, s.epoch, s.reason) for s in batch.skipped] == \
+        outcome = batch.outcome
+        assert outcome.rows == [0, 2] and len(batch.items) == len(batch.steps) == 2 and outcome.error is None
+        assert [(s.index, s.path, s.epoch, s.reason) for s in outcome.skipped] == \
             [(9, listing.paths[9], 0, "decode failed: refused by the test")]
     else:
-        assert batch.rows == [] and batch.items == [] and batch.skipped == []
-        assert (batch.error.index, batch.error.path, batch.error.reason) == \
+        assert batch.outcome.rows == [] and batch.items == [] and batch.outcome.skipped == []
+        assert (batch.outcome.error.index, batch.outcome.error.path, batch.outcome.error.reason) == \
             (9, listing.paths[9], "decode failed: refused by the test")
         assert len(loaded) == 2  # stops at the failing sample: the rest is not read
 
@@ -71,4 +72,21 @@ def test_the_torchvision_dataset_pickles_for_workers_started_by_spawn(sample_roo
         dataset = pickle.loads(pickle.dumps(loader._executor.dataset))
         task, size = loader.tasks(0)[0], loader.plan.output_size
         item = dataset.batch(task, lambda count: torch.empty((count, 3, *size), dtype=torch.uint8))
-        assert item["rows"] == list(range(len(task.indices)))
+        assert item["outcome"].rows == list(range(len(task.indices)))
+
+
+def test_the_batch_outcome_is_what_the_loader_is_handed_or_the_error_it_raises():
+    from dali_bridge.backends.base import BatchOutcome, SkippedSample
+    from dali_bridge.errors import SampleError
+
+    task = BatchTask(number=3, epoch=1, indices=np.array([7, 8, 9]), valid=np.array([True, True, False]),
+                     repeats=np.array([0, 1, 0]))
+    skipped = [SkippedSample(8, "b.jpg", 1, "broken")]
+    raw = BatchOutcome(task, [0, 2], skipped).raw_batch("images")
+    assert raw.image == "images" and raw.skipped is skipped
+    assert (raw.indices.tolist(), raw.valid.tolist(), raw.repeats.tolist()) == ([7, 9], [True, False], [0, 0])
+    assert BatchOutcome(task, [0, 2]).kept == 2 and BatchOutcome(task).kept == 0
+    error = SampleError(8, "b.jpg", "broken")
+    with pytest.raises(SampleError) as info:
+        BatchOutcome(task, skipped=skipped, error=error).raw_batch(None)
+    assert info.value is error

@@ -191,13 +191,13 @@ def raised_through(*frames: tuple[str, str]) -> RuntimeError:
 
 def test_the_sync_check_accepts_a_host_tails_copy_to_the_host_and_only_that():
     module = load_module()
-    copy = ("/repo/dali_bridge/backends/dali/executor.py", "_run_torch_tail"), ("/repo/dali_bridge/backends/device.py",
-                                                                        "move_output"), ("/site/torch/_tensor.py", "to")
+    copy = (("/repo/dali_bridge/backends/dali/tail_runner.py", "_tail_inputs"),
+            ("/repo/dali_bridge/backends/device.py", "move_output"), ("/site/torch/_tensor.py", "to"))
     assert module.sync_site(raised_through(*copy), host_tail=True)["in"] == module.HOST_TAIL_COPY
     assert module.HOST_TAIL_COPY in module.ALLOWED_SYNCS
     # The same copy where the tail runs on the GPU, or another sync of the host tail's: the bridge's code.
     assert module.sync_site(raised_through(*copy), host_tail=False)["in"] == "the bridge's code"
-    finish = (("/repo/dali_bridge/backends/dali/executor.py", "_run_torch_tail"),
+    finish = (("/repo/dali_bridge/backends/dali/tail_runner.py", "run"),
               ("/repo/dali_bridge/backends/finishing.py", "finish_batch"))
     assert module.sync_site(raised_through(*finish), host_tail=True)["in"] == "the bridge's code"
 

@@ -1,5 +1,6 @@
 """The DALI backend's input side: the external source that feeds each batch in the loader's order
-(:class:`Feeder`, through the per-sample core), the argument columns every step declares
+(:class:`Feeder`, through the per-sample core; each batch's record is a :class:`BatchFeed`), the
+argument columns every step declares
 (:class:`ArgumentColumns`), and the graph builder (:func:`build_pipeline`), with the guard that keeps
 DALI pipelines a forked child inherits alive."""
 from __future__ import annotations
@@ -8,7 +9,7 @@ import os
 import threading
 import weakref
 from collections import deque
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from ...pipeline.plan import Plan
 from ...pipeline.region_decode import decoded_window, steps_over_window
 from ...pipeline.sampling import BatchTask
 from .plan import DaliPlan, dali_plan
+from ..base import BatchOutcome
 from ..per_sample import SampleCore
 from ..device import mixed_decoder_arguments
 from ...data.sources.listing import Listing
@@ -54,6 +56,21 @@ if hasattr(os, "register_at_fork"):
                         after_in_child=_keep_inherited_pipelines)
 
 
+@dataclass(frozen=True)
+class BatchFeed:
+    """One task as the feeder queued it (in :attr:`Feeder.pending`, in the loader's order): what the
+    per-sample core made of it, and ``tail``: each kept sample's concrete parameters for the torch tail
+    (the steps after the graph), computed with the rest of its draws."""
+    outcome: BatchOutcome
+    tail: list[list]
+
+    @property
+    def fed(self) -> bool:
+        """Whether the batch went to the graph: one with no sample left (every one skipped, or a sample
+        error under ``raise``) is answered without DALI, which cannot run an empty batch."""
+        return self.outcome.kept > 0
+
+
 class Feeder:
     """The external source: yields the inputs of each batch in the loader's order.
 
@@ -69,16 +86,10 @@ class Feeder:
         self.tasks: list[BatchTask] = []
         self.position = 0
         self.stopped = True
-        self.pending: deque = deque()
+        self.pending: deque[BatchFeed] = deque()
         self.core = SampleCore(spec, listing, plan)
         self.lock = threading.Lock()
         self.columns = ArgumentColumns(plan, gpu=gpu)  # fixed per plan: not recomputed per batch
-
-    @property
-    def bad(self) -> dict[int, tuple[str, tuple[int, int] | None]]:
-        """Samples a failed DALI run found undecodable: skipped without another failed run while the
-        file stays as it was, read again once it changed (see :class:`SampleCore`)."""
-        return self.core.bad
 
     def start(self, tasks: list[BatchTask]) -> None:
         with self.lock:
@@ -99,26 +110,25 @@ class Feeder:
                     raise StopIteration
                 task = self.tasks[self.position]
                 self.position += 1
-            inputs, meta = self.prepare(task)
+            inputs, batch = self.prepare(task)
             with self.lock:
-                self.pending.append(meta)
-            if meta["fed"]:
+                self.pending.append(batch)
+            if batch.fed:
                 return inputs
 
-    def prepare(self, task: BatchTask) -> tuple[list, dict[str, Any]]:
+    def prepare(self, task: BatchTask) -> tuple[list, BatchFeed]:
         """One batch through the per-sample core (the encoded bytes of each kept sample), then its
-        argument columns. The inputs are empty when no sample is left to feed (``meta["fed"]`` False)."""
+        argument columns. The inputs are empty when no sample is left to feed (not :attr:`BatchFeed.fed`)."""
         batch = self.core.prepare(task, _encoded)
         # The torch tail's concrete parameters travel with the batch, computed here with the rest.
         tail = [steps[len(self.columns.dali.steps):] for steps in batch.steps]
         windows: list[np.ndarray] = []
-        if self.columns.window and batch.rows:
+        if self.columns.window and batch.items:
             windows, tail = tail_windows(self.plan, tail)
-        meta = {"task": task, "rows": batch.rows, "skipped": batch.skipped, "fed": bool(batch.rows),
-                "error": batch.error, "tail": tail}
-        if not batch.rows:  # nothing for DALI: the executor answers this batch without it
-            return [], meta
-        return [batch.items] + self.columns.build(batch.steps) + windows, meta
+        fed = BatchFeed(batch.outcome, tail)
+        if not fed.fed:  # nothing for DALI: the executor answers this batch without it
+            return [], fed
+        return [batch.items] + self.columns.build(batch.steps) + windows, fed
 
 
 def tail_windows(plan: Plan, tail: list[list]) -> tuple[list[np.ndarray], list[list]]:

@@ -294,20 +294,20 @@ def test_the_per_sample_fused_multiply_add_rounds_as_torchs_own_on_midpoints_and
 @pytest.mark.parametrize("backend", backend_params(["dali-cpu"]))
 def test_a_dali_cpu_batchs_tail_launches_do_not_scale_with_the_batch_size(tmp_path, monkeypatch, backend):
     from dali_bridge import build_loader
-    from dali_bridge.backends.dali import executor as dali_backend
+    from dali_bridge.backends.dali.tail_runner import TailRunner
     from tests.helpers.hostile import write_image_folder
 
     write_image_folder(tmp_path / "data", classes=2, per_class=16)
     counts: list[int] = []
-    real = dali_backend.DaliExecutor._run_torch_tail
+    real = TailRunner.run
 
-    def counted(self, images, tail, border):
+    def counted(self, outputs, tail):
         with AtenCalls() as calls:  # in the tail thread: dispatch modes are per thread
-            done = real(self, images, tail, border)
+            done = real(self, outputs, tail)
         counts.append(calls.count)
         return done
 
-    monkeypatch.setattr(dali_backend.DaliExecutor, "_run_torch_tail", counted)
+    monkeypatch.setattr(TailRunner, "run", counted)
     per_batch = {}
     for batch_size in (8, 32):
         counts.clear()
@@ -316,7 +316,7 @@ def test_a_dali_cpu_batchs_tail_launches_do_not_scale_with_the_batch_size(tmp_pa
                                "batch_size": batch_size, "seed": 4, "parity": "fast",
                                "ops": [{"random_resized_crop": {"size": 32}}, {"trivial_augment_wide": {}},
                                        {"normalize": {}}], "loader": {"workers": 1, "executor": "threads"}}, backend)
-        loader._executor._batched_tail = True  # the GPU's batch kernels, counted on the host (in its thread)
+        loader._executor.tail.batched = True  # the GPU's batch kernels, counted on the host (in its thread)
         next(iter(loader))
         loader.close()
         per_batch[batch_size] = counts[0]

@@ -101,10 +101,10 @@ def test_a_failure_converting_a_batch_blames_that_batch_and_is_raised_as_it_is(t
     monkeypatch.setattr(dali_backend.DaliExecutor, "_find_culprits", lambda self, task: searched.append(task) or [])
     real_convert = dali_backend.DaliExecutor._convert
 
-    def convert(self, outputs, meta):
-        if meta["task"].number == failing:
+    def convert(self, outputs, batch, sent=None):
+        if batch.outcome.task.number == failing:
             raise TailFailure(f"the tail's kernel failed on batch {failing}")
-        return real_convert(self, outputs, meta)
+        return real_convert(self, outputs, batch, sent)
 
     monkeypatch.setattr(dali_backend.DaliExecutor, "_convert", convert)
     loader = build_loader(blur_first(tmp_path / "data", on_error="skip"), backend)
@@ -154,3 +154,50 @@ def test_dali_message_keeps_the_operator_and_what_it_encountered():
     assert dali_backend.dali_message(RuntimeError(text)) == ("Error in CPU operator `nvidia.dali.fn.decoders.image`: "
                                                              "nvImageCodec failure: '#3'")
     assert dali_backend.dali_message(ValueError("from the feeder")) == "ValueError: from the feeder"
+
+
+@pytest.fixture
+def refusals(monkeypatch) -> list:
+    """Every verdict of the one ``on_error`` function (:meth:`SampleCore.refusal`), in order."""
+    from dali_bridge.backends.per_sample import SampleCore
+
+    given: list = []
+    real = SampleCore.refusal
+
+    def refusal(self, task, index, reason):
+        given.append(real(self, task, index, reason))
+        return given[-1]
+
+    monkeypatch.setattr(SampleCore, "refusal", refusal)
+    return given
+
+
+@pytest.mark.parametrize("backend", BOTH)
+def test_a_bad_file_and_a_sample_only_dalis_decoder_fails_are_skipped_and_counted_by_the_one_policy(
+        tmp_path, refusals, backend):
+    files = write_image_folder(tmp_path / "data", classes=2, per_class=6)
+    break_file(files[2], "cut_halfway")         # refused by the shared reader, before any decoder
+    break_file(files[6], "bad_huffman_table")   # passes the reader: on dali-cpu only DALI's decoder fails
+    spec = blur_first(tmp_path / "data", on_error="skip")
+    # No blur (DALI's decoder is the only one to fail sample 6); torchvision's batches in this process,
+    # where the records are made (workers: 0).
+    spec.update(ops=[{"center_crop": 16}, {"normalize": {"dtype": "uint8"}}], loader={**spec["loader"], "workers": 0})
+    with build_loader(spec, backend) as loader:
+        assert epoch_indices(loader) == [[0, 1, 3], [4, 5, 7], [8, 9, 10, 11]]
+        assert [(s.index, s.epoch) for s in loader.skipped] == [(2, 0), (6, 0)]
+        # What the loader counts is what the policy returned, the very records: no second accounting.
+        assert all(any(record is given for given in refusals) for record in loader.skipped)
+
+
+@pytest.mark.parametrize("backend", DALI_CPU)
+def test_under_raise_a_sample_only_dalis_decoder_fails_raises_the_policys_own_error_with_dalis_cause(
+        tmp_path, refusals, backend):
+    files = write_image_folder(tmp_path / "data", classes=2, per_class=6)
+    break_file(files[6], "bad_huffman_table")
+    seen = []
+    with build_loader(blur_first(tmp_path / "data", on_error="raise"), backend) as loader:
+        with pytest.raises(SampleError) as info:
+            for _, _, index in loader:
+                seen.append(index.tolist())
+    assert seen == [[0, 1, 2, 3]] and info.value.index == 6
+    assert info.value is refusals[-1] and "nvidia.dali.fn.decoders" in str(info.value.__cause__)

@@ -207,7 +207,7 @@ def test_dali_batches_make_no_host_sync_in_the_bridges_code(sample_root, pipelin
     loader = build_loader(pipeline, "dali", overrides={"source": {"type": "folder", "root": str(sample_root)},
                                                         "batch_size": 4, "loader.shuffle": False})
     # A tail with a PIL kernel (timm's policies) runs on the host: its batch's one copy there is a sync by design.
-    host_tail = loader._executor._tail_device == torch.device("cpu")
+    host_tail = loader._executor.tail.device == torch.device("cpu")
     batches = iter(loader)
     next(batches)                        # the first batch makes what is made once
     torch.cuda.set_sync_debug_mode("error")
@@ -218,7 +218,7 @@ def test_dali_batches_make_no_host_sync_in_the_bridges_code(sample_root, pipelin
                   if {"dali_bridge", "torchvision"} & set(Path(f.filename).parts)]
         ours = [f.name for f in frames if "dali_bridge" in Path(f.filename).parts]
         in_torchvision = bool(frames) and "torchvision" in Path(frames[-1].filename).parts   # docs/gpu.md
-        if not in_torchvision and not (host_tail and ours[-2:] == ["_run_torch_tail", "move_output"]):
+        if not in_torchvision and not (host_tail and ours[-2:] == ["_tail_inputs", "move_output"]):
             raise
     finally:
         torch.cuda.set_sync_debug_mode(0)

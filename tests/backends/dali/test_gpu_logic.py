@@ -18,7 +18,8 @@ import torch
 from tests.helpers.paths import TRAIN
 from dali_bridge.backends.dali import executor as dali_backend
 from dali_bridge.backends import device as device_module
-from dali_bridge.backends.base import Topology
+from dali_bridge.backends.base import BatchOutcome, Topology
+from dali_bridge.backends.dali.feed import BatchFeed
 from dali_bridge.backends.device import InFlightCopies, cuda_ordinal, dali_threads, move_output
 from dali_bridge.backends.finishing import finish_batch
 from dali_bridge.backends.torchvision import TorchvisionExecutor, prefetched
@@ -96,8 +97,7 @@ def test_dali_executor_copies_its_gpu_batch_to_a_cpu_target_blocking(tmp_path, m
     source = FakeCudaTensor()
     monkeypatch.setattr(torch, "from_dlpack", lambda _: source)
     task = Loader(executor.spec, executor.listing, executor.plan, executor, "dali", Topology(0, 1, 0)).tasks(0)[0]
-    meta = {"task": task, "rows": [0, 1, 2, 3], "skipped": [], "fed": True, "error": None}
-    executor._convert([FakeTensorList(None)], meta)
+    executor._convert([FakeTensorList(None)], BatchFeed(BatchOutcome(task, [0, 1, 2, 3]), tail=[]))
     assert source.calls == [(torch.device("cpu"), False)]
 
 
@@ -362,9 +362,9 @@ def test_torchvision_device_branch_yields_the_batches_before_a_bad_sample_like_t
             steps: list[str] = []
             executor.stream = "side stream"
 
-            def on_side_stream(item, by_number, executor=executor, steps=steps):
+            def on_side_stream(item, executor=executor, steps=steps):
                 steps.append("start")
-                return executor._finish_here(item, by_number), "event"
+                return executor._finish_here(item), "event"
 
             def ready(started, steps=steps):
                 steps.append("ready")
@@ -457,14 +457,15 @@ def test_a_zero_copy_batch_keeps_dalis_outputs_alive_as_long_as_the_tensor_and_i
     executor, _, _ = dali_executor(small_spec(tmp_path / "data"), device="cpu")   # already there: no copy
     monkeypatch.setattr(torch, "from_dlpack", lambda tensor: tensor)
     task = Loader(executor.spec, executor.listing, executor.plan, executor, "dali", Topology(0, 1, 0)).tasks(0)[0]
-    meta = {"task": task, "rows": [0, 1, 2, 3], "skipped": [], "fed": True, "error": None}
+    batch = BatchFeed(BatchOutcome(task, [0, 1, 2, 3]), tail=[])
+
     class DaliOutputs:   # as DALI's: the tensor views its buffer, the TensorList does not hold the tensor
         def as_tensor(self) -> torch.Tensor:
             return torch.zeros(4, 3, SIZE, SIZE, dtype=torch.uint8)
 
     outputs = [DaliOutputs()]
     dali_outputs = weakref.ref(outputs[0])
-    raw = executor._convert(outputs, meta)
+    raw = executor._convert(outputs, batch)
     del outputs
     gc.collect()
     assert dali_outputs() is not None                  # the batch is still held by the consumer

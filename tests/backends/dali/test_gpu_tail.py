@@ -242,24 +242,24 @@ def test_a_gpu_dali_executors_tail_and_finish_copy_per_operation_drawn_not_per_s
     monkeypatch.setattr(torch.cuda, "Stream", lambda device: f"side stream of {device}")
     executor = dali_backend.DaliExecutor(spec, list_source(spec.source), plan, gpu=True, topology=Topology(0, 1, 0))
     meta = torch.device("meta")
-    executor._tail_device = executor.device = meta   # where the tail and the finish run: the "GPU"
+    executor.tail.device = executor.tail.target = meta   # where the tail and the finish run: the "GPU"
     monkeypatch.setitem(batched._ADD_ROUNDING, meta, "fused")
     monkeypatch.setattr(torch, "from_dlpack", lambda tensor: tensor)
-    uniforms = np.random.default_rng(5).random((8, sum(s.op.draw_count(s.params) for s in executor.torch_tail)))
+    uniforms = np.random.default_rng(5).random((8, sum(s.op.draw_count(s.params) for s in executor.tail.steps)))
     drawn = []
     for u in uniforms:   # each sample's (concrete parameters, size) per tail step
         steps, start = [], 0
-        for step in executor.torch_tail:
+        for step in executor.tail.steps:
             count = step.op.draw_count(step.params)
             steps.append((step.op.sample(step.params, u[start:start + count], *SIZE), SIZE))
             start += count
         drawn.append(steps)
-    executor._run_torch_tail(DenseOutput(torch.empty((8, *SIZE, 3), dtype=torch.uint8, device=meta)), drawn, [])
+    executor.tail.run([DenseOutput(torch.empty((8, *SIZE, 3), dtype=torch.uint8, device=meta))], drawn)
     copies = {}
     for count in (8, 32):   # after a first batch (the finish makes its mean and std on a device once)
         images = DenseOutput(torch.empty((count, *SIZE, 3), dtype=torch.uint8, device=meta))
         with monkeypatch.context() as patch, HostToDevice(patch) as counted:
-            out = executor._run_torch_tail(images, drawn * (count // 8), [])
+            out = executor.tail.run([images], drawn * (count // 8))
         assert out.device == meta and out.dtype == torch.float32 and out.shape == (count, 3, *SIZE)
         copies[count] = counted.copies
     assert copies[32] == copies[8], f"copies {copies}"

@@ -371,4 +371,4 @@ def test_dali_cpu_pipeline_builds_and_runs_here(sample_root):
     batch = np.asarray(images.as_tensor())
     assert batch.shape == (4, 3, 224, 224) and batch.dtype == np.float32
     assert np.asarray(rows.as_tensor()).shape == (4, 3, 2, 224) and np.asarray(cols.as_tensor()).shape == (4, 3, 222, 2)
-    assert feeder.pending.popleft()["rows"] == [0, 1, 2, 3]
+    assert feeder.pending.popleft().outcome.rows == [0, 1, 2, 3]

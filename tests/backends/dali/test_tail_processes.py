@@ -15,7 +15,7 @@ import torch
 from tests.helpers.backends import backend_params
 from dali_bridge import build_loader
 from dali_bridge.backends.dali import tail_processes
-from dali_bridge.backends.dali import executor as dali_backend
+from dali_bridge.backends.dali import tail_runner
 from dali_bridge.backends.dali.tail_processes import TailProcessError, tail_processes_possible
 from dali_bridge.ops.auto_augment import TrivialAugmentWide
 from tests.helpers.hostile import write_image_folder
@@ -54,7 +54,7 @@ def images(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def in_threads(images) -> list:
     with build_loader(tail_pipeline(images, executor="threads"), "dali-cpu") as loader:
-        assert loader._executor.tail_runs_in == "threads"
+        assert loader._executor.tail.runs_in == "threads"
         return epochs(loader)
 
 
@@ -62,8 +62,8 @@ def in_threads(images) -> list:
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_the_tail_in_processes_gives_the_batches_of_the_tail_in_threads(images, in_threads, backend, workers):
     with build_loader(tail_pipeline(images, workers=workers), backend) as loader:
-        assert loader._executor.tail_runs_in == "processes"
-        assert loader._executor._tail_processes.workers == min(workers, 4)
+        assert loader._executor.tail.runs_in == "processes"
+        assert loader._executor.tail.processes.workers == min(workers, 4)
         assert_same(epochs(loader), in_threads)
 
 
@@ -98,7 +98,7 @@ def test_an_error_in_a_tail_process_is_raised_in_the_loop_as_it_was_raised(image
 @pytest.mark.parametrize("backend", DALI_CPU)
 def test_a_tail_process_that_dies_is_named_with_how_it_ended(images, backend):
     loader = build_loader(tail_pipeline(images), backend)
-    workers = loader._executor._tail_processes._processes
+    workers = loader._executor.tail.processes._processes
     for process in workers:
         os.kill(process.pid, signal.SIGKILL)
         process.join(timeout=10)
@@ -112,7 +112,7 @@ def test_a_tail_process_that_dies_is_named_with_how_it_ended(images, backend):
 def test_closing_the_loader_ends_its_tail_processes(images, backend):
     loader = build_loader(tail_pipeline(images), backend)
     next(iter(loader))
-    workers = list(loader._executor._tail_processes._processes)
+    workers = list(loader._executor.tail.processes._processes)
     assert all(process.is_alive() for process in workers)
     loader.close()
     assert not any(process.is_alive() for process in workers)
@@ -121,10 +121,10 @@ def test_closing_the_loader_ends_its_tail_processes(images, backend):
 @pytest.mark.parametrize("backend", DALI_CPU)
 def test_where_this_process_may_not_fork_the_tail_runs_in_threads_and_says_why(images, in_threads, backend,
                                                                                monkeypatch, caplog):
-    monkeypatch.setattr(dali_backend, "tail_processes_possible", lambda: "this process is daemonic")
+    monkeypatch.setattr(tail_runner, "tail_processes_possible", lambda: "this process is daemonic")
     with caplog.at_level("INFO", logger="dali_bridge"), build_loader(tail_pipeline(images), backend) as loader:
         assert "the torch tail runs in threads, not processes: this process is daemonic" in caplog.text
-        assert loader._executor.tail_runs_in == "threads" and loader._executor._tail_processes is None
+        assert loader._executor.tail.runs_in == "threads" and loader._executor.tail.processes is None
         assert_same(epochs(loader), in_threads)
 
 
@@ -147,7 +147,7 @@ def test_a_loader_process_that_exits_abruptly_leaves_its_tail_workers_ending_qui
     script = ("import json, os, sys\nfrom dali_bridge import build_loader\n"
               f"loader = build_loader(json.load(open({str(spec)!r})), {backend!r})\n"
               "it = iter(loader); next(it)\n"
-              "print(' '.join(str(p.pid) for p in loader._executor._tail_processes._processes), flush=True)\n"
+              "print(' '.join(str(p.pid) for p in loader._executor.tail.processes._processes), flush=True)\n"
               "os._exit(0)  # no close, no finalizer: the workers find their pipe closed\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -13,6 +13,9 @@ import torch
 from tests.helpers.backends import backend_params
 from dali_bridge import build_loader
 from dali_bridge.backends.dali import executor as dali_backend
+from dali_bridge.backends.dali import tail_runner
+from dali_bridge.backends.dali.outputs import as_chw
+from dali_bridge.backends.dali.tail_runner import TailRunner
 from tests.helpers.hostile import break_file, write_image_folder
 
 DALI_CPU = backend_params(["dali-cpu"])
@@ -37,7 +40,7 @@ def epoch(loader) -> list[tuple[list[int], torch.Tensor]]:
 def test_dali_runs_the_next_batch_while_the_tail_thread_converts_this_one(tmp_path, monkeypatch, backend):
     write_image_folder(tmp_path / "data", classes=2, per_class=6)
     runs, tails, second_run = [], [], threading.Event()
-    real_next, real_tail = dali_backend.DaliExecutor._next_batch, dali_backend.DaliExecutor._run_torch_tail
+    real_next, real_tail = dali_backend.DaliExecutor._next_batch, TailRunner.run
 
     def next_batch(self, pipe):
         runs.append(threading.current_thread().name)
@@ -45,14 +48,14 @@ def test_dali_runs_the_next_batch_while_the_tail_thread_converts_this_one(tmp_pa
             second_run.set()
         return real_next(self, pipe)
 
-    def run_tail(self, images, tail, border):
+    def run_tail(self, outputs, tail):
         # The first batch's tail waits for DALI's next run: without the overlap it would wait in vain.
         overlapped = second_run.wait(timeout=60) if not tails else True
         tails.append((threading.current_thread().name, overlapped))
-        return real_tail(self, images, tail, border)
+        return real_tail(self, outputs, tail)
 
     monkeypatch.setattr(dali_backend.DaliExecutor, "_next_batch", next_batch)
-    monkeypatch.setattr(dali_backend.DaliExecutor, "_run_torch_tail", run_tail)
+    monkeypatch.setattr(TailRunner, "run", run_tail)
     loader = build_loader(tail_pipeline(tmp_path / "data"), backend)
     assert len(epoch(loader)) == 3
     assert tails[0] == ("dali-bridge-tail_0", True)
@@ -83,18 +86,18 @@ def test_a_tail_failure_in_the_thread_blames_that_batch_and_is_raised_as_it_is(t
     write_image_folder(tmp_path / "data", classes=2, per_class=6)
     searched = []
     monkeypatch.setattr(dali_backend.DaliExecutor, "_find_culprits", lambda self, task: searched.append(task) or [])
-    real_tail, calls = dali_backend.DaliExecutor._run_torch_tail, []
+    real_tail, calls = TailRunner.run, []
 
     class TailFailure(Exception):
         pass
 
-    def run_tail(self, images, tail, border):
+    def run_tail(self, outputs, tail):
         calls.append(threading.current_thread().name)
         if len(calls) == failing + 1:
             raise TailFailure(f"the tail's kernel failed on batch {failing}")
-        return real_tail(self, images, tail, border)
+        return real_tail(self, outputs, tail)
 
-    monkeypatch.setattr(dali_backend.DaliExecutor, "_run_torch_tail", run_tail)
+    monkeypatch.setattr(TailRunner, "run", run_tail)
     threads = {"workers": 1, "shuffle": False, "executor": "threads"}
     loader = build_loader({**tail_pipeline(tmp_path / "data"), "loader": threads}, backend)
     seen = []
@@ -144,13 +147,13 @@ def test_leaving_an_epoch_early_waits_for_the_tail_thread_and_close_stops_it(tmp
 def test_with_two_workers_the_tail_runs_in_two_chunks_at_once_beside_one_dali_thread_with_the_same_pixels(
         tmp_path, monkeypatch, backend):
     write_image_folder(tmp_path / "data", classes=2, per_class=7)   # 14 samples: a partial batch of 2 too
-    real_run_tail, chunks = dali_backend.run_tail, []
+    real_run_tail, chunks = tail_runner.run_tail, []
 
     def run_tail(steps, images, tail, **kwargs):
         chunks.append((threading.current_thread().name, len(tail)))
         return real_run_tail(steps, images, tail, **kwargs)
 
-    monkeypatch.setattr(dali_backend, "run_tail", run_tail)
+    monkeypatch.setattr(tail_runner, "run_tail", run_tail)
     spec = tail_pipeline(tmp_path / "data")
     epochs = {}
     for workers in (1, 2):
@@ -190,7 +193,7 @@ def test_a_host_tail_runs_torchvisions_per_sample_kernels_with_the_batch_kernels
         batch_kernels.clear()
         with build_loader(spec, backend) as loader:
             if batched:
-                loader._executor._batched_tail = True   # the GPU's kernels, on the host
+                loader._executor.tail.batched = True   # the GPU's kernels, on the host
             epochs[batched] = epoch(loader)
         assert bool(batch_kernels) == batched
     assert [index for index, _ in epochs[False]] == [index for index, _ in epochs[True]]
@@ -201,13 +204,13 @@ def test_a_host_tail_runs_torchvisions_per_sample_kernels_with_the_batch_kernels
 def test_the_tail_threads_run_torch_on_one_intra_op_thread_and_leave_the_consumers_count(tmp_path, monkeypatch,
                                                                                           backend):
     write_image_folder(tmp_path / "data", classes=2, per_class=4)
-    real_run_tail, counts = dali_backend.run_tail, {}
+    real_run_tail, counts = tail_runner.run_tail, {}
 
     def run_tail(steps, images, tail, **kwargs):
         counts[threading.current_thread().name.rsplit("_", 1)[0]] = torch.get_num_threads()
         return real_run_tail(steps, images, tail, **kwargs)
 
-    monkeypatch.setattr(dali_backend, "run_tail", run_tail)
+    monkeypatch.setattr(tail_runner, "run_tail", run_tail)
     spec = tail_pipeline(tmp_path / "data")
     consumer = torch.get_num_threads()
     with build_loader({**spec, "loader": {**spec["loader"], "workers": 2}}, backend) as loader:
@@ -243,13 +246,13 @@ def test_the_host_tail_reads_each_image_as_torchvisions_decoder_lays_it_out(tmp_
     from torchvision.io import decode_image
 
     write_image_folder(tmp_path / "data", classes=2, per_class=2)
-    real_run_tail, seen = dali_backend.run_tail, []
+    real_run_tail, seen = tail_runner.run_tail, []
 
     def run_tail(steps, images, tail, **kwargs):
         seen.extend((tuple(image.shape), image.stride()) for image in images)
         return real_run_tail(steps, images, tail, **kwargs)
 
-    monkeypatch.setattr(dali_backend, "run_tail", run_tail)
+    monkeypatch.setattr(tail_runner, "run_tail", run_tail)
     with build_loader(tail_pipeline(tmp_path / "data"), backend) as loader:
         epoch(loader)
     decoded = decode_image(str(next((tmp_path / "data").rglob("*.jpg"))))
@@ -259,11 +262,11 @@ def test_the_host_tail_reads_each_image_as_torchvisions_decoder_lays_it_out(tmp_
 
 def test_a_gpu_tail_gets_the_batch_chw_contiguous_and_a_host_tail_a_view():
     hwc = torch.arange(2 * 4 * 5 * 3, dtype=torch.uint8).reshape(2, 4, 5, 3)
-    host = dali_backend._as_chw(hwc)
+    host = as_chw(hwc)
     assert host.shape == (2, 3, 4, 5) and host.data_ptr() == hwc.data_ptr() and torch.equal(host[1, 2], hwc[1, ..., 2])
-    device = dali_backend._as_chw(torch.empty((2, 4, 5, 3), dtype=torch.uint8, device="meta"))  # stands for CUDA
+    device = as_chw(torch.empty((2, 4, 5, 3), dtype=torch.uint8, device="meta"))  # stands for CUDA
     assert device.shape == (2, 3, 4, 5) and device.is_contiguous()
-    assert dali_backend._as_chw(hwc[0]).shape == (3, 4, 5)   # one image of a batch whose sizes differ
+    assert as_chw(hwc[0]).shape == (3, 4, 5)   # one image of a batch whose sizes differ
 
 
 @pytest.mark.parametrize("backend", DALI_CPU)
@@ -302,7 +305,7 @@ def test_an_epoch_left_after_the_loader_closed_ends_though_close_cancelled_its_q
     future never counts as done, so leaving the epoch must not wait for it."""
     write_image_folder(tmp_path / "data", classes=2, per_class=6)
     loader = build_loader(tail_pipeline(tmp_path / "data"), backend)
-    pool = loader._executor._tail_thread
+    pool = loader._executor.tail._thread
     release, queued, started, converting = threading.Event(), threading.Event(), threading.Event(), []
     real_convert, real_start = dali_backend.DaliExecutor._convert, dali_backend.DaliExecutor._start_converting
     real_shutdown = pool.shutdown
@@ -313,8 +316,8 @@ def test_an_epoch_left_after_the_loader_closed_ends_though_close_cancelled_its_q
             assert release.wait(timeout=60)   # the first batch converts until close has cancelled the second
         return real_convert(self, *args)
 
-    def start_converting(self, outputs, meta):
-        pending = real_start(self, outputs, meta)
+    def start_converting(self, outputs, batch):
+        pending = real_start(self, outputs, batch)
         converting.append(pending)
         if len(converting) == 2:
             queued.set()

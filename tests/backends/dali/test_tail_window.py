@@ -56,11 +56,11 @@ def test_the_feeder_sends_each_crop_window_and_the_tail_crops_the_whole_decoded_
     plan, listing = build_plan(spec), list_source(spec.source)
     task = rank_batches(len(listing), 4, 0, 0)[0]
     whole, _ = Feeder(spec, listing, plan, gpu=True).prepare(task)   # no window columns on the GPU
-    inputs, meta = Feeder(spec, listing, plan, gpu=False).prepare(task)
+    inputs, windowed = Feeder(spec, listing, plan, gpu=False).prepare(task)
     assert len(inputs) == len(whole) + 2
     anchors, shapes = inputs[-2:]
     _, full = Feeder(spec, listing, plan, gpu=True).prepare(task)
-    for n, (steps, original) in enumerate(zip(meta["tail"], full["tail"])):
+    for n, (steps, original) in enumerate(zip(windowed.tail, full.tail)):
         crop = original[0][0][0]
         assert isinstance(crop, Crop)
         assert anchors[n].tolist() == [crop.top, crop.left] and shapes[n].tolist() == [crop.height, crop.width]
