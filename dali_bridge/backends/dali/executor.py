@@ -37,6 +37,7 @@ from ..device import (InFlightCopies, TailStream, dali_threads, gpu_target, host
     mixed_decoder_arguments, move_output)
 from ...data.sources.listing import Listing
 from ...spec.pipeline import PipelineSpec
+from ...ops.facets import Batching, facet
 
 log = logging.getLogger("dali_bridge")
 
@@ -120,7 +121,7 @@ class DaliExecutor:
         # on the CPU or a step's kernel is PIL's; the finish then on the loader's device.
         self.feeder = Feeder(spec, listing, plan, gpu=gpu)
         self.torch_tail = self.feeder.columns.dali.torch_tail  # the feeder's DaliPlan: built once per executor
-        on_host = not gpu or any(step.op.kernel_on_host(step.params) for step in self.torch_tail)
+        on_host = not gpu or any(facet(step.op, Batching).kernel_on_host(step.params) for step in self.torch_tail)
         self._tail_device = torch.device("cpu") if on_host else torch.device("cuda", self.device_id)
         self._tail_stream = TailStream(torch.device("cuda", self.device_id)) if gpu and self.torch_tail else None
         # The tail's batch kernels on a GPU (launches per operation drawn); torchvision's per-sample kernels
@@ -146,7 +147,7 @@ class DaliExecutor:
         # The graph hands a host tail CHW views of HWC memory (DaliPlan.finish_step): torchvision's uint8
         # resize and the PIL conversions are fastest on those, its other kernels on CHW memory (timed on
         # the tail alone, for each recipe). So contiguous after the first step unless a later one is PIL's.
-        self._contiguous_after_first = host_tail and not any(step.op.kernel_on_host(step.params)
+        self._contiguous_after_first = host_tail and not any(facet(step.op, Batching).kernel_on_host(step.params)
                                                               for step in self.torch_tail)
         self._tail_helpers = self._tail_processes = self._tail_sender = None
         self._finished = FinishedBuffers()  # the host finish's output memory, reused (backends/finishing.py)
