@@ -18,7 +18,7 @@ from typing import Any, Iterable
 from .after_finish import AfterFinishOp, BatchOp
 from .base import ALL_BACKENDS, REQUIRED, Category, Op, Param
 from .dali_op import DaliOp
-from .facets import Sizing, SpecRules, facet
+from .facets import Batching, DaliBaseline, Display, Sizing, SpecRules, facet
 
 ENTRY_POINT_GROUP = "dali_bridge.ops"
 KINDS = tuple(Category)
@@ -101,6 +101,22 @@ def _method_problems(op: Op) -> list[str]:
         if missing else []
 
 
+_FACETS = (Sizing, SpecRules, Display, Batching, DaliBaseline)
+
+
+def _facet_problems(op: Op) -> list[str]:
+    """A facet's member an op defines without subclassing the facet: consumers read the facet's
+    defaults through :func:`~dali_bridge.ops.facets.facet`, so the op's own would never be asked."""
+    problems = []
+    own = {name for cls in type(op).__mro__ if cls not in _FACETS for name in vars(cls)}
+    for facet_class in _FACETS:
+        stray = sorted(name for name in vars(facet_class) if not name.startswith("_") and name in own)
+        if stray and not isinstance(op, facet_class):
+            problems.append(f"defines {', '.join(stray)} of the {facet_class.__name__} facet without subclassing "
+                            f"it: add dali_bridge.ops.facets.{facet_class.__name__} to its bases")
+    return problems
+
+
 def op_problems(op: Any) -> list[str]:
     """Why ``op`` cannot be registered (empty when it can): the checks every op passes, built-in or not."""
     if not isinstance(op, Op):
@@ -122,7 +138,8 @@ def op_problems(op: Any) -> list[str]:
                         f"a rule of {', '.join(map(str, SIZE_RULES[1:]))} and the parameter it reads")
     if not (isinstance(op.draws, int) and op.draws >= 0):
         problems.append(f"draws {op.draws!r}: expected a whole number of uniforms per sample (>= 0)")
-    return problems + _param_problems(op) + (_method_problems(op) if op.category in KINDS else [])
+    return (problems + _param_problems(op) + _facet_problems(op)
+            + (_method_problems(op) if op.category in KINDS else []))
 
 
 def _builtin_ops() -> dict[str, Op]:

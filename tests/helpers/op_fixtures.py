@@ -3,8 +3,8 @@ tests in ``test_ops.py`` check an op nobody listed there.
 
 ``random_posterize`` (torchvision's RandomPosterize) runs in the DALI graph (a :class:`DaliOp`
 with one argument column; posterize is discontinuous, so it says so); ``random_invert``
-(RandomInvert) has no DALI fragment, so the DALI backends run it in torch after the graph. ``FIXTURE_OPS`` is all of them; :func:`registered`
-adds them to the registry for one test.
+(RandomInvert) has no DALI fragment, so the DALI backends run it in torch after the graph.
+``FIXTURE_OPS`` is all of them; :func:`registered` adds them to the registry for one test.
 """
 from __future__ import annotations
 
@@ -55,9 +55,9 @@ class RandomPosterize(DaliOp, Display):
         return {"mask": np.array([(0xFF << (8 - c[0].bits)) & 0xFF for c in concrete], dtype=np.uint8)}
 
     def dali_graph(self, step, images, columns, ctx):
-        from nvidia.dali import fn
+        from nvidia.dali import fn, types
 
-        return fn.cast(images & columns["mask"], dtype=images.dtype, device=ctx.device)
+        return fn.cast(images & columns["mask"], dtype=types.UINT8, device=ctx.device)
 
     def dali_stages(self, step, ctx):
         return [(step.name, "bitwise and with the mask")]
