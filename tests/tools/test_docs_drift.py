@@ -46,3 +46,10 @@ def test_performance_md_names_the_ops_the_hand_written_dali_baseline_cannot_buil
     after_finish = text.split("Ops after the finish", 1)[1].split("are left out", 1)[0]
     assert set(re.findall(r"`(\w+)`", after_finish)) == {name for name, op in BUILTIN_OPS.items()
                                                          if op.category in ("after_finish", "batch")}
+
+
+def test_adding_an_op_shows_the_whole_vertical_flip_module_as_it_is():
+    page = (REPO / "docs" / "adding-an-op.md").read_text()
+    section = page.split("## The whole op, one module", 1)[1]
+    shown = section.split("```python\n", 1)[1].split("\n```", 1)[0]
+    assert shown.rstrip() == (REPO / "dali_bridge" / "ops" / "vertical_flip.py").read_text().rstrip()
