@@ -68,7 +68,7 @@ def apply_steps(image: torch.Tensor, plan: Plan, per_step: list) -> torch.Tensor
     """Apply one sample's steps (:func:`~dali_bridge.pipeline.sampling.sample_steps`) to a CHW uint8 tensor,
     each with its op's torchvision kernel."""
     for step, (concrete, _) in zip(plan.steps, per_step):
-        image = step.op.torchvision_kernel(image, concrete)
+        image = step.op.torchvision_kernel(image, concrete, step.params)
     return image
 
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from .baseline_transforms import torchvision_baseline_transform, torchvision_batch_transform
 from .results import BenchError
+from ..ops.facets import DaliBaseline, facet
 
 
 _REFERENCES = {
@@ -157,7 +158,7 @@ def dali_baseline_pipeline(spec, listing, plan, threads: int, gpu: bool):
                                           random_shuffle=False, name="Reader")
         ctx = graph_context(plan, "gpu" if gpu else "cpu")
         first = plan.steps[0] if plan.steps else None
-        images = first.op.dali_baseline_decode(first, encoded, decode_device, ctx) \
+        images = facet(first.op, DaliBaseline).dali_baseline_decode(first, encoded, decode_device, ctx) \
             if first and isinstance(first.op, DaliOp) else None
         start = 0 if images is None else 1  # the decoder did the first step (a random resized crop's window)
         if images is None:
@@ -167,10 +168,10 @@ def dali_baseline_pipeline(spec, listing, plan, threads: int, gpu: bool):
                 if not isinstance(step.op, DaliOp):  # it runs in torch after the bridge's graph
                     raise BenchError(f"no hand-written DALI equivalent for step {step.name!r}")
                 try:
-                    images = step.op.dali_baseline(step, images, ctx)
+                    images = facet(step.op, DaliBaseline).dali_baseline(step, images, ctx)
                 except NotImplementedError as exc:
                     raise BenchError(f"no hand-written DALI equivalent for step {step.name!r}") from exc
-        return plan.finish_step.op.dali_baseline(plan.finish_step, images, ctx), labels
+        return facet(plan.finish_step.op, DaliBaseline).dali_baseline(plan.finish_step, images, ctx), labels
 
     return plain()
 

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from .results import BenchError
+from ..ops.facets import SpecRules, facet
 
 _FILTER_STEPS = ("random_resized_crop", "resize", "center_crop", "horizontal_flip")
 
@@ -87,7 +88,7 @@ def sample_filter(steps: list, height: int, width: int, rng: np.random.Generator
 
     parts = []
     for step in steps:
-        count = step.op.draw_count(step.params)
+        count = facet(step.op, SpecRules).draw_count(step.params)
         concrete = step.op.sample(step.params, rng.random(count) if count else None, height, width)
         for item in concrete:
             if isinstance(item, Crop):

@@ -17,6 +17,7 @@ from ..util.checks import shown
 from ..pipeline.plan import Plan
 from ..spec.pipeline import PipelineSpec
 from ..spec.problems import Problem, SpecError
+from ..ops.facets import Sizing, facet
 
 # Workers beyond this many per core only queue for the same cores (reading from slow storage
 # may want a few per core, not hundreds).
@@ -131,11 +132,11 @@ def largest_sample_image(plan: Plan) -> tuple[int, int | None]:
     image's own, bounded by ``source.max_pixels``. (0, None) when no step sets a size."""
     largest, where = 0, None
     for step in plan.steps:
-        size = step.op.step_size(step.params)
+        size = facet(step.op, Sizing).step_size(step.params)
         if size is None:
             continue
         if len(size) == 1:  # a shorter side
-            request = step.op.resize_request(step.params)
+            request = facet(step.op, Sizing).resize_request(step.params)
             pixels = size[0] * ((request.max_size if request else None) or size[0])
         else:
             pixels = size[0] * size[1]

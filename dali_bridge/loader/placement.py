@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..backends.dali.plan import dali_plan
 from ..pipeline.plan import Placed, Plan
+from ..ops.facets import Display, facet
 
 __all__ = ["placement"]
 
@@ -29,10 +30,11 @@ def placement(plan: Plan, backend: str, cuda: bool = False, *, executor: str = "
         threads = executor == "threads"
         stages = [Placed("read", "loader thread: file read" if threads else "DataLoader worker: file read", "cpu"),
                   Placed("decode", "torchvision.io.decode_image (RGB, EXIF orientation)", "cpu")]
-        stages += [Placed(step.name, step.op.torchvision_stage(step.params), "cpu") for step in plan.steps]
+        stages += [Placed(step.name, facet(step.op, Display).torchvision_stage(step.params), "cpu")
+                   for step in plan.steps]
         stages.append(Placed("batch", "uint8 batch in the loader's process" if threads
                              else "uint8 batch through worker queue", "cpu"))
-        stages.append(Placed("finish", plan.finish_step.op.torchvision_stage(plan.finish_step.params),
+        stages.append(Placed("finish", facet(plan.finish_step.op, Display).torchvision_stage(plan.finish_step.params),
                              "cuda" if cuda else "cpu"))
         return stages + _post_finish_placement(plan, "cuda" if cuda else "cpu")
     raise ValueError(f"unknown backend {backend!r}")

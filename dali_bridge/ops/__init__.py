@@ -1,26 +1,26 @@
 """Ops: one module holds everything about an op; :data:`OPS` names them.
 
-An op (:class:`~dali_bridge.ops.base.Op`) declares, in its own module:
+An op (:class:`~dali_bridge.ops.base.Op`) declares, in its own module, its required core:
 
-* its parameters, defaults and checks (:class:`Param`) — what the spec validator uses, with
-  ``extra_check`` for rules across parameters and ``size_param``/``size_rule`` for its effect on
-  the output size;
-* ``lower``: the plan steps it becomes (``crop_mirror_normalize`` → centre crop, flip, finish);
+* its parameters, defaults and checks (:class:`Param`) — what the spec validator uses;
 * ``draws`` (uniforms per sample) and ``sample``: how they become concrete per-sample parameters
   given the image size — pure numpy, torchvision's ``make_params`` driven by the bridge's
-  counter-based uniforms (:func:`dali_bridge.pipeline.sampling.draws`); ``output_size`` after it;
-* ``torchvision_kernel`` (``transforms.v2.functional`` on a CHW uint8 tensor) and
-  ``torchvision_transforms``, the ``transforms.v2`` transform it must match (parity tests and the
-  hand-written bench baseline);
-* what a backend's planner needs, declared rather than read from its parameters: the resize it
-  runs (``resize_request``), the centre it keeps (``kept_centre``), a crop window a decoder can
-  read (``window_columns``), a flip the finish can take (``folds_into_finish``);
-* on a :class:`DaliOp` (its DALI facet, :mod:`dali_bridge.ops.dali_op`): ``dali_columns``
-  (per-sample argument columns by name, dtype and shape), ``dali_arguments`` (the batch's columns
-  by name) and ``dali_graph`` (its fragment, reading the columns by name); ``dali_baseline``: the
-  plain DALI a user writes (bench baseline). A per-sample op without the facet runs on the DALI
-  backends as its torchvision kernel right after the graph;
-* ``dali_stages`` / ``torchvision_stage``: what ``dali-bridge show`` lists (placement as data).
+  counter-based uniforms (:func:`dali_bridge.pipeline.sampling.draws`);
+* ``torchvision_kernel`` (``transforms.v2.functional`` on a CHW uint8 tensor, given the step's
+  static parameters) and ``torchvision_transforms``, the ``transforms.v2`` transform it must match
+  (parity tests and the hand-written bench baseline); ``discontinuous`` where its output jumps at
+  a threshold (posterize, solarize, equalize), which the parity tests read;
+* on a :class:`DaliOp` (:mod:`dali_bridge.ops.dali_op`): ``dali_columns`` (per-sample argument
+  columns by name, dtype and shape), ``dali_arguments`` (the batch's columns by name) and
+  ``dali_graph`` (its fragment, reading the columns by name). A per-sample op without it runs on
+  the DALI backends as its torchvision kernel right after the graph.
+
+What only some ops answer are optional facets with defaults (:mod:`dali_bridge.ops.facets`), read
+through ``facet(op, Facet)``: ``Sizing`` (its effect on the size, the resize it asks for, the centre
+it keeps, a crop window a decoder reads, a flip the finish takes), ``SpecRules`` (rules across
+parameters, ``lower`` — the plan steps it becomes, ``crop_mirror_normalize`` → centre crop, flip,
+finish — and a parameter-dependent draw count), ``Display`` (what ``dali-bridge show`` lists),
+``Batching`` (a batched torch kernel) and ``DaliBaseline`` (the plain DALI of the bench baseline).
 
 Parameter meanings and defaults follow torchvision's ``transforms.v2``; sizes are in pixels,
 mean/std in [0, 1] units (the DALI finish multiplies by 255).
@@ -49,9 +49,9 @@ of the ops before it.
 Adding an op
 ------------
 1. Write ``dali_bridge/ops/<name>.py``: a subclass of :class:`DaliOp` (or of :class:`Op` for an op
-   the DALI backends run in torch) with its class attributes (``draws``, ``transform``) and
-   methods, one instance built with the name, category, parameters and documentation, and
-   ``REGISTERED = (that instance,)``.
+   the DALI backends run in torch), with the facets it needs, its class attributes (``draws``,
+   ``transform``) and methods, one instance built with the name, category, parameters and
+   documentation, and ``REGISTERED = (that instance,)``.
 2. Add ``"<name>"`` to ``_MODULES`` in :mod:`dali_bridge.ops.registry`.
 3. Add its row to the op table of ``README.md``.
 4. Regenerate ``docs/pipeline-reference.md`` (``python -m dali_bridge.spec.reference --write
@@ -63,7 +63,7 @@ Adding an op
    every-op tests of ``tests/ops/test_ops.py`` check it without being told of it.
 
 ``vertical_flip`` (torchvision's ``RandomVerticalFlip``) and ``random_grayscale``
-(``RandomGrayscale``) are the worked examples; ``docs/adding-an-op.md`` walks through them.
+(``RandomGrayscale``) are the worked examples; ``docs/adding-an-op.md`` shows the first whole.
 Nothing in the loader, the executors or the spec validator changes. Another package registers
 its ops without steps 2 to 4: an entry point of the group ``dali_bridge.ops`` per op, named after it
 and pointing at its instance (:mod:`dali_bridge.ops.registry`).

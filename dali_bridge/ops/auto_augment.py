@@ -11,7 +11,7 @@ magnitudes are torchvision's own tables (``torch.linspace`` in float32, read onc
 cached), evaluated at the image size the step receives, so a concrete operation is exactly what
 torchvision's ``forward`` would apply.
 
-On DALI backends these ops run in torch right after the DALI graph (``torch_after_dali``), as
+On DALI backends these ops run in torch right after the DALI graph (they are not a ``DaliOp``), as
 torchvision's kernels: most of their operations have no DALI operator with torchvision's arithmetic
 — equalize, autocontrast, posterize and sharpness have none; brightness/color/contrast are uint8
 blends (contrast around the grey level's mean) truncated after each step; shear, translate and
@@ -31,7 +31,9 @@ from ..util.checks import type_name, bool_checker, choice_checker, int_checker, 
 from .base import Op, Param, Step
 # The tables and the kernels, importable from here as before the split (tests and the timm ops use them).
 from .policy_kernels import affine_operations, apply_operation, apply_operations  # noqa: F401
-from .policy_tables import ORIGINAL, WIDE, POLICIES, SPACES, PolicyOperation, pick, signed_operation
+from .facets import Batching, Display, SpecRules
+from .policy_tables import (IMAGENET_POLICY, ORIGINAL, WIDE, POLICIES, SPACES, PolicyOperation,
+    any_discontinuous, pick, signed_operation)
 from .timm_rand_augment import TIMM_RAND_AUGMENT
 
 
@@ -58,9 +60,8 @@ class PolicyDraw:
     fill: Any
 
 
-class Policy(Op):
+class Policy(Op, SpecRules, Batching, Display):
     """A policy op; subclasses draw the operations."""
-    torch_after_dali = True  # see the module docstring
 
     def draw_operations(self, params, u, height, width) -> tuple[PolicyOperation, ...]:
         raise NotImplementedError
@@ -69,14 +70,14 @@ class Policy(Op):
         fill = tuple(params["fill"]) if isinstance(params["fill"], list) else params["fill"]
         return (PolicyDraw(self.draw_operations(params, u, height, width), params["interpolation"], fill),)
 
-    def torchvision_kernel(self, image, concrete):
+    def torchvision_kernel(self, image, concrete, params):
         draw = concrete[0]
         fill = kernel_fill(draw.fill)
         for operation in draw.operations:
             image = apply_operation(image, operation, draw.interpolation, fill)
         return image
 
-    def batch_kernel(self, images, concrete):
+    def batch_kernel(self, images, concrete, params):
         from .batched import stacked
 
         batch = stacked(images)
@@ -97,6 +98,7 @@ class Policy(Op):
 class TrivialAugmentWide(Policy):
     draws = 3  # the operation, its magnitude bin, its sign
     transform = "TrivialAugmentWide"
+    discontinuous = any_discontinuous(WIDE)
 
     def draw_operations(self, params, u, height, width):
         names = tuple(WIDE)
@@ -116,6 +118,7 @@ class RandAugment(Policy):
     (:class:`~dali_bridge.ops.timm_rand_augment.TimmRandAugment`)."""
     draws = 2  # per operation: which one, its sign (the magnitude bin is the parameter)
     transform = "RandAugment"
+    discontinuous = any_discontinuous(ORIGINAL)
 
     def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
         return [Step(TIMM_RAND_AUGMENT if params["variant"] == "timm" else self, dict(params), op_index)]
@@ -151,6 +154,7 @@ class RandAugment(Policy):
 class AutoAugment(Policy):
     draws = 5  # the sub-policy, then per operation of it: whether it applies, its sign
     transform = "AutoAugment"
+    discontinuous = any_discontinuous(name for sub in IMAGENET_POLICY for name, _, _ in sub)
     key_hints = {"variant": "timm's AutoAugment policies (original, v0, 3a, ...) are the op timm_auto_augment"}
 
     def draw_operations(self, params, u, height, width):
@@ -207,12 +211,12 @@ class AugMixDraw:
     fill: Any
 
 
-class AugMix(Op):
+class AugMix(Op, SpecRules, Batching, Display):
     """torchvision's AugMix: ``mixture_width`` chains of 1-3 operations mixed with the original by
     Dirichlet weights, in float32, truncated to uint8."""
     draws = 4  # per chain operation (which, bin, sign) plus one per chain; see draw_count
     transform = "AugMix"
-    torch_after_dali = True  # see the module docstring
+    discontinuous = any_discontinuous(SPACES["augmix_partial"])  # all_ops adds only continuous ones
     key_hints = {"variant": "timm's AugMix (its augmix-m*-w*-d* policy) is the op timm_augmix"}
 
     @staticmethod
@@ -244,7 +248,7 @@ class AugMix(Op):
         return (AugMixDraw(float(beta[0]), tuple(float(w) for w in weights), tuple(chains), params["interpolation"],
                            fill),)
 
-    def torchvision_kernel(self, image, concrete):
+    def torchvision_kernel(self, image, concrete, params):
         import torch
 
         draw = concrete[0]
@@ -259,7 +263,7 @@ class AugMix(Op):
             mix.add_(augmented.to(torch.float32) * weight)
         return mix.to(image.dtype)  # truncation, as torchvision's
 
-    def batch_kernel(self, images, concrete):
+    def batch_kernel(self, images, concrete, params):
         import torch
 
         from .batched import per_sample, stacked

@@ -1,11 +1,12 @@
 """The op interface, the parameter checkers it re-exports and the plan's op instance.
 
 An :class:`Op` is one registry entry: a frozen dataclass holding what the spec validator reads
-(name, :class:`Category`, parameters, defaults, checks, backends) whose methods answer every other
-question about the op — its draws and how they become concrete per-sample parameters, its effect
-on the image size, what it asks of a backend's planner (:class:`ResizeRequest`, the centre it
-keeps), its torchvision kernel and ``transforms.v2`` counterpart, and the stage ``dali-bridge show``
-lists for it. Its DALI graph fragment is an optional facet (:mod:`dali_bridge.ops.dali_op`).
+(name, :class:`Category`, parameters, defaults, checks, backends) and the op's required core — its
+draws and how they become concrete per-sample parameters, its torchvision kernel and its
+``transforms.v2`` counterpart. Its DALI graph fragment is :class:`~dali_bridge.ops.dali_op.DaliOp`;
+what only some ops answer (their effect on the size and the :class:`ResizeRequest` they make, spec
+rules, the stages ``dali-bridge show`` lists, a batched kernel) are the facets of
+:mod:`dali_bridge.ops.facets`.
 A :class:`Step` is an op instance in a plan: the op itself and its resolved parameters.
 
 Pure Python at import time: torch, torchvision and DALI are imported inside the methods that
@@ -15,13 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
 # The checkers live in the leaf module below the op layer (the spec layer and the sources use them
 # too); the op modules import them from here.
-from ..util.checks import Checker, fixed_output_size, non_finite_problem
+from ..util.checks import Checker, non_finite_problem
 
 ALL_BACKENDS = ("dali", "dali-cpu", "torchvision")
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
@@ -132,15 +133,18 @@ class ResizeRequest:
 
 @dataclass(frozen=True)
 class Op:
-    """An op of the registry; subclasses hold one op's behaviour.
+    """An op of the registry, its required core; subclasses hold one op's behaviour.
 
-    ``category``: its :class:`Category` (given as the member or its string). An op that runs in the DALI
-    graph is a :class:`~dali_bridge.ops.dali_op.DaliOp` (the DALI hooks); any other per-sample op runs,
-    on the DALI backends, as its torchvision kernel right after the graph (the plan's torch tail).
-    ``primary`` is the parameter a scalar shorthand (``- resize: 256``) sets.
-    ``size_param``/``size_rule`` tell the validator how the op sets the output size: ``output`` (that
-    size), ``resize`` (an int is a shorter side) or ``crop``
-    (that size, which must fit what comes before); ``None`` when the size stays.
+    What every op declares: its name, :class:`Category` (given as the member or its string),
+    parameters, doc and backends (``primary``: the parameter a scalar shorthand, ``- resize: 256``,
+    sets); ``draws`` and :meth:`sample`, torchvision's ``make_params`` driven by the bridge's
+    uniforms; :meth:`torchvision_kernel`, the pixel work, given the step's static parameters; and
+    :meth:`torchvision_transforms`, the ``transforms.v2`` reference the parity tests compare with.
+    An op that runs in the DALI graph is a :class:`~dali_bridge.ops.dali_op.DaliOp` (its fragment);
+    any other per-sample op runs, on the DALI backends, as its torchvision kernel right after the
+    graph (the plan's torch tail). What only some ops answer (their effect on the size, spec rules,
+    the stages ``show`` lists, a batched kernel, a plain-DALI baseline) are optional facets
+    (:mod:`dali_bridge.ops.facets`), each with defaults.
     """
     name: str
     category: Category
@@ -148,23 +152,13 @@ class Op:
     doc: str
     backends: tuple[str, ...] = ALL_BACKENDS
     primary: str | None = None
-    size_param: str | None = None
-    size_rule: str | None = None
 
-    draws: ClassVar[int] = 0                  # uniforms drawn per sample (see sampling.draws)
-    transform: ClassVar[str] = ""             # the transforms.v2 transform it matches (from_torchvision maps it here)
-    folds_into_finish: ClassVar[bool] = False  # DALI: a last step given to crop_mirror_normalize
-    # As the first step, the names of its (anchor, shape) columns of a crop window the decoder reads as
-    # its region of interest (a random resized crop): DALI's decoder, and the torchvision backend's
-    # window decode (dali_bridge.pipeline.region_decode), which decodes only that window; None when it has none.
-    window_columns: ClassVar[tuple[str, str] | None] = None
-    # DALI: runs as its torchvision kernel in torch on the loader's device right after the DALI graph,
-    # which then ends before the first such step (the plan's torch tail; each op's docstring says why).
-    # True for every op but a DaliOp.
-    torch_after_dali: ClassVar[bool] = True
-    # A key this op lacks but a user coming from another library may try, and what to write instead
-    # (added to the unknown-key error).
-    key_hints: ClassVar[Mapping[str, str]] = {}
+    draws: ClassVar[int] = 0       # uniforms drawn per sample (see sampling.draws)
+    transform: ClassVar[str] = ""  # the transforms.v2 transform it matches (from_torchvision maps it here)
+    # Its output jumps where its input crosses a threshold (posterize, solarize, equalize): a level
+    # of difference before it (DALI's resize under parity: fast) can become many after it, so the
+    # parity tests bound how many pixels differ rather than by how much (tests/backends/test_parity.py).
+    discontinuous: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if isinstance(self.category, str) and self.category in Category._value2member_map_:
@@ -177,88 +171,15 @@ class Op:
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
 
-    # ---- spec
-    def extra_check(self, params: dict) -> list[tuple[str, str]]:
-        """Problems across parameters: (parameter, message)."""
-        return []
-
-    def unsupported_options(self, params: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
-        """Option combinations only some backends reproduce: ``(what, those backends)``."""
-        return []
-
-    # ---- plan
-    def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
-        """The plan steps of this op (sizes as (height, width) tuples)."""
-        return [Step(self, dict(params), op_index)]
-
-    def fixed_size(self, params: Mapping[str, Any]) -> tuple[int, int] | None:
-        """The (height, width) this op sets every image to, from the spec's parameters; None when it
-        leaves the size as it is or open (a shorter-side resize), read from ``size_param``."""
-        value = params.get(self.size_param) if self.size_param else None
-        if value is None or (self.size_rule == "resize" and isinstance(value, int)):
-            return None
-        return fixed_output_size(value)
-
-    def step_size(self, params: Mapping[str, Any]) -> tuple[int, ...] | None:
-        """The size a plan step of this op sets, from its lowered parameters: (height, width), or
-        ``(shorter side,)`` for a resize keeping the aspect ratio; None when it keeps the size."""
-        value = params.get(self.size_param) if self.size_param else None
-        return None if value is None else tuple(value)
-
-    def resize_request(self, params: Mapping[str, Any]) -> ResizeRequest | None:
-        """The resize this step runs (a backend's planner chooses how), or None for an op that
-        does not resample."""
-        return None
-
-    def output_dtype(self, params: Mapping[str, Any]) -> str | None:
-        """The dtype of the images this op outputs, from the spec's parameters, for an op that
-        converts it (the finish); None for an op that keeps the dtype."""
-        return None
-
-    def kept_centre(self, params: Mapping[str, Any]) -> tuple[int, int] | None:
-        """The (height, width) of the middle of its input a centre crop keeps (its border hidden);
-        None for every other op."""
-        return None
-
-    # ---- per sample: pure numpy
-    def draw_count(self, params: Mapping[str, Any]) -> int:
-        """Uniforms per sample for these parameters: ``draws``, unless a parameter sets the count."""
-        return self.draws
-
     def sample(self, params: Mapping[str, Any], u: np.ndarray | None, height: int, width: int) -> tuple:
         """Concrete parameters for one image of (height, width) pixels from its ``draws`` uniforms:
         a tuple of small dataclasses, the same length for every sample of a plan."""
         return ()
 
-    def output_size(self, concrete: tuple, height: int, width: int) -> tuple[int, int]:
-        """(height, width) after this step, given its concrete parameters and the input's size: the
-        input's, unless the op declares its own (crops and resizes do).
-
-        An op written when the size was read off any concrete item with a height and a width is
-        refused here rather than left to keep the input's size unnoticed."""
-        sized = next((item for item in concrete if hasattr(item, "height") and hasattr(item, "width")), None)
-        if sized is not None:
-            raise TypeError(f"op {self.name!r}: its concrete {type(sized).__name__} has a height and a width, but the "
-                            f"op does not declare its size: override output_size(concrete, height, width) to return "
-                            f"the (height, width) after the op")
-        return height, width
-
-    # ---- torchvision
-    def torchvision_kernel(self, image: Any, concrete: tuple) -> Any:
-        """Apply the concrete parameters to a CHW uint8 tensor (``transforms.v2.functional``)."""
+    def torchvision_kernel(self, image: Any, concrete: tuple, params: Mapping[str, Any]) -> Any:
+        """Apply one sample's concrete parameters to a CHW uint8 tensor (``transforms.v2.functional``);
+        ``params``: the step's static parameters, the same for every sample."""
         raise NotImplementedError(f"op {self.name!r} has no torchvision kernel")
-
-    def batch_kernel(self, images: Sequence[Any], concrete: Sequence[tuple]) -> Any:
-        """:meth:`torchvision_kernel` on a whole batch (CHW uint8 images: a list, or an N x C x H x W
-        tensor) in as few calls as the op can, with the same pixels; ``concrete``: each sample's.
-        None: the op has no batched kernel (or not for these images), and a DALI backend's torch tail
-        runs :meth:`torchvision_kernel` per sample (:mod:`dali_bridge.backends.dali.tail`)."""
-        return None
-
-    def kernel_on_host(self, params: Mapping[str, Any]) -> bool:
-        """Whether :meth:`torchvision_kernel` needs its image in host memory (a PIL kernel): a GPU
-        torch tail then brings the whole batch to the host once, not each sample there and back."""
-        return False
 
     def torchvision_transforms(self, params: Mapping[str, Any]) -> list:
         """The ``transforms.v2`` transforms a user writes for this step (parity tests, the bench baseline,
@@ -266,7 +187,3 @@ class Op:
         this op by its attributes of the parameters' names (``p`` for ``probability``) and checks that
         this method rebuilds it equal."""
         raise NotImplementedError(f"op {self.name!r} has no transforms.v2 counterpart")
-
-    def torchvision_stage(self, params: Mapping[str, Any]) -> str:
-        """What ``dali-bridge show`` lists for this step on the torchvision backend."""
-        raise NotImplementedError(f"op {self.name!r} has no torchvision stage")

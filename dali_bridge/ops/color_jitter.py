@@ -5,7 +5,7 @@ Each sample draws the order of the four adjustments (a uniform permutation, torc
 as torchvision's ``torch.empty(1).uniform_(low, high)`` is; an adjustment whose range is the
 identity is skipped, as in torchvision.
 
-On DALI backends the op runs in torch right after the DALI graph (``torch_after_dali``), as
+On DALI backends the op runs in torch right after the DALI graph (it is not a ``DaliOp``), as
 torchvision's own kernels: no DALI operator reproduces their arithmetic. ``fn.hsv`` and
 ``fn.color_twist`` approximate hue and saturation by one linear transform in RGB space (DALI's
 documentation says so) where torchvision converts to HSV, shifts the hue and converts back;
@@ -26,6 +26,7 @@ import numpy as np
 
 from ..util.checks import type_name, is_number
 from .base import Op, Param
+from .facets import Batching, DaliBaseline, Display
 
 # torchvision's order ids (ColorJitter.transform): 0 brightness, 1 contrast, 2 saturation, 3 hue.
 ADJUSTMENTS = ("brightness", "contrast", "saturation", "hue")
@@ -76,19 +77,18 @@ def _factor(bounds: list[float] | None, u: float) -> float | None:
     return float(np.float32(low + (high - low) * u))
 
 
-class ColorJitter(Op):
+class ColorJitter(Op, Batching, Display, DaliBaseline):
     # 8 uniforms per sample: 4 ranked into the order (argsort of iid uniforms: a uniform permutation,
     # as torch.randperm(4)), then one per factor, drawn whether or not the adjustment is set.
     draws = 8
     transform = "ColorJitter"
-    torch_after_dali = True  # see the module docstring: no DALI operator has torchvision's arithmetic
 
     def sample(self, params, u, height, width) -> tuple:
         order = tuple(int(i) for i in np.argsort(u[:4], kind="stable"))
         factors = {name: _factor(params[name], u[4 + n]) for n, name in enumerate(ADJUSTMENTS)}
         return (Jitter(order, **factors),)
 
-    def torchvision_kernel(self, image, concrete):
+    def torchvision_kernel(self, image, concrete, params):
         from torchvision.transforms.v2 import functional as F
 
         jitter = concrete[0]
@@ -99,7 +99,7 @@ class ColorJitter(Op):
                 image = kernels[adjustment](image, factor)
         return image
 
-    def batch_kernel(self, images, concrete):
+    def batch_kernel(self, images, concrete, params):
         from . import batched
 
         batch = batched.stacked(images)

@@ -1,18 +1,18 @@
-"""The DALI facet of an op: the hooks of an op that runs in the DALI graph.
+"""The DALI fragment of an op: the hooks of an op that runs in the DALI graph.
 
 An op that subclasses :class:`DaliOp` adds its fragment to the DALI graph: the per-sample argument
-columns it declares by name (:class:`Column`), how it builds them for a batch, its graph fragment
-reading them by name, the stages ``dali-bridge show`` lists for it, and its plain-DALI counterpart
-for the bench baseline. A per-sample op that is not a :class:`DaliOp` runs, on the DALI backends, as
-its torchvision kernel in torch right after the graph (the DALI plan's torch tail), and needs none of
-this. :class:`GraphContext` is what one walk of the graph's steps shares.
+columns it declares by name (:class:`Column`), how it builds them for a batch, and its graph
+fragment reading them by name (the stages ``dali-bridge show`` lists and the plain-DALI bench
+baseline are facets, :mod:`dali_bridge.ops.facets`). A per-sample op that is not a :class:`DaliOp`
+runs, on the DALI backends, as its torchvision kernel in torch right after the graph (the DALI
+plan's torch tail), and needs none of this. :class:`GraphContext` is what one walk of the graph's steps shares.
 
 Pure Python at import time, like :mod:`dali_bridge.ops.base`: DALI is imported inside the methods.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -69,9 +69,11 @@ class GraphContext:
 
 
 class DaliOp(Op):
-    """An op with a DALI graph fragment (``dali_graph`` and ``dali_stages`` are required; the other
-    hooks default to no columns and no plain-DALI counterpart)."""
-    torch_after_dali: ClassVar[bool] = False
+    """An op with a DALI graph fragment: the per-sample argument columns it declares by name, how it
+    builds them for a batch (``dali_arguments``; the default builds none) and the fragment reading
+    them (``dali_graph``, required). The stages ``show`` lists for it are its
+    :class:`~dali_bridge.ops.facets.Display` facet, its plain-DALI counterpart its
+    :class:`~dali_bridge.ops.facets.DaliBaseline` facet."""
 
     def dali_columns(self, step: Step, ctx: GraphContext) -> list[Column]:
         """The per-sample argument columns the fragment reads, declared by name."""
@@ -86,15 +88,3 @@ class DaliOp(Op):
     def dali_graph(self, step: Step, images: Any, columns: Mapping[str, Any], ctx: GraphContext) -> Any:
         """Add the step to the DALI graph; ``columns`` maps the declared names to DataNodes."""
         raise NotImplementedError(f"op {self.name!r} has no DALI graph fragment")
-
-    def dali_stages(self, step: Step, ctx: GraphContext) -> list[tuple[str, str]]:
-        """(stage, implementation) of each DALI operator the fragment adds, in graph order."""
-        raise NotImplementedError(f"op {self.name!r} has no DALI stages")
-
-    def dali_baseline_decode(self, step: Step, encoded: Any, decode_device: str, ctx: GraphContext) -> Any:
-        """As the first step of the plain-DALI bench baseline: a decoder doing this step too, or None."""
-        return None
-
-    def dali_baseline(self, step: Step, images: Any, ctx: GraphContext) -> Any:
-        """The plain DALI a user writes for this step (DALI's own random draws): the bench baseline."""
-        raise NotImplementedError(f"op {self.name!r} has no plain DALI counterpart")

@@ -15,6 +15,7 @@ from ..util.dtypes import dali_type, torch_dtype
 from ..util.checks import channels_checker, choice_checker, optional, probability_checker, size_checker
 from .base import DTYPES, LAYOUTS, Op, Param, Step
 from .dali_op import DaliOp
+from .facets import DaliBaseline, Display, Sizing, SpecRules, facet
 from .geometry import CENTER_CROP, HORIZONTAL_FLIP
 
 
@@ -47,7 +48,7 @@ def _check_finish(params: dict) -> list[tuple[str, str]]:
     return []
 
 
-class Normalize(DaliOp):
+class Normalize(DaliOp, Sizing, SpecRules, Display, DaliBaseline):
     transform = "ToDtype + Normalize"
 
     def extra_check(self, params: dict) -> list[tuple[str, str]]:
@@ -106,7 +107,9 @@ class Normalize(DaliOp):
         return fn.crop_mirror_normalize(images, **args)
 
 
-class CropMirrorNormalize(Op):
+class CropMirrorNormalize(Op, Sizing, SpecRules):
+    size_param, size_rule = "crop", "crop"
+
     @property
     def random(self) -> bool:
         return True  # its mirror lowers to a random flip
@@ -122,7 +125,7 @@ class CropMirrorNormalize(Op):
         if params["crop"] is not None:
             steps += CENTER_CROP.lower({"size": params["crop"]}, op_index)
         if params["mirror"] > 0:
-            steps += HORIZONTAL_FLIP.lower({"probability": params["mirror"]}, op_index)
+            steps += facet(HORIZONTAL_FLIP, SpecRules).lower({"probability": params["mirror"]}, op_index)
         return steps + NORMALIZE.lower(params, op_index)
 
 
@@ -144,6 +147,6 @@ CROP_MIRROR_NORMALIZE = CropMirrorNormalize(
         Param("mirror", 0.0, probability_checker, "chance of a horizontal flip, in [0, 1] (default 0)"),
         _MEAN, _STD, _DTYPE, _LAYOUT),
     "DALI-style fused op: optional centre crop, random mirror, then normalize. Comes after every op on uint8 images.",
-    size_param="crop", size_rule="crop")
+)
 
 REGISTERED = (NORMALIZE, CROP_MIRROR_NORMALIZE)

@@ -30,6 +30,7 @@ from ..errors import ImageError
 from ..util.checks import shown, type_name, is_int, is_number, range_checker
 from .base import REQUIRED, Param
 from .dali_op import Column, DaliOp
+from .facets import Batching, DaliBaseline, Display
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def sigma_checker(value: Any) -> tuple[Any, str | None]:
     return _sigma_range(value)
 
 
-class GaussianBlur(DaliOp):
+class GaussianBlur(DaliOp, Batching, Display, DaliBaseline):
     draws = 1  # one uniform per sample: sigma = low + (high - low) * u, as torchvision's uniform_(low, high)
     transform = "GaussianBlur"
 
@@ -87,13 +88,13 @@ class GaussianBlur(DaliOp):
         # torchvision draws sigma as a float32 tensor (torch.empty(1).uniform_) and passes its .item().
         return (Blur(float(np.float32(low + (high - low) * u[0])), kernel_x, kernel_y),)
 
-    def torchvision_kernel(self, image, concrete):
+    def torchvision_kernel(self, image, concrete, params):
         from torchvision.transforms.v2 import functional as F
 
         blur = concrete[0]
         return F.gaussian_blur(image, [blur.kernel_x, blur.kernel_y], [blur.sigma, blur.sigma])
 
-    def batch_kernel(self, images, concrete):
+    def batch_kernel(self, images, concrete, params):
         from torchvision.transforms.v2 import functional as F
 
         from .batched import by_group, stacked

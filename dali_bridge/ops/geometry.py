@@ -19,6 +19,7 @@ from ..util.checks import (bool_checker, choice_checker, fixed_output_size, opti
 from .base import INTERPOLATIONS, REQUIRED, Param, ResizeRequest, Step
 from .dali_op import Column, DaliOp, GraphContext
 from .exact_resize import METHODS
+from .facets import DaliBaseline, Display, Sizing, SpecRules, facet
 
 RRC_ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 windows, then falls back to the centre
 
@@ -154,7 +155,7 @@ def _resize_kernel(image: Any, resize: Resize) -> Any:
                     antialias=resize.antialias)
 
 
-class _Resampling(DaliOp):
+class _Resampling(DaliOp, Sizing, SpecRules, Display, DaliBaseline):
     """What the two resizing ops share: unsupported options, the exact-resize method's columns,
     arguments, graph and stages (its column names prefixed ``resize.``)."""
 
@@ -211,6 +212,7 @@ class _Resampling(DaliOp):
 class RandomResizedCrop(_Resampling):
     draws = 2 * RRC_ATTEMPTS + 2  # 2 per attempt (area, log aspect ratio), then top and left
     transform = "RandomResizedCrop"
+    size_param, size_rule = "size", "output"
     window_columns = ("crop.anchor", "crop.shape")  # as the first step, the decoder's region of interest
 
     def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
@@ -221,7 +223,7 @@ class RandomResizedCrop(_Resampling):
         out_h, out_w = params["size"]
         return Crop(top, left, crop_h, crop_w), Resize(out_h, out_w, params["interpolation"], params["antialias"])
 
-    def torchvision_kernel(self, image, concrete):
+    def torchvision_kernel(self, image, concrete, params):
         from torchvision.transforms.v2 import functional as F
 
         crop, resize = concrete
@@ -279,6 +281,7 @@ class RandomResizedCrop(_Resampling):
 
 class ResizeOp(_Resampling):
     transform = "Resize"
+    size_param, size_rule = "size", "resize"
 
     def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
         shorter = isinstance(params["size"], int)
@@ -292,7 +295,7 @@ class ResizeOp(_Resampling):
             height, width = params["size"]
         return (Resize(height, width, params["interpolation"], params["antialias"]),)
 
-    def torchvision_kernel(self, image, concrete):
+    def torchvision_kernel(self, image, concrete, params):
         return _resize_kernel(image, concrete[0])
 
     def torchvision_transforms(self, params):
@@ -330,8 +333,9 @@ class ResizeOp(_Resampling):
                          antialias=p["antialias"])
 
 
-class CenterCrop(DaliOp):
+class CenterCrop(DaliOp, Sizing, SpecRules, Display, DaliBaseline):
     transform = "CenterCrop"
+    size_param, size_rule = "size", "crop"
 
     def kept_centre(self, params: Mapping[str, Any]) -> tuple[int, int]:
         return params["size"]
@@ -345,7 +349,7 @@ class CenterCrop(DaliOp):
     def sample(self, params, u, height, width) -> tuple:
         return (center_crop_window(height, width, *params["size"]),)
 
-    def torchvision_kernel(self, image, concrete):
+    def torchvision_kernel(self, image, concrete, params):
         from torchvision.transforms.v2 import functional as F
 
         crop = concrete[0]
@@ -374,13 +378,13 @@ class CenterCrop(DaliOp):
     def dali_baseline(self, step, images, ctx):
         from nvidia.dali import fn
 
-        if all(later.op.folds_into_finish for later in ctx.plan.steps[ctx.position + 1:]):
+        if all(facet(later.op, Sizing).folds_into_finish for later in ctx.plan.steps[ctx.position + 1:]):
             ctx.crop = list(step.params["size"])  # crop_mirror_normalize crops (a user's fused op)
             return images
         return fn.crop(images, crop=list(step.params["size"]), out_of_bounds_policy="pad", device=ctx.device)
 
 
-class HorizontalFlip(DaliOp):
+class HorizontalFlip(DaliOp, Sizing, Display, DaliBaseline):
     draws = 1
     transform = "RandomHorizontalFlip"
     folds_into_finish = True
@@ -388,7 +392,7 @@ class HorizontalFlip(DaliOp):
     def sample(self, params, u, height, width) -> tuple:
         return (Flip(bool(u[0] < params["probability"])),)
 
-    def torchvision_kernel(self, image, concrete):
+    def torchvision_kernel(self, image, concrete, params):
         from torchvision.transforms.v2 import functional as F
 
         return F.horizontal_flip(image) if concrete[0].apply else image
@@ -438,7 +442,7 @@ RANDOM_RESIZED_CROP = RandomResizedCrop(
         _INTERP, _ANTIALIAS),
     "Crop a random window (area and aspect ratio drawn as torchvision's RandomResizedCrop: "
     "10 attempts, then a centred fallback) and resize it to `size`.",
-    primary="size", size_param="size", size_rule="output")
+    primary="size")
 
 RESIZE = ResizeOp(
     "resize", "geometry", (
@@ -448,13 +452,13 @@ RESIZE = ResizeOp(
         Param("max_size", None, optional(size_checker),
               "with an integer size: cap on the longer side in pixels (default none)"),
         _INTERP, _ANTIALIAS),
-    "Resize the image, like torchvision's Resize.", primary="size", size_param="size", size_rule="resize")
+    "Resize the image, like torchvision's Resize.", primary="size")
 
 CENTER_CROP = CenterCrop(
     "center_crop", "geometry", (
         Param("size", REQUIRED, size_checker, "output size in pixels: an integer (square) or [height, width]"),),
     "Crop the centre (torchvision's rounding); images smaller than the crop are padded with zeros.",
-    primary="size", size_param="size", size_rule="crop")
+    primary="size")
 
 HORIZONTAL_FLIP = HorizontalFlip(
     "horizontal_flip", "geometry", (

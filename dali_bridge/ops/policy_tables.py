@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Iterable
 
 # (start, end) of each linspace table, or a table kind, per operation: torchvision's _AUGMENTATION_SPACE.
 # "width"/"height": end = factor x the image's width/height ("width/": width / divisor); "posterize":
@@ -50,6 +51,16 @@ IMAGENET_POLICY = (
     (("Equalize", 0.8, None), ("Equalize", 0.6, None)),
 )
 POLICIES = {"imagenet": IMAGENET_POLICY}
+
+# The operations whose output jumps where a pixel crosses a threshold: posterize (a bit boundary),
+# solarize (the threshold), equalize (the histogram's cumulative steps), under torchvision's and timm's
+# names (PosterizeIncreasing, SolarizeAdd, ...). An op applying any of them is ``discontinuous``.
+DISCONTINUOUS_OPERATIONS = ("Posterize", "Solarize", "Equalize")
+
+
+def any_discontinuous(names: Iterable[str]) -> bool:
+    """Whether an op applying the operations ``names`` is discontinuous in its input (see above)."""
+    return any(name.startswith(DISCONTINUOUS_OPERATIONS) for name in names)
 
 
 @dataclass(frozen=True)

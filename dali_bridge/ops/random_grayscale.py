@@ -18,6 +18,7 @@ import numpy as np
 from ..util.checks import probability_checker
 from .base import Param
 from .dali_op import Column, DaliOp
+from .facets import Batching, DaliBaseline, Display
 
 # torchvision's weights, as float32 (the dtype PyTorch computes a uint8 image's grey in).
 _WEIGHTS = tuple(np.float32(w) for w in (0.2989, 0.587, 0.114))
@@ -29,19 +30,19 @@ class Grayscale:
     apply: bool
 
 
-class RandomGrayscale(DaliOp):
+class RandomGrayscale(DaliOp, Batching, Display, DaliBaseline):
     draws = 1  # one uniform per sample: grey when below the probability, as torchvision's torch.rand(1) < p
     transform = "RandomGrayscale"
 
     def sample(self, params, u, height, width) -> tuple:
         return (Grayscale(bool(u[0] < params["probability"])),)
 
-    def torchvision_kernel(self, image, concrete):
+    def torchvision_kernel(self, image, concrete, params):
         from torchvision.transforms.v2 import functional as F
 
         return F.rgb_to_grayscale(image, num_output_channels=3) if concrete[0].apply else image
 
-    def batch_kernel(self, images, concrete):
+    def batch_kernel(self, images, concrete, params):
         from torchvision.transforms.v2 import functional as F
 
         from .batched import by_group, stacked

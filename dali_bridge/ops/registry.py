@@ -18,6 +18,7 @@ from typing import Any, Iterable
 from .after_finish import AfterFinishOp, BatchOp
 from .base import ALL_BACKENDS, REQUIRED, Category, Op, Param
 from .dali_op import DaliOp
+from .facets import Batching, DaliBaseline, Display, Sizing, SpecRules, facet
 
 ENTRY_POINT_GROUP = "dali_bridge.ops"
 KINDS = tuple(Category)
@@ -74,31 +75,23 @@ def _param_problems(op: Op) -> list[str]:
             if problem:
                 problems.append(f"parameter '{param.name}': its default {param.default!r} fails its own check: "
                                 f"{problem}")
-    for attribute in ("primary", "size_param"):
-        value = getattr(op, attribute)
+    for attribute, value in (("primary", op.primary), ("size_param", facet(op, Sizing).size_param)):
         if value is not None and value not in names:
             problems.append(f"{attribute} '{value}' is not one of its parameters ({', '.join(map(str, names))})")
     return problems
 
 
-_DALI_HOOKS = ("dali_graph", "dali_stages")
-
-
 def _method_problems(op: Op) -> list[str]:
-    """The methods its category and backends need, each overridden (the base class's raise NotImplementedError)."""
+    """The methods its category needs, each overridden (the base class's raise NotImplementedError):
+    the required core; facets have defaults."""
     if op.category is Category.AFTER_FINISH:
         base, needed = AfterFinishOp, ["apply", "stage"] + (["sample"] if op.draws else [])
     elif op.category is Category.BATCH:
         base, needed = BatchOp, ["apply_batch", "stage"] + (["sample_batch"] if getattr(op, "batch_draws", 0) else [])
     elif op.category in (Category.GEOMETRY, Category.PIXEL):
-        base, needed = Op, ["torchvision_kernel", "torchvision_stage"] + (["sample"] if op.draws else [])
-        if set(op.backends) & {"dali", "dali-cpu"} and not op.torch_after_dali:
-            if not isinstance(op, DaliOp):  # an op written before the DALI hooks became a facet
-                return [f"does not implement {', '.join(_DALI_HOOKS)} (needed by a '{op.category}' op on "
-                        f"{', '.join(op.backends)} that sets torch_after_dali false): subclass "
-                        f"dali_bridge.ops.DaliOp and implement them there, or leave torch_after_dali at its "
-                        f"default to run the op in torch right after the DALI graph"]
-            base, needed = DaliOp, needed + list(_DALI_HOOKS)
+        base, needed = Op, ["torchvision_kernel"] + (["sample"] if op.draws else [])
+        if isinstance(op, DaliOp):
+            base, needed = DaliOp, needed + ["dali_graph"]
     else:
         return []
     if not isinstance(op, base):
@@ -106,6 +99,22 @@ def _method_problems(op: Op) -> list[str]:
     missing = [method for method in needed if not _overrides(op, method, base)]
     return [f"does not implement {', '.join(missing)} (needed by a '{op.category}' op on {', '.join(op.backends)})"] \
         if missing else []
+
+
+_FACETS = (Sizing, SpecRules, Display, Batching, DaliBaseline)
+
+
+def _facet_problems(op: Op) -> list[str]:
+    """A facet's member an op defines without subclassing the facet: consumers read the facet's
+    defaults through :func:`~dali_bridge.ops.facets.facet`, so the op's own would never be asked."""
+    problems = []
+    own = {name for cls in type(op).__mro__ if cls not in _FACETS for name in vars(cls)}
+    for facet_class in _FACETS:
+        stray = sorted(name for name in vars(facet_class) if not name.startswith("_") and name in own)
+        if stray and not isinstance(op, facet_class):
+            problems.append(f"defines {', '.join(stray)} of the {facet_class.__name__} facet without subclassing "
+                            f"it: add dali_bridge.ops.facets.{facet_class.__name__} to its bases")
+    return problems
 
 
 def op_problems(op: Any) -> list[str]:
@@ -123,12 +132,14 @@ def op_problems(op: Any) -> list[str]:
         problems.append(f"backends {op.backends!r}: expected some of {', '.join(ALL_BACKENDS)}")
     if not (isinstance(op.doc, str) and op.doc):
         problems.append("has no doc (one sentence for the pipeline reference)")
-    if op.size_rule not in SIZE_RULES or (op.size_rule is None) != (op.size_param is None):
-        problems.append(f"size_rule {op.size_rule!r} with size_param {op.size_param!r}: expected both None, or "
+    sizing = facet(op, Sizing)
+    if sizing.size_rule not in SIZE_RULES or (sizing.size_rule is None) != (sizing.size_param is None):
+        problems.append(f"size_rule {sizing.size_rule!r} with size_param {sizing.size_param!r}: expected both None, or "
                         f"a rule of {', '.join(map(str, SIZE_RULES[1:]))} and the parameter it reads")
     if not (isinstance(op.draws, int) and op.draws >= 0):
         problems.append(f"draws {op.draws!r}: expected a whole number of uniforms per sample (>= 0)")
-    return problems + _param_problems(op) + (_method_problems(op) if op.category in KINDS else [])
+    return (problems + _param_problems(op) + _facet_problems(op)
+            + (_method_problems(op) if op.category in KINDS else []))
 
 
 def _builtin_ops() -> dict[str, Op]:
@@ -194,4 +205,4 @@ def op_origin(name: str) -> OpOrigin | None:
 
 def unsupported_options(name: str, params: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
     """Option combinations of op ``name`` that only some backends reproduce: ``(what, those backends)``."""
-    return OPS[name].unsupported_options(params)
+    return facet(OPS[name], SpecRules).unsupported_options(params)

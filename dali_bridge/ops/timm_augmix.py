@@ -27,6 +27,8 @@ from .auto_augment import (MAX_CHAINS, chain_depth_checker, gamma_quantiles, mag
 from .policy_tables import pick
 from ..util.checks import bool_checker, int_checker
 from .base import Op, Param
+from .facets import Batching, Display, SpecRules
+from .policy_tables import any_discontinuous
 from .timm_auto_augment import TIMM_FILL_PARAM
 from .timm_rand_augment import TimmOperation, apply_operations, fill_colour, from_picture, timm_operation, to_picture
 
@@ -105,10 +107,10 @@ def mix(image: Any, draw: TimmMixDraw) -> Any:
     return from_picture(Image.blend(picture, Image.fromarray(total.astype(np.uint8)), draw.blend))
 
 
-class TimmAugMix(Op):
+class TimmAugMix(Op, SpecRules, Batching, Display):
     """timm's AugMix; see the module docstring."""
     draws = 2 + 1 + OPERATION_DRAWS * RANDOM_DEPTHS  # per chain; see draw_count
-    torch_after_dali = True  # its operations are PIL's, as timm_auto_augment's
+    discontinuous = any_discontinuous(OPERATIONS)
 
     def draw_count(self, params) -> int:
         # The Dirichlet's gammas (one per chain), the Beta's two, then per chain its depth and the
@@ -122,7 +124,7 @@ class TimmAugMix(Op):
     def kernel_on_host(self, params) -> bool:
         return True
 
-    def torchvision_kernel(self, image, concrete):
+    def torchvision_kernel(self, image, concrete, params):
         return mix(image, concrete[0])
 
     def torchvision_transforms(self, params):

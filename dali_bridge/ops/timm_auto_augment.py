@@ -13,7 +13,7 @@ of those calls: the sub-policy (the uniform scaled and floored), then per operat
 two) whether it applies, its noise, sign, filter and radius.
 
 It is timm's transform, not a transforms.v2 one: on the torchvision backend and after the DALI graph
-(``torch_after_dali``, as timm's RandAugment variant) the kernels are PIL's, on the host.
+(not a ``DaliOp``, as timm's RandAugment variant) the kernels are PIL's, on the host.
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from typing import Any
 from .auto_augment import fill_checker
 from ..util.checks import type_name, choice_checker, is_number
 from .base import Op, Param
+from .facets import Batching, Display
+from .policy_tables import any_discontinuous
 from .timm_rand_augment import TimmDraw, TimmOperation, apply_timm, fill_colour, timm_operation
 
 _Policy = tuple[tuple[tuple[str, float, int], ...], ...]
@@ -99,10 +101,10 @@ TIMM_FILL_PARAM = Param("fill", None, fill_checker,
                         "(timm's img_mean, round(255 * mean)) (default null: timm's [128, 128, 128])")
 
 
-class TimmAutoAugment(Op):
+class TimmAutoAugment(Op, Batching, Display):
     """timm's AutoAugment; see the module docstring."""
     draws = 1 + SLOT_DRAWS * MAX_SLOTS
-    torch_after_dali = True  # its operations are PIL's (the module docstring)
+    discontinuous = any_discontinuous(name for policy in POLICIES.values() for sub in policy for name, _, _ in sub)
 
     def sample(self, params, u, height, width) -> tuple:
         return (TimmDraw(draw_policy(params, u), fill_colour(params["fill"])),)
@@ -110,7 +112,7 @@ class TimmAutoAugment(Op):
     def kernel_on_host(self, params) -> bool:
         return True
 
-    def torchvision_kernel(self, image, concrete):
+    def torchvision_kernel(self, image, concrete, params):
         return apply_timm(image, concrete[0])
 
     def torchvision_transforms(self, params):

@@ -27,6 +27,8 @@ from statistics import NormalDist
 from typing import Any
 
 from .base import Op
+from .facets import Batching, Display, SpecRules
+from .policy_tables import any_discontinuous
 
 LAYER_DRAWS = 5  # uniforms per layer: the operation, whether it applies, the noise, the sign, the filter
 
@@ -204,11 +206,12 @@ def pil_operation(picture: Any, operation: TimmOperation, fill: tuple[int, int, 
     return enhancer[name.removesuffix("Increasing")](picture).enhance(argument)
 
 
-class TimmRandAugment(Op):
+class TimmRandAugment(Op, SpecRules, Batching, Display):
     """The plan step of ``rand_augment`` with ``variant: timm`` (``RandAugment.lower``): the pipeline
     file keeps one op name and its parameters, the plan holds timm's algorithm. Not registered:
     the registry's ``rand_augment`` validates and documents the parameters."""
     draws = LAYER_DRAWS  # per layer; see draw_count
+    discontinuous = any_discontinuous(name for names in OPERATIONS.values() for name in names)
 
     def draw_count(self, params) -> int:
         return LAYER_DRAWS * params["num_ops"]
@@ -219,7 +222,7 @@ class TimmRandAugment(Op):
     def kernel_on_host(self, params) -> bool:
         return True  # timm's operations are PIL's
 
-    def torchvision_kernel(self, image, concrete):
+    def torchvision_kernel(self, image, concrete, params):
         return apply_timm(image, concrete[0])
 
     def torchvision_transforms(self, params):

@@ -8,6 +8,7 @@ import numpy as np
 from ..util.checks import probability_checker
 from .base import Param
 from .dali_op import Column, DaliOp
+from .facets import DaliBaseline, Display
 
 
 @dataclass(frozen=True)
@@ -16,14 +17,14 @@ class VerticalFlip:
     apply: bool
 
 
-class RandomVerticalFlip(DaliOp):
+class RandomVerticalFlip(DaliOp, Display, DaliBaseline):
     draws = 1  # one uniform per sample: flipped when below the probability, as torchvision's torch.rand(1) < p
     transform = "RandomVerticalFlip"
 
     def sample(self, params, u, height, width) -> tuple:
         return (VerticalFlip(bool(u[0] < params["probability"])),)
 
-    def torchvision_kernel(self, image, concrete):
+    def torchvision_kernel(self, image, concrete, params):
         from torchvision.transforms.v2 import functional as F
 
         return F.vertical_flip(image) if concrete[0].apply else image

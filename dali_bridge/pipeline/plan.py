@@ -16,6 +16,7 @@ from typing import Any, Protocol, Sequence
 from ..ops.registry import OPS, unsupported_options
 from ..ops.base import Category, Step
 from ..ops.finish import IMPLICIT_FINISH, Finish, Normalize
+from ..ops.facets import Sizing, SpecRules, facet
 
 __all__ = ["LoweredSpec", "Placed", "Plan", "build_plan", "unsupported_ops"]
 
@@ -82,10 +83,10 @@ def build_plan(spec: LoweredSpec) -> Plan:
     size: tuple[int, int] | None = None
     for index, op in enumerate(spec.ops):
         definition = OPS[op.name]
-        ops += definition.lower(dict(op.params), index)
-        size = definition.fixed_size(op.params) or size  # a shorter-side resize leaves the size open
+        ops += facet(definition, SpecRules).lower(dict(op.params), index)
+        size = facet(definition, Sizing).fixed_size(op.params) or size  # a shorter-side resize leaves the size open
     if not any(step.op.category is Category.FINISH for step in ops):
-        ops += OPS["normalize"].lower(dict(IMPLICIT_FINISH), len(spec.ops))
+        ops += facet(OPS["normalize"], SpecRules).lower(dict(IMPLICIT_FINISH), len(spec.ops))
     if size is None:
         raise ValueError("plan has no fixed output size (the spec validator should have caught this)")
     return Plan(tuple(ops), size, spec.decode_device, spec.parity)
@@ -103,7 +104,8 @@ def unsupported_ops(spec: LoweredSpec, backend: str) -> list[tuple[int, str, tup
     """(op position, op name, backends that support it) for every op ``backend`` cannot run.
 
     An op whose options only some backends reproduce is named with them (``resize with
-    interpolation bicubic with antialias false (...)``, see :meth:`~dali_bridge.ops.Op.unsupported_options`).
+    interpolation bicubic with antialias false (...)``, see
+    :meth:`~dali_bridge.ops.facets.SpecRules.unsupported_options`).
     """
     found = [(i, op.name, OPS[op.name].backends) for i, op in enumerate(spec.ops)
              if backend not in OPS[op.name].backends]

@@ -25,6 +25,7 @@ from ..data.sources.formats import ImageInfo, inspect_image
 from ..data.sources.images import decode_checked
 from ..ops.geometry import Crop
 from .plan import Plan
+from ..ops.facets import Sizing, facet
 
 if TYPE_CHECKING:
     import torch
@@ -65,7 +66,7 @@ def region_decoder() -> str:
 
 def describe_decode(plan: Plan) -> str:
     """What decodes each sample of ``plan`` on the torchvision backend (``dali-bridge show``)."""
-    if plan.steps and plan.steps[0].op.window_columns:
+    if plan.steps and facet(plan.steps[0].op, Sizing).window_columns:
         return region_decoder()
     return "torchvision.io full decode (the first step needs the whole image)"
 
@@ -148,7 +149,7 @@ def decoded_window(plan: Plan, per_step: list) -> Crop | None:
     """The window the plan's first step keeps of the image (``per_step``: the sample's
     :func:`~dali_bridge.pipeline.sampling.sample_steps`) when it may be decoded alone, else None: the step's
     op crops a window first (it declares ``window_columns``) and the window lies inside the image."""
-    if not plan.steps or not plan.steps[0].op.window_columns:
+    if not plan.steps or not facet(plan.steps[0].op, Sizing).window_columns:
         return None
     concrete, (height, width) = per_step[0]
     crop = concrete[0] if concrete else None

@@ -20,6 +20,7 @@ import numpy as np
 from ..ops.base import Step
 from .plan import Plan
 from ..data.shards.order import ShardWindows, shard_window_order
+from ..ops.facets import Sizing, SpecRules, facet
 
 
 # --------------------------------------------------------------------------------------------
@@ -178,7 +179,7 @@ def uniforms(seed: int, epoch: int, indices: np.ndarray, stream: int, count: int
 
 def draw_count(step: Step) -> int:
     """How many uniforms a step consumes per sample (its op's ``draw_count``, ``draws`` by default)."""
-    return step.op.draw_count(step.params)
+    return facet(step.op, SpecRules).draw_count(step.params)
 
 
 def draws(plan: Plan, seed: int, epoch: int, indices: np.ndarray,
@@ -211,7 +212,7 @@ def sample_steps(plan: Plan, height: int, width: int,
         op = step.op
         concrete = op.sample(step.params, sample_draws.get(pos), height, width)
         found.append((concrete, (height, width)))
-        height, width = op.output_size(concrete, height, width)
+        height, width = facet(op, Sizing).output_size(concrete, height, width)
     return found
 
 

@@ -17,6 +17,7 @@ from ..util.quoting import quoted
 from .keys import KEYS
 from .model import OpSpec
 from .problems import ProblemCollector
+from ..ops.facets import Sizing, SpecRules, facet
 
 
 def op_entry(entry: Any) -> tuple[Any, Any] | None:
@@ -86,7 +87,7 @@ def _check_op(entry: Any, item_path: tuple, chk: ProblemCollector) -> OpSpec | N
         chk.add(op_path, f"expected the parameters of {quoted(str(name))} as a mapping, "
                          f"found {type_name(params)} {quoted(params)}")
         return None
-    chk.unknown_keys(params, [p.name for p in op.params], op_path, f"op '{name}'", hints=op.key_hints)
+    chk.unknown_keys(params, [p.name for p in op.params], op_path, f"op '{name}'", hints=facet(op, SpecRules).key_hints)
     resolved: dict[str, Any] = {}
     for param in op.params:
         if param.name not in params:
@@ -99,8 +100,8 @@ def _check_op(entry: Any, item_path: tuple, chk: ProblemCollector) -> OpSpec | N
         if message:
             chk.add(op_path + (param.name,), message)
         resolved[param.name] = value
-    if op.extra_check and all(p.name in resolved for p in op.params):
-        for key, message in op.extra_check(resolved):
+    if all(p.name in resolved for p in op.params):
+        for key, message in facet(op, SpecRules).extra_check(resolved):
             chk.add(op_path + (key,), message)
     return OpSpec(name, resolved)
 
@@ -134,7 +135,7 @@ def _check_op_order(ops: list[OpSpec], chk: ProblemCollector, indices: list[int]
                                          f"(batch-level ops come last)")
         if stages[n] >= 2:
             finish = next((ops[m] for m in finishing if m < n), None)
-            if finish is None or OPS[finish.name].output_dtype(finish.params) == "uint8":
+            if finish is None or facet(OPS[finish.name], Sizing).output_dtype(finish.params) == "uint8":
                 chk.add(("ops", indices[n]), f"'{op.name}' runs on the normalised float images: put a normalize "
                                              f"(dtype float32 or float16) before it")
 
@@ -145,7 +146,8 @@ def _check_op_sequence(ops: list[OpSpec], chk: ProblemCollector, indices: list[i
     state: Any = None  # None (input size), ("short", s) or (h, w); "unknown" after an invalid size
     for n, op in enumerate(ops):
         op_path = ("ops", indices[n], op.name)
-        key, rule = OPS[op.name].size_param, OPS[op.name].size_rule  # how the op sets the size
+        sizing = facet(OPS[op.name], Sizing)
+        key, rule = sizing.size_param, sizing.size_rule  # how the op sets the size
         if key is None or (OPS[op.name].param(key).default is None and op.params.get(key) is None):
             continue  # an optional size left out: the size stays
         if key not in op.params or size_checker(op.params[key])[1]:

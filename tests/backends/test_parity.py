@@ -4,14 +4,18 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dali_bridge.ops.registry import OPS
+
 from dali_bridge import build_loader
-from dali_bridge.spec.pipeline import load_spec
+from dali_bridge.spec.pipeline import coerce_spec, load_spec
 from dali_bridge.backends.dali.plan import resize_methods
 from dali_bridge.loader.placement import placement
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.problems import SpecError
 
 from tests.helpers.backends import backend_params
+from tests.helpers.equivalence import parity_after_resize_problems
+from tests.helpers.op_fixtures import RANDOM_POSTERIZE, registered
 from tests.helpers.paths import TRAIN
 
 UINT8 = {"ops.2.normalize.dtype": "uint8", "ops.2.normalize.mean": [0, 0, 0], "ops.2.normalize.std": [1, 1, 1]}
@@ -57,3 +61,47 @@ def test_fast_parity_differs_from_torchvision_only_in_the_outermost_rows_and_col
     assert interior.max() <= 1 and interior.float().mean() <= 0.25
     assert delta.float().mean() <= 0.25
     assert delta.max() > 1, "the sample set should show DALI's border handling (else this test proves nothing)"
+
+
+def discontinuous_ops() -> list[str]:
+    """The ops the after-resize parity test holds to the discontinuous bound: every op flagged."""
+    return sorted(name for name, op in OPS.items() if op.discontinuous)
+
+
+def test_the_after_resize_parity_test_reads_the_discontinuous_flag(monkeypatch):
+    assert {"trivial_augment_wide", "rand_augment", "auto_augment", "augmix", "timm_auto_augment",
+            "timm_augmix"} <= set(discontinuous_ops())
+    assert "vertical_flip" not in discontinuous_ops() and "color_jitter" not in discontinuous_ops()
+    flip = OPS["vertical_flip"]
+    jumps = torch.zeros(2, 3, 10, 10, dtype=torch.int32)
+    jumps[0, 0, 4, :3] = 40  # 0.5% of the values jump, as a posterize bit flips
+    assert parity_after_resize_problems(flip, jumps), "a continuous op is held to a level"
+    monkeypatch.setattr(type(flip), "discontinuous", True)
+    assert "vertical_flip" in discontinuous_ops()
+    assert parity_after_resize_problems(flip, jumps) == []
+    jumps[:, :, :5] = 40  # half the values jump: wrong whatever the flag
+    assert parity_after_resize_problems(flip, jumps)
+
+
+AFTER_RESIZE = [{"random_posterize": {"bits": 3, "probability": 1.0}}, "trivial_augment_wide", "rand_augment",
+                "auto_augment", "augmix", "timm_auto_augment", "timm_augmix", "vertical_flip"]
+
+
+@pytest.mark.parametrize("backend", backend_params(["dali-cpu"]))
+@pytest.mark.parametrize("op", AFTER_RESIZE, ids=lambda op: op if isinstance(op, str) else next(iter(op)))
+@pytest.mark.slow
+def test_after_a_dali_resize_each_op_is_within_the_bound_its_discontinuous_flag_chooses(backend, op, sample_root):
+    """Under parity: fast the resize runs in DALI (a level off torchvision's here and there); the op
+    then runs in the graph (random_posterize, a DaliOp) or in the torch tail (the policies)."""
+    name = op if isinstance(op, str) else next(iter(op))
+    spec = {"version": 1, "source": {"type": "folder", "root": str(sample_root)}, "batch_size": 8, "seed": 3,
+            "parity": "fast", "ops": [{"resize": [45, 51]}, op, {"normalize": {"dtype": "uint8"}}],
+            "outputs": ["image", "label"], "loader": {"workers": 1, "shuffle": False}}
+    with registered(RANDOM_POSTERIZE):
+        assert resize_methods(build_plan(coerce_spec(spec))) == {0: "antialias"}  # DALI's own resize
+        ours = [batch for batch, _ in build_loader(spec, backend)]
+        theirs = [batch for batch, _ in build_loader(spec, "torchvision")]
+        delta = torch.cat([(a.int() - b.int()).abs() for a, b in zip(ours, theirs)])
+        assert parity_after_resize_problems(OPS[name], delta) == []
+        # The flag is honest: a flagged op's jumps exceed the continuous bound (else it need not be flagged).
+        assert (delta[:, :, 1:-1, 1:-1].max() > 1) == OPS[name].discontinuous

@@ -2,9 +2,9 @@
 tests in ``test_ops.py`` check an op nobody listed there.
 
 ``random_posterize`` (torchvision's RandomPosterize) runs in the DALI graph (a :class:`DaliOp`
-with one argument column); ``random_invert`` (RandomInvert) has no DALI facet, so the DALI
-backends run it in torch after the graph. ``FIXTURE_OPS`` is all of them; :func:`registered`
-adds them to the registry for one test.
+with one argument column; posterize is discontinuous, so it says so); ``random_invert``
+(RandomInvert) has no DALI fragment, so the DALI backends run it in torch after the graph.
+``FIXTURE_OPS`` is all of them; :func:`registered` adds them to the registry for one test.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import numpy as np
 from dali_bridge.util.checks import int_checker, probability_checker
 from dali_bridge.ops.base import Op, Param
 from dali_bridge.ops.dali_op import Column, DaliOp
+from dali_bridge.ops.facets import Display
 from dali_bridge.ops.registry import OPS
 from dali_bridge.ops.registry import op_problems
 
@@ -26,14 +27,15 @@ class Posterize:
     bits: int  # 8 keeps the image as it is
 
 
-class RandomPosterize(DaliOp):
+class RandomPosterize(DaliOp, Display):
     draws = 1
     transform = "RandomPosterize"
+    discontinuous = True  # a level's difference before it moves a pixel across a bit boundary
 
     def sample(self, params, u, height, width) -> tuple:
         return (Posterize(params["bits"] if u[0] < params["probability"] else 8),)
 
-    def torchvision_kernel(self, image, concrete):
+    def torchvision_kernel(self, image, concrete, params):
         from torchvision.transforms.v2 import functional as F
 
         return F.posterize(image, concrete[0].bits)
@@ -53,9 +55,9 @@ class RandomPosterize(DaliOp):
         return {"mask": np.array([(0xFF << (8 - c[0].bits)) & 0xFF for c in concrete], dtype=np.uint8)}
 
     def dali_graph(self, step, images, columns, ctx):
-        from nvidia.dali import fn
+        from nvidia.dali import fn, types
 
-        return fn.cast(images & columns["mask"], dtype=images.dtype, device=ctx.device)
+        return fn.cast(images & columns["mask"], dtype=types.UINT8, device=ctx.device)
 
     def dali_stages(self, step, ctx):
         return [(step.name, "bitwise and with the mask")]
@@ -66,14 +68,14 @@ class Invert:
     apply: bool
 
 
-class RandomInvert(Op):
+class RandomInvert(Op, Display):
     draws = 1
     transform = "RandomInvert"
 
     def sample(self, params, u, height, width) -> tuple:
         return (Invert(bool(u[0] < params["probability"])),)
 
-    def torchvision_kernel(self, image, concrete):
+    def torchvision_kernel(self, image, concrete, params):
         from torchvision.transforms.v2 import functional as F
 
         return F.invert(image) if concrete[0].apply else image

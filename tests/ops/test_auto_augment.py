@@ -286,7 +286,7 @@ def test_augmix_kernel_equals_torchvision_augmix_given_the_same_draws(params):
             weights = (dirichlet.numpy().astype(np.float32) * np.float32(m[1].item())).tolist()
             fill = tuple(step.params["fill"]) if step.params["fill"] is not None else None
             draw = AugMixDraw(float(m[0]), tuple(weights), chains, step.params["interpolation"], fill)
-            assert torch.equal(step.op.torchvision_kernel(image, (draw,)), output)
+            assert torch.equal(step.op.torchvision_kernel(image, (draw,), step.params), output)
 
 
 @pytest.mark.slow

@@ -83,7 +83,8 @@ def test_kernel_equals_torchvision_color_jitter_transform_given_the_same_paramet
         (jitter,) = step.op.sample(step.params, u, 37, 29)
         params = dict(fn_idx=torch.tensor(jitter.order), brightness_factor=jitter.brightness,
                       contrast_factor=jitter.contrast, saturation_factor=jitter.saturation, hue_factor=jitter.hue)
-        assert torch.equal(step.op.torchvision_kernel(image, (jitter,)), transform.transform(image, params))
+        ours = step.op.torchvision_kernel(image, (jitter,), step.params)
+        assert torch.equal(ours, transform.transform(image, params))
 
 
 # ---------------------------------------------------------------------------------------------

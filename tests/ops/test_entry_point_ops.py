@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from dali_bridge.util.checks import probability_checker
 from dali_bridge.ops.base import Op, Param
+from dali_bridge.ops.facets import Display
 
 
 @dataclass(frozen=True)
@@ -32,15 +33,14 @@ class Invert:
     apply: bool
 
 
-class RandomInvert(Op):
+class RandomInvert(Op, Display):  # no DALI fragment: torch runs it right after the DALI graph
     draws = 1
     transform = "RandomInvert"
-    torch_after_dali = True  # no DALI fragment: torch runs it right after the DALI graph
 
     def sample(self, params, u, height, width):
         return (Invert(bool(u[0] < params["probability"])),)
 
-    def torchvision_kernel(self, image, concrete):
+    def torchvision_kernel(self, image, concrete, params):
         from torchvision.transforms.v2 import functional as F
 
         return F.invert(image) if concrete[0].apply else image
@@ -136,12 +136,14 @@ def test_two_packages_registering_one_name_are_both_named(monkeypatch, tmp_path)
 
 def test_an_op_missing_what_its_backends_need_is_refused(monkeypatch, tmp_path):
     source = INVERT_MODULE + textwrap.dedent('''
-        class Half(RandomInvert):
-            torch_after_dali = False  # then the DALI backends need its fragment
+        from dali_bridge.ops.dali_op import DaliOp
+
+        class Half(DaliOp, RandomInvert):  # a DALI op: the DALI backends need its fragment
+            pass
         HALF = Half("half", "pixel", RANDOM_INVERT.params, "Inverts.")
     ''')
     site = install(tmp_path / "site", "invert-ops", ["half = invert_ops:HALF"], source=source)
-    with pytest.raises(OpRegistrationError, match="does not implement dali_graph, dali_stages"):
+    with pytest.raises(OpRegistrationError, match="does not implement dali_graph "):
         registered(monkeypatch, site)
 
 

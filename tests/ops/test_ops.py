@@ -21,9 +21,10 @@ from tests.helpers.op_fixtures import FIXTURE_OPS, RandomPosterize, registered
 
 from dali_bridge.ops.base import REQUIRED, Category, Op, Param, Step
 from dali_bridge.ops.registry import OPS
-from dali_bridge.pipeline.sampling import draws, sample_steps
+from dali_bridge.pipeline.sampling import draw_count, draws, sample_steps
 from dali_bridge.spec.pipeline import spec_from_dict
 from dali_bridge.spec.problems import SpecError
+from dali_bridge.ops.facets import Sizing, facet
 
 EVERY_OP_NAMES = sorted(OPS) + [op.name for op in FIXTURE_OPS]
 every_op = pytest.mark.parametrize("name", EVERY_OP_NAMES)
@@ -120,7 +121,7 @@ def test_every_op_lowers_to_steps_drawing_the_uniforms_their_ops_declare(name):
     assert OPS[name].category is Category.COMPOUND or [step.op for step in own] == [OPS[name]]
     got = draws(plan, 0, 0, np.arange(3))
     assert {pos: u.shape for pos, u in got.items()} == {
-        n: (3, step.op.draw_count(step.params)) for n, step in enumerate(plan.ops) if step.op.draw_count(step.params)}
+        n: (3, draw_count(step)) for n, step in enumerate(plan.ops) if draw_count(step)}
 
 
 @every_op
@@ -145,8 +146,8 @@ def test_every_op_samples_one_shape_and_size_for_every_image_size(name):
     for sample, (height, width) in zip(steps, itertools.cycle(SIZES)):
         for step, (concrete, size) in zip(plan.steps, sample):
             assert size == (height, width)
-            height, width = step.op.output_size(concrete, height, width)
-            fixed = step.op.step_size(step.params)
+            height, width = facet(step.op, Sizing).output_size(concrete, height, width)
+            fixed = facet(step.op, Sizing).step_size(step.params)
             assert fixed is None or len(fixed) == 1 or (height, width) == fixed, (step.name, fixed)
         assert (height, width) == plan.output_size
 
@@ -266,7 +267,7 @@ def test_an_op_whose_concrete_carries_a_size_it_does_not_declare_is_refused_sayi
     op = Cropping("cropping", "geometry", (), "Crops.")
     with pytest.raises(TypeError, match=r"op 'cropping': its concrete Crop has a height and a width, .* override "
                                         r"output_size\(concrete, height, width\)"):
-        op.output_size(op.sample({}, None, 8, 8), 8, 8)
+        facet(op, Sizing).output_size(op.sample({}, None, 8, 8), 8, 8)
 
 
 

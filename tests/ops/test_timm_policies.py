@@ -18,6 +18,7 @@ from dali_bridge.ops.timm_augmix import TimmMixDraw, mix
 from dali_bridge.ops.timm_auto_augment import POLICIES
 from dali_bridge.ops.timm_rand_augment import TimmOperation, level_argument, pil_operation, timm_operation, to_picture
 from dali_bridge.spec.problems import SpecError
+from dali_bridge.pipeline.sampling import draw_count
 
 DRAWS = 10_000
 FILL = (124, 116, 104)
@@ -155,7 +156,7 @@ def test_auto_augment_draws_follow_timms_chi_square_and_kolmogorov_smirnov(monke
         theirs.append(tuple(applied))
     policy, _, std = config.partition("-mstd")
     step, rows = _our_rows({"timm_auto_augment": {"policy": policy, "magnitude_std": float(std or 0)}})
-    assert step.op.draw_count(step.params) == 11
+    assert draw_count(step) == 11
     ours = [step.op.sample(step.params, row, 8, 8)[0].operations for row in rows]
     _compare(ours, theirs, continuous, discrete)
 
@@ -188,7 +189,7 @@ def test_augmix_draws_follow_timms_chi_square_and_kolmogorov_smirnov(monkeypatch
         transform(picture)
         theirs.append(tuple(applied))
     step, rows = _our_rows({"timm_augmix": params})
-    assert step.op.draw_count(step.params) == step.params["mixture_width"] * (2 + 4 * 3 if params.get(
+    assert draw_count(step) == step.params["mixture_width"] * (2 + 4 * 3 if params.get(
         "chain_depth", -1) < 0 else 2 + 4 * params["chain_depth"]) + 2
     drawn = [step.op.sample(step.params, row, 8, 8)[0] for row in rows[:DRAWS // 4]]
     ours = [tuple(op for chain in draw.chains for op in chain) for draw in drawn]

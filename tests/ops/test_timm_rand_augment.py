@@ -15,6 +15,7 @@ from tests.helpers.color_images import write_mixed_images
 
 from dali_bridge.ops.timm_rand_augment import OPERATIONS, TimmDraw, TimmOperation, apply_timm, level_argument
 from dali_bridge.spec.problems import SpecError
+from dali_bridge.pipeline.sampling import draw_count
 
 DRAWS = 10_000
 TIMM_M9_MSTD05_INC1 = {"variant": "timm", "magnitude": 9, "magnitude_std": 0.5, "increasing": True}
@@ -31,7 +32,7 @@ def test_timm_options_need_the_timm_variant():
         plan_of([{"center_crop": 8}, {"rand_augment": {"magnitude_std": 0.5}}])
     assert "rand_augment.magnitude_std" in str(error.value) and "variant: timm" in str(error.value)
     step = plan_of([{"center_crop": 8}, {"rand_augment": dict(TIMM_M9_MSTD05_INC1, num_ops=3)}]).steps[1]
-    assert step.op.draw_count(step.params) == 15
+    assert draw_count(step) == 15
 
 
 @pytest.mark.slow

@@ -26,6 +26,8 @@ from dali_bridge.recipes.to_torchvision import batch_transform
 from dali_bridge.errors import RecipeError
 from dali_bridge.recipes.to_torchvision import to_torchvision
 from dali_bridge.recipes.from_torchvision import RecipeWarning
+from dali_bridge.ops.facets import SpecRules, facet
+from dali_bridge.pipeline.sampling import draw_count
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -224,8 +226,8 @@ def _image(seed: int = 0, height: int = 40, width: int = 52):
 def _concrete(op_name: str, transform, height: int = 40, width: int = 52, seed: int = 0):
     before = [v2.CenterCrop(8)] + ([v2.ToDtype(torch.float32, scale=True)] if op_name == "random_erasing" else [])
     spec = from_torchvision(v2.Compose(before + [transform]), source=".")
-    step = OPS[op_name].lower(dict(next(op for op in spec.ops if op.name == op_name).params), 0)[0]
-    u = np.random.default_rng(seed).random(step.op.draw_count(step.params))
+    step = facet(OPS[op_name], SpecRules).lower(dict(next(op for op in spec.ops if op.name == op_name).params), 0)[0]
+    u = np.random.default_rng(seed).random(draw_count(step))
     return step, step.op.sample(step.params, u, height, width)
 
 
@@ -235,7 +237,7 @@ def test_random_resized_crop_is_the_users_transform_at_the_bridges_window(seed):
     step, (crop, _) = _concrete("random_resized_crop", transform, seed=seed)
     image = _image(seed)
     theirs = transform.transform(image, dict(top=crop.top, left=crop.left, height=crop.height, width=crop.width))
-    assert torch.equal(step.op.torchvision_kernel(image, (crop, _)), theirs)
+    assert torch.equal(step.op.torchvision_kernel(image, (crop, _), step.params), theirs)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -246,7 +248,7 @@ def test_color_jitter_is_the_users_transform_at_the_bridges_factors(seed):
     theirs = transform.transform(image, dict(fn_idx=list(jitter.order), brightness_factor=jitter.brightness,
                                              contrast_factor=jitter.contrast, saturation_factor=jitter.saturation,
                                              hue_factor=jitter.hue))
-    assert torch.equal(step.op.torchvision_kernel(image, (jitter,)), theirs)
+    assert torch.equal(step.op.torchvision_kernel(image, (jitter,), step.params), theirs)
 
 
 def test_random_erasing_is_the_users_transform_at_the_bridges_box():
@@ -279,7 +281,7 @@ def test_a_policy_is_the_users_transform_at_the_bridges_operations(transform):
                                                                interpolation=transform.interpolation,
                                                                fill=transform._fill)
             moved += operation.name in ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY")
-        assert torch.equal(step.op.torchvision_kernel(image, (draw,)), theirs)
+        assert torch.equal(step.op.torchvision_kernel(image, (draw,), step.params), theirs)
     assert moved  # the interpolation and fill were exercised
 
 

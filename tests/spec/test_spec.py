@@ -215,9 +215,10 @@ def test_a_timm_variant_key_on_torchvisions_policy_points_to_the_timm_op(tmp_pat
 
 
 def test_no_op_hints_at_a_key_it_has():
+    from dali_bridge.ops.facets import SpecRules, facet
     from dali_bridge.ops.registry import OPS
     for name, op in OPS.items():
-        assert not set(op.key_hints) & {p.name for p in op.params}, name
+        assert not set(facet(op, SpecRules).key_hints) & {p.name for p in op.params}, name
 
 
 def test_unknown_op_name_suggests_the_closest_op(tmp_path):

@@ -32,17 +32,24 @@ def test_the_validate_example_in_pipeline_file_md_is_what_validate_prints(capsys
 
 
 def test_performance_md_names_the_ops_the_hand_written_dali_baseline_cannot_build():
-    from dali_bridge.ops.dali_op import DaliOp
+    from dali_bridge.ops.facets import DaliBaseline
     from dali_bridge.ops.registry import BUILTIN_OPS
 
     text = (REPO / "docs" / "performance.md").read_text()
     sentence = text.split("Ops without a plain DALI counterpart:", 1)[1].split(";", 1)[0]
     documented = set(re.findall(r"`(\w+)`", sentence))
     lacking = {name for name, op in BUILTIN_OPS.items() if op.category in ("geometry", "pixel")
-               and getattr(type(op), "dali_baseline", DaliOp.dali_baseline) is DaliOp.dali_baseline
+               and getattr(type(op), "dali_baseline", DaliBaseline.dali_baseline) is DaliBaseline.dali_baseline
                and getattr(type(op), "dali_baseline_decode",
-                           DaliOp.dali_baseline_decode) is DaliOp.dali_baseline_decode}
+                           DaliBaseline.dali_baseline_decode) is DaliBaseline.dali_baseline_decode}
     assert documented == lacking
     after_finish = text.split("Ops after the finish", 1)[1].split("are left out", 1)[0]
     assert set(re.findall(r"`(\w+)`", after_finish)) == {name for name, op in BUILTIN_OPS.items()
                                                          if op.category in ("after_finish", "batch")}
+
+
+def test_adding_an_op_shows_the_whole_vertical_flip_module_as_it_is():
+    page = (REPO / "docs" / "adding-an-op.md").read_text()
+    section = page.split("## The whole op, one module", 1)[1]
+    shown = section.split("```python\n", 1)[1].split("\n```", 1)[0]
+    assert shown.rstrip() == (REPO / "dali_bridge" / "ops" / "vertical_flip.py").read_text().rstrip()

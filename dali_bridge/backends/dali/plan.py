@@ -3,10 +3,11 @@ and the stages ``dali-bridge show`` lists — computed once into a frozen :class
 
 The plan (:mod:`dali_bridge.pipeline.plan`) says what runs; this module says how the DALI graph runs it.
 It reads no op's parameters: an op declares what the planner needs — the resize it asks for
-(:meth:`~dali_bridge.ops.Op.resize_request`), the centre it keeps (:meth:`~dali_bridge.ops.Op.kept_centre`),
-the crop window columns a decoder can read (``window_columns``), a flip the finish takes
-(``folds_into_finish``). Pure Python: the graph builder (:mod:`dali_bridge.backends.dali.executor`) and the
-placement (:func:`dali_bridge.loader.placement.placement`) both read the one value, so neither imports DALI to plan.
+(:meth:`~dali_bridge.ops.facets.Sizing.resize_request`), the centre it keeps
+(:meth:`~dali_bridge.ops.facets.Sizing.kept_centre`), the crop window columns a decoder can read
+(``window_columns``), a flip the finish takes (``folds_into_finish``). Pure Python: the graph builder
+(:mod:`dali_bridge.backends.dali.executor`) and the placement (:func:`dali_bridge.loader.placement.placement`)
+both read the one value, so neither imports DALI to plan.
 """
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from typing import TYPE_CHECKING, Mapping
 
 from ...ops.registry import OPS
 from ...ops.base import ResizeRequest, Step
-from ...ops.dali_op import GraphContext
+from ...ops.dali_op import DaliOp, GraphContext
 from ...ops.exact_resize import METHODS
 from ...ops.finish import IMPLICIT_FINISH
+from ...ops.facets import Display, Sizing, SpecRules, facet
 
 if TYPE_CHECKING:
     from ...pipeline.plan import Plan
@@ -61,7 +63,7 @@ class DaliPlan:
     @cached_property
     def steps(self) -> tuple[Step, ...]:
         """The steps the DALI graph runs: the plan's per-sample steps before the first whose op runs
-        in torch after DALI (one without the DALI facet, or with ``torch_after_dali``).
+        in torch after DALI (an op that is not a :class:`~dali_bridge.ops.dali_op.DaliOp`).
 
         Under ``parity: exact`` a torch tail starts earlier, at the last resize before it: DALI's
         resize rounds up to one level off torchvision's, and the tail's ops are not continuous in
@@ -70,10 +72,10 @@ class DaliPlan:
         tail's pixels equal torchvision's. ``parity: fast`` keeps the resize in DALI.
         """
         steps = self.plan.steps
-        tail = next((n for n, step in enumerate(steps) if step.op.torch_after_dali), len(steps))
+        tail = next((n for n, step in enumerate(steps) if not isinstance(step.op, DaliOp)), len(steps))
         if tail < len(steps) and self.plan.parity == "exact":
             tail = next((n for n in range(tail - 1, -1, -1)
-                         if steps[n].op.resize_request(steps[n].params) is not None), tail)
+                         if facet(steps[n].op, Sizing).resize_request(steps[n].params) is not None), tail)
         return steps[:tail]
 
     @cached_property
@@ -98,18 +100,19 @@ class DaliPlan:
             return self.plan.finish_step
         if not self.steps:
             return None
-        return OPS["normalize"].lower(dict(IMPLICIT_FINISH, layout="HWC"), self.plan.finish_step.op_index)[0]
+        finish = facet(OPS["normalize"], SpecRules)
+        return finish.lower(dict(IMPLICIT_FINISH, layout="HWC"), self.plan.finish_step.op_index)[0]
 
     @cached_property
     def fused_mirror(self) -> bool:
         """A last step that folds into DALI's crop_mirror_normalize (a horizontal flip)."""
-        return bool(self.steps) and self.steps[-1].op.folds_into_finish
+        return bool(self.steps) and facet(self.steps[-1].op, Sizing).folds_into_finish
 
     @cached_property
     def window_columns(self) -> tuple[str, str] | None:
         """The external source's (anchor, shape) columns of the crop window the decoder reads as its
         region of interest (``fn.decoders.image_slice``): the first step's, when its op declares them."""
-        declared = self.steps[0].op.window_columns if self.steps else None
+        declared = facet(self.steps[0].op, Sizing).window_columns if self.steps else None
         return None if declared is None else (f"0.{declared[0]}", f"0.{declared[1]}")
 
     def tail_window_columns(self, *, gpu: bool) -> tuple[str, str] | None:
@@ -119,7 +122,7 @@ class DaliPlan:
         decode is a full decode then crop, as for the graph's own first crop; the tail's first step then
         crops the identity window of what was decoded."""
         tail = self.torch_tail
-        if gpu or self.steps or not tail or not tail[0].op.window_columns:
+        if gpu or self.steps or not tail or not facet(tail[0].op, Sizing).window_columns:
             return None
         return TAIL_WINDOW_COLUMNS
 
@@ -138,7 +141,7 @@ class DaliPlan:
         """
         methods: dict[int, str] = {}
         for n, step in enumerate(self.steps):
-            request = step.op.resize_request(step.params)
+            request = facet(step.op, Sizing).resize_request(step.params)
             if request is not None:
                 methods[n] = self._method(n, request)
         return MappingProxyType(methods)
@@ -148,7 +151,7 @@ class DaliPlan:
         if self.plan.parity == "fast" and method in ("filter_1pass", "filter_2pass"):
             return "antialias"  # DALI's own border handling: plain fn.resize, up to a few levels off at the edges
         following = self.steps[n + 1] if n + 1 < len(self.steps) else None
-        kept = following.op.kept_centre(following.params) if following is not None else None
+        kept = facet(following.op, Sizing).kept_centre(following.params) if following is not None else None
         if (method == "filter_1pass" and request.shorter_side and request.max_size is None and kept is not None
                 and max(kept) <= request.size[0] - 2 * _BILINEAR_BORDER):
             return "antialias"
@@ -175,19 +178,20 @@ class DaliPlan:
             stages.append(("to_gpu", ".gpu()", "gpu"))
         ctx = self.context(op_device)
         for ctx.position, step in enumerate(self.steps):
-            stages += [(stage, impl, op_device) for stage, impl in step.op.dali_stages(step, ctx)]
+            stages += [(stage, impl, op_device) for stage, impl in facet(step.op, Display).dali_stages(step, ctx)]
         finish = self.finish_step
         if finish is not None:
-            stages += [(stage, impl, op_device) for stage, impl in finish.op.dali_stages(finish, ctx)]
+            stages += [(stage, impl, op_device) for stage, impl in facet(finish.op, Display).dali_stages(finish, ctx)]
         torch_device = "cuda" if gpu else "cpu"
         for method in sorted(set(self.resize_methods.values())):  # stages a resize method adds after the finish
             stages += [(stage, impl, device or op_device) for stage, impl, device in
                        METHODS[method].finish_stages(torch_device)]
         if self.torch_tail:  # per sample on the loader's device (DALI's own by default), then the finish
-            stages += [(step.name, f"torch after DALI: {step.op.torchvision_stage(step.params)}", torch_device)
-                       for step in self.torch_tail]
+            stages += [(step.name, f"torch after DALI: {facet(step.op, Display).torchvision_stage(step.params)}",
+                        torch_device) for step in self.torch_tail]
             finish = self.plan.finish_step
-            stages.append(("finish", f"torch after DALI: {finish.op.torchvision_stage(finish.params)}", torch_device))
+            shown = facet(finish.op, Display).torchvision_stage(finish.params)
+            stages.append(("finish", f"torch after DALI: {shown}", torch_device))
         return stages
 
 

@@ -1,7 +1,7 @@
 """A DALI backend's torch tail, batched: the plan's steps after the DALI graph, applied step by step
 to the whole batch.
 
-Each step runs as its op's batch kernel (:meth:`~dali_bridge.ops.Op.batch_kernel`): one call per
+Each step runs as its op's batch kernel (:meth:`~dali_bridge.ops.facets.Batching.batch_kernel`): one call per
 operation drawn, with per-sample parameters as tensors, so the kernel launches of a batch grow with
 the operations drawn, not with the batch size. Where the op has no batch kernel, or the images do
 not all have one size yet (a tail that starts with the resize under ``parity: exact``), the step
@@ -23,6 +23,7 @@ import torch
 
 from ...ops.base import Step
 from ...ops.batched import add_rounding
+from ...ops.facets import Batching, facet
 
 
 def run_tail(steps: Sequence[Step], images: Sequence[torch.Tensor], tail: Sequence[Sequence[tuple]], *,
@@ -37,9 +38,10 @@ def run_tail(steps: Sequence[Step], images: Sequence[torch.Tensor], tail: Sequen
         add_rounding(images[0].device)
     for position, step in enumerate(steps):
         concrete = [sample[position][0] for sample in tail]
-        done = step.op.batch_kernel(images, concrete) if batched else None
+        done = facet(step.op, Batching).batch_kernel(images, concrete, step.params) if batched else None
         if done is None:  # no batched kernel for this op (or these images): torchvision's, per sample
-            done = [step.op.torchvision_kernel(image, parameters) for image, parameters in zip(images, concrete)]
+            done = [step.op.torchvision_kernel(image, parameters, step.params)
+                    for image, parameters in zip(images, concrete)]
         if position == 0 and contiguous_after_first:
             done = done.contiguous() if isinstance(done, torch.Tensor) else [image.contiguous() for image in done]
         images = done

@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ...ops.facets import Batching, facet
 from ...ops.base import Step
 from ...pipeline.plan import Plan
 from ...spec.pipeline import PipelineSpec
@@ -47,7 +48,7 @@ class TailRunner:
     def __init__(self, steps: Sequence[Step], spec: PipelineSpec, plan: Plan, *, gpu: bool, target: torch.device,
                  device_id: int | None, threads: int, in_flight: InFlightCopies):
         self.steps, self.finish, self.target, self._in_flight = list(steps), plan.finish, target, in_flight
-        pil = any(step.op.kernel_on_host(step.params) for step in self.steps)
+        pil = any(facet(step.op, Batching).kernel_on_host(step.params) for step in self.steps)
         # Where the steps' kernels run: DALI's GPU, or the host where DALI is on the CPU or a kernel is PIL's.
         self.device = torch.device("cpu") if not gpu or pil else torch.device("cuda", device_id)
         self._stream = TailStream(torch.device("cuda", device_id)) if gpu and self.steps else None

@@ -21,6 +21,8 @@ from dali_bridge.backends.dali.tail import run_tail
 from dali_bridge.ops.policy_kernels import apply_operation, apply_operations
 from dali_bridge.ops.policy_tables import SIGNED, SPACES, PolicyOperation, magnitudes
 from dali_bridge.ops.registry import OPS
+from dali_bridge.ops.facets import Batching, Sizing, facet
+from dali_bridge.pipeline.sampling import draw_count
 from tests.helpers.real_photos import write_real_photos
 
 SIZE = (48, 56)  # (height, width) of every test image: small, so the sweep stays quick
@@ -57,8 +59,8 @@ def images(photos) -> torch.Tensor:
     return torch.cat([photos, generated()])
 
 
-def per_sample(op, batch: torch.Tensor, concrete: list[tuple]) -> torch.Tensor:
-    return torch.stack([op.torchvision_kernel(image, c) for image, c in zip(batch, concrete)])
+def per_sample(step, batch: torch.Tensor, concrete: list[tuple]) -> torch.Tensor:
+    return torch.stack([step.op.torchvision_kernel(image, c, step.params) for image, c in zip(batch, concrete)])
 
 
 def assert_same_pixels(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
@@ -112,7 +114,7 @@ def drawn(op_name: str, params: dict, count: int, seed: int) -> tuple:
     """The step of ``op_name`` with ``params`` and ``count`` samples' concrete parameters at SIZE."""
     plan = plan_of([{"random_resized_crop": {"size": list(SIZE)}}, {op_name: params}])
     step = next(step for step in plan.steps if step.name == op_name)
-    uniforms = np.random.default_rng(seed).random((count, step.op.draw_count(step.params)))
+    uniforms = np.random.default_rng(seed).random((count, draw_count(step)))
     return step, [step.op.sample(step.params, u, *SIZE) for u in uniforms]
 
 
@@ -140,9 +142,9 @@ def test_a_batch_kernel_gives_the_per_sample_kernels_pixels_as_the_op_draws(imag
     op_name = name.split("-")[0]
     for seed in range(3):
         step, concrete = drawn(op_name, POLICIES[name], len(images), seed)
-        got = step.op.batch_kernel(images, concrete)
+        got = facet(step.op, Batching).batch_kernel(images, concrete, step.params)
         assert got is not None, f"{op_name} has a batch kernel"
-        assert_same_pixels(got, per_sample(step.op, images, concrete), f"{name} seed {seed}")
+        assert_same_pixels(got, per_sample(step, images, concrete), f"{name} seed {seed}")
 
 
 def test_colour_jitter_draws_every_order_of_its_four_adjustments_in_one_batch():
@@ -152,9 +154,9 @@ def test_colour_jitter_draws_every_order_of_its_four_adjustments_in_one_batch():
 
 def test_timms_variant_has_no_batch_kernel_and_the_tail_runs_it_per_sample(images):
     step, concrete = drawn("rand_augment", {"variant": "timm", "num_ops": 2, "magnitude": 9}, 4, 0)
-    assert step.op.batch_kernel(images[:4], concrete) is None
+    assert facet(step.op, Batching).batch_kernel(images[:4], concrete, step.params) is None
     tail = [[(c, SIZE)] for c in concrete]
-    assert_same_pixels(run_tail([step], images[:4], tail), per_sample(step.op, images[:4], concrete), "timm")
+    assert_same_pixels(run_tail([step], images[:4], tail), per_sample(step, images[:4], concrete), "timm")
 
 
 def test_a_tail_that_starts_with_the_resize_loops_until_the_sizes_agree_then_batches(photos, monkeypatch):
@@ -169,24 +171,26 @@ def test_a_tail_that_starts_with_the_resize_loops_until_the_sizes_agree_then_bat
         height, width = image.shape[-2:]
         steps = []
         for step in dali_plan(plan).torch_tail:
-            concrete = step.op.sample(step.params, rng.random(step.op.draw_count(step.params)), height, width)
+            concrete = step.op.sample(step.params, rng.random(draw_count(step)), height, width)
             steps.append((concrete, (height, width)))
-            height, width = step.op.output_size(concrete, height, width)
+            height, width = facet(step.op, Sizing).output_size(concrete, height, width)
         tail.append(steps)
     batched_calls = []
-    for step in dali_plan(plan).torch_tail:
-        real = type(step.op).batch_kernel
-        def counted(self, images, concrete, real=real):
-            done = real(self, images, concrete)
+    # An op without the batching facet runs the facet's default (no batched kernel): count that one too.
+    owners = {type(step.op) if isinstance(step.op, Batching) else Batching for step in dali_plan(plan).torch_tail}
+    for owner in owners:
+        real = owner.batch_kernel
+        def counted(self, images, concrete, params, real=real):
+            done = real(self, images, concrete, params)
             batched_calls.append((self.name, done is not None))
             return done
 
-        monkeypatch.setattr(type(step.op), "batch_kernel", counted)
+        monkeypatch.setattr(owner, "batch_kernel", counted)
     got = run_tail(dali_plan(plan).torch_tail, inputs, tail)
     want = []
     for image, steps in zip(inputs, tail):
         for step, (concrete, _) in zip(dali_plan(plan).torch_tail, steps):
-            image = step.op.torchvision_kernel(image, concrete)
+            image = step.op.torchvision_kernel(image, concrete, step.params)
         want.append(image)
     assert_same_pixels(got, torch.stack(want), "the tail")
     # The resize, on samples of different sizes, and the flip (no batch kernel) ran per sample; the rest batched.
@@ -231,7 +235,7 @@ def test_the_tails_aten_calls_follow_the_operations_drawn_not_the_batch_size(ima
     count_small, count_large = aten_calls(step, small, concrete), aten_calls(step, large, concrete * 4)
     assert count_small <= count_large <= 1.1 * count_small, (count_small, count_large)
     with AtenCalls() as calls:  # what the per-sample loop launches for the same batch of 32
-        per_sample(step.op, large, concrete * 4)
+        per_sample(step, large, concrete * 4)
     assert count_large < calls.count / 2, (count_large, calls.count)
 
 
@@ -248,8 +252,8 @@ def test_colour_jitters_aten_calls_per_batch_do_not_grow_with_the_batch(images):
 
 
 def test_ops_without_a_batch_kernel_fall_back_to_the_per_sample_loop(images):
-    assert OPS["vertical_flip"].batch_kernel(images, []) is None
-    assert OPS["horizontal_flip"].batch_kernel(images, []) is None
+    assert facet(OPS["vertical_flip"], Batching).batch_kernel(images, [], {}) is None
+    assert facet(OPS["horizontal_flip"], Batching).batch_kernel(images, [], {}) is None
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: on a CPU host there is no CUDA "
@@ -263,8 +267,8 @@ def test_on_cuda_a_batch_kernel_gives_the_per_sample_cuda_kernels_pixels(request
     op_name = name.split("-")[0]
     on_gpu = images.cuda()
     step, concrete = drawn(op_name, POLICIES[name], len(images), 0)
-    assert_same_pixels(step.op.batch_kernel(on_gpu, concrete).cpu(), per_sample(step.op, on_gpu, concrete).cpu(),
-                       f"{name} on CUDA")
+    assert_same_pixels(facet(step.op, Batching).batch_kernel(on_gpu, concrete, step.params).cpu(),
+                       per_sample(step, on_gpu, concrete).cpu(), f"{name} on CUDA")
 
 
 def torchs_fused_multiply_add(base: torch.Tensor, other: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
@@ -383,7 +387,7 @@ def test_the_tail_asks_the_batchs_device_how_it_rounds_before_its_first_step(mon
     monkeypatch.setattr(batched, "_ADD_ROUNDING", {})
     plan = plan_of([{"random_resized_crop": {"size": list(SIZE)}}, {"vertical_flip": {"probability": 1.0}}])
     step = next(step for step in plan.steps if step.name == "vertical_flip")
-    concrete = [step.op.sample(step.params, np.zeros(step.op.draw_count(step.params)), *SIZE) for _ in range(2)]
+    concrete = [step.op.sample(step.params, np.zeros(draw_count(step)), *SIZE) for _ in range(2)]
     batch = torch.empty((2, 3, *SIZE), dtype=torch.uint8, device="meta")   # a device other than the CPU
     for _ in range(2):
         assert run_tail([step], batch, [[(c, SIZE)] for c in concrete]).device.type == "meta"

@@ -20,6 +20,7 @@ from dali_bridge.backends.dali.tail import run_tail
 from dali_bridge.ops import batched
 from dali_bridge.backends.device import InFlightCopies, TailStream
 from tests.helpers.hostile import write_image_folder
+from dali_bridge.pipeline.sampling import draw_count
 
 DALI_CPU = backend_params(["dali-cpu"])
 TAILS = {
@@ -188,7 +189,7 @@ def test_the_batched_tail_on_a_device_copies_per_operation_drawn_not_per_sample(
     monkeypatch.setitem(batched._ADD_ROUNDING, torch.device("meta"), rounding)   # what a GPU's probe answers
     plan = plan_of([{"random_resized_crop": {"size": list(SIZE)}}, {name: TAIL_OPS[name]}])
     step = next(step for step in plan.steps if step.name == name)
-    uniforms = np.random.default_rng(4).random((8, step.op.draw_count(step.params)))
+    uniforms = np.random.default_rng(4).random((8, draw_count(step)))
     concrete = [step.op.sample(step.params, u, *SIZE) for u in uniforms]
     copies = {}
     for count in (8, 32):
@@ -245,12 +246,12 @@ def test_a_gpu_dali_executors_tail_and_finish_copy_per_operation_drawn_not_per_s
     executor.tail.device = executor.tail.target = meta   # where the tail and the finish run: the "GPU"
     monkeypatch.setitem(batched._ADD_ROUNDING, meta, "fused")
     monkeypatch.setattr(torch, "from_dlpack", lambda tensor: tensor)
-    uniforms = np.random.default_rng(5).random((8, sum(s.op.draw_count(s.params) for s in executor.tail.steps)))
+    uniforms = np.random.default_rng(5).random((8, sum(draw_count(s) for s in executor.tail.steps)))
     drawn = []
     for u in uniforms:   # each sample's (concrete parameters, size) per tail step
         steps, start = [], 0
         for step in executor.tail.steps:
-            count = step.op.draw_count(step.params)
+            count = draw_count(step)
             steps.append((step.op.sample(step.params, u[start:start + count], *SIZE), SIZE))
             start += count
         drawn.append(steps)

@@ -86,7 +86,7 @@ def test_leaving_an_epoch_early_leaves_no_stale_batch_for_the_next(images, in_th
 
 @pytest.mark.parametrize("backend", DALI_CPU)
 def test_an_error_in_a_tail_process_is_raised_in_the_loop_as_it_was_raised(images, backend, monkeypatch):
-    def failing(self, image, concrete):
+    def failing(self, image, concrete, params):
         raise ValueError(f"no kernel for a {tuple(image.shape)} image here")
 
     monkeypatch.setattr(TrivialAugmentWide, "torchvision_kernel", failing)  # before the fork: the workers have it

@@ -182,9 +182,9 @@ def test_a_host_tail_runs_torchvisions_per_sample_kernels_with_the_batch_kernels
     policy = type(OPS["trivial_augment_wide"])
     real_batch_kernel = policy.batch_kernel
 
-    def batch_kernel(self, images, concrete):
+    def batch_kernel(self, images, concrete, params):
         batch_kernels.append(len(concrete))
-        return real_batch_kernel(self, images, concrete)
+        return real_batch_kernel(self, images, concrete, params)
 
     monkeypatch.setattr(policy, "batch_kernel", batch_kernel)
     spec = {**tail_pipeline(tmp_path / "data"), "parity": "fast"}   # fast: the tail is the policy on one size
@@ -284,9 +284,9 @@ def test_after_the_resize_torch_kernels_get_chw_memory_and_pil_kernels_keep_the_
     kind, seen = type(build_plan(coerce_spec(spec)).steps[1].op), []
     real_kernel = kind.torchvision_kernel
 
-    def kernel(self, image, concrete):
+    def kernel(self, image, concrete, params):
         seen.append(image.is_contiguous())
-        return real_kernel(self, image, concrete)
+        return real_kernel(self, image, concrete, params)
 
     monkeypatch.setattr(kind, "torchvision_kernel", kernel)
     with build_loader(spec, backend) as loader:
