@@ -213,7 +213,7 @@ def _memory_problem(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostL
 
 
 def check_loader_limits(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostLimits | None = None) -> None:
-    """Raise :class:`~dali_bridge.spec.SpecError` if the loader settings exceed what ``host`` (default:
+    """Raise :class:`~dali_bridge.spec.problems.SpecError` if the loader settings exceed what ``host`` (default:
     this host now) can give: workers per core, open files, memory for prefetched batches."""
     problems = loader_limit_problems(spec, plan, backend=backend, host=host or host_limits())
     if problems:

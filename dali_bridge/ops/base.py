@@ -183,7 +183,7 @@ class Op:
 
     def torchvision_transforms(self, params: Mapping[str, Any]) -> list:
         """The ``transforms.v2`` transforms a user writes for this step (parity tests, the bench baseline,
-        ``spec.to_torchvision``). :func:`dali_bridge.recipes.from_torchvision` reads a transform back into
+        ``dali_bridge.to_torchvision(spec)``). :func:`dali_bridge.recipes.from_torchvision` reads a transform back into
         this op by its attributes of the parameters' names (``p`` for ``probability``) and checks that
         this method rebuilds it equal."""
         raise NotImplementedError(f"op {self.name!r} has no transforms.v2 counterpart")

@@ -66,7 +66,7 @@ def _param_problems(op: Op) -> list[str]:
         problems.append(f"parameter names repeat: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
     for param in op.params:
         if not isinstance(param, Param):
-            problems.append(f"params holds {type(param).__name__} {param!r}, expected dali_bridge.ops.Param")
+            problems.append(f"params holds {type(param).__name__} {param!r}, expected dali_bridge.ops.base.Param")
             continue
         if not (isinstance(param.doc, str) and param.doc):
             problems.append(f"parameter '{param.name}' has no doc (what it means, its units and default)")
@@ -121,7 +121,7 @@ def op_problems(op: Any) -> list[str]:
     """Why ``op`` cannot be registered (empty when it can): the checks every op passes, built-in or not."""
     if not isinstance(op, Op):
         what = f"the class {op.__name__}" if isinstance(op, type) else f"{type(op).__name__} {op!r}"
-        return [f"expected an instance of a dali_bridge.ops.Op subclass, found {what}"
+        return [f"expected an instance of a dali_bridge.ops.base.Op subclass, found {what}"
                 + (" (point the entry point at an instance of it)" if isinstance(op, type) else "")]
     problems = []
     if not (isinstance(op.name, str) and _NAME.match(op.name)):

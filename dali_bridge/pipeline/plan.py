@@ -22,9 +22,9 @@ __all__ = ["LoweredSpec", "Placed", "Plan", "build_plan", "unsupported_ops"]
 
 
 class LoweredSpec(Protocol):
-    """What the plan reads of a validated :class:`~dali_bridge.spec.PipelineSpec`: its ops (each with a
-    registered ``name`` and its ``params``), the decode device and the parity. The plan sits below the
-    spec layer, so that ``PipelineSpec.to_torchvision`` lowers through it."""
+    """What the plan reads of a validated :class:`~dali_bridge.spec.pipeline.PipelineSpec`: its ops (each with a
+    registered ``name`` and its ``params``), the decode device and the parity: a protocol, as the plan
+    needs no more of the spec (and recipes lower specs they are building through it)."""
     ops: Sequence[Any]
     decode_device: str
     parity: str

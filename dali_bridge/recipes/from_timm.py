@@ -365,7 +365,7 @@ def _ops(ns: argparse.Namespace, crop_interpolation: str | None) -> tuple[list[t
 def from_timm(args: str | Sequence[str] | Mapping[str, Any], *, source: str | Path | Mapping[str, Any],
               batch_size: int | None = None, crop_interpolation: str | None = None, name: str = "from-timm",
               overrides: Mapping[str, Any] | None = None) -> "PipelineSpec":
-    """The :class:`~dali_bridge.spec.PipelineSpec` of timm's training arguments (see the module docstring).
+    """The :class:`~dali_bridge.spec.pipeline.PipelineSpec` of timm's training arguments (see the module docstring).
 
     ``args``: a command-line string, a list, or a mapping of the same names. ``batch_size``: default
     the arguments' ``-b/--batch-size`` (train.py's 128). ``crop_interpolation``: the crop's filter where

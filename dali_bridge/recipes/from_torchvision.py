@@ -292,7 +292,7 @@ def _parameter_problems(ops: list, labels: list) -> list[str]:
 def from_torchvision(transform: Any, *, source: str | Path | Mapping[str, Any], batch_size: int = 32,
                      name: str = "from-torchvision", batch_transform: Any = None, label_smoothing: float = 0.0,
                      overrides: Mapping[str, Any] | None = None) -> "PipelineSpec":
-    """The :class:`~dali_bridge.spec.PipelineSpec` of a ``transforms.v2.Compose`` (v1 classes of the same
+    """The :class:`~dali_bridge.spec.pipeline.PipelineSpec` of a ``transforms.v2.Compose`` (v1 classes of the same
     names too; an object holding its Compose in ``.transforms``, as torchvision's reference presets).
 
     ``source``: a folder path or a source mapping; ``batch_size`` (default 32, torchvision's reference

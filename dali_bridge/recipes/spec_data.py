@@ -27,7 +27,7 @@ def source_data(source: Any) -> dict[str, Any]:
 def build_spec(ops: Sequence[dict], labels: Sequence[str], *, source: Any, batch_size: int, name: str,
                origin: str, label_smoothing: float = 0.0, loader: Mapping[str, Any] | None = None,
                overrides: Mapping[str, Any] | None = None) -> "PipelineSpec":
-    """A validated :class:`~dali_bridge.spec.PipelineSpec` of ``ops`` (``{op: params}`` each, ``labels[i]``
+    """A validated :class:`~dali_bridge.spec.pipeline.PipelineSpec` of ``ops`` (``{op: params}`` each, ``labels[i]``
     saying where op i came from). A batch-mixing op or label smoothing outputs ``target`` (soft targets)."""
     from ..ops.registry import OPS
     from ..spec.pipeline import spec_from_dict

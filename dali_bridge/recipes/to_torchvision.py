@@ -41,7 +41,7 @@ def to_torchvision(spec_or_plan: LoweredSpec | Plan, *, pil: bool = False, skip_
     if batch and not skip_batch_ops:
         raise RecipeError([f"op {batch[0]!r} runs on whole batches, not in a per-sample Compose: call "
                            f"to_torchvision(..., skip_batch_ops=True) for the Compose and "
-                           f"dali_bridge.recipes.batch_transform(spec, num_classes=...) for its MixUp/CutMix"])
+                           f"dali_bridge.batch_transform(spec, num_classes=...) for its MixUp/CutMix"])
     transforms: list = []
     for step in plan.steps:
         transforms += _counterpart(step)

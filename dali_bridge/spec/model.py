@@ -1,7 +1,7 @@
 """The pipeline file's vocabulary and the typed values a valid file becomes: the choices and bounds
 of its keys under the names the package imports (their values, and every default below, come from
 the schema, :data:`~dali_bridge.spec.keys.KEYS`), and the source, op and loader settings
-(:class:`~dali_bridge.spec.PipelineSpec`, which holds them, lives with the entry points that build it).
+(:class:`~dali_bridge.spec.pipeline.PipelineSpec`, which holds them, lives with the entry points that build it).
 
 Pure data: nothing here reads a file or checks a value.
 """

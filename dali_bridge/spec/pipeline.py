@@ -2,7 +2,7 @@
 (:func:`spec_from_dict`), from a file (:func:`load_spec`), from any of those (:func:`coerce_spec`).
 
 Each entry point reads every section (the ``*_keys`` modules), collecting every problem before it
-raises one :class:`~dali_bridge.spec.SpecError`.
+raises one :class:`~dali_bridge.spec.problems.SpecError`.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Choices, ranges and defaults come from the schema (:data:`~dali_bridge.spec.keys
 keys are a table (:data:`LOADER_KEYS`): a new key is its entry in the schema (which also gives its
 line in the reference page) and one row there, read into the
 :class:`~dali_bridge.spec.model.LoaderSpec` field of its name; what is left is its line in
-:meth:`~dali_bridge.spec.PipelineSpec.to_dict`.
+:meth:`~dali_bridge.spec.pipeline.PipelineSpec.to_dict`.
 """
 from __future__ import annotations
 

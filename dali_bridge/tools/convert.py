@@ -399,7 +399,7 @@ def _convert_staged(listing: Listing, keys: list[str], source_info: dict[str, st
 
 
 def read_manifest(manifest: str | Path) -> dict[str, Any]:
-    """A converter's manifest, parsed and checked (:func:`~dali_bridge.data.sources.local.manifest_problem`);
+    """A converter's manifest, parsed and checked (:func:`~dali_bridge.data.sources.webdataset.manifest_problem`);
     :class:`~dali_bridge.errors.SourceError` naming the file if it is not one."""
     manifest = Path(manifest)
     try:

@@ -101,7 +101,7 @@ def test_an_installed_distribution_registers_its_op_with_its_origin(monkeypatch,
     ("resize = invert_ops:RANDOM_INVERT",
      "the entry point is named 'resize' but the op 'random_invert'; name the entry point after the op"),
     ("random_invert = invert_ops:NOT_AN_INSTANCE",
-     "expected an instance of a dali_bridge.ops.Op subclass, found the class RandomInvert (point the entry point "
+     "expected an instance of a dali_bridge.ops.base.Op subclass, found the class RandomInvert (point the entry point "
      "at an instance of it)"),
     ("bad_default = invert_ops:BAD_DEFAULT",
      "parameter 'probability': its default 2.0 fails its own check: expected a probability in [0, 1], found 2.0"),

@@ -158,7 +158,7 @@ def _encoded(data: bytes, info: ImageInfo, steps: list) -> np.ndarray:
 
 class ArgumentColumns:
     """The external source's columns: the encoded images, then every step's declared argument
-    columns (:meth:`~dali_bridge.ops.Op.dali_columns`), each named ``<step position>.<name>``.
+    columns (:meth:`~dali_bridge.ops.dali_op.DaliOp.dali_columns`), each named ``<step position>.<name>``.
 
     The graph builder and the feeder both go through this one list, so a step's columns are
     matched by name — the order of the external source's outputs is an internal detail. It holds
