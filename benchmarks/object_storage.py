@@ -54,9 +54,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))  # the loopback servers live with the tests: one copy of them
+sys.path.insert(0, str(REPO))  # the loopback servers live with the tests (tests.helpers): one copy of them
 
-from s3_fixtures import LOOPBACK, FaultProxy, free_port, serve_folder, upload_folder  # noqa: E402
+from tests.helpers.s3_fixtures import LOOPBACK, FaultProxy, free_port, serve_folder, upload_folder  # noqa: E402
 
 from dali_bridge import build_loader  # noqa: E402
 from dali_bridge.bench.storage_report import OBJECT_STORAGE_FORMAT  # noqa: E402
