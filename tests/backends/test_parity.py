@@ -13,7 +13,7 @@ from dali_bridge.loader.placement import placement
 from dali_bridge.pipeline.plan import build_plan
 from dali_bridge.spec.problems import SpecError
 
-from tests.helpers.backends import backend_params
+from tests.helpers.backends import backend_params, torch_vector_kernels
 from tests.helpers.equivalence import parity_after_resize_problems
 from tests.helpers.op_fixtures import RANDOM_POSTERIZE, registered
 from tests.helpers.paths import TRAIN
@@ -103,5 +103,11 @@ def test_after_a_dali_resize_each_op_is_within_the_bound_its_discontinuous_flag_
         theirs = [batch for batch, _ in build_loader(spec, "torchvision")]
         delta = torch.cat([(a.int() - b.int()).abs() for a, b in zip(ours, theirs)])
         assert parity_after_resize_problems(OPS[name], delta) == []
-        # The flag is honest: a flagged op's jumps exceed the continuous bound (else it need not be flagged).
-        assert (delta[:, :, 1:-1, 1:-1].max() > 1) == OPS[name].discontinuous
+        # The flag is honest: an unflagged op never jumps past a level; a flagged op's jumps exceed it
+        # (else it need not be flagged) wherever the resize leaves a level to cross — under torch's
+        # default CPU kernels torchvision's uint8 resize rounds as DALI's does, and nothing is off.
+        jumps = bool(delta[:, :, 1:-1, 1:-1].max() > 1)
+        if OPS[name].discontinuous:
+            assert jumps or not torch_vector_kernels()
+        else:
+            assert not jumps
