@@ -88,7 +88,8 @@ class SampleCore:
 
     def _read(self, index: int, sample_draws: dict) -> tuple[bytes, ImageInfo, list]:
         """Sample ``index``'s checked bytes (as the decoders get them: see
-        :meth:`~dali_bridge.data.sources.local.Listing.read_info`), their header and its steps for its decoded size."""
+        :meth:`~dali_bridge.data.sources.listing.Listing.read_info`), their header and its steps for its
+        decoded size."""
         if index in self.bad:
             reason, signature = self.bad[index]
             if self.listing.signature(index) == signature:

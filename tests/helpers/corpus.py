@@ -2,8 +2,9 @@
 
 :func:`write_unusual_images` writes one small ImageFolder: one class folder per kind of file
 (``root/<kind>/<kind>.<ext>``), so a pipeline whose ``source.root`` is the folder reads every kind
-once, with the sorted kind names as labels. Content comes from :func:`dali_bridge.data.sources.synthetic.sample_image`
-(natural-looking scenes, never noise), so resampling differences show as they would on photos.
+once, with the sorted kind names as labels. Content comes from
+:func:`dali_bridge.data.sources.synthetic_images.sample_image` (natural-looking scenes, never noise),
+so resampling differences show as they would on photos.
 
 Kinds (see :data:`KINDS`): grayscale / CMYK / YCCK / progressive JPEGs; PNG as RGB, RGBA,
 palette, 16-bit grayscale and 16-bit RGB; a PNG saved under a ``.jpg`` name; JPEGs with EXIF

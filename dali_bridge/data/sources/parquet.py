@@ -317,7 +317,7 @@ def _scan_file(path: str, image_column: str, label_column: str, store: ObjectSto
 
 def list_parquet(files: tuple[str, ...], image_column: str = "image", label_column: str = "label",
                  store: ObjectStore | None = None):
-    """The :class:`~dali_bridge.data.sources.local.Listing` of the Parquet files ``files`` names (see the module);
+    """The :class:`~dali_bridge.data.sources.listing.Listing` of the Parquet files ``files`` names (see the module);
     with ``store``, files at URLs read through it (their footers and label columns fetched together).
 
     Reads each file's footer and label column; every problem (missing file or column, wrong column
