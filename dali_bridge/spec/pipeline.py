@@ -59,6 +59,8 @@ class PipelineSpec:
             if is_url(self.source.shards or ""):
                 source.update(storage_options=copy.deepcopy(dict(self.source.storage_options)),
                               max_requests=self.source.max_requests, timeout=self.source.timeout)
+                if self.source.redirect_hosts:
+                    source["redirect_hosts"] = list(self.source.redirect_hosts)
             if self.source.cache_dir is not None:
                 source["cache"] = {"dir": self.source.cache_dir, "max_bytes": self.source.cache_max_bytes}
         elif self.source.type == "parquet":
@@ -67,6 +69,8 @@ class PipelineSpec:
             if any(is_url(f) for f in self.source.files or ()):
                 source.update(storage_options=copy.deepcopy(dict(self.source.storage_options)),
                               max_requests=self.source.max_requests, timeout=self.source.timeout)
+                if self.source.redirect_hosts:
+                    source["redirect_hosts"] = list(self.source.redirect_hosts)
         else:
             source["extensions"] = list(self.source.extensions)
         if self.source.max_pixels != DEFAULT_MAX_PIXELS:

@@ -12,7 +12,6 @@ size and ETag: no bucket, path or credential shows in the file system.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import threading
 import time
@@ -26,8 +25,9 @@ from ...util.sizes import parse_size  # noqa: F401
 
 from ..storage.store import ObjectStore
 from ...util.urls import StorageError
+from ...util.messages import package_log
 
-log = logging.getLogger("dali_bridge")
+log = package_log()
 
 _SHARD_SUFFIX = ".tar"
 _PARTIAL = ".partial-"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import errno
 import io
-import logging
 import os
 import re
 import stat
@@ -27,15 +26,16 @@ import numpy as np
 
 from ..shards.cache import ShardCache
 from ..storage.store import ObjectStore, store_for
-from ...util.urls import StorageError, is_url
+from ...util.urls import StorageError, is_url, split_userinfo, without_userinfo
 from ...errors import SourceError  # noqa: F401
 from .listing import CLASSES_PER_SAMPLE, MIN_CLASS_BOUND, Listing, class_bound, sparse_labels  # noqa: F401
 from .webdataset import list_webdataset
 from ...util.quoting import quoted, safe_name
 from ...spec.model import SourceSpec
 from ...util.text import NotUtf8Error, decode_utf8
+from ...util.messages import package_log
 
-log = logging.getLogger("dali_bridge")
+log = package_log()
 
 _LABEL = re.compile(r"^-?[0-9]+$")  # ASCII digits only: str.isdigit also accepts '²' and '١'
 def _is_image(name: str, extensions: tuple[str, ...]) -> bool:
@@ -203,10 +203,16 @@ def _shown(problems: list[str], most: int = 50) -> list[str]:
     return problems[:most] + ([f"... and {len(problems) - most} more"] if len(problems) > most else [])
 
 
-def _source_store(source: SourceSpec, location: str, key: str) -> ObjectStore:
-    """The process's client for a source at a URL, with the source's settings."""
+def _source_store(source: SourceSpec, locations: list[str], key: str) -> ObjectStore:
+    """The process's client for a source at these URLs, with the source's settings and the
+    credentials the URLs carry (``user:password@``), which the listing never keeps."""
+    given = {split_userinfo(location)[1:] for location in locations} - {(None, None)}
+    if len(given) > 1:
+        raise SourceError(f"source.{key}: the URLs carry different user:password@ credentials; one source "
+                          f"reads with one set of credentials")
     try:
-        return store_for(location, dict(source.storage_options), source.max_requests, source.timeout)
+        return store_for(locations[0], dict(source.storage_options), source.max_requests, source.timeout,
+                         source.redirect_hosts)
     except StorageError as exc:
         raise SourceError(f"source.{key}: {exc}") from None
 
@@ -219,17 +225,21 @@ def list_source(source: SourceSpec) -> Listing:
         listing = list_file(source.file_list, source.root, source.extensions)
     elif source.type == "webdataset":
         store, cache = None, None
-        if is_url(source.shards):
-            store = _source_store(source, source.shards, "shards")
+        shards, manifest = source.shards, source.manifest
+        if is_url(shards):
+            store = _source_store(source, [shards] + ([manifest] if manifest else []), "shards")
+            # The listing, its paths, messages and cache keys hold the URLs without their credentials.
+            shards, manifest = without_userinfo(shards), manifest and without_userinfo(manifest)
             if source.cache_dir is not None:
                 cache = ShardCache(source.cache_dir, source.cache_max_bytes, store)
-        listing = list_webdataset(source.shards, source.image_keys, source.label_key, source.manifest, store, cache)
+        listing = list_webdataset(shards, source.image_keys, source.label_key, manifest, store, cache)
     elif source.type == "parquet":
         from .parquet import list_parquet
 
         at_url = bool(source.files) and is_url(source.files[0])   # all local or all at URLs of one scheme
-        store = _source_store(source, source.files[0], "files") if at_url else None
-        listing = list_parquet(source.files, source.image_column, source.label_column, store)
+        store = _source_store(source, list(source.files), "files") if at_url else None
+        files = tuple(without_userinfo(f) for f in source.files) if at_url else source.files
+        listing = list_parquet(files, source.image_column, source.label_column, store)
     else:
         raise SourceError(f"source.type: unsupported source type {source.type!r}")
     return replace(listing, max_pixels=source.max_pixels, max_bytes=source.max_bytes)
