@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import yarl
 
-from ...util.urls import hide_signature
+from ...util.urls import hide_signature, redact
 
 REDIRECTS = (301, 302, 303, 307, 308)
 MOST_REDIRECTS = 10
@@ -39,7 +39,9 @@ def _origin(url: yarl.URL) -> tuple[str, str, int | None]:
 
 def _shown(url: yarl.URL) -> str:
     """A redirect's target as a message shows it: without userinfo and query (a signed URL's)."""
-    return hide_signature(str(url.with_user(None).with_query(None).with_fragment(None)))
+    if url.host:
+        url = url.with_user(None)
+    return redact(str(url.with_query(None).with_fragment(None)))
 
 
 def host_allowed(target: yarl.URL, start: yarl.URL, allowed: Sequence[str]) -> bool:
@@ -53,17 +55,17 @@ def host_allowed(target: yarl.URL, start: yarl.URL, allowed: Sequence[str]) -> b
 
 
 async def open_following(session: Any, method: str, url: str | yarl.URL, *, shown: str,
-                         headers: Mapping[str, str] | None = None, auth: Any = None,
+                         headers: Mapping[str, str] | None = None, own_headers: Mapping[str, str] | None = None,
                          allowed_hosts: Sequence[str] = ()) -> Any:
     """The final answer (an aiohttp response, to be used in ``async with``) to ``method url``, the
     redirects followed within the hosts allowed; :class:`AnswerRefused` naming ``shown`` (the URL
-    as messages name it) for a redirect refused. ``auth`` goes only to ``url``'s own origin."""
+    as messages name it) for a redirect refused. ``own_headers`` (the URL's credentials) go only
+    to ``url``'s own origin."""
     start = url if isinstance(url, yarl.URL) else yarl.URL(url)
     current = start
     for _ in range(MOST_REDIRECTS + 1):
-        same = _origin(current) == _origin(start)
-        response = await session.request(method, current, headers=dict(headers or {}), allow_redirects=False,
-                                         auth=auth if same else None)
+        sent = {**(headers or {}), **((own_headers or {}) if _origin(current) == _origin(start) else {})}
+        response = await session.request(method, current, headers=sent, allow_redirects=False)
         location = response.headers.get("Location") if response.status in REDIRECTS else None
         if location is None:
             return response

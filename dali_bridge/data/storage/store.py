@@ -25,6 +25,7 @@ connections do not survive a fork).
 from __future__ import annotations
 
 import asyncio
+import base64
 import importlib
 import json
 import os
@@ -156,14 +157,14 @@ class ObjectStore(ListingRequests):
         user, password = self._credentials
         if self.scheme == "s3":
             return {"key": user, "secret": password or ""}
-        return {"auth": self._auth()}
+        return {"headers": self._authorization()}
 
-    def _auth(self) -> Any:
+    def _authorization(self) -> dict[str, str]:
+        """HTTP basic authentication from the URL's ``user:password@`` (none without)."""
         if self._credentials is None or self.scheme not in ("http", "https"):
-            return None
-        import aiohttp
-
-        return aiohttp.BasicAuth(self._credentials[0], self._credentials[1] or "")
+            return {}
+        token = base64.b64encode(f"{self._credentials[0]}:{self._credentials[1] or ''}".encode()).decode()
+        return {"Authorization": f"Basic {token}"}
 
     # ---- running coroutines on the client's loop
 
@@ -342,7 +343,8 @@ class ObjectStore(ListingRequests):
         """An HTTP(S) request's final answer, redirects followed within the allowed hosts
         (:mod:`dali_bridge.data.storage.answers`), the URL's credentials sent to its own host only."""
         return await open_following(session, method, self._filesystem().encode_url(url), shown=url,
-                                    headers=headers, auth=self._auth(), allowed_hosts=self.redirect_hosts)
+                                    headers=headers, own_headers=self._authorization(),
+                                    allowed_hosts=self.redirect_hosts)
 
     async def _gcs_request(self, url: str, what: str, path: str, *args: str, headers: dict[str, str] | None = None,
                            expect: tuple[int, int] | None = None, **params: Any) -> bytes:
