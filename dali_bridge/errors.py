@@ -26,6 +26,9 @@ class SampleError(Scrubbed, RuntimeError):
         self.index, self.path, self.reason = index, redact(path), redact(reason)
         super().__init__(f"sample {index} ({safe_name(path)}): {reason}")
 
+    def __reduce__(self):   # pickled (to or from a worker process) as its three parts
+        return type(self), (self.index, self.path, self.reason)
+
 
 class RecipeError(Scrubbed, ValueError):
     """A transform, a timm argument or a spec that cannot be converted; ``problems`` lists each one."""

@@ -30,6 +30,8 @@ _GOOGLE_SECRET_FIELDS = ("private_key", "private_key_id", "client_secret", "refr
 # normalised): greedy within the word, so a password holding an unencoded ``/`` or ``@`` is hidden
 # whole (a path's ``@`` after a port may be hidden with it: a message loses a little, never a secret).
 _USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*:/{1,2})(?:[^\s/@'\"<>]*:[^\s'\"<>]*|[^\s/@'\":<>]+)@")
+# ``KEY:SECRET@bucket`` quoted without its scheme (a client's error naming the bucket it was given).
+_BARE_USERINFO = re.compile(r"(?<=['\"(\s])[\w.%+~-]+:(?!/)[^\s@'\"<>()]+@(?=[\w.-])")
 
 # What a signed URL's query carries of the credentials (SigV4 and the older SigV2 names, GCS's
 # signed URLs), in any case and percent-encoded or not: hidden wherever a message quotes the URL.
@@ -41,9 +43,16 @@ _SECRET_QUERY = re.compile(r"([?&;](?:[\w.-]*?(?:sig|signature|token|secret|pass
                            r"[\w.-]*)(?:=|%3D))[^&\s'\"#]+", re.IGNORECASE)
 
 
+# The same names as ``name=value`` anywhere in a text (a header dump, a client's error message).
+_SECRET_ASSIGNMENT = re.compile(r"(\b(?:sig|signature|token|access_token|refresh_token|secret|client_secret|password|"
+                                r"passwd|api_key|apikey)=)[^&\s'\",;]+", re.IGNORECASE)
+
+
 def hide_signature(text: str) -> str:
-    """``text`` with the credential parts of any signed URL's query replaced by ``***``."""
-    return _SECRET_QUERY.sub(r"\1***", _SIGNED_QUERY.sub(r"\1***", text))
+    """``text`` with the credential parts of any signed URL's query (and any ``token=``-like
+    assignment) replaced by ``***``."""
+    text = _SECRET_QUERY.sub(r"\1***", _SIGNED_QUERY.sub(r"\1***", text))
+    return _SECRET_ASSIGNMENT.sub(r"\1***", text)
 
 
 class Scrubbed(Exception):
@@ -149,7 +158,7 @@ def redact(text: str) -> str:
         text = str(text)
     for value in environment_secrets():
         text = text.replace(value, "***")
-    return hide_signature(_USERINFO.sub(r"\1***@", text))
+    return hide_signature(_BARE_USERINFO.sub("***@", _USERINFO.sub(r"\1***@", text)))
 
 
 def require_client(scheme: str) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..shards.cache import ShardCache
 from ..storage.store import ObjectStore, store_for
-from ...util.urls import StorageError, is_url, split_userinfo, without_userinfo
+from ...util.urls import StorageError, hide_signature, is_url, split_userinfo, without_userinfo
 from ...errors import SourceError  # noqa: F401
 from .listing import CLASSES_PER_SAMPLE, MIN_CLASS_BOUND, Listing, class_bound, sparse_labels  # noqa: F401
 from .webdataset import list_webdataset
@@ -242,4 +242,14 @@ def list_source(source: SourceSpec) -> Listing:
         listing = list_parquet(files, source.image_column, source.label_column, store)
     else:
         raise SourceError(f"source.type: unsupported source type {source.type!r}")
-    return replace(listing, max_pixels=source.max_pixels, max_bytes=source.max_bytes)
+    return replace(_without_signatures(listing, source), max_pixels=source.max_pixels, max_bytes=source.max_bytes)
+
+
+def _without_signatures(listing: Listing, source: SourceSpec) -> Listing:
+    """The listing's paths and root with a signed URL's credentials hidden (``X-Amz-Signature=***``):
+    they name samples, the source's reader keeps the URLs it fetches."""
+    locations = [source.shards] if source.type == "webdataset" else list(source.files or ())
+    if all(hide_signature(location) == location for location in locations if location and is_url(location)):
+        return listing   # nothing to hide (checked on the source's few URLs, not on every path)
+    return replace(listing, paths=tuple(hide_signature(path) for path in listing.paths),
+                   root=hide_signature(listing.root))

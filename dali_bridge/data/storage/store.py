@@ -214,6 +214,7 @@ class ObjectStore(ListingRequests):
         """Each range's bytes (exactly ``size`` of them) or why not, fetched concurrently."""
         if not ranges:
             return []
+        ranges = _bare_ranges(ranges)
         return self._run(lambda: asyncio.gather(*(self._fetch_one(r) for r in ranges)))
 
     def start(self, ranges: Sequence[Range]) -> list[Future]:
@@ -221,10 +222,12 @@ class ObjectStore(ListingRequests):
         future gives its range's bytes or a :class:`FetchError`, within the request's timeout."""
         fs = self._filesystem()
         self._run(lambda: asyncio.sleep(0))   # the session made (once per process) before requests start
+        ranges = _bare_ranges(ranges)
         return [asyncio.run_coroutine_threadsafe(self._fetch_one(r), fs.loop) for r in ranges]
 
     def info(self, urls: Sequence[str]) -> list[ObjectInfo | FetchError]:
         """Each object's size and ETag (one HEAD each), concurrently."""
+        urls = _bare(urls)
         return self._run(lambda: asyncio.gather(*(self._bounded(lambda u=u: self._head(u), u, f"HEAD {u}")
                                                   for u in urls)))
 
@@ -233,16 +236,18 @@ class ObjectStore(ListingRequests):
         has one (:mod:`dali_bridge.data.storage.listing`): on S3 and GCS one request per 1,000 keys between
         the first and the last of a folder's URLs (a missing object is a missing :class:`FetchError`);
         over HTTP (no LIST) one HEAD each."""
-        return self._listed(urls, LIST_PAGE)
+        return self._listed(_bare(urls), LIST_PAGE)
 
     def get(self, urls: Sequence[str]) -> list[bytes | FetchError]:
         """Whole (small) objects, concurrently: indexes and manifests."""
+        urls = _bare(urls)
         return self._run(lambda: asyncio.gather(*(self._bounded(lambda u=u: self._get_whole(u), u, f"GET {u}")
                                                   for u in urls)))
 
     def download(self, url: str, path: str, size: int, etag: str | None = None, piece: int = 16 << 20) -> None:
         """Write the object's ``size`` bytes to ``path``: ranged GETs of ``piece`` bytes, four at a
         time, each retried as a sample's read is; :class:`StorageError` naming the failed range."""
+        url = without_userinfo(url)
         # An existing file is a reservation made at its full size (see shard_cache): written over, not truncated.
         with open(path, "r+b" if os.path.exists(path) else "wb") as out:
             for first in range(0, size, 4 * piece):
@@ -256,6 +261,7 @@ class ObjectStore(ListingRequests):
     def upload(self, path: str, url: str) -> None:
         """Write a local file to ``url`` (``convert`` to a URL; the client streams it, multipart on S3);
         :class:`StorageError`, redacted."""
+        url = without_userinfo(url)
         try:
             self._filesystem().put_file(path, url)
         except Exception as exc:  # the clients' errors have no common base; all become one message
@@ -265,6 +271,7 @@ class ObjectStore(ListingRequests):
         """A seekable binary file object on ``url`` whose every read is one ranged GET of the bytes
         asked for (no read-ahead buffer: Parquet readers ask for exactly the column chunks they
         need); ``size`` from the listing spares a HEAD. :class:`StorageError`, redacted."""
+        url = without_userinfo(url)
         try:
             return self._filesystem().open(url, "rb", cache_type="none",
                                            **({"size": size} if size is not None else {}))
@@ -276,6 +283,7 @@ class ObjectStore(ListingRequests):
     def glob(self, pattern: str) -> list[str]:
         """The objects ``pattern`` (``*``, ``?``, ``[...]`` in its last parts) matches, as URLs, sorted."""
         fs = self._filesystem()
+        pattern = without_userinfo(pattern)
         try:
             found = fs.glob(pattern)
         except Exception as exc:  # the clients' errors have no common base; all become one message
@@ -321,11 +329,13 @@ class ObjectStore(ListingRequests):
                                      (request.start, request.size))
 
     async def _s3_call(self, fs: Any, url: str, method: str, **kwargs: Any) -> Any:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import ClientError, ParamValidationError
 
         client = await fs.set_session()
         try:
             response = await getattr(client, method)(**kwargs, **fs.req_kw)
+        except ParamValidationError as exc:   # a bucket or key S3 cannot name: no attempt will do better
+            raise _Permanent(f"{url}: {exc}") from None
         except ClientError as exc:
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "NoSuchBucket"):
@@ -406,6 +416,18 @@ class ObjectStore(ListingRequests):
                     raise _status_failure(response.status, url, "GET")
                 return await response.read()
         return await self._gcs_media(url, "GET", {}, None)
+
+
+def _bare(urls: Sequence[str]) -> list[str]:
+    """The URLs without userinfo: a store was made with a URL's credentials (:func:`store_for`);
+    its requests, results and messages name the URLs without them."""
+    return [without_userinfo(url) if "@" in url else url for url in urls]
+
+
+def _bare_ranges(ranges: Sequence[Range]) -> Sequence[Range]:
+    if not any("@" in r.url for r in ranges):
+        return ranges
+    return [Range(without_userinfo(r.url), r.start, r.size, r.etag) for r in ranges]
 
 
 def _transient_errors() -> tuple[type[BaseException], ...]:
