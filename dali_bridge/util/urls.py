@@ -1,6 +1,8 @@
 """Where a location points and what a message may show of it: URL schemes and the client library
-(and extra) each needs, joining and splitting object URLs, and the redaction every storage message
-passes through — secrets the environment holds, ``user:password@``, a signed URL's credentials.
+(and extra) each needs, joining and splitting object URLs, a URL's credentials taken out of it,
+and the one scrubber (:func:`redact`) every message passes through — secrets the environment
+holds, ``user:password@``, a signed URL's credentials — with :class:`Scrubbed`, the base of the
+error classes that apply it (:mod:`dali_bridge.util.messages` carries it to logs and output).
 
 It sits below the object store (:mod:`dali_bridge.data.storage.store`, which re-exports every name here) so
 that the listing, the converter and the tools can ask "is this a URL?" without the store.
@@ -51,6 +53,8 @@ _SECRET_ASSIGNMENT = re.compile(r"(\b(?:sig|signature|token|access_token|refresh
 def hide_signature(text: str) -> str:
     """``text`` with the credential parts of any signed URL's query (and any ``token=``-like
     assignment) replaced by ``***``."""
+    if "=" not in text and "%3d" not in text.lower():
+        return text   # no parameter: nothing to hide (most messages)
     text = _SECRET_QUERY.sub(r"\1***", _SIGNED_QUERY.sub(r"\1***", text))
     return _SECRET_ASSIGNMENT.sub(r"\1***", text)
 
@@ -133,10 +137,33 @@ def _key_file_secrets(path: str, stamp: tuple[int, int]) -> tuple[str, ...]:
     return tuple(v for k, v in data.items() if k in _GOOGLE_SECRET_FIELDS and isinstance(v, str))
 
 
+_last_secrets: tuple[object, list[str]] = (None, [])
+
+
 def environment_secrets() -> list[str]:
     """The secret values the environment holds, longest first: the values of variables named for a
     secret (``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``*_PASSWORD``, ``*_API_KEY`` ...), the
-    access key id, and the private parts of the key file ``GOOGLE_APPLICATION_CREDENTIALS`` names."""
+    access key id, and the private parts of the key file ``GOOGLE_APPLICATION_CREDENTIALS`` names.
+    Worked out again only when the environment changed (every message asks)."""
+    global _last_secrets
+    raw = getattr(os.environ, "_data", None)   # CPython's encoded mapping: hashed in a microsecond
+    key = (tuple(raw.items()), _key_file_stamp()) if isinstance(raw, dict) else None
+    if key is not None and _last_secrets[0] == key:
+        return _last_secrets[1]
+    found = _environment_secrets()
+    _last_secrets = (key, found)
+    return found
+
+
+def _key_file_stamp() -> tuple[int, int] | None:
+    try:
+        status = os.stat(os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") or "")
+    except (OSError, ValueError):
+        return None
+    return status.st_mtime_ns, status.st_size
+
+
+def _environment_secrets() -> list[str]:
     values = [value for name, value in os.environ.items()
               if _SECRET_ENV.search(name) or name in ("AWS_ACCESS_KEY_ID", "AWS_ACCESS_KEY")]
     key_file = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
@@ -158,7 +185,9 @@ def redact(text: str) -> str:
         text = str(text)
     for value in environment_secrets():
         text = text.replace(value, "***")
-    return hide_signature(_BARE_USERINFO.sub("***@", _USERINFO.sub(r"\1***@", text)))
+    if "@" in text:
+        text = _BARE_USERINFO.sub("***@", _USERINFO.sub(r"\1***@", text))
+    return hide_signature(text)
 
 
 def require_client(scheme: str) -> None:

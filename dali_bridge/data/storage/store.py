@@ -15,10 +15,12 @@ and each forked process makes its own client. On S3 a sample's ranged GET is a p
 of a URL s3fs signed once per object (:mod:`dali_bridge.data.storage.presigned`): as cheap per request as
 obstore, whose runtime does not survive a fork (docs/object-storage.md weighs the two).
 
-Credentials are never taken from the pipeline file (:func:`secret_option` refuses them) and never
-shown: every message passes through :func:`redact` (:mod:`dali_bridge.util.urls`), which removes the
-secret values the process environment holds, any ``user:password@`` in a URL and a signed URL's
-credentials. The client is created per process on first
+Credentials are never taken from ``storage_options`` (:func:`secret_option` refuses them); a
+URL's ``user:password@`` becomes the client's (:func:`store_for`), and the store's requests,
+results and messages name the URL without it. None is ever shown: every message passes through
+:func:`redact` (:mod:`dali_bridge.util.urls`), which removes the secret values the process
+environment holds, any ``user:password@`` in a URL and a signed URL's credentials. Redirects and
+ranged answers are checked by :mod:`dali_bridge.data.storage.answers`. The client is created per process on first
 use, so forked DataLoader workers and DALI's feeder each hold their own (a client's event loop and
 connections do not survive a fork).
 """
