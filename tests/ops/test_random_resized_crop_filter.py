@@ -142,8 +142,9 @@ def test_dali_cpu_gives_torchvision_s_pixels_with_the_same_filter_drawn_per_samp
     assert result.samples >= 26
 
 
-needs_gpu_dali = pytest.mark.skipif(unavailable_reason("dali") is not None,
-                                    reason=f"the GPU graph needs CUDA and DALI's GPU build: {unavailable_reason('dali')}")
+needs_gpu_dali = pytest.mark.skipif(
+    unavailable_reason("dali") is not None,
+    reason=f"the GPU graph needs CUDA and DALI's GPU build: {unavailable_reason('dali')}")
 
 
 @needs_gpu_dali
