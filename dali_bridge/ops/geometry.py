@@ -222,8 +222,8 @@ class _Resampling(DaliOp, Sizing, SpecRules, Display, DaliBaseline):
 
     @staticmethod
     def _resize_stages(step: Step, stage: str, ctx: GraphContext) -> list[tuple[str, str]]:
-        drawn = ([(stage + ".filter", "arithmetic + fn.cast (the filter drawn per sample: bilinear or bicubic)")]
-                 if step.params["interpolation"] == "random" else [])
+        drawn = ([(stage + ".filter", "arithmetic + fn.cast of a per-sample argument (the filter drawn: bilinear "
+                                      "or bicubic)")] if step.params["interpolation"] == "random" else [])
         return drawn + [(stage + suffix, impl) for suffix, impl in METHODS[ctx.resize_methods[ctx.position]].stages()]
 
 

@@ -160,3 +160,33 @@ def test_the_gpu_graph_gives_dali_cpu_s_pixels_with_the_same_filters(corpus_root
     result = compare(spec, ("dali", "dali-cpu"), batches=None)
     assert result.bounds == CPU_BOUNDS
     assert result.passed, result.format()
+
+
+@needs_cpu_backends
+def test_the_plain_dali_baseline_draws_its_filter_per_sample_with_dali_s_own_coin():
+    from nvidia.dali import fn, pipeline_def, types
+
+    from dali_bridge.backends.dali.plan import graph_context
+
+    plan = plan_of([{"random_resized_crop": {"size": [24, 36], "interpolation": "random", "scale": [1.0, 1.0],
+                                             "ratio": [1.5, 1.5]}}])  # the whole image: only the filter varies
+    step, ctx = plan.steps[0], graph_context(plan, "cpu")
+    images = [np.random.default_rng(n).integers(0, 256, (40, 60, 3), dtype=np.uint8) for n in range(32)]
+
+    @pipeline_def(batch_size=len(images), num_threads=1, device_id=None, seed=3)
+    def graph():
+        image = fn.external_source(source=[images], batch=True, cycle=True, layout="HWC")
+        fixed = {name: fn.resize(image, size=[24, 36], interp_type=interp, antialias=True)
+                 for name, interp in (("bilinear", types.INTERP_LINEAR), ("bicubic", types.INTERP_CUBIC))}
+        return step.op.dali_baseline(step, image, ctx), fixed["bilinear"], fixed["bicubic"]
+
+    pipe = graph()
+    pipe.build()
+    out, bilinear, bicubic = pipe.run()
+    chosen = []
+    for n in range(len(images)):
+        got = np.array(out[n])
+        distance = {name: np.abs(got.astype(int) - np.array(fixed[n]).astype(int)).max()
+                    for name, fixed in (("bilinear", bilinear), ("bicubic", bicubic))}
+        chosen.append(min(distance, key=distance.get) if min(distance.values()) <= 1 else f"neither {distance}")
+    assert set(chosen) == {"bilinear", "bicubic"}, chosen

@@ -270,3 +270,19 @@ def test_the_cli_prints_timms_policies_as_a_pipeline_file_that_loads_back_the_sa
     loaded = load_spec(tmp_path / "timm.yaml")
     assert ops_of(loaded) == ops_of(convert(["--aa", config], crop_interpolation="bicubic"))
     assert loaded.ops[2].name == ("timm_augmix" if config.startswith("augmix") else "timm_auto_augment")
+
+
+@pytest.mark.slow  # whole epochs on both CPU backends
+@pytest.mark.parametrize("line", [
+    "", "--aa rand-m9-mstd0.5-inc1 --reprob 0.25 --mixup 0.8 --cutmix 1.0 --smoothing 0.1",
+    "--aa rand-m7-mstd0.5-inc1 --train-interpolation bicubic", "--aa augmix-m3-w3 --hflip 0"])
+def test_timms_lines_give_the_same_batches_on_dali_cpu_and_torchvision(sample_root, line):
+    from dali_bridge.loader.select import available_backends
+    from dali_bridge.tools.compare import compare
+
+    if not {"dali-cpu", "torchvision"} <= set(available_backends()):
+        pytest.skip(f"needs dali-cpu and torchvision; this host has {available_backends()}")
+    spec = from_timm(line, source=sample_root, batch_size=8, overrides={"loader.workers": 1})
+    result = compare(spec, ("dali-cpu", "torchvision"), batches=None)
+    assert result.passed and result.samples == 37, result.format()
+    assert result.output("image").max_abs <= 1.0, result.format()
