@@ -8,7 +8,8 @@ mixture_width: 4, chain_depth: 2}}``.
 timm's ``AugMixAugment`` draws the chains' weights (``np.random.dirichlet([alpha] * width)``) and the
 blend (``np.random.beta(alpha, alpha)``), both in float32, then per chain its depth
 (``np.random.randint(1, 4)`` unless fixed) and its operations (``np.random.choice`` with
-replacement), each with the noise, sign and filter of ``AugmentOp``. The bridge draws the same:
+replacement), each with the noise, sign and filter of ``AugmentOp`` (the filter drawn for
+``interpolation: random``, timm's default, else the one given). The bridge draws the same:
 the Dirichlet and Beta samples from Gamma variates (``gamma_quantiles``, shared with torchvision's
 AugMix), then per chain 1 + 4 per operation it may apply (which, noise, sign, filter).
 

@@ -7,7 +7,8 @@ timm's ``AutoAugment`` picks one sub-policy (``random.choice``) and runs each of
 ``AugmentOp``: applied unless ``random.random() > probability`` (no draw at probability 1), the
 magnitude noise (``random.gauss(magnitude, std)`` for a std above 0), clipped to [0, 10], the sign
 (``random.random() > 0.5``: negated) of the operations timm negates, the resampling filter
-(``random.choice((BILINEAR, BICUBIC))``) of shear, translate and rotate, and ``GaussianBlurRand``'s
+(``random.choice((BILINEAR, BICUBIC))`` for ``interpolation: random``, timm's default; a fixed
+``interpolation``, timm's hparam, is used as given) of shear, translate and rotate, and ``GaussianBlurRand``'s
 radius (``random.uniform(0.1, 2 * factor)``). The bridge draws 11 uniforms per sample, one for each
 of those calls: the sub-policy (the uniform scaled and floored), then per operation slot (at most
 two) whether it applies, its noise, sign, filter and radius.
