@@ -514,12 +514,15 @@ def sync_site(exc: BaseException, *, host_tail: bool = False) -> dict[str, Any]:
 def frame_site(frames: list[traceback.FrameSummary], message: str, *, host_tail: bool = False) -> dict[str, Any]:
     """Where a host sync happened: the innermost frames, the bridge's last frame, and whether the
     innermost frame outside torch is torchvision's package, the batch's copy to the host of a tail
-    that runs there (``host_tail``), or the bridge's code."""
+    that runs there (``host_tail``: the sync is that of ``copy_batch_to_host``, the one function that
+    makes the copy, see ``made_by_host_copy``), or the bridge's code."""
+    from dali_bridge.backends.device import made_by_host_copy
+
     ours = [f for f in frames if "dali_bridge" in Path(f.filename).parts]
     outside_torch = [f for f in frames if "dali_bridge" in Path(f.filename).parts
                      or "torchvision" in Path(f.filename).parts]
     inside = bool(outside_torch) and "torchvision" in Path(outside_torch[-1].filename).parts
-    copy_to_host = host_tail and [f.name for f in ours[-2:]] == ["_tail_inputs", "move_output"]
+    copy_to_host = host_tail and made_by_host_copy(frames)
     return {"message": message.splitlines()[0],
             "innermost": [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames[-3:]],
             "bridge_frame": f"{Path(ours[-1].filename).name}:{ours[-1].lineno}" if ours else None,

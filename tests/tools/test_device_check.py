@@ -7,9 +7,11 @@ import json
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.helpers.paths import REPO
 
@@ -190,9 +192,11 @@ def raised_through(*frames: tuple[str, str]) -> RuntimeError:
 
 
 def test_the_sync_check_accepts_a_host_tails_copy_to_the_host_and_only_that():
+    from dali_bridge.backends import device
+
     module = load_module()
     copy = (("/repo/dali_bridge/backends/dali/tail_runner.py", "_tail_inputs"),
-            ("/repo/dali_bridge/backends/device.py", "move_output"), ("/site/torch/_tensor.py", "to"))
+            (device.__file__, "copy_batch_to_host"), ("/site/torch/_tensor.py", "to"))
     assert module.sync_site(raised_through(*copy), host_tail=True)["in"] == module.HOST_TAIL_COPY
     assert module.HOST_TAIL_COPY in module.ALLOWED_SYNCS
     # The same copy where the tail runs on the GPU, or another sync of the host tail's: the bridge's code.
@@ -200,6 +204,106 @@ def test_the_sync_check_accepts_a_host_tails_copy_to_the_host_and_only_that():
     finish = (("/repo/dali_bridge/backends/dali/tail_runner.py", "run"),
               ("/repo/dali_bridge/backends/finishing.py", "finish_batch"))
     assert module.sync_site(raised_through(*finish), host_tail=True)["in"] == "the bridge's code"
+    # A function of that name elsewhere is not the copy: the rule reads the function's own file.
+    elsewhere = (("/repo/dali_bridge/backends/dali/tail_runner.py", "copy_batch_to_host"), ("/site/torch/_tensor.py", "to"))
+    assert module.sync_site(raised_through(*elsewhere), host_tail=True)["in"] == "the bridge's code"
+
+
+class CopyRecorded(Exception):
+    """Raised by :class:`RecordingCudaTensor` once it recorded the stack of its copy."""
+
+
+class RecordingCudaTensor(torch.Tensor):
+    """A CPU tensor that says it is on cuda:0; its copy elsewhere (``to``) records the Python stack, as
+    torch's sync debug mode sees it under "warn", then either raises :class:`CopyRecorded` (``stop``) or
+    returns the plain tensor."""
+    stacks: list = []
+    stop = True
+
+    @property
+    def device(self):
+        return torch.device("cuda", 0)
+
+    def to(self, *args, **kwargs):
+        RecordingCudaTensor.stacks.append(traceback.extract_stack()[:-1])
+        if RecordingCudaTensor.stop:
+            raise CopyRecorded
+        return torch.Tensor.to(self.as_subclass(torch.Tensor), *args, **kwargs)
+
+
+class GraphOutput:
+    """DALI's uint8 HWC output as the tail reads it: one tensor (``dense``), or one per image."""
+
+    def __init__(self, images: list[torch.Tensor], dense: bool):
+        self.images, self.dense = images, dense
+
+    def is_dense_tensor(self) -> bool:
+        return self.dense
+
+    def as_tensor(self) -> torch.Tensor:
+        return torch.stack(self.images).as_subclass(RecordingCudaTensor)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, n: int) -> torch.Tensor:
+        return self.images[n].as_subclass(RecordingCudaTensor)
+
+
+def host_tail_executor(root: Path, monkeypatch):
+    """timm_train's DALI executor built for a GPU (faked: one CUDA device, streams that do nothing), its
+    tail on the host (a PIL kernel), reading graph outputs through ``torch.from_dlpack`` unchanged."""
+    import contextlib
+
+    from dali_bridge.backends.base import Topology
+    from dali_bridge.backends.dali.executor import DaliExecutor
+    from dali_bridge.data.sources.local import list_source
+    from dali_bridge.pipeline.plan import build_plan
+    from dali_bridge.spec.pipeline import coerce_spec
+    from tests.helpers.hostile import write_image_folder
+
+    write_image_folder(root, classes=2, per_class=2)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: f"side stream of {device}")
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch, "from_dlpack", lambda tensor: tensor)
+    spec = coerce_spec(REPO / "pipelines" / "timm_train.yaml", {"source": {"type": "folder", "root": str(root)}})
+    executor = DaliExecutor(spec, list_source(spec.source), build_plan(spec), gpu=True, topology=Topology(0, 1, 0))
+    assert executor.tail.device == torch.device("cpu") and executor.tail.side_stream is not None
+    return executor
+
+
+@pytest.mark.parametrize("dense", [True, False], ids=["one-size", "per-image"])
+def test_host_tail_copy_recognised_from_real_call(tmp_path, monkeypatch, dense):
+    from dali_bridge.backends.device import copy_batch_to_host
+
+    module = load_module()
+    executor = host_tail_executor(tmp_path / "data", monkeypatch)
+    images = [torch.zeros(8 + n * (not dense), 8, 3, dtype=torch.uint8) for n in range(3)]
+    monkeypatch.setattr(RecordingCudaTensor, "stacks", [])
+    with pytest.raises(CopyRecorded):   # the tail's real path, from the executor's hand-over to the copy
+        executor.tail.finished([GraphOutput(images, dense)], [[] for _ in images], None)
+    (stack,) = RecordingCudaTensor.stacks
+    ours = [frame for frame in stack if "dali_bridge" in Path(frame.filename).parts]
+    assert ours[-1].name == copy_batch_to_host.__name__ and ours[0].name == "finished", [f.name for f in ours]
+    assert module.frame_site(stack, module.SYNC_MESSAGE, host_tail=True)["in"] == module.HOST_TAIL_COPY
+    assert module.frame_site(stack, module.SYNC_MESSAGE, host_tail=False)["in"] == "the bridge's code"
+
+
+@pytest.mark.parametrize("dense", [True, False], ids=["one-size", "per-image"])
+def test_a_host_tail_copies_its_batch_to_the_host_once_in_both_branches(tmp_path, monkeypatch, dense):
+    executor = host_tail_executor(tmp_path / "data", monkeypatch)
+    generator = torch.Generator().manual_seed(3)
+    images = [torch.randint(0, 256, (8 + n * (not dense), 9, 3), dtype=torch.uint8, generator=generator)
+              for n in range(4)]
+    monkeypatch.setattr(RecordingCudaTensor, "stacks", [])
+    monkeypatch.setattr(RecordingCudaTensor, "stop", False)
+    inputs = executor.tail._tail_inputs([GraphOutput(images, dense)])
+    assert len(RecordingCudaTensor.stacks) == 1   # one copy (one host wait) per batch, whatever the batch holds
+    on_host = list(inputs) if dense else inputs
+    assert all(type(image) is torch.Tensor and image.device.type == "cpu" for image in on_host)
+    assert all(torch.equal(image, source.permute(2, 0, 1)) for image, source in zip(on_host, images))
 
 
 def test_a_pytest_selection_that_selects_nothing_fails_the_check_loudly(tmp_path, monkeypatch):
