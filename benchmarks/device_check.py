@@ -355,7 +355,8 @@ def check_pytest(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, 
     # A dry run only collects them (the suite runs them anyway): they import and their skips are known.
     report = out / "pytest.xml"
     mode = ["--collect-only"] if dry_run else [f"--junitxml={report}"]
-    run = subprocess.run([sys.executable, "-m", "pytest", *PYTEST_SELECTIONS, "-q", "-rs", "-p", "no:cacheprovider",
+    # -rfEs: the summary that comes back names each failure and error, not only the skips.
+    run = subprocess.run([sys.executable, "-m", "pytest", *PYTEST_SELECTIONS, "-q", "-rfEs", "-p", "no:cacheprovider",
                           *mode], cwd=REPO, capture_output=True, text=True, check=False)
     tail = run.stdout.strip().splitlines()[-40:]
     if run.returncode != 0:
@@ -396,11 +397,13 @@ def check_memory_bench(data: Path, work: Path, out: Path, dry_run: bool) -> dict
     for backend in ("dali", "torchvision"):
         found = work / f"memory-{backend}.json"
         found.unlink(missing_ok=True)
-        run = subprocess.run([sys.executable, __file__, "--memory-of", backend, "--data", str(data), "--result",
-                              str(found)], capture_output=True, text=True, timeout=120, check=False)
-        if run.returncode != 0 or not found.exists():
-            raise AssertionError(f"memory of {backend} (exit {run.returncode}): "
-                                 f"{run.stderr.strip().splitlines()[-3:]}")
+        ran = run_for_result([sys.executable, __file__, "--memory-of", backend, "--data", str(data), "--result",
+                              str(found)], found, timeout=120, log=work / f"memory-{backend}.log")
+        if not found.exists():
+            raise AssertionError(f"memory of {backend} ({'timed out' if ran['timed_out'] else ran['returncode']}): "
+                                 f"{ran['output'].strip().splitlines()[-3:]}")
+        if ran["teardown_hang_s"] is not None:
+            results.setdefault("teardown", []).append(f"memory of {backend}: hung at interpreter exit, killed")
         results["memory_after_first_batch"][backend] = json.loads(found.read_text())
     results["bench"] = bench(data, out / "bench.json", backends="dali,torchvision", baselines="torchvision,dali")
     # DALI's GPU threads: the default against a few settings, so the next run can set it from figures.
@@ -585,21 +588,29 @@ def orchestrate(out: Path, *, budget: float, dry_run: bool, images: int, data: P
     started = time.monotonic()
     report: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "dry_run": dry_run,
                               "budget_s": budget, "images": images, "work": str(work), "checks": []}
+    stopped: str | None = None   # why the checks after a failed gate are not run
     for name, _, expected, limit in CHECKS:
         left = budget - (time.monotonic() - started)
         entry: dict[str, Any] = {"name": name, "expected_s": expected, "limit_s": round(min(limit, max(left, 0)))}
-        if left < expected:
+        if stopped:
+            entry.update(status="skipped", reason=stopped)
+        elif left < expected:
             entry.update(status="skipped", reason=f"not run: expects ~{expected} s, {max(left, 0):.0f} s of the "
                                                   f"{budget:.0f} s budget left")
         else:
             entry.update(run_in_process(name, data, work, out, dry_run, images, timeout=min(limit, left)))
         report["checks"].append(entry)
+        if entry.get("stops_run"):
+            stopped = f"not run: {name} failed ({entry.get('reason', '')})"
         print(f"device check {name}: {entry['status']}" + (f" ({one_line(entry['reason'])})" if entry.get("reason")
-                                                           else "") + f" [{entry.get('seconds', 0):.0f} s]",
+                                                           else "") + f" [{entry.get('seconds', 0):.0f} s]"
+              + (f"; teardown: {entry['teardown']}" if entry.get("teardown") else ""),
               flush=True)
     counts = {status: sum(c["status"] == status for c in report["checks"])
               for status in ("passed", "failed", "skipped")}
+    # A hang at interpreter exit after the result was written is reported beside the results, not as a failure.
     report.update(elapsed_s=round(time.monotonic() - started, 1), summary=counts,
+                  teardown_hangs=[c["name"] for c in report["checks"] if c.get("teardown")],
                   exit_status=0 if counts["failed"] == 0 else 1)
     target = out / "device_check.json"
     target.write_text(json.dumps(report, indent=2, default=str))
@@ -646,9 +657,49 @@ def summary_screen(report: dict[str, Any], target: Path) -> list[str]:
                   else check.get("reason", ""))
         lines.append(f"{check['name']:<13}{check['status']:<8}{check.get('seconds', 0):>5.0f} s  {one_line(detail)}")
     counts = report["summary"]
+    if report.get("teardown_hangs"):
+        lines.append(f"teardown: {', '.join(report['teardown_hangs'])} hung at interpreter exit after writing "
+                     f"the result (killed; the results stand)")
     lines.append(f"device check: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped "
                  f"in {report['elapsed_s']:.0f} s of {report['budget_s']:.0f} s; results in {target}")
     return lines
+
+
+# Seconds a check's process may take to exit once its result is written: past them its interpreter's
+# teardown (DALI's or CUDA's threads) is taken to hang; it is killed and the hang reported beside the result.
+TEARDOWN_GRACE_S = 20.0
+
+
+def run_for_result(command: list[str], result: Path, *, timeout: float, log: Path,
+                   grace: float | None = None) -> dict[str, Any]:
+    """Run ``command`` in a session of its own (killed with every process it started when it runs over)
+    until it exits, or until ``timeout`` seconds. Once it has written ``result`` it has ``grace`` seconds
+    (:data:`TEARDOWN_GRACE_S`) to exit: a hang at interpreter exit is then killed and reported
+    (``teardown_hang_s``) apart from the result, which stands. Output goes to ``log``."""
+    grace = TEARDOWN_GRACE_S if grace is None else grace
+    started = time.monotonic()
+    written_at: float | None = None
+    found: dict[str, Any] = {"returncode": None, "timed_out": False, "teardown_hang_s": None}
+    with open(log, "w") as output, subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, text=True,
+                                                   cwd=REPO, start_new_session=True) as process:
+        while process.poll() is None:
+            now = time.monotonic()
+            if written_at is None and result.exists():
+                written_at = now
+            if written_at is not None and now - written_at > grace:
+                found["teardown_hang_s"] = round(now - written_at, 1)
+                break
+            if now - started > timeout:
+                found["timed_out"] = True
+                break
+            time.sleep(0.1)
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        else:
+            found["returncode"] = process.returncode
+    found["output"] = log.read_text(errors="replace")
+    return found
 
 
 def run_in_process(name: str, data: Path, work: Path, out: Path, dry_run: bool, images: int, *,
@@ -658,25 +709,27 @@ def run_in_process(name: str, data: Path, work: Path, out: Path, dry_run: bool, 
     command = [sys.executable, __file__, "--one", name, "--data", str(data), "--work", str(work), "--out", str(out),
                "--images", str(images)] + (["--dry-run"] if dry_run else [])
     t0 = time.monotonic()
-    # Its own session, so a check that times out is killed with every process it started
-    # (DataLoader workers, pytest, the bench's children).
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-                          start_new_session=True) as process:
-        try:
-            output, _ = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            output, _ = process.communicate()
-            return {"status": "failed", "reason": f"timed out after {timeout:.0f} s",
-                    "seconds": round(time.monotonic() - t0, 1), "output_tail": output[-3000:]}
+    ran = run_for_result(command, part, timeout=timeout, log=work / f"{name}.log")
     entry: dict[str, Any] = {"seconds": round(time.monotonic() - t0, 1)}
     if part.exists():
         entry.update(json.loads(part.read_text()))
+    elif ran["timed_out"]:
+        entry.update(status="failed", reason=f"timed out after {timeout:.0f} s")
     else:
-        entry.update(status="failed", reason=f"the check's process exited {process.returncode} without a result")
-    if entry["status"] == "failed":
-        entry["output_tail"] = output[-3000:]
+        entry.update(status="failed", reason=f"the check's process exited {ran['returncode']} without a result")
+    if ran["teardown_hang_s"] is not None:   # the result stands; the hang is said beside it
+        entry["teardown"] = (f"the process hung at interpreter exit after writing its result: killed "
+                             f"{ran['teardown_hang_s']:.0f} s later")
+    if entry["status"] == "failed" or "teardown" in entry:
+        entry["output_tail"] = ran["output"][-3000:]
     return entry
+
+
+def write_result(path: Path, result: dict[str, Any]) -> None:
+    """``result`` as JSON at ``path``, whole or not at all (the parent reads it as soon as it exists)."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(result, indent=2, default=str))
+    os.replace(partial, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -695,12 +748,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     images = args.images or (DRY_RUN_IMAGES if args.dry_run else 256)
     if args.memory_of:
-        args.result.write_text(json.dumps(memory_of(args.memory_of, args.data), default=str))
+        write_result(args.result, memory_of(args.memory_of, args.data))
         return 0
     out = args.out or Path(os.environ.get("OUT") or REPO / "out")
     if args.one:
         result = run_one(args.one, args.data, args.work, out, args.dry_run, images)
-        (args.work / f"{args.one}.json").write_text(json.dumps(result, indent=2, default=str))
+        write_result(args.work / f"{args.one}.json", result)
         return 0
     return orchestrate(out, budget=args.budget, dry_run=args.dry_run, images=images, data=args.data, work=args.work)
 

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -205,7 +206,8 @@ def test_the_sync_check_accepts_a_host_tails_copy_to_the_host_and_only_that():
               ("/repo/dali_bridge/backends/finishing.py", "finish_batch"))
     assert module.sync_site(raised_through(*finish), host_tail=True)["in"] == "the bridge's code"
     # A function of that name elsewhere is not the copy: the rule reads the function's own file.
-    elsewhere = (("/repo/dali_bridge/backends/dali/tail_runner.py", "copy_batch_to_host"), ("/site/torch/_tensor.py", "to"))
+    elsewhere = (("/repo/dali_bridge/backends/dali/tail_runner.py", "copy_batch_to_host"),
+                 ("/site/torch/_tensor.py", "to"))
     assert module.sync_site(raised_through(*elsewhere), host_tail=True)["in"] == "the bridge's code"
 
 
@@ -370,3 +372,41 @@ def test_warn_mode_lists_every_sync_of_a_batch_where_it_happened(monkeypatch):
     with pytest.warns(UserWarning, match="something else"):
         module.warned_syncs(batch, debug=False)
     assert modes == ["warn", 0]   # no mode set in a dry run
+
+
+def test_the_pytest_check_names_failures_and_errors_in_the_summary_that_comes_back(tmp_path, monkeypatch):
+    module = load_module()
+    commands = []
+
+    def failing_run(command, **kwargs):
+        commands.append(command)
+        summary = "FAILED tests/backends/dali/test_gpu.py::test_x - AssertionError\n1 failed, 3 passed in 9.0s"
+        return subprocess.CompletedProcess(command, 1, stdout=summary, stderr="")
+
+    monkeypatch.setattr(module.subprocess, "run", failing_run)
+    with pytest.raises(AssertionError, match="FAILED tests/backends/dali/test_gpu.py::test_x"):
+        module.check_pytest(tmp_path, tmp_path, tmp_path, False)
+    (command,) = commands
+    assert "-rfEs" in command and "-rs" not in command
+
+
+def test_a_hang_at_interpreter_exit_is_reported_apart_from_the_result_that_stands(tmp_path, monkeypatch):
+    module = load_module()
+    result = tmp_path / "check.json"
+    # Writes its result, then hangs (as a thread that never ends would keep the interpreter from exiting).
+    script = (f"import json, os, time; p = {str(result)!r}; open(p + '.partial', 'w').write(json.dumps("
+              f"{{'status': 'passed', 'results': {{}}}})); os.replace(p + '.partial', p); time.sleep(60)")
+    started = time.monotonic()
+    ran = module.run_for_result([sys.executable, "-c", script], result, timeout=30, log=tmp_path / "log", grace=0.5)
+    assert time.monotonic() - started < 20 and ran["teardown_hang_s"] is not None and not ran["timed_out"]
+    # In the orchestrator: the check passed, the hang is said beside it, the exit status is the results'.
+    monkeypatch.setattr(module, "run_in_process", lambda name, *a, **k: {"seconds": 1.0, "status": "passed",
+                        "results": {}, **({"teardown": "hung at exit"} if name == "sync" else {})})
+    assert module.orchestrate(tmp_path / "out", budget=1000, dry_run=False, images=4, data=None,
+                              work=tmp_path / "work") == 0
+    report = json.loads((tmp_path / "out" / "device_check.json").read_text())
+    assert report["teardown_hangs"] == ["sync"] and report["summary"]["failed"] == 0
+    # A process that writes nothing within its limit still fails the check, as timed out.
+    quiet = module.run_for_result([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "none.json",
+                                  timeout=1, log=tmp_path / "log2", grace=0.5)
+    assert quiet["timed_out"] and quiet["teardown_hang_s"] is None
