@@ -74,6 +74,34 @@ class Skip(Exception):
     """A check that cannot run here; the message says why."""
 
 
+class StopRun(AssertionError):
+    """A failed check after which the others would test nothing worth the device's time (the reason
+    says why); ``results``: what it found all the same."""
+
+    def __init__(self, reason: str, results: dict[str, Any]):
+        super().__init__(reason)
+        self.results = results
+
+
+# The oldest torch and torchvision the project runs on (docs/gpu.md): torchvision 0.21 decodes a 16-bit
+# PNG to uint16, which the bridge scales to uint8 as DALI does (older releases scale it their own way, so
+# pixels differ from DALI's), and decodes WebP (0.20); torch 2.6 is the release that torchvision 0.21
+# is built for. A GPU machine brings its own pair: the env check names it and stops the run below these.
+MINIMUM_VERSIONS = {"torch": (2, 6), "torchvision": (0, 21)}
+
+
+def below_minimum(versions: dict[str, str]) -> list[str]:
+    """Each package of ``versions`` (name: its ``__version__``) older than :data:`MINIMUM_VERSIONS`, said."""
+    import re
+
+    old = []
+    for name, minimum in MINIMUM_VERSIONS.items():
+        found = re.match(r"(\d+)\.(\d+)", versions[name])
+        if found is None or tuple(map(int, found.groups())) < minimum:
+            old.append(f"{name} {versions[name]} (the project needs {'.'.join(map(str, minimum))} or newer)")
+    return old
+
+
 # ---------------------------------------------------------------------------------------------
 # Helpers shared by the checks (run in the check's own process)
 
@@ -178,10 +206,14 @@ def broken_folder(root: Path, *, images: int = 24,
 
 def check_env(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, Any]:
     import torch
+    import torchvision
 
-    from dali_bridge.tools.doctor import report
     info: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform(),
-                            "torch": torch.__version__, "cuda_devices": cuda_devices()}
+                            "torch": torch.__version__, "torchvision": torchvision.__version__}
+    old = below_minimum(info)
+    if old:   # before anything else: every later check would run on a pair the project does not support
+        raise StopRun(f"this machine's {' and '.join(old)}: install a newer pair, or run on another machine", info)
+    info["cuda_devices"] = cuda_devices()
     if info["cuda_devices"]:
         info["gpus"] = [torch.cuda.get_device_name(n) for n in range(info["cuda_devices"])]
     try:
@@ -190,8 +222,15 @@ def check_env(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, Any
                                             timeout=20, check=False).stdout.strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
         info["nvidia_smi"] = f"not run: {exc}"
-    info["doctor"] = report()
+    info["doctor"] = check_env_doctor()
     return info
+
+
+def check_env_doctor() -> str:
+    """What ``dali-bridge doctor`` prints of this host."""
+    from dali_bridge.tools.doctor import report
+
+    return report()
 
 
 def check_data(data: Path, work: Path, out: Path, dry_run: bool, images: int = 256) -> dict[str, Any]:
@@ -566,6 +605,8 @@ def run_one(name: str, data: Path, work: Path, out: Path, dry_run: bool, images:
                  else check(data, work, out, dry_run))
     except Skip as exc:
         return {"status": "skipped", "reason": str(exc)}
+    except StopRun as exc:
+        return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}", "results": exc.results, "stops_run": True}
     except Exception as exc:
         return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
     return {"status": "passed", "results": found}
@@ -626,7 +667,8 @@ def one_line(text: str, width: int = 110) -> str:
 def key_figures(name: str, results: dict[str, Any]) -> str:
     """A check's few numbers worth reading on the summary screen."""
     if name == "env":
-        return f"{results.get('cuda_devices')} GPU(s) {results.get('gpus', [])} torch {results.get('torch')}"
+        return (f"{results.get('cuda_devices')} GPU(s) {results.get('gpus', [])} torch {results.get('torch')} "
+                f"torchvision {results.get('torchvision')}")
     if name == "data":
         return f"{results.get('images')} images"
     if name == "equivalence":

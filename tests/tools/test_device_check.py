@@ -410,3 +410,28 @@ def test_a_hang_at_interpreter_exit_is_reported_apart_from_the_result_that_stand
     quiet = module.run_for_result([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "none.json",
                                   timeout=1, log=tmp_path / "log2", grace=0.5)
     assert quiet["timed_out"] and quiet["teardown_hang_s"] is None
+
+
+def test_the_env_check_records_torch_and_torchvision_and_stops_the_run_below_the_minimum(tmp_path, monkeypatch):
+    import torchvision
+
+    module = load_module()
+    monkeypatch.setattr(module, "check_env_doctor", lambda: "doctor")
+    found = module.run_one("env", tmp_path, tmp_path, tmp_path, True, 4)
+    assert found["status"] == "passed"
+    assert (found["results"]["torch"], found["results"]["torchvision"]) == (torch.__version__, torchvision.__version__)
+    monkeypatch.setattr(torch, "__version__", "2.1.2+cu121")
+    monkeypatch.setattr(torchvision, "__version__", "0.16.2+cu121")
+    found = module.run_one("env", tmp_path, tmp_path, tmp_path, True, 4)
+    assert found["status"] == "failed" and found["stops_run"] is True
+    assert "torch 2.1.2+cu121 (the project needs 2.6 or newer) and torchvision 0.16.2+cu121 (the project needs " \
+           "0.21 or newer)" in found["reason"]
+    assert found["results"]["torchvision"] == "0.16.2+cu121"
+    # The orchestrator then runs nothing more, and says why for each check it left out.
+    monkeypatch.setattr(module, "run_in_process", lambda name, *a, **k: {"seconds": 0.0, **(
+        found if name == "env" else {"status": "passed", "results": {}})})
+    assert module.orchestrate(tmp_path / "out", budget=1000, dry_run=False, images=4, data=None,
+                              work=tmp_path / "work") == 1
+    report = json.loads((tmp_path / "out" / "device_check.json").read_text())
+    assert [c["status"] for c in report["checks"]] == ["failed"] + ["skipped"] * (len(NAMES) - 1)
+    assert report["checks"][1]["reason"].startswith("not run: env failed (StopRun: this machine's torch 2.1.2")
