@@ -435,3 +435,18 @@ def test_the_env_check_records_torch_and_torchvision_and_stops_the_run_below_the
     report = json.loads((tmp_path / "out" / "device_check.json").read_text())
     assert [c["status"] for c in report["checks"]] == ["failed"] + ["skipped"] * (len(NAMES) - 1)
     assert report["checks"][1]["reason"].startswith("not run: env failed (StopRun: this machine's torch 2.1.2")
+
+
+def test_the_equivalence_check_judges_each_variant_by_the_one_table_of_bounds():
+    from dali_bridge.tools.compare_bounds import DECODE_BOUNDS
+
+    module = load_module()
+    mixed, cpu = DECODE_BOUNDS["mixed"], DECODE_BOUNDS["cpu"]
+    within = {"max_levels": mixed.max_abs, "mean_levels": mixed.mean_abs}
+    assert module.equivalence_failures("train-mixed", "mixed", within) == []
+    assert within["bound"] == f"max <= {mixed.max_abs:g}, mean <= {mixed.mean_abs:g} levels"
+    # The maximum of mixed decode is bounded too, and decode.device cpu has its own, tighter, row.
+    assert module.equivalence_failures("val-mixed", "mixed", {"max_levels": mixed.max_abs + 1, "mean_levels": 0.1}) \
+        == [f"val-mixed: max {mixed.max_abs + 1:g} levels > {mixed.max_abs:g}"]
+    assert module.equivalence_failures("val-cpu-decode", "cpu", {"max_levels": 1, "mean_levels": cpu.mean_abs + 0.1}) \
+        == [f"val-cpu-decode: mean {cpu.mean_abs + 0.1:.3f} levels > {cpu.mean_abs:g}"]
