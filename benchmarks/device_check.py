@@ -4,38 +4,46 @@ process with a time limit inside one budget; every finding goes to one JSON file
     python benchmarks/device_check.py --out DIR [--work DIR] [--budget S] [--images N] [--dry-run]
 
 Checks, in the order they run (the ones that prove most first), with the seconds each is expected
-to take on one H200 with 16 cores and 256 generated images (what the budget check uses; the limit
-is about twice that, cut to what the budget has left):
-  env           5 s  the host: Python, torch, CUDA devices, driver, DALI build, ``doctor``
-  data         15 s  a generated ImageFolder set (``--images``) shared by the checks
-  device       30 s  ``device="cpu"`` batches equal a blocking copy of the GPU ones; LOCAL_RANK
+to take on one H100 with 16 cores and 256 generated images (estimates from the dry run's times on a
+2-core host: no GPU has run them yet; what the budget check uses; the limit is about twice that,
+cut to what the budget has left):
+  env          15 s  the host: Python, torch and torchvision (the run stops below the minimum pair,
+                     MINIMUM_VERSIONS), CUDA devices, driver, DALI build, ``doctor``
+  data         10 s  a generated ImageFolder set (``--images``) shared by the checks
+  device       25 s  ``device="cpu"`` batches equal a blocking copy of the GPU ones; LOCAL_RANK
                      beyond the device count; an explicit ``cuda:N``
-  equivalence  60 s  shipped train/val pipelines on ``dali`` (mixed decode; decode.device cpu; mixed
+  equivalence  50 s  shipped train/val pipelines on ``dali`` (mixed decode; decode.device cpu; mixed
                      with the hardware decoder off) against ``dali-cpu``, consumer's stream kept
-                     busy: mean and max level difference per variant
+                     busy: max and mean level difference per variant, within the bounds of
+                     ``dali_bridge.tools.compare_bounds.DECODE_BOUNDS``
   errors       30 s  ``on_error: raise`` yields the batches before a broken file, ``skip`` counts
                      it and ends a batch whose every sample is broken, on ``dali`` and on
                      torchvision finishing on CUDA (worker processes, and ``loader.executor: threads``)
-  sync         30 s  batches of each shipped pipeline on ``dali`` under ``torch.cuda.set_sync_debug_mode``,
+  sync         25 s  batches of each shipped pipeline on ``dali`` under ``torch.cuda.set_sync_debug_mode``,
                      "warn" (every sync listed where it happened) then "error": no host sync in the
-                     bridge's code
-  pytest      100 s  tests/backends/dali/test_gpu.py (threads on CUDA included), tests/backends/dali/test_gpu_logic.py,
+                     bridge's code but a host tail's copy of its batch (``copy_batch_to_host``)
+  pytest       90 s  tests/backends/dali/test_gpu.py (threads on CUDA included), tests/backends/dali/test_gpu_logic.py,
                      the batch kernels against the per-sample ones on CUDA and the rounding probe there
-                     (PYTEST_SELECTIONS; each must select a test; JUnit XML: pytest.xml)
-  memory_bench 90 s  GPU and pinned host memory after each backend's first batch, then a short
-                     ``dali-bridge bench`` (bench.json) and DALI's threads at two settings
-                     (bench_threads.json)
-                  --- 360 s expected in all, inside the default budget of 420 s.
+                     (PYTEST_SELECTIONS; each must select a test; JUnit XML: pytest.xml; -rfEs)
+  memory_bench 80 s  GPU and pinned host memory after each backend's first batch, then a short
+                     ``dali-bridge bench`` (bench.json) and DALI's threads at 4, 8 and the machine's
+                     cores (bench_threads.json)
+                  --- 325 s expected in all, inside the default budget of 360 s; with the DALI install
+                      before it (INSTALL_EXPECTED_S, 90 s) 415 s, within PLAN_LIMIT_S (420 s), which
+                      leaves room for one rerun in 15 device minutes.
 
 A check whose expected seconds no longer fit what is left of the budget is skipped with the
-reason, not started. On a host with CUDA devices, a ``dali`` that cannot run fails the checks
-that need it (the reason said): only a host without CUDA skips them.
+reason, not started; a failed ``env`` version check stops the run. On a host with CUDA devices, a
+``dali`` that cannot run fails the checks that need it (the reason said): only a host without CUDA
+skips them. A check's process that wrote its result but hangs at interpreter exit is killed after
+TEARDOWN_GRACE_S and the hang reported beside the result (``teardown``), which stands.
 
 Files: ``--out`` receives only device_check.json, pytest.xml, bench.json and bench_threads.json
-(a machine may bring back few files, none deep); scratch data and each check's own result go
-under ``--work`` (default: a fresh folder in the system's temporary directory). The last lines
-printed are a one-screen summary — each check, its status, seconds and key figures — since the
-printed tail is what survives when nothing else does.
+(a machine may bring back few files, none deep); scratch data and each check's own result and
+output go under ``--work`` (default: a fresh folder in the system's temporary directory). The
+first line printed is the plan (each check's expected seconds and the total); the last lines are
+a one-screen summary — each check, its status, seconds against those expected and key figures —
+since the printed tail is what survives when nothing else does.
 
 ``--dry-run`` runs the same control flow on a CPU host: the GPU parts are reported skipped, and
 the checks whose logic does not need a GPU run it with CPU stand-ins (``dali-cpu`` for ``dali``,
@@ -581,12 +589,20 @@ def memory_of(backend: str, data: Path) -> dict[str, Any]:
                                                                                          None)}
 
 
-# (name, check, seconds expected on one H200 with 256 images, time limit in seconds); see the docstring
+# (name, check, seconds expected on one H100 with 16 cores and 256 images, time limit in seconds): estimates,
+# see the docstring. The docstring, device_check.sh's header and docs/gpu.md list the same figures (tested).
 CHECKS: list[tuple[str, Callable[..., dict[str, Any]], int, int]] = [
-    ("env", check_env, 5, 60), ("data", check_data, 15, 90), ("device", check_device, 30, 90),
-    ("equivalence", check_equivalence, 60, 150), ("errors", check_errors, 30, 90), ("sync", check_sync, 30, 90),
-    ("pytest", check_pytest, 100, 200), ("memory_bench", check_memory_bench, 90, 200),
+    ("env", check_env, 15, 60), ("data", check_data, 10, 60), ("device", check_device, 25, 60),
+    ("equivalence", check_equivalence, 50, 120), ("errors", check_errors, 30, 60), ("sync", check_sync, 25, 60),
+    ("pytest", check_pytest, 90, 180), ("memory_bench", check_memory_bench, 80, 160),
 ]
+# The DALI install before the checks, in device seconds: six calls that each carry a 50 MiB part of the
+# wheels (their transfer not measured), then ../shared/device/install-dali.sh (16 s on a 2-core host).
+INSTALL_EXPECTED_S = 90
+# Install and checks together, expected: a first run and one rerun on the warm machine fit 15 device
+# minutes with the machine's start.
+PLAN_LIMIT_S = 420
+DEFAULT_BUDGET_S = 360
 DRY_RUN_IMAGES = 12
 # What --out may receive: the summary and the few files worth bringing back (none in a folder).
 OUTPUT_FILES = ("device_check.json", "pytest.xml", "bench.json", "bench_threads.json")
@@ -627,7 +643,9 @@ def orchestrate(out: Path, *, budget: float, dry_run: bool, images: int, data: P
     data = data or work / "data"
     started = time.monotonic()
     report: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "dry_run": dry_run,
-                              "budget_s": budget, "images": images, "work": str(work), "checks": []}
+                              "budget_s": budget, "images": images, "work": str(work), "plan": plan(),
+                              "checks": []}
+    print(plan_line(), flush=True)
     stopped: str | None = None   # why the checks after a failed gate are not run
     for name, _, expected, limit in CHECKS:
         left = budget - (time.monotonic() - started)
@@ -656,6 +674,25 @@ def orchestrate(out: Path, *, budget: float, dry_run: bool, images: int, data: P
     target.write_text(json.dumps(report, indent=2, default=str))
     print("\n".join(summary_screen(report, target)), flush=True)
     return report["exit_status"]
+
+
+def plan() -> dict[str, Any]:
+    """What the run is expected to take on one H100, in device seconds: each check, the checks, the DALI
+    install before them, and both against :data:`PLAN_LIMIT_S`."""
+    checks = {name: expected for name, _, expected, _ in CHECKS}
+    total = sum(checks.values())
+    return {"device": "one H100, 16 cores (estimates)", "checks_s": checks, "checks_total_s": total,
+            "install_s": INSTALL_EXPECTED_S, "install_and_checks_s": total + INSTALL_EXPECTED_S,
+            "limit_s": PLAN_LIMIT_S}
+
+
+def plan_line() -> str:
+    """The plan in one printed line (the first of the run)."""
+    found = plan()
+    checks = ", ".join(f"{name} {seconds}" for name, seconds in found["checks_s"].items())
+    return (f"device check plan, expected seconds on {found['device']}: {checks} = {found['checks_total_s']} s of "
+            f"checks; with the DALI install ({found['install_s']} s) {found['install_and_checks_s']} s "
+            f"(limit {found['limit_s']} s)")
 
 
 def one_line(text: str, width: int = 110) -> str:
@@ -696,7 +733,8 @@ def summary_screen(report: dict[str, Any], target: Path) -> list[str]:
     for check in report["checks"]:
         detail = (key_figures(check["name"], check.get("results") or {}) if check["status"] == "passed"
                   else check.get("reason", ""))
-        lines.append(f"{check['name']:<13}{check['status']:<8}{check.get('seconds', 0):>5.0f} s  {one_line(detail)}")
+        lines.append(f"{check['name']:<13}{check['status']:<8}{check.get('seconds', 0):>5.0f} s "
+                     f"(~{check['expected_s']:>3}) {one_line(detail, 95)}")
     counts = report["summary"]
     if report.get("teardown_hangs"):
         lines.append(f"teardown: {', '.join(report['teardown_hangs'])} hung at interpreter exit after writing "
@@ -778,7 +816,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="folder for device_check.json (default $OUT, else ./out)")
     parser.add_argument("--work", type=Path, help="folder for scratch data, outside --out (default: "
                                                   f"{default_work()})")
-    parser.add_argument("--budget", type=float, default=float(os.environ.get("CHECK_BUDGET_S", "420")))
+    parser.add_argument("--budget", type=float, default=float(os.environ.get("CHECK_BUDGET_S", DEFAULT_BUDGET_S)))
     parser.add_argument("--images", type=int, default=None, help="images in the generated set (default 256; 12 "
                                                                   "in a dry run)")
     parser.add_argument("--data", type=Path, help="an ImageFolder to use instead of a generated one")
