@@ -402,18 +402,42 @@ def check_pytest(data: Path, work: Path, out: Path, dry_run: bool) -> dict[str, 
     report = out / "pytest.xml"
     mode = ["--collect-only"] if dry_run else [f"--junitxml={report}"]
     # -rfEs: the summary that comes back names each failure and error, not only the skips.
-    run = subprocess.run([sys.executable, "-m", "pytest", *PYTEST_SELECTIONS, "-q", "-rfEs", "-p", "no:cacheprovider",
-                          *mode], cwd=REPO, capture_output=True, text=True, check=False)
-    tail = run.stdout.strip().splitlines()[-40:]
-    if run.returncode != 0:
+    command = [sys.executable, "-m", "pytest", *PYTEST_SELECTIONS, "-q", "-rfEs", "-p", "no:cacheprovider", *mode]
+    found: dict[str, Any] = {}
+    if dry_run:
+        run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+        code, output = run.returncode, run.stdout
+    else:   # pytest writes its XML at the session's end: a hang at interpreter exit after it is reported apart
+        report.unlink(missing_ok=True)
+        ran = run_for_result(command, report, timeout=PYTEST_TIMEOUT_S, log=work / "pytest.log", session=False)
+        code, output = ran["returncode"], ran["output"]
+        if ran["timed_out"]:
+            last = "\n".join(output.splitlines()[-40:])
+            raise AssertionError(f"pytest timed out after {PYTEST_TIMEOUT_S} s:\n{last}")
+        if ran["teardown_hang_s"] is not None:
+            code = 1 if junit_failures(report) else 0
+            found["teardown"] = "pytest hung at interpreter exit after writing pytest.xml: killed"
+    tail = output.strip().splitlines()[-40:]
+    if code != 0:
         raise AssertionError("pytest failed:\n" + "\n".join(tail))
-    ran = (run.stdout.splitlines() if dry_run else junit_node_ids(report))
-    selected = {selection: sum(selects(selection, node) for node in ran) for selection in PYTEST_SELECTIONS}
+    ran_ids = (output.splitlines() if dry_run else junit_node_ids(report))
+    selected = {selection: sum(selects(selection, node) for node in ran_ids) for selection in PYTEST_SELECTIONS}
     empty = [selection for selection, count in selected.items() if not count]
     if empty:
         raise AssertionError(f"these pytest selections selected no test: {empty}")
-    return {"selected": selected, "summary": tail[-1] if tail else "",
+    return {**found, "selected": selected, "summary": tail[-1] if tail else "",
             "skips": [line for line in tail if "SKIP" in line]}
+
+
+PYTEST_TIMEOUT_S = 170   # inside the check's own limit
+
+
+def junit_failures(report: Path) -> int:
+    """Failures and errors pytest's JUnit XML counts."""
+    import xml.etree.ElementTree as ElementTree
+
+    suites = ElementTree.parse(report).getroot().iter("testsuite")
+    return sum(int(suite.get("failures", 0)) + int(suite.get("errors", 0)) for suite in suites)
 
 
 def selects(selection: str, node: str) -> bool:
@@ -444,7 +468,7 @@ def check_memory_bench(data: Path, work: Path, out: Path, dry_run: bool) -> dict
         found = work / f"memory-{backend}.json"
         found.unlink(missing_ok=True)
         ran = run_for_result([sys.executable, __file__, "--memory-of", backend, "--data", str(data), "--result",
-                              str(found)], found, timeout=120, log=work / f"memory-{backend}.log")
+                              str(found)], found, timeout=120, log=work / f"memory-{backend}.log", session=False)
         if not found.exists():
             raise AssertionError(f"memory of {backend} ({'timed out' if ran['timed_out'] else ran['returncode']}): "
                                  f"{ran['output'].strip().splitlines()[-3:]}")
@@ -750,17 +774,19 @@ TEARDOWN_GRACE_S = 20.0
 
 
 def run_for_result(command: list[str], result: Path, *, timeout: float, log: Path,
-                   grace: float | None = None) -> dict[str, Any]:
-    """Run ``command`` in a session of its own (killed with every process it started when it runs over)
-    until it exits, or until ``timeout`` seconds. Once it has written ``result`` it has ``grace`` seconds
-    (:data:`TEARDOWN_GRACE_S`) to exit: a hang at interpreter exit is then killed and reported
-    (``teardown_hang_s``) apart from the result, which stands. Output goes to ``log``."""
+                   grace: float | None = None, session: bool = True) -> dict[str, Any]:
+    """Run ``command`` until it exits, or until ``timeout`` seconds: in a session of its own (``session``:
+    killed with every process it started when it runs over), or, inside a check, in the check's (then a
+    check killed for its own limit takes it along; only the command itself is killed here). Once it has
+    written ``result`` it has ``grace`` seconds (:data:`TEARDOWN_GRACE_S`) to exit: a hang at interpreter
+    exit is then killed and reported (``teardown_hang_s``) apart from the result, which stands. Output
+    goes to ``log``."""
     grace = TEARDOWN_GRACE_S if grace is None else grace
     started = time.monotonic()
     written_at: float | None = None
     found: dict[str, Any] = {"returncode": None, "timed_out": False, "teardown_hang_s": None}
     with open(log, "w") as output, subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, text=True,
-                                                   cwd=REPO, start_new_session=True) as process:
+                                                   cwd=REPO, start_new_session=session) as process:
         while process.poll() is None:
             now = time.monotonic()
             if written_at is None and result.exists():
@@ -773,7 +799,10 @@ def run_for_result(command: list[str], result: Path, *, timeout: float, log: Pat
                 break
             time.sleep(0.1)
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+            if session:
+                os.killpg(process.pid, signal.SIGKILL)
+            else:
+                process.kill()
             process.wait()
         else:
             found["returncode"] = process.returncode

@@ -401,16 +401,29 @@ def test_the_pytest_check_names_failures_and_errors_in_the_summary_that_comes_ba
     module = load_module()
     commands = []
 
-    def failing_run(command, **kwargs):
+    def failing_run(command, result, **kwargs):
         commands.append(command)
         summary = "FAILED tests/backends/dali/test_gpu.py::test_x - AssertionError\n1 failed, 3 passed in 9.0s"
-        return subprocess.CompletedProcess(command, 1, stdout=summary, stderr="")
+        return {"returncode": 1, "timed_out": False, "teardown_hang_s": None, "output": summary}
 
-    monkeypatch.setattr(module.subprocess, "run", failing_run)
+    monkeypatch.setattr(module, "run_for_result", failing_run)
     with pytest.raises(AssertionError, match="FAILED tests/backends/dali/test_gpu.py::test_x"):
         module.check_pytest(tmp_path, tmp_path, tmp_path, False)
     (command,) = commands
     assert "-rfEs" in command and "-rs" not in command
+
+
+def test_pytest_hanging_at_exit_after_its_xml_is_judged_by_the_xml_and_reported(tmp_path, monkeypatch):
+    module = load_module()
+
+    def hanging_run(command, result, **kwargs):
+        junit(result, "tests.backends.dali.test_gpu", "test_x")
+        return {"returncode": None, "timed_out": False, "teardown_hang_s": 20.0, "output": "4 passed in 9.0s"}
+
+    monkeypatch.setattr(module, "run_for_result", hanging_run)
+    monkeypatch.setattr(module, "PYTEST_SELECTIONS", ("tests/backends/dali/test_gpu.py",))
+    found = module.check_pytest(tmp_path, tmp_path, tmp_path, False)
+    assert found["teardown"].startswith("pytest hung at interpreter exit") and found["summary"] == "4 passed in 9.0s"
 
 
 def test_a_hang_at_interpreter_exit_is_reported_apart_from_the_result_that_stands(tmp_path, monkeypatch):
