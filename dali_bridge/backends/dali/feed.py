@@ -130,7 +130,6 @@ class Feeder:
             return [], fed
         return [batch.items] + self.columns.build(batch.steps) + windows, fed
 
-
     def decoder_input(self, task: BatchTask, row: int) -> tuple[bytes, tuple[np.ndarray, np.ndarray] | None] | None:
         """Sample ``row`` of ``task`` as the graph's decoder gets it, prepared as :meth:`prepare` prepares
         it (the same read, draws and columns): its bytes, and the (anchor, shape) of the region the decoder
