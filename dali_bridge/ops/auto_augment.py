@@ -107,10 +107,11 @@ class TrivialAugmentWide(Policy):
         return (signed_operation("wide", name, bins, pick(u[1], bins), u[2], height, width),)
 
     def torchvision_transforms(self, params):
-        from torchvision.transforms import v2
+        from torchvision.transforms import InterpolationMode, v2
 
         return [v2.TrivialAugmentWide(num_magnitude_bins=params["num_magnitude_bins"],
-                                      interpolation=params["interpolation"], fill=params["fill"])]
+                                      interpolation=InterpolationMode(params["interpolation"]),
+                                      fill=params["fill"])]
 
 
 class RandAugment(Policy):
@@ -152,11 +153,11 @@ class RandAugment(Policy):
                      for n in range(params["num_ops"]))
 
     def torchvision_transforms(self, params):
-        from torchvision.transforms import v2
+        from torchvision.transforms import InterpolationMode, v2
 
         return [v2.RandAugment(num_ops=params["num_ops"], magnitude=params["magnitude"],
                                num_magnitude_bins=params["num_magnitude_bins"],
-                               interpolation=params["interpolation"], fill=params["fill"])]
+                               interpolation=InterpolationMode(params["interpolation"]), fill=params["fill"])]
 
 class AutoAugment(Policy):
     draws = 5  # the sub-policy, then per operation of it: whether it applies, its sign
@@ -174,10 +175,10 @@ class AutoAugment(Policy):
         return tuple(found)
 
     def torchvision_transforms(self, params):
-        from torchvision.transforms import v2
+        from torchvision.transforms import InterpolationMode, v2
 
-        return [v2.AutoAugment(policy=v2.AutoAugmentPolicy(params["policy"]), interpolation=params["interpolation"],
-                               fill=params["fill"])]
+        return [v2.AutoAugment(policy=v2.AutoAugmentPolicy(params["policy"]),
+                               interpolation=InterpolationMode(params["interpolation"]), fill=params["fill"])]
 
 
 def gamma_quantiles(alpha: float, u: Any) -> Any:
@@ -292,11 +293,11 @@ class AugMix(Op, SpecRules, Batching, Display):
         return mix.to(batch.dtype)
 
     def torchvision_transforms(self, params):
-        from torchvision.transforms import v2
+        from torchvision.transforms import InterpolationMode, v2
 
         return [v2.AugMix(severity=params["severity"], mixture_width=params["mixture_width"],
                           chain_depth=params["chain_depth"], alpha=params["alpha"], all_ops=params["all_ops"],
-                          interpolation=params["interpolation"], fill=params["fill"])]
+                          interpolation=InterpolationMode(params["interpolation"]), fill=params["fill"])]
 
     def torchvision_stage(self, params) -> str:
         return (f"AugMix: {params['mixture_width']} chains of torchvision's operation kernels, mixed in float32 "
