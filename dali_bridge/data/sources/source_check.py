@@ -14,20 +14,21 @@ from ..storage.store import ObjectStore, store_for
 from ...errors import SourceError
 from ...spec.model import SourceSpec
 from ...util.braces import expand_braces
+from ...util.quoting import shortened
 from ...util.urls import StorageError, is_url, scheme_of
 
 # What to check when a store does not answer as expected, per scheme.
 _ADVICE = {
-    "s3": "check the endpoint (AWS_ENDPOINT_URL, or storage_options.endpoint_url for an S3-compatible server), "
-          "the region (AWS_DEFAULT_REGION, the profile's region, or storage_options.client_kwargs.region_name) "
-          "and the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)",
-    "gs": "check the endpoint (STORAGE_EMULATOR_HOST, or storage_options.endpoint_url), the project "
-          "(storage_options.project for a requester-pays bucket) and the credentials "
-          "(GOOGLE_APPLICATION_CREDENTIALS, gcloud auth application-default login, or FSSPEC_GS_TOKEN=anon "
-          "for a public bucket)",
-    "http": "check that the server in the URL is up and reachable from this host (its host name and port, "
-            "a proxy in HTTP_PROXY/HTTPS_PROXY) and that it answers HEAD and Range requests",
+    "s3": "check the endpoint (AWS_ENDPOINT_URL or storage_options.endpoint_url), the region (AWS_DEFAULT_REGION "
+          "or storage_options.client_kwargs.region_name) and the credentials (AWS_* variables, AWS_PROFILE)",
+    "gs": "check the endpoint (STORAGE_EMULATOR_HOST or storage_options.endpoint_url) and the credentials "
+          "(GOOGLE_APPLICATION_CREDENTIALS, gcloud auth application-default login; FSSPEC_GS_TOKEN=anon for a "
+          "public bucket)",
+    "http": "check that the server in the URL is up and reachable from here (host, port, HTTP_PROXY/HTTPS_PROXY) "
+            "and answers HEAD and Range requests",
 }
+# A message (key, count, reason, advice) fits the spec's problem length with the advice whole.
+_REASON_CHARS = 300
 _ADVICE.update(gcs=_ADVICE["gs"], https=_ADVICE["http"])
 
 
@@ -42,7 +43,7 @@ def scheme_advice(location: str, reason: str) -> str | None:
 def storage_advice(location: str, reason: str) -> str:
     """``reason`` (why a request about ``location`` failed) followed by :func:`scheme_advice`."""
     advice = scheme_advice(location, reason)
-    return f"{reason}; {advice}" if advice else reason
+    return f"{shortened(reason, _REASON_CHARS)}; {advice}" if advice else reason
 
 
 def source_store(source: SourceSpec, location: str, key: str) -> ObjectStore:
@@ -88,8 +89,9 @@ def _shard_problems(source: SourceSpec) -> list[tuple[str, str]]:
             return [("shards", f"{len(missing)} of {len(urls)} shard(s) do not exist; the first: "
                                f"{missing[0].reason}")]
         other = next(answer for answer in failed if not answer.missing)
+        reason = other.reason.removeprefix(f"{other.url}: ")   # the listing names the URL it asked for
         return [("shards", f"{len(failed)} of {len(urls)} shard(s) cannot be listed: "
-                           f"{storage_advice(source.shards, other.reason)}")]
+                           f"{storage_advice(source.shards, reason)}")]
     if source.manifest is not None:
         return _object_problems(source, "manifest", [source.manifest])
     return []
