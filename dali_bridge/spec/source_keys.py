@@ -263,6 +263,10 @@ def _check_cache(chk: ProblemCollector, src: dict, base_dir: Path) -> dict[str, 
     if not isinstance(folder, str) or not folder or text_problem(folder):
         chk.add(("source", "cache", "dir"), f"expected the cache folder's path, found {quoted(folder)}")
         folder = None
+    elif is_url(folder):
+        chk.add(("source", "cache", "dir"), f"expected a folder on this node's disk (the cache holds local copies "
+                                            f"of the objects), found the URL {folder}")
+        folder = None
     if size is None or size < 1:
         chk.add(("source", "cache", "max_bytes"), f"expected a size in bytes such as 200000000000 or '200GB', "
                                                   f"found {quoted(cache.get('max_bytes'))}")
