@@ -158,6 +158,11 @@ def list_file(file_list: str | Path, root: str | Path | None, extensions: tuple[
     found: list[ListLine] = []
     paths: list[str] = []
     for line in parse_lines(content, str(file_list), problems):
+        if is_url(line.entry):   # never a path made of a URL
+            problems.append(f"{file_list}:{line.number}: {safe_name(line.entry)} is a URL, and this list and its "
+                            f"root are local: put the list in the store beside the images, or set source.root to "
+                            f"the images' URL folder and write the entries relative to it")
+            continue
         path = Path(line.entry) if os.path.isabs(line.entry) else base / line.entry
         problem = _not_a_file(path)
         if problem:

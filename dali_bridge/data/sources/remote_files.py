@@ -50,7 +50,7 @@ def list_file_at_url(file_list: str, root: str | None, store: ObjectStore, cache
         urls.append(url)
         kept.append(line)
     found: list[ObjectInfo] = []
-    for line, url, answer in zip(kept, urls, store.listed(urls) if urls and not problems else []):
+    for line, url, answer in zip(kept, urls, store.listed(urls) if urls else []):
         if isinstance(answer, FetchError):
             problems.append(f"{file_list}:{line.number}: {answer.reason}")
         else:

@@ -119,3 +119,11 @@ def test_a_file_lists_images_are_all_in_the_lists_store(http_tree, tmp_path):
     listed.write_text("class_000/img_00000.jpg 0\n")
     listing = listing_of({"type": "file_list", "file_list": str(listed), "root": f"{http_tree}/images"}, tmp_path)
     assert listing.paths == (f"{http_tree}/images/class_000/img_00000.jpg",)
+
+
+def test_a_local_list_naming_urls_without_a_root_at_a_url_says_where_to_put_them(http_tree, tmp_path):
+    listed = tmp_path / "list.txt"
+    listed.write_text(f"{http_tree}/images/class_000/img_00000.jpg 0\n")
+    with pytest.raises(SourceError, match=r"list.txt:1: http://.*img_00000.jpg is a URL, and this list and its root "
+                                          r"are local: put the list in the store"):
+        listing_of({"type": "file_list", "file_list": str(listed)}, tmp_path)
