@@ -84,11 +84,12 @@ def test_an_object_replaced_after_its_listing_is_an_error_naming_it_not_other_by
         listing.read(0)
 
 
+@pytest.mark.parametrize("store", ["http_tree", "s3_tree"])
 @pytest.mark.parametrize("kind", ["file_list", "parquet"])
-def test_the_node_cache_holds_each_object_once_and_fetches_a_damaged_copy_again(kind, local_tree, http_tree,
-                                                                                 tmp_path, caplog):
+def test_the_node_cache_holds_each_object_once_and_fetches_a_damaged_copy_again(kind, store, local_tree, tmp_path,
+                                                                                 caplog, request):
     cache = tmp_path / "node-cache"
-    source = remote_source(kind, http_tree, cache={"dir": str(cache), "max_bytes": "1GB"})
+    source = remote_source(kind, request.getfixturevalue(store), cache={"dir": str(cache), "max_bytes": "1GB"})
     in_process = {"loader.workers": 0}   # the cache's warnings logged here, where caplog sees them
     here = epoch(local_source(kind, local_tree), **in_process)
 
