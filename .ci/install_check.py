@@ -5,7 +5,8 @@
    hold the same files, byte for byte. The wheel must carry LICENSE, py.typed and every shipped
    pipeline, and its version must be dali_bridge.__version__.
 2. Resolve ``pip install <wheel>`` as a user's pip would, against the package indexes, and check
-   that it pulls in no DALI build (the ``[cuda12]``/``[cuda13]`` extras add one).
+   that it pulls in no DALI build (the ``[cuda12]``/``[cuda13]`` extras add one); in the background,
+   beside steps 3 and 4, since it mostly waits on the network.
 3. Install the wheel into a fresh environment in a temporary folder. torch, torchvision and the
    rest of the base requirements are not installed again: the new environment reads this venv's
    copies of exactly those distributions (links in a folder a .pth file names), so the step takes
@@ -43,7 +44,7 @@ class CheckFailed(Exception):
     """A check of the install failed; the message says which and what was found."""
 
 
-def step(name: str, timings: list[tuple[str, float]]):
+def step(name: str):
     """Context manager timing one step and printing it."""
     class _Step:
         def __enter__(self):
@@ -51,10 +52,8 @@ def step(name: str, timings: list[tuple[str, float]]):
             print(f"install check: {name} ...", flush=True)
 
         def __exit__(self, kind, *_):
-            seconds = time.perf_counter() - self.start
-            timings.append((name, seconds))
             if kind is None:
-                print(f"install check: {name}: {seconds:.1f} s", flush=True)
+                print(f"install check: {name}: {time.perf_counter() - self.start:.1f} s", flush=True)
     return _Step()
 
 
@@ -128,16 +127,30 @@ def check_wheel_contents(wheel: Path, files: dict[str, bytes]) -> None:
 
 # ---- 2. what pip install resolves to
 
-def check_resolution(wheel: Path, work: Path) -> list[str]:
-    """``pip install WHEEL`` resolved from scratch (as for an empty environment): no DALI build in it."""
-    report = work / "resolution.json"
-    run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report",
-         str(report), str(wheel)])
-    names = sorted(item["metadata"]["name"] for item in json.loads(report.read_text())["install"])
-    dali = [name for name in names if canonicalize_name(name).startswith("nvidia-dali")]
-    if dali:
-        raise CheckFailed(f"pip install {wheel.name} resolves to DALI builds {dali}; they belong in the extras")
-    return names
+class Resolution:
+    """``pip install WHEEL`` resolved from scratch (as for an empty environment) against the package
+    indexes, in the background: it waits on the network while the other steps use the cores."""
+
+    def __init__(self, wheel: Path, work: Path):
+        self.wheel, self.report, self.start = wheel, work / "resolution.json", time.perf_counter()
+        self.process = subprocess.Popen([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
+                                         "--quiet", "--report", str(self.report), str(wheel)],
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def check(self) -> list[str]:
+        """The distributions it resolves to; :class:`CheckFailed` if it fails or holds a DALI build."""
+        output, _ = self.process.communicate()
+        seconds = time.perf_counter() - self.start
+        if self.process.returncode != 0:
+            raise CheckFailed(f"pip install --dry-run {self.wheel.name} exited {self.process.returncode}:\n{output}")
+        names = sorted(item["metadata"]["name"] for item in json.loads(self.report.read_text())["install"])
+        dali = [name for name in names if canonicalize_name(name).startswith("nvidia-dali")]
+        if dali:
+            raise CheckFailed(f"pip install {self.wheel.name} resolves to DALI builds {dali}; they belong in "
+                              f"the extras")
+        print(f"install check: pip install {self.wheel.name} resolved from the indexes in {seconds:.1f} s (beside "
+              f"the steps above) to {len(names)} distributions, no DALI build: {', '.join(names)}", flush=True)
+        return names
 
 
 # ---- 3. a fresh environment reusing this venv's base requirements
@@ -277,23 +290,26 @@ def run_from_empty_folder(venv: Path, work: Path) -> None:
 
 
 def main() -> int:
-    timings: list[tuple[str, float]] = []
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dali-bridge-install-") as temp:
         work = Path(temp)
+        resolution = None
         try:
-            with step("sdist and wheel, and the wheel again from the sdist", timings):
+            with step("sdist and wheel, and the wheel again from the sdist"):
                 wheel = build_and_compare(work)
-            with step(f"pip install {wheel.name} resolved from the indexes", timings):
-                names = check_resolution(wheel, work)
-            print(f"install check: resolves to {len(names)} distributions, no DALI build: {', '.join(names)}")
-            with step("a fresh environment outside the clone, the wheel installed", timings):
+            resolution = Resolution(wheel, work)
+            with step("a fresh environment outside the clone, the wheel installed"):
                 venv = fresh_environment(wheel, work)
-            with step("shipped pipelines by name and the README's loop, from an empty folder", timings):
+            with step("shipped pipelines by name and the README's loop, from an empty folder"):
                 run_from_empty_folder(venv, work)
+            resolution.check()
         except CheckFailed as exc:
             print(f"install check FAILED: {exc}", file=sys.stderr)
             return 1
+        finally:
+            if resolution is not None and resolution.process.poll() is None:
+                resolution.process.kill()
+                resolution.process.wait()
     print(f"install check: passed in {time.perf_counter() - start:.1f} s")
     return 0
 
