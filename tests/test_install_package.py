@@ -102,3 +102,25 @@ def test_constraints_pin_every_distribution_the_tested_install_holds():
     differ = {name: (pins[name], version(name)) for name in installed
               if re.sub(r"\+.*", "", version(name)) != pins[name]}
     assert not differ, f"constraints pin other releases than the ones installed and tested: {differ}"
+
+
+REPOSITORY_FOLDERS = ("docs", "benchmarks", "tests", "pipelines")
+
+
+def test_nothing_in_the_package_reads_a_repository_folder_by_relative_path():
+    # An installed dali-bridge has no clone around it: a path built from a literal naming one of the
+    # repository's folders (Path("docs/..."), open("pipelines/x.yaml"), ROOT / "tests") would read
+    # whatever the user's current folder holds. The shipped pipelines are read as package data
+    # (importlib.resources' joinpath("pipelines") inside the package).
+    import ast
+
+    found = []
+    for path in sorted((REPO / "dali_bridge").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            joined = isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)  # ROOT / "tests"
+            operands = node.args if isinstance(node, ast.Call) else [node.left, node.right] if joined else []
+            for operand in operands:
+                text = operand.value if isinstance(operand, ast.Constant) and isinstance(operand.value, str) else ""
+                if text.split("/")[0] in REPOSITORY_FOLDERS and ("/" in text or joined):
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno}: {text!r}")
+    assert not found, found
