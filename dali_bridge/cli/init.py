@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..spec.shipped import SUFFIX, PipelineNotFound, shipped_pipelines
@@ -15,7 +16,8 @@ def add_parser(add: AddCommand) -> None:
             "  dali-bridge init timm_train -o configs/train.yaml\n"
             "exit status: 0 written, 2 unknown name or the file exists")
     p.add_argument("name", metavar="NAME", help="a shipped pipeline (dali-bridge pipelines lists them)")
-    p.add_argument("-o", "--output", metavar="FILE", help="where to write the copy (default: NAME.yaml here)")
+    p.add_argument("-o", "--output", metavar="FILE", help="where to write the copy (default: NAME.yaml here; a "
+                                                          "folder: NAME.yaml in it)")
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -24,6 +26,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     if name not in pipelines:
         raise PipelineNotFound(args.name, list(pipelines))
     output = args.output or f"{name}{SUFFIX}"
+    if os.path.isdir(output):  # -o configs/: the copy goes inside, under its own name
+        output = os.path.join(output, f"{name}{SUFFIX}")
     text = pipelines[name].path.read_bytes()
     try:
         with open(output, "xb") as handle:  # "x": refuses a file that exists, atomically

@@ -34,6 +34,9 @@ def test_init_writes_the_shipped_file_comments_and_all(tmp_path, monkeypatch, ca
     assert "wrote timm_train.yaml" in capsys.readouterr().out
     assert main(["init", "imagenet_val.yaml", "-o", "configs-val.yaml"]) == 0
     assert Path("configs-val.yaml").read_bytes() == (PIPELINES / "imagenet_val.yaml").read_bytes()
+    Path("configs").mkdir()
+    assert main(["init", "imagenet_val", "-o", "configs"]) == 0  # a folder: the copy goes in it
+    assert Path("configs/imagenet_val.yaml").read_bytes() == (PIPELINES / "imagenet_val.yaml").read_bytes()
 
 
 def test_init_refuses_to_overwrite_an_existing_file(tmp_path, monkeypatch, capsys):
