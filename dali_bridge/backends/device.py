@@ -9,7 +9,8 @@ import logging
 import os
 import weakref
 from collections import deque
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -258,6 +259,33 @@ def move_output(tensor: torch.Tensor, device: torch.device, in_flight: InFlightC
     event.record(torch.cuda.current_stream(tensor.device))
     in_flight.hold(event, tensor)
     return moved
+
+
+def copy_batch_to_host(batch: torch.Tensor) -> torch.Tensor:
+    """``batch`` (on a GPU) copied to the host, blocking: the one copy of a batch whose torch tail runs
+    there (a PIL kernel). This function makes that copy and nothing else, because the device check
+    excuses the host sync it causes, and no other (:func:`made_by_host_copy`)."""
+    return batch.to("cpu", non_blocking=False)
+
+
+def images_to_host(images: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Images of different sizes (on a GPU) on the host, in one copy for the batch: laid end to end on
+    the GPU (a kernel there, no host wait), copied by :func:`copy_batch_to_host`, then viewed back as
+    the images on the host. The same bytes as one copy each, with one host wait instead of one per image."""
+    if not images:
+        return []
+    host = copy_batch_to_host(torch.cat([image.reshape(-1) for image in images]))
+    return [part.view(image.shape) for part, image in zip(host.split([image.numel() for image in images]), images)]
+
+
+def made_by_host_copy(frames: Sequence[Any]) -> bool:
+    """Whether a host sync with this Python stack (``traceback.FrameSummary`` list, outermost first) is
+    :func:`copy_batch_to_host`'s copy: the innermost of the bridge's frames is that function's code
+    (its file and name, read from the function itself, so a rename or a move keeps the rule)."""
+    code = copy_batch_to_host.__code__
+    ours = [frame for frame in frames if "dali_bridge" in Path(frame.filename).parts]
+    return bool(ours) and ours[-1].name == code.co_name and \
+        os.path.realpath(ours[-1].filename) == os.path.realpath(code.co_filename)
 
 
 def memory_snapshot(device: int | None = None) -> dict[str, int | None]:

@@ -52,7 +52,9 @@ def _open_candidate(config: dict[str, Any]):
     if kind == "ceiling":
         return ceiling(spec, listing, threads)
     if listing.shards is not None:
-        raise BenchError("hand-written baselines read image files; this source is webdataset shards")
+        raise BenchError(f"hand-written baselines read local image files; this source is a {spec.source.type} "
+                         f"read from {listing.root} (shards, Parquet row groups or objects at a URL): use "
+                         f"--baselines ceiling or none")
     plan = build_plan(spec)
     if name in ("torchvision", "torchvision-pil"):
         import torch

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..util.urls import is_url
 from .procstats import MemoryMonitor, kill_group
 from .results import (BASELINE_NAMES, PROTOCOL_FD_ENV, SAMPLE_SET, BenchReport, Candidate, CandidateResult, add_ratios,
     default_data_dir, loadavg, machine_description, source_pixels)
@@ -35,6 +36,8 @@ def data_overrides(data: str | None) -> dict[str, Any]:
 
         root = default_data_dir()
         ensure_sample_data(root, **SAMPLE_SET)
+    elif is_url(data):   # never a local path made of a URL: the spec says what reads objects at a URL
+        return {"source": {"type": "folder", "root": data}}
     else:
         root = Path(data)
     return {"source": {"type": "folder", "root": str(root.resolve())}}

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from ..spec.overrides import parse_overrides
 from ..spec.pipeline import PipelineSpec, load_spec
+from ..util.urls import is_url
 
 
 EXIT_FAILED = 1      # the job ran and failed (a bad sample, a comparison outside its bounds)
@@ -33,7 +34,9 @@ def set_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The --set flags (and --data) as overrides whose problems name the flag."""
     overrides = parse_overrides(args.set or [])
     if getattr(args, "data", None):
-        overrides["source"] = {"type": "folder", "root": str(Path(args.data).resolve())}
+        # A URL stays one (the spec says what reads objects at a URL); a local folder is made absolute.
+        root = args.data if is_url(args.data) else str(Path(args.data).resolve())
+        overrides["source"] = {"type": "folder", "root": root}
     return overrides
 
 

@@ -6,7 +6,6 @@ import importlib.util
 import logging
 import os
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported when a device is checked or an executor built, not to probe
@@ -76,9 +75,26 @@ def _disabled() -> set[str]:
     return {p.strip() for p in os.environ.get("DALI_BRIDGE_DISABLE", "").split(",") if p.strip()}
 
 
-@lru_cache(maxsize=1)
+def _probe_key() -> tuple[int, str, str | None]:
+    """What a probe's answer holds for: this process (a forked child, which may see a working GPU
+    where its parent's probe failed, probes again) and the settings it read (``DALI_BRIDGE_DISABLE``,
+    ``CUDA_VISIBLE_DEVICES``)."""
+    return os.getpid(), os.environ.get("DALI_BRIDGE_DISABLE", ""), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+_PROBES: dict[tuple, Probe] = {}  # by _probe_key
+
+
 def probe() -> Probe:
-    """Probe DALI, CUDA and torchvision once per process (``DALI_BRIDGE_DISABLE`` simulates absences)."""
+    """Probe DALI, CUDA and torchvision once per process and settings (``DALI_BRIDGE_DISABLE``
+    simulates absences): see :func:`_probe_key`."""
+    key = _probe_key()
+    if key not in _PROBES:
+        _PROBES[key] = _probe_now()
+    return _PROBES[key]
+
+
+def _probe_now() -> Probe:
     disabled = _disabled()
     dali_version = dali_reason = None
     if "dali" in disabled:
@@ -187,7 +203,7 @@ def _build_tiny_gpu_pipeline(device_id: int) -> None:
 TRANSIENT_GPU_FAILURES = ("out of memory", "cudaErrorMemoryAllocation", "CUDA_ERROR_OUT_OF_MEMORY",
                           "cudaErrorDevicesUnavailable", "CUDA_ERROR_DEVICE_UNAVAILABLE", "busy or unavailable")
 
-_GPU_PIPELINE_ANSWERS: dict[int, str | None] = {}
+_GPU_PIPELINE_ANSWERS: dict[tuple[int, int], str | None] = {}  # (process, device): a forked child asks again
 
 
 def probe_device() -> int:
@@ -211,8 +227,9 @@ def gpu_pipeline_reason(dali_version: str, device_id: int | None = None) -> str 
     from ..backends.dali.executor import dali_message
 
     device_id = probe_device() if device_id is None else device_id
-    if device_id in _GPU_PIPELINE_ANSWERS:
-        return _GPU_PIPELINE_ANSWERS[device_id]
+    key = (os.getpid(), device_id)
+    if key in _GPU_PIPELINE_ANSWERS:
+        return _GPU_PIPELINE_ANSWERS[key]
     try:
         _build_tiny_gpu_pipeline(device_id)
     except Exception as exc:
@@ -223,13 +240,14 @@ def gpu_pipeline_reason(dali_version: str, device_id: int | None = None) -> str 
             reason += " (this may pass: not remembered, probed again when next asked)"
             log.warning("%s", reason)
             return reason
-        _GPU_PIPELINE_ANSWERS[device_id] = reason
+        _GPU_PIPELINE_ANSWERS[key] = reason
         return reason
-    _GPU_PIPELINE_ANSWERS[device_id] = None
+    _GPU_PIPELINE_ANSWERS[key] = None
     return None
 
 
 gpu_pipeline_reason.cache_clear = _GPU_PIPELINE_ANSWERS.clear  # type: ignore[attr-defined]  # as lru_cache's
+probe.cache_clear = _PROBES.clear  # type: ignore[attr-defined]  # as lru_cache's
 
 
 def unavailable_reason(backend: str, host: Probe | None = None) -> str | None:
@@ -283,7 +301,7 @@ def _host_for_auto() -> Probe:
     only looked up (disabled, not installed, or there), not imported: its import costs a CPU-only
     loader a quarter of a second. Where it is installed, the reason ``auto`` gives is the CUDA one
     (a DALI install that fails to import is said by ``doctor`` and ``show``, which probe it all)."""
-    if probe.cache_info().currsize:
+    if _probe_key() in _PROBES:
         return probe()
     devices, cuda_reason = torch_cuda_devices()
     if devices:

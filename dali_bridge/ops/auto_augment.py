@@ -27,14 +27,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..util.checks import type_name, bool_checker, choice_checker, int_checker, is_int, is_number
+from ..util.checks import type_name, bool_checker, choice_checker, int_checker, is_int, is_number, optional
 from .base import Op, Param, Step
 # The tables and the kernels, importable from here as before the split (tests and the timm ops use them).
 from .policy_kernels import affine_operations, apply_operation, apply_operations  # noqa: F401
 from .facets import Batching, Display, SpecRules
 from .policy_tables import (IMAGENET_POLICY, ORIGINAL, WIDE, POLICIES, SPACES, PolicyOperation,
     any_discontinuous, pick, signed_operation)
-from .timm_rand_augment import TIMM_RAND_AUGMENT
+from .timm_rand_augment import TIMM_INTERPOLATIONS, TIMM_RAND_AUGMENT
 
 
 def kernel_fill(fill: Any) -> Any:
@@ -107,10 +107,11 @@ class TrivialAugmentWide(Policy):
         return (signed_operation("wide", name, bins, pick(u[1], bins), u[2], height, width),)
 
     def torchvision_transforms(self, params):
-        from torchvision.transforms import v2
+        from torchvision.transforms import InterpolationMode, v2
 
         return [v2.TrivialAugmentWide(num_magnitude_bins=params["num_magnitude_bins"],
-                                      interpolation=params["interpolation"], fill=params["fill"])]
+                                      interpolation=InterpolationMode(params["interpolation"]),
+                                      fill=params["fill"])]
 
 
 class RandAugment(Policy):
@@ -121,7 +122,9 @@ class RandAugment(Policy):
     discontinuous = any_discontinuous(ORIGINAL)
 
     def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
-        return [Step(TIMM_RAND_AUGMENT if params["variant"] == "timm" else self, dict(params), op_index)]
+        timm = params["variant"] == "timm"
+        interpolation = params["interpolation"] or ("random" if timm else "nearest")  # null: the variant's default
+        return [Step(TIMM_RAND_AUGMENT if timm else self, {**params, "interpolation": interpolation}, op_index)]
 
     def draw_count(self, params) -> int:
         return self.draws * params["num_ops"]
@@ -129,7 +132,12 @@ class RandAugment(Policy):
     def extra_check(self, params: dict) -> list[tuple[str, str]]:
         if params.get("variant") == "timm":
             return []
-        problems = [(name, f"only timm's variant has {name}: add 'variant: timm', or leave {name} out")
+        problems = []
+        if params.get("interpolation") not in (None, "nearest", "bilinear"):
+            problems.append(("interpolation", f"expected one of nearest, bilinear, found {params['interpolation']!r} "
+                                              f"(torchvision's RandAugment; bicubic and random are timm's: add "
+                                              f"'variant: timm')"))
+        problems += [(name, f"only timm's variant has {name}: add 'variant: timm', or leave {name} out")
                     for name, default in (("magnitude_std", 0.0), ("increasing", False))
                     if params.get(name, default) != default]
         if is_int(params.get("magnitude")) and is_int(params.get("num_magnitude_bins")) \
@@ -145,11 +153,11 @@ class RandAugment(Policy):
                      for n in range(params["num_ops"]))
 
     def torchvision_transforms(self, params):
-        from torchvision.transforms import v2
+        from torchvision.transforms import InterpolationMode, v2
 
         return [v2.RandAugment(num_ops=params["num_ops"], magnitude=params["magnitude"],
                                num_magnitude_bins=params["num_magnitude_bins"],
-                               interpolation=params["interpolation"], fill=params["fill"])]
+                               interpolation=InterpolationMode(params["interpolation"]), fill=params["fill"])]
 
 class AutoAugment(Policy):
     draws = 5  # the sub-policy, then per operation of it: whether it applies, its sign
@@ -167,10 +175,10 @@ class AutoAugment(Policy):
         return tuple(found)
 
     def torchvision_transforms(self, params):
-        from torchvision.transforms import v2
+        from torchvision.transforms import InterpolationMode, v2
 
-        return [v2.AutoAugment(policy=v2.AutoAugmentPolicy(params["policy"]), interpolation=params["interpolation"],
-                               fill=params["fill"])]
+        return [v2.AutoAugment(policy=v2.AutoAugmentPolicy(params["policy"]),
+                               interpolation=InterpolationMode(params["interpolation"]), fill=params["fill"])]
 
 
 def gamma_quantiles(alpha: float, u: Any) -> Any:
@@ -285,11 +293,11 @@ class AugMix(Op, SpecRules, Batching, Display):
         return mix.to(batch.dtype)
 
     def torchvision_transforms(self, params):
-        from torchvision.transforms import v2
+        from torchvision.transforms import InterpolationMode, v2
 
         return [v2.AugMix(severity=params["severity"], mixture_width=params["mixture_width"],
                           chain_depth=params["chain_depth"], alpha=params["alpha"], all_ops=params["all_ops"],
-                          interpolation=params["interpolation"], fill=params["fill"])]
+                          interpolation=InterpolationMode(params["interpolation"]), fill=params["fill"])]
 
     def torchvision_stage(self, params) -> str:
         return (f"AugMix: {params['mixture_width']} chains of torchvision's operation kernels, mixed in float32 "
@@ -367,11 +375,15 @@ RAND_AUGMENT = RandAugment(
                                           f"num_magnitude_bins is at most {MAX_MAGNITUDE_BINS}"),
               "the magnitude bin of every operation, below num_magnitude_bins (default 9); with variant timm, "
               "timm's magnitude from 0 to 10"),
-        _BINS, _INTERPOLATION, _FILL,
+        _BINS,
+        Param("interpolation", None, optional(choice_checker(TIMM_INTERPOLATIONS)),
+              "resampling of shear, translate and rotate: nearest | bilinear; variant timm also bicubic | random "
+              "(bilinear or bicubic drawn per operation, timm's default) (default null: nearest, variant timm random)"),
+        _FILL,
         Param("variant", "torchvision", choice_checker(("torchvision", "timm")),
               "torchvision's RandAugment, or timm's: its operations with PIL, each layer applied with chance 0.5, "
-              "magnitude 0 to 10, shear/translate/rotate bilinear or bicubic at random, fill null meaning "
-              "[128, 128, 128] (num_magnitude_bins and interpolation unused) (default torchvision)"),
+              "magnitude 0 to 10, fill null meaning [128, 128, 128] (num_magnitude_bins unused) "
+              "(default torchvision)"),
         Param("magnitude_std", 0.0, magnitude_std_checker,
               "variant timm: standard deviation of the magnitude's normal noise; .inf draws it uniformly "
               "from 0 to the magnitude (default 0)", infinity=True),

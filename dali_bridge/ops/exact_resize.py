@@ -26,6 +26,9 @@ DALI fn.resize in three ways, each measured on the sample images (see tests/back
     intermediate to [0, 255]; the cubic filter's overshoot makes a single 2-D pass up to 5
     levels off at strong edges. Done as two passes with the same clamp (kept in float, so
     one rounding, at the end).
+A random resized crop's ``interpolation: random`` (bilinear or bicubic per sample) takes the
+bicubic method, two renormalised passes, with DALI's filter per sample (:func:`per_sample_filter`):
+separable like the one 2-D pass, a bilinear sample gives the same pixels that way.
 bilinear with antialias=False matches plain fn.resize (measured max |Δ| 1 level). bicubic with
 antialias=False cannot match: torchvision's non-antialiased bicubic is Keys' cubic with
 a = -0.75, DALI's cubic filter has a = -0.5 (up to 11 levels apart anywhere in the image), so the
@@ -41,6 +44,23 @@ from .dali_op import Column
 
 _INTERP = {"nearest": "INTERP_NN", "bilinear": "INTERP_LINEAR", "bicubic": "INTERP_CUBIC"}
 Stage = tuple[str, str]  # (stage name suffix, implementation)
+
+
+def interp_type(interpolation: Any) -> Any:
+    """DALI's filter argument: a filter's name (``nearest``, ``bilinear``, ``bicubic``) as DALI's enum,
+    or a per-sample filter node (:func:`per_sample_filter`) as it is."""
+    from nvidia.dali import types
+
+    return getattr(types, _INTERP[interpolation]) if isinstance(interpolation, str) else interpolation
+
+
+def per_sample_filter(bicubic: Any) -> Any:
+    """A per-sample filter node for DALI's resize from a 0/1 int32 node (1: bicubic, 0: bilinear): a
+    resize takes its ``interp_type`` per sample, so one graph serves both filters."""
+    from nvidia.dali import fn, types
+
+    linear, cubic = int(types.INTERP_LINEAR), int(types.INTERP_CUBIC)
+    return fn.cast(bicubic * (cubic - linear) + linear, dtype=types.INTERP_TYPE)
 
 
 def _batched(arrays: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
@@ -68,7 +88,8 @@ class ResizeMethod:
         """The batch's argument columns by name, resizing ``in_hw[k]`` to ``out_hw[k]`` pixels."""
         raise NotImplementedError
 
-    def graph(self, images: Any, columns: Mapping[str, Any], interpolation: str, device: str) -> tuple[Any, list]:
+    def graph(self, images: Any, columns: Mapping[str, Any], interpolation: Any, device: str) -> tuple[Any, list]:
+        """``interpolation``: a filter's name, or a per-sample filter node (:func:`per_sample_filter`)."""
         raise NotImplementedError
 
     def stages(self) -> list[Stage]:
@@ -97,9 +118,9 @@ class Plain(ResizeMethod):
         return {"size": np.array(out_hw, dtype=np.float32).reshape(-1, 2)}
 
     def graph(self, images, columns, interpolation, device):
-        from nvidia.dali import fn, types
+        from nvidia.dali import fn
 
-        return fn.resize(images, size=columns["size"], interp_type=getattr(types, _INTERP[interpolation]),
+        return fn.resize(images, size=columns["size"], interp_type=interp_type(interpolation),
                          antialias=self.antialias, device=device), []
 
     def stages(self) -> list[Stage]:
@@ -161,9 +182,9 @@ class Nearest(ResizeMethod):
         return _per_sample(build, in_hw, out_hw)
 
     def graph(self, images, columns, interpolation, device):
-        from nvidia.dali import fn, types
+        from nvidia.dali import fn
 
-        interp = getattr(types, _INTERP[interpolation])
+        interp = interp_type(interpolation)
         # Both passes run along the width: DALI's CPU resize steps through rows accumulating the
         # source position in float32 (measured 0.003 pixel off after 168 rows of 2372 → 224), more
         # than the half-grid-step margin, while columns are computed exactly. So the height pass
@@ -262,12 +283,12 @@ def _filter_pass_columns(prefix: str, axes: tuple[int, ...]) -> list[Column]:
     return columns
 
 
-def _renormalised(images: Any, columns: Mapping[str, Any], prefix: str, axes: tuple[int, ...], interpolation: str,
+def _renormalised(images: Any, columns: Mapping[str, Any], prefix: str, axes: tuple[int, ...], interpolation: Any,
                   device: str) -> Any:
     """A zero-padded float resize divided by the filter's weight on the image (torchvision's truncation)."""
     from nvidia.dali import fn, types
 
-    interp = getattr(types, _INTERP[interpolation])
+    interp = interp_type(interpolation)
     size, anchor, canvas, start, end = (columns[prefix + name] for name in _PASS_NAMES)
     # Zero margins via multi_paste: a fresh zeroed canvas, ~6x faster than fn.slice's padding on the CPU.
     padded = fn.multi_paste(fn.reshape(images, layout="HWC"), out_anchors=anchor, output_size=canvas, device=device)
@@ -438,7 +459,7 @@ class BorderPatch(ResizeMethod):
     def graph(self, images, columns, interpolation, device):
         from nvidia.dali import fn, types
 
-        interp = getattr(types, _INTERP[interpolation])
+        interp = interp_type(interpolation)
         image = fn.resize(images, size=columns["size"], interp_type=interp, antialias=True, device=device)
         hwc = fn.reshape(images, layout="HWC")
         strips = []

@@ -18,10 +18,13 @@ from ..util.checks import (bool_checker, choice_checker, fixed_output_size, opti
     range_checker, size_checker)
 from .base import INTERPOLATIONS, REQUIRED, Param, ResizeRequest, Step
 from .dali_op import Column, DaliOp, GraphContext
-from .exact_resize import METHODS
+from .exact_resize import METHODS, per_sample_filter
 from .facets import DaliBaseline, Display, Sizing, SpecRules, facet
 
 RRC_ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 windows, then falls back to the centre
+# timm's RandomResizedCropAndInterpolation with interpolation 'random' (its training default) picks one of
+# these per image (``random.choice``, in this order): the crop's ``interpolation: random``.
+RANDOM_FILTERS = ("bilinear", "bicubic")
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,9 @@ def center_crop_window(height: int, width: int, crop_h: int, crop_w: int) -> Cro
 
 _INTERP = Param("interpolation", "bilinear", choice_checker(INTERPOLATIONS),
                 "resampling filter: nearest | bilinear | bicubic (default bilinear)")
+_RRC_INTERP = Param("interpolation", "bilinear", choice_checker(INTERPOLATIONS + ("random",)),
+                     "resampling filter: nearest | bilinear | bicubic | random: bilinear or bicubic drawn per "
+                     "sample, as timm's RandomResizedCropAndInterpolation (default bilinear)")
 _ANTIALIAS = Param("antialias", True, bool_checker,
                    "low-pass filter when downscaling, as torchvision's antialias=True (default true)")
 _CROP_COLUMNS = [Column("crop.anchor", "int32", (2,)), Column("crop.shape", "int32", (2,))]
@@ -129,8 +135,12 @@ def _interpolation(name: str) -> Any:
 
 
 def _dali_interp(name: str) -> Any:
-    from nvidia.dali import types
+    """DALI's filter; for ``random`` (the plain-DALI bench baseline) a per-sample coin flip between
+    bilinear and bicubic, DALI's own draw."""
+    from nvidia.dali import fn, types
 
+    if name == "random":
+        return per_sample_filter(fn.random.coin_flip(dtype=types.INT32))
     return {"nearest": types.INTERP_NN, "bilinear": types.INTERP_LINEAR, "bicubic": types.INTERP_CUBIC}[name]
 
 
@@ -174,10 +184,10 @@ class _Resampling(DaliOp, Sizing, SpecRules, Display, DaliBaseline):
         shorter side of 1 on a square image) with bilinear or bicubic: PyTorch's uint8 resize fails
         on it with an internal assert, so it runs on the DALI backends only."""
         found = []
-        if params.get("interpolation") == "bicubic" and params.get("antialias") is False:
-            found.append(("interpolation bicubic with antialias false (torchvision's non-antialiased bicubic, "
-                          "a=-0.75, has no DALI filter; DALI's cubic is a=-0.5): set antialias: true or use bilinear",
-                          ("torchvision",)))
+        if params.get("interpolation") in ("bicubic", "random") and params.get("antialias") is False:
+            found.append((f"interpolation {params['interpolation']} with antialias false (torchvision's "
+                          "non-antialiased bicubic, a=-0.75, has no DALI filter; DALI's cubic is a=-0.5): set "
+                          "antialias: true or use bilinear", ("torchvision",)))
         if params.get("size") in (1, [1, 1], (1, 1)) and params.get("interpolation", "bilinear") != "nearest":
             found.append((f"size {params['size']} with interpolation {params.get('interpolation', 'bilinear')} "
                           "(PyTorch's uint8 resize cannot make a 1x1 image): use nearest or at least 2 pixels",
@@ -185,28 +195,36 @@ class _Resampling(DaliOp, Sizing, SpecRules, Display, DaliBaseline):
         return found
 
     @staticmethod
-    def _resize_columns(ctx: GraphContext) -> list[Column]:
+    def _resize_columns(step: Step, ctx: GraphContext) -> list[Column]:
         method = METHODS[ctx.resize_methods[ctx.position]]
-        return [Column("resize." + c.name, c.dtype, c.shape) for c in method.columns()]
+        drawn = [Column("resize.bicubic", "int32", ())] if step.params["interpolation"] == "random" else []
+        return [Column("resize." + c.name, c.dtype, c.shape) for c in method.columns()] + drawn
 
     @staticmethod
-    def _resize_arguments(resizes: Sequence[Resize], in_hw: Sequence[tuple[int, int]],
+    def _resize_arguments(step: Step, resizes: Sequence[Resize], in_hw: Sequence[tuple[int, int]],
                           ctx: GraphContext) -> dict[str, Any]:
         method = METHODS[ctx.resize_methods[ctx.position]]
         built = method.arguments(in_hw, [(r.height, r.width) for r in resizes])
+        if step.params["interpolation"] == "random":  # each sample's drawn filter: 1 bicubic, 0 bilinear
+            built["bicubic"] = np.array([r.interpolation == "bicubic" for r in resizes], dtype=np.int32)
         return {"resize." + name: value for name, value in built.items()}
 
     @staticmethod
     def _resize_graph(step: Step, images: Any, columns: Mapping[str, Any], ctx: GraphContext) -> Any:
         method = METHODS[ctx.resize_methods[ctx.position]]
         own = {name[len("resize."):]: node for name, node in columns.items() if name.startswith("resize.")}
-        images, side_outputs = method.graph(images, own, step.params["interpolation"], ctx.device)
+        interpolation = step.params["interpolation"]
+        if interpolation == "random":  # one graph for both filters: DALI's resize takes its filter per sample
+            interpolation = per_sample_filter(own.pop("bicubic"))
+        images, side_outputs = method.graph(images, own, interpolation, ctx.device)
         ctx.side_outputs += side_outputs  # a border patch's edge lines: the finish treats them as images
         return images
 
     @staticmethod
-    def _resize_stages(stage: str, ctx: GraphContext) -> list[tuple[str, str]]:
-        return [(stage + suffix, impl) for suffix, impl in METHODS[ctx.resize_methods[ctx.position]].stages()]
+    def _resize_stages(step: Step, stage: str, ctx: GraphContext) -> list[tuple[str, str]]:
+        drawn = ([(stage + ".filter", "arithmetic + fn.cast of a per-sample argument (the filter drawn: bilinear "
+                                      "or bicubic)")] if step.params["interpolation"] == "random" else [])
+        return drawn + [(stage + suffix, impl) for suffix, impl in METHODS[ctx.resize_methods[ctx.position]].stages()]
 
 
 class RandomResizedCrop(_Resampling):
@@ -218,10 +236,16 @@ class RandomResizedCrop(_Resampling):
     def lower(self, params: dict[str, Any], op_index: int) -> list[Step]:
         return [Step(self, {**params, "size": fixed_output_size(params["size"])}, op_index)]
 
+    def draw_count(self, params) -> int:
+        return self.draws + (params["interpolation"] == "random")  # then one more: the filter
+
     def sample(self, params, u, height, width) -> tuple:
-        top, left, crop_h, crop_w = rrc_window(height, width, u, params["scale"], params["ratio"])
+        top, left, crop_h, crop_w = rrc_window(height, width, u[:self.draws], params["scale"], params["ratio"])
         out_h, out_w = params["size"]
-        return Crop(top, left, crop_h, crop_w), Resize(out_h, out_w, params["interpolation"], params["antialias"])
+        interpolation = params["interpolation"]
+        if interpolation == "random":  # timm's random.choice(self.interpolation)
+            interpolation = RANDOM_FILTERS[min(int(u[self.draws] * len(RANDOM_FILTERS)), len(RANDOM_FILTERS) - 1)]
+        return Crop(top, left, crop_h, crop_w), Resize(out_h, out_w, interpolation, params["antialias"])
 
     def torchvision_kernel(self, image, concrete, params):
         from torchvision.transforms.v2 import functional as F
@@ -232,9 +256,13 @@ class RandomResizedCrop(_Resampling):
     def torchvision_transforms(self, params):
         from torchvision.transforms import v2
 
-        return [v2.RandomResizedCrop(list(params["size"]), scale=tuple(params["scale"]), ratio=tuple(params["ratio"]),
-                                     interpolation=_interpolation(params["interpolation"]),
-                                     antialias=params["antialias"])]
+        def crop(interpolation: str) -> Any:
+            return v2.RandomResizedCrop(list(params["size"]), scale=tuple(params["scale"]),
+                                        ratio=tuple(params["ratio"]), interpolation=_interpolation(interpolation),
+                                        antialias=params["antialias"])
+        if params["interpolation"] == "random":  # a filter per image, equally likely: timm's choice
+            return [v2.RandomChoice([crop(name) for name in RANDOM_FILTERS])]
+        return [crop(params["interpolation"])]
 
     def torchvision_stage(self, params) -> str:
         return "F.crop + F.resize"
@@ -243,12 +271,12 @@ class RandomResizedCrop(_Resampling):
         return ctx.position == 0  # the first step's window is the decoder's region of interest
 
     def dali_columns(self, step, ctx):
-        return _CROP_COLUMNS + self._resize_columns(ctx)
+        return _CROP_COLUMNS + self._resize_columns(step, ctx)
 
     def dali_arguments(self, step, concrete, sizes, ctx):
         crops = [c[0] for c in concrete]
         return {**_crop_arguments(crops),
-                **self._resize_arguments([c[1] for c in concrete], [(c.height, c.width) for c in crops], ctx)}
+                **self._resize_arguments(step, [c[1] for c in concrete], [(c.height, c.width) for c in crops], ctx)}
 
     def dali_graph(self, step, images, columns, ctx):
         if not self._window_decoded(ctx):
@@ -257,7 +285,7 @@ class RandomResizedCrop(_Resampling):
 
     def dali_stages(self, step, ctx):
         crop = [] if self._window_decoded(ctx) else [(f"{step.name}.crop", "fn.slice")]
-        return crop + self._resize_stages(f"{step.name}.resize", ctx)
+        return crop + self._resize_stages(step, f"{step.name}.resize", ctx)
 
     def dali_baseline_decode(self, step: Step, encoded: Any, decode_device: str, ctx: GraphContext) -> Any:
         """DALI's own random-crop decoder, then the resize: what a DALI user writes first."""
@@ -309,16 +337,16 @@ class ResizeOp(_Resampling):
         return "F.resize"
 
     def dali_columns(self, step, ctx):
-        return self._resize_columns(ctx)
+        return self._resize_columns(step, ctx)
 
     def dali_arguments(self, step, concrete, sizes, ctx):
-        return self._resize_arguments([c[0] for c in concrete], sizes, ctx)
+        return self._resize_arguments(step, [c[0] for c in concrete], sizes, ctx)
 
     def dali_graph(self, step, images, columns, ctx):
         return self._resize_graph(step, images, columns, ctx)
 
     def dali_stages(self, step, ctx):
-        return self._resize_stages(step.name, ctx)
+        return self._resize_stages(step, step.name, ctx)
 
     def dali_baseline(self, step, images, ctx):
         from nvidia.dali import fn
@@ -439,9 +467,10 @@ RANDOM_RESIZED_CROP = RandomResizedCrop(
               "range of the crop's area as a fraction of the image area, in (0, 1] (default [0.08, 1.0])"),
         Param("ratio", [3.0 / 4.0, 4.0 / 3.0], range_checker(0.0, None, "aspect ratios (width/height)"),
               "range of the crop's aspect ratio width/height, drawn log-uniformly (default [3/4, 4/3])"),
-        _INTERP, _ANTIALIAS),
+        _RRC_INTERP, _ANTIALIAS),
     "Crop a random window (area and aspect ratio drawn as torchvision's RandomResizedCrop: "
-    "10 attempts, then a centred fallback) and resize it to `size`.",
+    "10 attempts, then a centred fallback) and resize it to `size`; `interpolation: random` draws "
+    "bilinear or bicubic per sample (timm's RandomResizedCropAndInterpolation default).",
     primary="size")
 
 RESIZE = ResizeOp(

@@ -8,7 +8,8 @@ mixture_width: 4, chain_depth: 2}}``.
 timm's ``AugMixAugment`` draws the chains' weights (``np.random.dirichlet([alpha] * width)``) and the
 blend (``np.random.beta(alpha, alpha)``), both in float32, then per chain its depth
 (``np.random.randint(1, 4)`` unless fixed) and its operations (``np.random.choice`` with
-replacement), each with the noise, sign and filter of ``AugmentOp``. The bridge draws the same:
+replacement), each with the noise, sign and filter of ``AugmentOp`` (the filter drawn for
+``interpolation: random``, timm's default, else the one given). The bridge draws the same:
 the Dirichlet and Beta samples from Gamma variates (``gamma_quantiles``, shared with torchvision's
 AugMix), then per chain 1 + 4 per operation it may apply (which, noise, sign, filter).
 
@@ -29,7 +30,7 @@ from ..util.checks import bool_checker, int_checker
 from .base import Op, Param
 from .facets import Batching, Display, SpecRules
 from .policy_tables import any_discontinuous
-from .timm_auto_augment import TIMM_FILL_PARAM
+from .timm_auto_augment import TIMM_FILL_PARAM, TIMM_INTERPOLATION_PARAM
 from .timm_rand_augment import TimmOperation, apply_operations, fill_colour, from_picture, timm_operation, to_picture
 
 OPERATIONS = ("AutoContrast", "ColorIncreasing", "ContrastIncreasing", "BrightnessIncreasing",
@@ -70,7 +71,7 @@ def draw_mix(params: Any, u: Any) -> TimmMixDraw:
         chains.append(tuple(
             timm_operation(OPERATIONS[pick(v[1 + OPERATION_DRAWS * k], len(OPERATIONS))], params["magnitude"],
                            params["magnitude_std"], v[2 + OPERATION_DRAWS * k:1 + OPERATION_DRAWS * (k + 1)],
-                           TRANSLATE_PCT)
+                           TRANSLATE_PCT, interpolation=params["interpolation"])
             for k in range(depth)))
     return TimmMixDraw(tuple(float(w) for w in weights), float(blend), tuple(chains), fill_colour(params["fill"]),
                        bool(params["blended"]))
@@ -133,7 +134,7 @@ class TimmAugMix(Op, SpecRules, Batching, Display):
     def torchvision_stage(self, params) -> str:
         return (f"timm's AugMix: {params['mixture_width']} chains of its PIL operations at magnitude up to "
                 f"{params['magnitude']}, {'blended in turn' if params['blended'] else 'mixed in float32'} "
-                f"(fill {fill_colour(params['fill'])})")
+                f"({params['interpolation']} resampling, fill {fill_colour(params['fill'])})")
 
 
 TIMM_AUGMIX = TimmAugMix(
@@ -152,7 +153,7 @@ TIMM_AUGMIX = TimmAugMix(
               "AugMix) draws it uniformly from 0 to the magnitude (default .inf)", infinity=True),
         Param("blended", False, bool_checker,
               "timm's b: blend each chain into the image in turn instead of mixing them (default false)"),
-        TIMM_FILL_PARAM),
+        TIMM_INTERPOLATION_PARAM, TIMM_FILL_PARAM),
     "Mix the image with chains of timm's operations by random weights (timm's --aa augmix-m3-w3). On DALI "
     "backends it runs in torch right after the DALI graph.",
     primary="magnitude")

@@ -7,7 +7,8 @@ timm's ``AutoAugment`` picks one sub-policy (``random.choice``) and runs each of
 ``AugmentOp``: applied unless ``random.random() > probability`` (no draw at probability 1), the
 magnitude noise (``random.gauss(magnitude, std)`` for a std above 0), clipped to [0, 10], the sign
 (``random.random() > 0.5``: negated) of the operations timm negates, the resampling filter
-(``random.choice((BILINEAR, BICUBIC))``) of shear, translate and rotate, and ``GaussianBlurRand``'s
+(``random.choice((BILINEAR, BICUBIC))`` for ``interpolation: random``, timm's default; a fixed
+``interpolation``, timm's hparam, is used as given) of shear, translate and rotate, and ``GaussianBlurRand``'s
 radius (``random.uniform(0.1, 2 * factor)``). The bridge draws 11 uniforms per sample, one for each
 of those calls: the sub-policy (the uniform scaled and floored), then per operation slot (at most
 two) whether it applies, its noise, sign, filter and radius.
@@ -24,7 +25,8 @@ from ..util.checks import type_name, choice_checker, is_number
 from .base import Op, Param
 from .facets import Batching, Display
 from .policy_tables import any_discontinuous
-from .timm_rand_augment import TimmDraw, TimmOperation, apply_timm, fill_colour, timm_operation
+from .timm_rand_augment import (TIMM_INTERPOLATIONS, TimmDraw, TimmOperation, apply_timm, fill_colour,
+    timm_operation)
 
 _Policy = tuple[tuple[tuple[str, float, int], ...], ...]
 
@@ -85,7 +87,8 @@ def draw_policy(params: Any, u: Any) -> tuple[TimmOperation, ...]:
         v = u[1 + SLOT_DRAWS * slot:1 + SLOT_DRAWS * (slot + 1)]
         if probability < 1.0 and v[0] > probability:  # timm: self.prob < 1.0 and random.random() > self.prob
             continue
-        found.append(timm_operation(name, magnitude, params["magnitude_std"], v[1:]))
+        found.append(timm_operation(name, magnitude, params["magnitude_std"], v[1:],
+                                    interpolation=params["interpolation"]))
     return tuple(found)
 
 
@@ -95,6 +98,11 @@ def finite_std_checker(value: Any) -> tuple[Any, str | None]:
     return value, f"expected a number >= 0, found {type_name(value)} {value!r}"
 
 
+# The filter of shear, translate and rotate: timm's hparams' interpolation (timm's AugMix shares it).
+TIMM_INTERPOLATION_PARAM = Param("interpolation", "random", choice_checker(TIMM_INTERPOLATIONS),
+                                 "resampling of shear, translate and rotate: random (bilinear or bicubic drawn per "
+                                 "operation, timm's default) | nearest | bilinear | bicubic (timm's "
+                                 "--train-interpolation when fixed) (default random)")
 # The colour shear, translate and rotate move in (timm's AugMix shares it).
 TIMM_FILL_PARAM = Param("fill", None, fill_checker,
                         "colour moved in by shear, translate and rotate, in 0-255 levels: a number or [R, G, B] "
@@ -120,7 +128,7 @@ class TimmAutoAugment(Op, Batching, Display):
 
     def torchvision_stage(self, params) -> str:
         return (f"timm's AutoAugment policy {params['policy']} with PIL (magnitude std "
-                f"{params['magnitude_std']}, fill {fill_colour(params['fill'])})")
+                f"{params['magnitude_std']}, {params['interpolation']} resampling, fill {fill_colour(params['fill'])})")
 
 
 TIMM_AUTO_AUGMENT = TimmAutoAugment(
@@ -130,7 +138,7 @@ TIMM_AUTO_AUGMENT = TimmAutoAugment(
               "PosterizeIncreasing; 3a: DeiT III's solarize, desaturate or blur) (default v0)"),
         Param("magnitude_std", 0.0, finite_std_checker,
               "standard deviation of the normal noise on each operation's magnitude, timm's mstd (default 0)"),
-        TIMM_FILL_PARAM),
+        TIMM_INTERPOLATION_PARAM, TIMM_FILL_PARAM),
     "Apply one of timm's AutoAugment sub-policies with its PIL operations, each with its probability and "
     "magnitude of 10 (timm's --aa original, v0, originalr, v0r, 3a). On DALI backends it runs in torch "
     "right after the DALI graph.",

@@ -8,7 +8,9 @@ numpy's generators: the operation (``np.random.choice`` with replacement: unifor
 applies (skipped when the uniform is > 0.5, as ``random.random() > prob``), the magnitude noise
 (``random.gauss(magnitude, std)``: the normal's inverse CDF of one uniform; ``std`` infinite means
 ``random.uniform(0, magnitude)``), clipped to [0, 10], the sign (negated when the uniform is > 0.5)
-and the resampling filter of shear, translate and rotate (``random.choice((BILINEAR, BICUBIC))``).
+and the resampling filter of shear, translate and rotate (``random.choice((BILINEAR, BICUBIC))``,
+timm's default ``interpolation: random``; a fixed ``interpolation`` is used as given and its uniform
+left unread, as timm then makes no call).
 
 timm applies its operations to PIL images with PIL's own arithmetic (``Image.transform``,
 ``ImageEnhance``, ``ImageOps``); the kernel here makes the same PIL calls on the uint8 image, on the
@@ -45,12 +47,15 @@ OPERATIONS = {  # timm's _RAND_TRANSFORMS and _RAND_INCREASING_TRANSFORMS, in it
                      "ContrastIncreasing", "BrightnessIncreasing", "SharpnessIncreasing") + _MOVES,
 }
 _RESAMPLED = frozenset({"Rotate", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel"})
+RANDOM_RESAMPLING = ("bilinear", "bicubic")  # timm's _RANDOM_INTERPOLATION, in its order
+# timm's policies' ``interpolation`` (its hparams' interpolation; ``random``: its default tuple).
+TIMM_INTERPOLATIONS = ("random", "nearest", "bilinear", "bicubic")
 
 
 @dataclass(frozen=True)
 class TimmOperation:
     """One applied timm operation: its name, its argument (timm's level argument; None for those
-    without) and the resampling filter (``bilinear``/``bicubic``; shear, translate, rotate only)."""
+    without) and the resampling filter (``nearest``/``bilinear``/``bicubic``; shear, translate, rotate only)."""
     name: str
     argument: float | int | None
     resample: str | None
@@ -106,13 +111,17 @@ def noisy_magnitude(magnitude: float, std: float, u: float) -> float:
     return max(0.0, min(magnitude, LEVEL_DENOMINATOR))
 
 
-def timm_operation(name: str, magnitude: float, std: float, u: Any, translate_pct: float = 0.45) -> TimmOperation:
+def timm_operation(name: str, magnitude: float, std: float, u: Any, translate_pct: float = 0.45,
+                   interpolation: str = "random") -> TimmOperation:
     """One timm ``AugmentOp`` once it applies, from 4 uniforms in the order of timm's random calls:
-    the magnitude noise, the sign, the resampling filter (shear, translate, rotate), and
-    ``GaussianBlurRand``'s radius (``random.uniform(0.1, 2 * factor)`` in its kernel; the operation's
-    argument is then that radius). ``u`` may hold only the first 3 for an operation set without it."""
+    the magnitude noise, the sign, the resampling filter (shear, translate, rotate; drawn for
+    ``interpolation`` random, else that filter), and ``GaussianBlurRand``'s radius
+    (``random.uniform(0.1, 2 * factor)`` in its kernel; the operation's argument is then that
+    radius). ``u`` may hold only the first 3 for an operation set without it."""
     noisy = noisy_magnitude(magnitude, std, u[0])
-    resample = ("bilinear", "bicubic")[min(int(u[2] * 2), 1)] if name in _RESAMPLED else None
+    resample = None
+    if name in _RESAMPLED:
+        resample = (RANDOM_RESAMPLING[min(int(u[2] * 2), 1)] if interpolation == "random" else interpolation)
     argument = level_argument(name, noisy, u[1], translate_pct)
     if name == "GaussianBlurRand":
         argument = 0.1 + (2.0 * argument - 0.1) * u[3]  # Python's random.uniform(a, b): a + (b - a) * random()
@@ -128,7 +137,8 @@ def draw_layers(params: Any, u: Any) -> tuple[TimmOperation, ...]:
         name = names[min(int(pick * len(names)), len(names) - 1)]
         if apply > TIMM_PROBABILITY:
             continue
-        found.append(timm_operation(name, params["magnitude"], params["magnitude_std"], (noise, sign, filter_)))
+        found.append(timm_operation(name, params["magnitude"], params["magnitude_std"], (noise, sign, filter_),
+                                    interpolation=params["interpolation"]))
     return tuple(found)
 
 
@@ -176,7 +186,8 @@ def pil_operation(picture: Any, operation: TimmOperation, fill: tuple[int, int, 
     from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 
     name, argument = operation.name, operation.argument
-    moved = dict(resample={"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}.get(operation.resample),
+    filters = {"nearest": Image.NEAREST, "bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}
+    moved = dict(resample=filters.get(operation.resample),
                  fillcolor=fill)
     width, height = picture.size
     affine = {"ShearX": (1, argument, 0, 0, 1, 0), "ShearY": (1, 0, 0, argument, 1, 0),
@@ -230,7 +241,8 @@ class TimmRandAugment(Op, SpecRules, Batching, Display):
 
     def torchvision_stage(self, params) -> str:
         return (f"timm's RandAugment operations with PIL (magnitude {params['magnitude']} of 10, "
-                f"std {params['magnitude_std']}{', increasing' if params['increasing'] else ''})")
+                f"std {params['magnitude_std']}{', increasing' if params['increasing'] else ''}, "
+                f"{params['interpolation']} resampling)")
 
 
 TIMM_RAND_AUGMENT = TimmRandAugment(

@@ -1,13 +1,14 @@
 """timm's training arguments (train.py's data and augmentation options) as a pipeline, without timm.
 
 The pipeline is what timm's ``transforms_imagenet_train`` and train.py build from the arguments:
-``RandomResizedCropAndInterpolation(size, scale, ratio)``, flips, the ``--aa`` policy (``rand-*``:
-timm's RandAugment, the ``rand_augment`` op's ``variant: timm``; ``augmix-*``: ``timm_augmix``;
-``original``, ``originalr``, ``v0``, ``v0r``, ``3a``: ``timm_auto_augment``; fill the mean colour as
-timm's ``img_mean``), ``ColorJitter(cj, cj, cj)`` only without ``--aa`` or with ``3a`` (timm disables
-it otherwise), ``Normalize``,
-timm's ``RandomErasing`` (``--remode pixel``: per-pixel normal noise, ``const``: zeros; area
-[0.02, 1/3], aspect [0.3, 1/0.3]), then ``Mixup`` on the batch (``--mixup``, ``--cutmix``,
+``RandomResizedCropAndInterpolation(size, scale, ratio, interpolation)`` (timm's default ``random``: the
+crop's ``interpolation: random``), flips, the ``--aa`` policy (``rand-*``: timm's RandAugment, the
+``rand_augment`` op's ``variant: timm``; ``augmix-*``: ``timm_augmix``; ``original``, ``originalr``,
+``v0``, ``v0r``, ``3a``: ``timm_auto_augment``; fill the mean colour as timm's ``img_mean``; a fixed
+``--train-interpolation`` as its ``interpolation``, as timm passes it on), ``ColorJitter(cj, cj, cj)``
+only without ``--aa`` or with ``3a`` (timm disables it otherwise), ``Normalize``, timm's
+``RandomErasing`` (``--remode pixel``: per-pixel normal noise, ``const``: zeros; area [0.02, 1/3],
+aspect [0.3, 1/0.3]), then ``Mixup`` on the batch (``--mixup``, ``--cutmix``,
 ``--mixup-prob``, ``--mixup-switch-prob``) with ``--smoothing`` in the targets, and
 ``--aug-repeats`` as ``loader.repeated_augmentations``. Defaults are train.py's. Anything with no
 op yet is refused by name, with what to do.
@@ -193,7 +194,8 @@ def _channels(values: Any, default: tuple, option: str) -> tuple[list[float], li
 
 
 def _filters(ns: argparse.Namespace, crop_interpolation: str | None) -> tuple[str | None, list[str]]:
-    """The crop's filter (timm's train interpolation; for ``random``, ``crop_interpolation``) and problems."""
+    """timm's train interpolation (``random``: bilinear or bicubic per image, its default) and problems;
+    ``crop_interpolation`` fixes the crop's filter where it is ``random`` (:func:`_crop_filter`)."""
     if crop_interpolation not in (None, "bilinear", "bicubic"):
         return None, [f"crop_interpolation {crop_interpolation!r}: expected one of timm's random choices, "
                       f"bilinear or bicubic"]
@@ -201,18 +203,12 @@ def _filters(ns: argparse.Namespace, crop_interpolation: str | None) -> tuple[st
     if not mode:
         return None, ["--train-interpolation '': timm then uses the model's default interpolation, which from_timm "
                       "cannot see: pass --interpolation bilinear|bicubic"]
-    if mode == "random":
-        if crop_interpolation is None:
-            return None, ["--train-interpolation random (timm's default) picks bilinear or bicubic per image for the "
-                          "random resized crop; random_resized_crop has one filter: choose it with "
-                          "crop_interpolation='bilinear' or 'bicubic' (CLI: --crop-interpolation), or pass "
-                          "--train-interpolation bilinear|bicubic"]
-        mode = crop_interpolation
-    elif crop_interpolation not in (None, mode):
+    if mode != "random" and crop_interpolation not in (None, mode):
         return None, [f"crop_interpolation {crop_interpolation!r} contradicts --train-interpolation {mode}: it is "
                       f"for timm's 'random' only"]
-    if mode not in FILTERS:
-        return None, [f"--train-interpolation {mode}: random_resized_crop resamples with {', '.join(FILTERS)}"]
+    if mode not in ("random",) + FILTERS:
+        return None, [f"--train-interpolation {mode}: random_resized_crop and timm's policies resample with "
+                      f"{', '.join(FILTERS)} or random (timm's default)"]
     return mode, []
 
 
@@ -291,7 +287,7 @@ def augmix_params(config: str, fill: list[int]) -> tuple[dict[str, Any] | None, 
     return (None if problems else params), problems
 
 
-def _policy(aa: str, interpolation: str, fill: list[int]) -> tuple[dict | None, list[str]]:
+def _policy(aa: str, interpolation: str | None, fill: list[int]) -> tuple[dict | None, list[str]]:
     """The ``--aa`` op, or why it has none."""
     name = aa.split("-")[0]
     kinds = {"rand": ("RandAugment", "rand_augment", rand_augment_params),
@@ -301,12 +297,10 @@ def _policy(aa: str, interpolation: str, fill: list[int]) -> tuple[dict | None, 
         return None, [f"--aa {aa}: not a timm policy (timm knows rand-*, augmix-*, {', '.join(TIMM_POLICIES)}; "
                       f"its create_transform fails on others: 'Unknown AA policy'); torchvision's TrivialAugmentWide "
                       f"is the trivial_augment_wide op: from_torchvision with v2.TrivialAugmentWide()"]
-    kind, op, read = kinds["rand" if aa.startswith("rand") else name]
-    if interpolation != "random" and name != "3a":  # 3a has no operation that resamples
-        return None, [f"--aa {aa} with --train-interpolation {interpolation}: timm's {kind} then resamples "
-                      f"shear, translate and rotate with {interpolation} only; {op} draws bilinear or bicubic per "
-                      f"operation (timm's 'random'): use --train-interpolation random with crop_interpolation"]
+    _, op, read = kinds["rand" if aa.startswith("rand") else name]
     params, problems = read(aa, fill)
+    if params and interpolation not in (None, "random"):  # timm passes a fixed one on; random is its default
+        params["interpolation"] = interpolation
     return ({op: params} if params else None), problems
 
 
@@ -332,8 +326,9 @@ def _ops(ns: argparse.Namespace, crop_interpolation: str | None) -> tuple[list[t
     std, std_problems = _channels(ns.std, IMAGENET_STD, "--std")
     interpolation, filter_problems = _filters(ns, crop_interpolation)
     problems += found + mean_problems + std_problems + filter_problems
+    crop_filter = crop_interpolation if interpolation == "random" and crop_interpolation else interpolation
     ops: list[tuple[dict, str]] = [({"random_resized_crop": {"size": size, "scale": ns.scale, "ratio": ns.ratio,
-                                                             "interpolation": interpolation or "bilinear"}},
+                                                             "interpolation": crop_filter or "bilinear"}},
                                     "--input-size/--scale/--ratio/--train-interpolation")]
     if ns.hflip > 0:
         ops.append(({"horizontal_flip": {"probability": ns.hflip}}, "--hflip"))
@@ -341,7 +336,7 @@ def _ops(ns: argparse.Namespace, crop_interpolation: str | None) -> tuple[list[t
         ops.append(({"vertical_flip": {"probability": ns.vflip}}, "--vflip"))
     if ns.aa:
         fill = [min(255, round(255 * m)) for m in mean]  # timm's img_mean: the fill colour of its operations
-        policy, policy_problems = _policy(ns.aa, ns.train_interpolation or ns.interpolation, fill)
+        policy, policy_problems = _policy(ns.aa, interpolation, fill)
         problems += policy_problems
         if policy:
             ops.append((policy, "--aa"))
@@ -368,8 +363,9 @@ def from_timm(args: str | Sequence[str] | Mapping[str, Any], *, source: str | Pa
     """The :class:`~dali_bridge.spec.pipeline.PipelineSpec` of timm's training arguments (see the module docstring).
 
     ``args``: a command-line string, a list, or a mapping of the same names. ``batch_size``: default
-    the arguments' ``-b/--batch-size`` (train.py's 128). ``crop_interpolation``: the crop's filter where
-    timm's is ``random`` (its default, which picks bilinear or bicubic per image). ``overrides``: dotted
+    the arguments' ``-b/--batch-size`` (train.py's 128). ``crop_interpolation``: a fixed filter for the crop
+    where timm's is ``random`` (its default, which picks bilinear or bicubic per image, as the crop's
+    ``interpolation: random`` does without it). ``overrides``: dotted
     keys as :func:`~dali_bridge.load_spec` takes them. Raises :class:`RecipeError` listing every
     argument with no op yet. ``spec.to_yaml()`` is the pipeline file."""
     ns = parse_timm_args(args)

@@ -77,14 +77,15 @@ class Key:
 # The keys each source type allows, in the order the unknown-key message lists them.
 SOURCE_KEYS: dict[str, tuple[str, ...]] = {
     "folder": ("type", "root", "extensions", "max_pixels", "max_bytes"),
-    "file_list": ("type", "file_list", "root", "extensions", "max_pixels", "max_bytes"),
+    "file_list": ("type", "file_list", "root", "extensions", "max_pixels", "max_bytes",
+                  "storage_options", "max_requests", "timeout", "cache"),
     "webdataset": ("type", "shards", "image_key", "label_key", "manifest", "max_pixels", "max_bytes",
                    "storage_options", "max_requests", "timeout", "cache"),
     "parquet": ("type", "files", "image_column", "label_column", "max_pixels", "max_bytes",
-                "storage_options", "max_requests", "timeout"),
+                "storage_options", "max_requests", "timeout", "cache"),
 }
 
-_AT_URL = "shards or Parquet files at a URL"
+_AT_URL = "shards, Parquet files or a file list's images at a URL"
 _IMAGE_KEYS = ("jpg", "jpeg", "png", "webp")  # webdataset members `dali-bridge convert` writes
 # The largest encoded image read per sample, as `dali-bridge convert` caps the files it packs: no
 # JPEG, PNG or WebP within source.max_pixels needs more in practice.
@@ -141,14 +142,14 @@ _SOURCE_LIMIT_KEYS = (
     # S3 serves thousands of GETs per second per prefix; 64 in flight per process hides ~20 ms of
     # latency at ~3,000 samples/s and keeps a batch's memory at 64 samples in transit. The most, 16
     # times that, is far past what a batch needs.
-    Key("source.max_requests", "integer", f"{_AT_URL}: ranged GETs in flight per process",
+    Key("source.max_requests", "integer", f"{_AT_URL}: GETs in flight per process",
         default=64, minimum=1, maximum=Bound(1024, "each request in flight holds a connection and a sample's bytes")),
     Key("source.timeout", "seconds",
         f"{_AT_URL}: the time one sample's read may take, retries included; then it is a sample error",
         default=60.0, interval=Interval(0, 3600, "(]")),
     Key("source.cache", "`{dir: path, max_bytes: size}`",
-        "shards at a URL: download each shard whole on first touch into a node-wide cache bounded by `max_bytes` "
-        "(bytes, or text like `200GB`), least recently used evicted",
+        "shards, Parquet files or a file list's images at a URL: download each object whole on first touch into a "
+        "node-wide cache bounded by `max_bytes` (bytes, or text like `200GB`), least recently used evicted",
         default=None, shown_default="none (ranged reads)"),
     # PIL's Image.MAX_IMAGE_PIXELS (PIL warns above it and refuses above twice it).
     Key("source.max_pixels", "integer",

@@ -22,7 +22,7 @@ from .model import DEFAULT_MAX_BYTES, LoaderSpec, OpSpec, SourceSpec
 from .op_keys import check_all_ops
 from .overrides import apply_overrides, parse_overrides
 from .pipeline_keys import check_identity, check_loader, check_outputs, check_target
-from .problems import Problem, ProblemCollector, SpecError, check_choice, check_int
+from .problems import MISSING_SOURCE, Problem, ProblemCollector, SpecError, check_choice, check_int
 from .reading import positions, read_yaml
 from .shipped import resolve_pipeline
 from .source_keys import check_source, check_source_paths
@@ -57,19 +57,16 @@ class PipelineSpec:
                           label_key=self.source.label_key)
             if self.source.manifest is not None:
                 source["manifest"] = self.source.manifest
-            if is_url(self.source.shards or ""):
-                source.update(storage_options=copy.deepcopy(dict(self.source.storage_options)),
-                              max_requests=self.source.max_requests, timeout=self.source.timeout)
-            if self.source.cache_dir is not None:
-                source["cache"] = {"dir": self.source.cache_dir, "max_bytes": self.source.cache_max_bytes}
         elif self.source.type == "parquet":
             source.update(files=list(self.source.files or ()), image_column=self.source.image_column,
                           label_column=self.source.label_column)
-            if any(is_url(f) for f in self.source.files or ()):
-                source.update(storage_options=copy.deepcopy(dict(self.source.storage_options)),
-                              max_requests=self.source.max_requests, timeout=self.source.timeout)
         else:
             source["extensions"] = list(self.source.extensions)
+        if source_at_url(self.source):
+            source.update(storage_options=copy.deepcopy(dict(self.source.storage_options)),
+                          max_requests=self.source.max_requests, timeout=self.source.timeout)
+            if self.source.cache_dir is not None:
+                source["cache"] = {"dir": self.source.cache_dir, "max_bytes": self.source.cache_max_bytes}
         if self.source.max_pixels != DEFAULT_MAX_PIXELS:
             source["max_pixels"] = self.source.max_pixels
         if self.source.max_bytes != DEFAULT_MAX_BYTES:
@@ -108,6 +105,14 @@ class PipelineSpec:
         """A new spec with dotted-path overrides applied and validated (see :func:`apply_overrides`)."""
         return spec_from_dict(self.to_dict(), origin=self.origin, overrides=overrides)
 
+
+
+def source_at_url(source: SourceSpec) -> bool:
+    """Whether the source's samples are read through object storage: shards, Parquet files, a file
+    list or the root its entries resolve against at a URL."""
+    locations = [source.shards, source.file_list, source.root if source.type == "file_list" else None,
+                 *(source.files or ())]
+    return any(isinstance(location, str) and is_url(location) for location in locations)
 
 
 def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | None = None,
@@ -198,14 +203,36 @@ def coerce_spec(spec_or_path: "PipelineSpec | str | Path | Mapping",
     return load_spec(spec_or_path, overrides)
 
 
+def _source_collector(path: str | Path, overrides: Mapping[str, Any] | None) -> ProblemCollector:
+    """A collector that places problems at the file's ``source`` keys (or the ``--set`` that set them);
+    ``path`` as :func:`load_spec` takes it (a shipped pipeline's name too)."""
+    path = resolve_pipeline(path).path
+    marks = positions(path.read_text(encoding="utf-8"), str(path))
+    override_origin = apply_overrides({}, overrides or {})[1]
+    return ProblemCollector(str(path), marks, override_origin)
+
+
 def missing_source_warnings(spec: PipelineSpec, path: str | Path,
                             overrides: Mapping[str, Any] | None = None) -> list[str]:
     """The source-path problems of :func:`load_spec` ``check_sources=True`` as warnings, for a file
     validated away from its data (``validate --no-source-check``): the data may be mounted later."""
-    path = resolve_pipeline(path).path
-    marks = positions(path.read_text(encoding="utf-8"), str(path))
-    override_origin = apply_overrides({}, overrides or {})[1]
-    chk = ProblemCollector(str(path), marks, override_origin)
+    chk = _source_collector(path, overrides)
     check_source_paths(chk, {"root": spec.source.root, "file_list": spec.source.file_list,
                               "manifest": spec.source.manifest, "shards": spec.source.shards})
     return [str(problem) for problem in chk.problems]
+
+
+def positioned_source_problems(path: str | Path, found: Iterable[tuple[str, str]],
+                               overrides: Mapping[str, Any] | None = None) -> SpecError | None:
+    """``found`` — (``source`` key, message) pairs a check of the source's data made, such as
+    :func:`dali_bridge.data.sources.source_check.source_problems` through the store — as one
+    :class:`SpecError` whose problems sit at those keys of the file ``path`` (``file:line:column``,
+    or the ``--set`` that set them), of kind :data:`~dali_bridge.spec.problems.MISSING_SOURCE`;
+    None when there is none."""
+    found = list(found)
+    if not found:
+        return None
+    chk = _source_collector(path, overrides)
+    for key, message in found:
+        chk.add(("source", key), message, MISSING_SOURCE)
+    return SpecError(chk.problems, str(path))

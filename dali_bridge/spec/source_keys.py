@@ -44,11 +44,15 @@ def check_source(chk: ProblemCollector, data: dict, base_for: Callable[[tuple], 
                 resolved[key] = resolve_path(value, base_for(("source", key)))
     if stype == "folder" and "root" not in src:
         chk.add(("source",), "missing required key 'source.root' (the folder whose sub-folders are the classes)")
+    _check_url_kinds(chk, stype, resolved)
     if stype == "file_list" and "file_list" not in src:
         chk.add(("source",), "missing required key 'source.file_list' (a text file of 'path label' lines)")
     typed = _check_webdataset(chk, src, resolved, base_for(("source", "cache"))) if stype == "webdataset" else {}
     if stype == "parquet":
         typed = _check_parquet(chk, src, base_for(("source", "files")))
+    if stype == "file_list":
+        at_url = any(isinstance(resolved.get(key), str) and is_url(resolved[key]) for key in ("file_list", "root"))
+        typed = _check_storage(chk, src, base_for(("source", "cache")), at_url=at_url)
     if check_paths:
         check_source_paths(chk, resolved)
     extensions = src.get("extensions", list(KEYS["source.extensions"].default))
@@ -83,15 +87,34 @@ def _check_source_type(chk: ProblemCollector, src: dict) -> tuple[Any, tuple[str
     return stype, allowed
 
 
+def _check_url_kinds(chk: ProblemCollector, stype: Any, resolved: Mapping[str, Any]) -> None:
+    """What a URL may name: not a folder source's root (object stores have no folders to walk), and
+    the shards and their manifest both local or both at URLs of one scheme."""
+    root = resolved.get("root")
+    if stype == "folder" and isinstance(root, str) and is_url(root):
+        chk.add(("source", "root"), f"a folder source reads a local folder, not {root}: for images in object "
+                                    f"storage use a file_list (a list of 'path label' lines, at a URL or local, "
+                                    f"with root: {root}), webdataset shards at a URL (dali-bridge convert writes "
+                                    f"them there) or Parquet files at a URL")
+    shards, manifest = resolved.get("shards"), resolved.get("manifest")
+    if isinstance(shards, str) and isinstance(manifest, str) and scheme_of(shards) != scheme_of(manifest):
+        where = {None: "a local path"}
+        chk.add(("source", "manifest"), f"expected the manifest where the shards are: the shards are "
+                                        f"{where.get(scheme_of(shards), 'at ' + str(scheme_of(shards)) + '://')}, the "
+                                        f"manifest {where.get(scheme_of(manifest), 'at ' + str(scheme_of(manifest)) + '://')}")
+
+
 def check_source_paths(chk: ProblemCollector, paths: Mapping[str, Any]) -> None:
-    """A problem at ``source.KEY`` for each resolved source path that does not exist, with a did-you-mean."""
+    """A problem at ``source.KEY`` for each resolved local source path that does not exist, with a
+    did-you-mean. A location at a URL is never read as a path: the spec does not reach the network
+    (``dali-bridge validate`` checks it through the store, :mod:`dali_bridge.data.sources.source_check`)."""
     from ..util.braces import expand_braces
 
     for key, noun in (("root", "folder"), ("file_list", "file"), ("manifest", "file")):
         value = paths.get(key)
-        if value is not None and not Path(value).exists():
+        if value is not None and not is_url(value) and not Path(value).exists():
             chk.add(("source", key), _missing_path_hint(Path(value), noun), MISSING_SOURCE)
-    if paths.get("shards") is None:
+    if paths.get("shards") is None or is_url(paths["shards"]):
         return
     try:
         shards = expand_braces(paths["shards"])
@@ -193,7 +216,7 @@ def _check_parquet(chk: ProblemCollector, src: dict, base_dir: Path) -> dict[str
 
 def _check_storage(chk: ProblemCollector, src: dict, base_dir: Path, at_url: bool) -> dict[str, Any]:
     """``storage_options`` (non-secret client settings), ``max_requests``, ``timeout`` and ``cache`` of a
-    source ``at_url`` (shards or Parquet files)."""
+    source ``at_url`` (shards, Parquet files, a file list's images)."""
     out: dict[str, Any] = {"max_requests": check_int(chk, src, KEYS["source.max_requests"])}
     timeout_key = KEYS["source.timeout"]
     timeout = src.get("timeout", timeout_key.default)
@@ -217,7 +240,8 @@ def _check_storage(chk: ProblemCollector, src: dict, base_dir: Path, at_url: boo
     out["storage_options"] = options
     out.update(_check_cache(chk, src, base_dir))
     if not at_url:
-        what = "source.shards is a local path" if "shards" in src else "source.files are local paths"
+        what = {"shards": "source.shards is a local path", "files": "source.files are local paths"}.get(
+            next((key for key in ("shards", "files") if key in src), ""), "source.file_list and source.root are local")
         for key in ("storage_options", "max_requests", "timeout", "cache"):
             if key in src:
                 chk.add(("source", key), f"'{key}' applies to a source at a URL (s3://, gs://, http(s)://); {what}")
@@ -225,7 +249,8 @@ def _check_storage(chk: ProblemCollector, src: dict, base_dir: Path, at_url: boo
 
 
 def _check_cache(chk: ProblemCollector, src: dict, base_dir: Path) -> dict[str, Any]:
-    """``source.cache: {dir: PATH, max_bytes: SIZE}``: whole shards cached on the node."""
+    """``source.cache: {dir: PATH, max_bytes: SIZE}``: whole objects (shards, Parquet files, images)
+    cached on the node."""
     from ..util.sizes import parse_size
 
     if "cache" not in src:
@@ -237,6 +262,10 @@ def _check_cache(chk: ProblemCollector, src: dict, base_dir: Path) -> dict[str, 
     folder, size = cache.get("dir"), parse_size(cache.get("max_bytes"))
     if not isinstance(folder, str) or not folder or text_problem(folder):
         chk.add(("source", "cache", "dir"), f"expected the cache folder's path, found {quoted(folder)}")
+        folder = None
+    elif is_url(folder):
+        chk.add(("source", "cache", "dir"), f"expected a folder on this node's disk (the cache holds local copies "
+                                            f"of the objects), found the URL {folder}")
         folder = None
     if size is None or size < 1:
         chk.add(("source", "cache", "max_bytes"), f"expected a size in bytes such as 200000000000 or '200GB', "

@@ -1,6 +1,11 @@
 """What a comparison of two backends tolerates (:mod:`dali_bridge.tools.compare`): the bounds in uint8
 levels of 255 for each pair of decoders, the float slack, one float16 step, and the reason a
-``parity: fast`` pipeline may exceed them. :mod:`dali_bridge.tools.compare` re-exports every name."""
+``parity: fast`` pipeline may exceed them. :mod:`dali_bridge.tools.compare` re-exports every name.
+
+:data:`DECODE_BOUNDS` is the one table of equivalence bounds: ``dali-bridge compare``, the GPU tests
+(tests/backends/dali/test_gpu.py, tests/backends/test_equivalence.py) and the device check
+(benchmarks/device_check.py) read it, and docs/equivalence.md and docs/gpu.md quote
+:func:`bounds_table`'s rendering of it (tests/tools/test_compare_bounds.py keeps them equal)."""
 from __future__ import annotations
 
 import math
@@ -11,8 +16,8 @@ from ..ops.finish import Finish
 from ..pipeline.plan import build_plan
 from ..spec.pipeline import PipelineSpec
 
-__all__ = ["CPU_BOUNDS", "FAST_PARITY_REASON", "FLOAT32_SLACK", "NVJPEG_BOUNDS", "Bounds", "default_bounds",
-           "fast_parity_changes_pixels", "float16_step"]
+__all__ = ["CPU_BOUNDS", "DECODE_BOUNDS", "FAST_PARITY_REASON", "FLOAT32_SLACK", "NVJPEG_BOUNDS", "Bounds",
+           "bounds_table", "default_bounds", "exceeded", "fast_parity_changes_pixels", "float16_step"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,32 @@ NVJPEG_BOUNDS = Bounds(max_abs=4.0, mean_abs=0.5,
                        reason="nvJPEG vs libjpeg-turbo: IEEE 1180 IDCT (±1 per component) through YCbCr→RGB "
                               "(up to 2.8) and rounding, ±1 resampling")
 
+# The one table: the bounds of an image output decoded by ``dali`` with each ``decode.device`` against a
+# backend that decodes with libjpeg-turbo (``dali-cpu``, ``torchvision``), under ``parity: exact``.
+# ``cpu``: libjpeg-turbo on both sides, only the resampling's rounding differs (also dali-cpu vs torchvision).
+DECODE_BOUNDS: dict[str, Bounds] = {"cpu": CPU_BOUNDS, "mixed": NVJPEG_BOUNDS}
+
+
+def exceeded(bounds: Bounds, *, max_levels: float, mean_levels: float) -> list[str]:
+    """What of ``bounds`` a measured difference exceeds, said ([] when within both)."""
+    found = []
+    if max_levels > bounds.max_abs:
+        found.append(f"max {max_levels:g} levels > {bounds.max_abs:g}")
+    if mean_levels > bounds.mean_abs:
+        found.append(f"mean {mean_levels:.3f} levels > {bounds.mean_abs:g}")
+    return found
+
+
+def bounds_table() -> str:
+    """:data:`DECODE_BOUNDS` as the Markdown table the docs quote."""
+    decoders = {"cpu": "libjpeg-turbo on both sides",
+                "mixed": "nvJPEG (CUDA or hardware decoder) against libjpeg-turbo"}
+    rows = ["| `decode.device` on `dali` | Decoders | max \\|Δ\\| | mean \\|Δ\\| |", "|---|---|---|---|"]
+    rows += [f"| `{device}` | {decoders[device]} | {bounds.max_abs:g} | {bounds.mean_abs:g} |"
+             for device, bounds in DECODE_BOUNDS.items()]
+    return "\n".join(rows) + "\n"
+
+
 # Float32 arithmetic differs between the backends by ~1e-6 relative; the level check allows this much.
 FLOAT32_SLACK = 1e-3  # uint8 levels
 
@@ -58,7 +89,7 @@ FAST_PARITY_REASON = ("parity: fast: the DALI backends resize with DALI's own bo
 def default_bounds(spec: PipelineSpec, backends: Sequence[str]) -> Bounds:
     """:data:`NVJPEG_BOUNDS` when GPU ``dali`` decodes with nvJPEG, else :data:`CPU_BOUNDS`; the
     reason says so when ``parity: fast`` makes a DALI backend resample otherwise than exact."""
-    bounds = NVJPEG_BOUNDS if "dali" in backends and spec.decode_device == "mixed" else CPU_BOUNDS
+    bounds = DECODE_BOUNDS["mixed" if "dali" in backends and spec.decode_device == "mixed" else "cpu"]
     if {"dali", "dali-cpu"} & set(backends) and fast_parity_changes_pixels(spec):
         reason = FAST_PARITY_REASON if bounds is CPU_BOUNDS else f"{bounds.reason}; {FAST_PARITY_REASON}"
         return Bounds(bounds.max_abs, bounds.mean_abs, reason)

@@ -30,6 +30,7 @@ import json
 import logging
 import math
 import os
+import posixpath
 import re
 import tarfile
 import time
@@ -51,6 +52,7 @@ from ..errors import SourceError
 from ..data.sources.listing import Listing
 from ..data.sources.webdataset import manifest_problem, read_manifest_json
 from ..data.sources.local import list_file, list_folder
+from ..data.storage.store import store_for
 from ..spec.model import DEFAULT_EXTENSIONS
 from ..util.text import NotUtf8Error
 
@@ -119,6 +121,10 @@ def _sample_keys(listing: Listing) -> list[str]:
         if parquet:   # file.parquet#row → file/00000017
             file, row = path.rsplit("#", 1)
             stem = f"{os.path.basename(file).removesuffix('.parquet')}/{int(row):08d}"
+        elif is_url(path):   # a file list's image at a URL: its key relative to the list's folder
+            prefix = listing.root.rstrip("/") + "/"
+            relative = path[len(prefix):] if path.startswith(prefix) else ".."
+            stem = f"sample_{number:08d}" if relative == ".." else posixpath.splitext(relative)[0]
         else:
             relative = os.path.relpath(path, listing.root)
             if relative.startswith(".." + os.sep) or relative == "..":
@@ -137,6 +143,11 @@ def _sample_keys(listing: Listing) -> list[str]:
 def _listing_for(source: str | Path | Listing, extensions: tuple[str, ...]) -> tuple[Listing, dict[str, str]]:
     if isinstance(source, Listing):
         return source, {"type": "listing", "path": source.root}
+    if is_url(str(source)):   # objects read through the store, never a local path made of the URL
+        store = store_for(str(source))
+        if str(source).endswith(".parquet"):
+            return list_parquet((str(source),), store=store), {"type": "parquet", "path": str(source)}
+        return list_file(str(source), None, extensions, store), {"type": "file_list", "path": str(source)}
     path = Path(source)
     if str(source).endswith(".parquet"):   # a file, a glob or a brace pattern of them
         return list_parquet((str(source),)), {"type": "parquet", "path": str(source)}

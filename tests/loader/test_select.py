@@ -9,6 +9,7 @@ import builtins
 import dataclasses
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -421,3 +422,19 @@ def test_doctor_command_prints_the_report_and_json(monkeypatch, fresh_probe, cap
     assert main(["doctor", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert DOCTOR_KEYS <= set(info)
+
+
+def test_a_failed_cuda_probe_is_not_the_answer_of_a_later_process_or_other_settings(monkeypatch, fresh_probe):
+    from dali_bridge.loader import select
+
+    monkeypatch.setenv("DALI_BRIDGE_DISABLE", "dali")      # torch's CUDA alone, DALI's own check left out
+    monkeypatch.setattr(select, "torch_cuda_devices", lambda: (0, "CUDA unusable: RuntimeError: driver busy"))
+    assert fresh_probe().cuda_reason == "CUDA unusable: RuntimeError: driver busy"
+    monkeypatch.setattr(select, "torch_cuda_devices", lambda: (1, None))   # the GPU works now
+    assert fresh_probe().cuda_devices == 0                 # the same process and settings: asked once
+    real_pid = os.getpid()
+    monkeypatch.setattr(os, "getpid", lambda: real_pid + 1)  # a process forked after the failed probe
+    assert (fresh_probe().cuda_devices, fresh_probe().cuda_reason) == (1, None)
+    monkeypatch.setattr(os, "getpid", lambda: real_pid)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")         # other devices made visible: probed again
+    assert fresh_probe().cuda_devices == 1

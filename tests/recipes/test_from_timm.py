@@ -89,7 +89,7 @@ def test_timms_auto_augment_policies_map_to_timm_auto_augment_with_timms_fill(co
     ops = ops_of(convert(["--aa", config]))
     assert [name for name, _ in ops] == ["random_resized_crop", "horizontal_flip", "timm_auto_augment"] + (
         ["color_jitter"] if config == "3a" else []) + ["normalize"]  # timm keeps colour jitter for 3a only
-    assert dict(ops)["timm_auto_augment"] == expected | {"fill": TIMM_FILL}
+    assert dict(ops)["timm_auto_augment"] == expected | {"interpolation": "random", "fill": TIMM_FILL}
 
 
 @pytest.mark.parametrize("config, expected", [
@@ -118,12 +118,22 @@ def test_policy_sections_timm_would_refuse_are_refused(config, message):
         convert(["--aa", config])
 
 
-def test_a_fixed_train_interpolation_refuses_every_resampling_policy_but_3a():
-    for config, op in (("original", "timm_auto_augment"), ("augmix-m5", "timm_augmix")):
-        with pytest.raises(RecipeError, match=f"--aa {config} with --train-interpolation bicubic: .* {op} draws"):
-            from_timm(["--train-interpolation", "bicubic", "--aa", config], source="data")
-    ops = dict(ops_of(from_timm("--train-interpolation bicubic --aa 3a", source="data")))
-    assert ops["timm_auto_augment"]["policy"] == "3a" and ops["random_resized_crop"]["interpolation"] == "bicubic"
+@pytest.mark.parametrize("config, op", [("rand-m7-mstd0.5-inc1", "rand_augment"), ("original", "timm_auto_augment"),
+                                        ("augmix-m5", "timm_augmix"), ("3a", "timm_auto_augment")])
+@pytest.mark.parametrize("mode", ["bicubic", "bilinear", "nearest"])
+def test_a_fixed_train_interpolation_is_the_crop_s_filter_and_every_policy_s(config, op, mode):
+    ops = dict(ops_of(from_timm(["--train-interpolation", mode, "--aa", config], source="data")))
+    assert ops["random_resized_crop"]["interpolation"] == mode and ops[op]["interpolation"] == mode
+
+
+def test_timms_default_random_interpolation_is_the_crop_s_and_the_policies_random():
+    ops = dict(ops_of(from_timm("--aa rand-m7-mstd0.5-inc1", source="data")))
+    assert ops["random_resized_crop"]["interpolation"] == "random"
+    assert ops["rand_augment"].get("interpolation") in (None, "random")  # null: timm's variant's default, random
+    from dali_bridge.pipeline.plan import build_plan
+
+    step = build_plan(from_timm("--aa rand-m7-mstd0.5-inc1", source="data")).steps[2]
+    assert step.params["interpolation"] == "random"
 
 
 @pytest.mark.parametrize("args, message", [
@@ -153,13 +163,12 @@ def test_every_refusal_is_reported_at_once():
     assert len(error.value.problems) == 3
 
 
-def test_timms_random_train_interpolation_needs_a_crop_filter_and_a_fixed_one_refuses_rand_augment():
-    with pytest.raises(RecipeError, match="--train-interpolation random .timm's default. picks bilinear or bicubic"):
-        from_timm("", source="data")
-    crop = dict(ops_of(from_timm("--train-interpolation bicubic", source="data")))["random_resized_crop"]
-    assert crop["interpolation"] == "bicubic"
-    with pytest.raises(RecipeError, match="resamples shear, translate and rotate with bicubic only"):
-        from_timm("--train-interpolation bicubic --aa rand-m9", source="data")
+def test_crop_interpolation_fixes_only_the_crop_where_timms_is_random_and_bad_filters_are_refused():
+    ops = dict(ops_of(from_timm("--aa augmix", source="data", crop_interpolation="bicubic")))
+    assert ops["random_resized_crop"]["interpolation"] == "bicubic" and ops["timm_augmix"]["interpolation"] == "random"
+    with pytest.raises(RecipeError, match="--train-interpolation lanczos: random_resized_crop and timm's policies "
+                                          "resample with nearest, bilinear, bicubic or random"):
+        from_timm("--train-interpolation lanczos", source="data")
     with pytest.raises(RecipeError, match="crop_interpolation 'nearest': expected one of timm's random choices"):
         from_timm("", source="data", crop_interpolation="nearest")
     with pytest.raises(RecipeError, match="contradicts --train-interpolation bilinear"):
@@ -240,7 +249,7 @@ def test_the_cli_writes_the_pipeline_file_of_timms_arguments(tmp_path, capsys):
                                             "random_erasing", "batch_mix"]
     assert cli.main(["from-timm", "--source", str(tmp_path), "--", "--aa", "v0-x1"]) == 2
     err = capsys.readouterr().err
-    assert "--train-interpolation random" in err and "--aa v0-x1: unknown AutoAugment section 'x1'" in err
+    assert "--aa v0-x1: unknown AutoAugment section 'x1'" in err
 
 
 def test_a_mappings_values_are_typed_as_train_py_types_them():
@@ -261,3 +270,19 @@ def test_the_cli_prints_timms_policies_as_a_pipeline_file_that_loads_back_the_sa
     loaded = load_spec(tmp_path / "timm.yaml")
     assert ops_of(loaded) == ops_of(convert(["--aa", config], crop_interpolation="bicubic"))
     assert loaded.ops[2].name == ("timm_augmix" if config.startswith("augmix") else "timm_auto_augment")
+
+
+@pytest.mark.slow  # whole epochs on both CPU backends
+@pytest.mark.parametrize("line", [
+    "", "--aa rand-m9-mstd0.5-inc1 --reprob 0.25 --mixup 0.8 --cutmix 1.0 --smoothing 0.1",
+    "--aa rand-m7-mstd0.5-inc1 --train-interpolation bicubic", "--aa augmix-m3-w3 --hflip 0"])
+def test_timms_lines_give_the_same_batches_on_dali_cpu_and_torchvision(sample_root, line):
+    from dali_bridge.loader.select import available_backends
+    from dali_bridge.tools.compare import compare
+
+    if not {"dali-cpu", "torchvision"} <= set(available_backends()):
+        pytest.skip(f"needs dali-cpu and torchvision; this host has {available_backends()}")
+    spec = from_timm(line, source=sample_root, batch_size=8, overrides={"loader.workers": 1})
+    result = compare(spec, ("dali-cpu", "torchvision"), batches=None)
+    assert result.passed and result.samples == 37, result.format()
+    assert result.output("image").max_abs <= 1.0, result.format()

@@ -350,16 +350,24 @@ def test_unmappable_transforms_are_refused_naming_each_and_the_closest_op(tmp_pa
 
 def test_parameters_the_op_lacks_are_refused_with_the_reader_problems(tmp_path):
     compose = v2.Compose([v2.RandomResizedCrop(32, interpolation=InterpolationMode.LANCZOS),
-                          v2.RandAugment(interpolation=InterpolationMode.BICUBIC), v2.RandomRotation(3),
+                          v2.TrivialAugmentWide(interpolation=InterpolationMode.BICUBIC), v2.RandomRotation(3),
                           v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10)])
     with pytest.raises(RecipeError) as error:
         from_torchvision(compose, source=tmp_path)
     text = str(error.value)
-    assert "transform 0 (RandomResizedCrop): interpolation: expected one of nearest, bilinear, bicubic, " \
+    assert "transform 0 (RandomResizedCrop): interpolation: expected one of nearest, bilinear, bicubic, random, " \
            "found 'lanczos'" in text
-    assert "transform 1 (RandAugment): interpolation: expected one of nearest, bilinear, found 'bicubic'" in text
+    assert "transform 1 (TrivialAugmentWide): interpolation: expected one of nearest, bilinear, found 'bicubic'" in text
     assert "transform 3 (AutoAugment): policy: expected one of imagenet, found 'cifar10'" in text
     assert "transform 2 (RandomRotation)" in text
+
+
+def test_a_bicubic_rand_augment_is_refused_as_torchvision_s_saying_bicubic_is_timm_s(tmp_path):
+    compose = v2.Compose([v2.RandomResizedCrop(32), v2.RandAugment(interpolation=InterpolationMode.BICUBIC)])
+    with pytest.raises(RecipeError, match=r"transform 1 \(RandAugment\): interpolation: expected one of nearest, "
+                                          r"bilinear, found 'bicubic' \(torchvision's RandAugment; bicubic and random "
+                                          r"are timm's"):
+        from_torchvision(compose, source=tmp_path)
 
 
 @pytest.mark.parametrize("compose, message", [

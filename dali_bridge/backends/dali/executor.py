@@ -61,38 +61,59 @@ def dali_message(exc: BaseException) -> str:
 
 
 class GpuDecodeCheck:
-    """Decodes one encoded sample at a time with the ``mixed`` decoder the pipelines use: finds
-    which sample of a failed GPU batch nvJPEG rejects. Built on first use, rebuilt after a failure."""
+    """Decodes one encoded sample at a time with the ``mixed`` decoder the pipeline uses, as it uses it:
+    the whole image, or (``region``) only the crop window it reads (``fn.decoders.image_slice``), whose
+    decode may fail where the whole image's does not. Finds which sample of a failed GPU batch nvJPEG
+    rejects. Built on first use, rebuilt after a failure."""
 
-    def __init__(self, *, device_id: int | None):
-        self.device_id = device_id
+    def __init__(self, *, device_id: int | None, region: bool = False):
+        self.device_id, self.region = device_id, region
         self.pipe = None
 
     def _build(self):
         from nvidia.dali import fn, pipeline_def, types
 
         arguments = {k: v for k, v in mixed_decoder_arguments().items() if not k.endswith("memory_padding")}
+        arguments.update(device="mixed", output_type=types.RGB)
+        region = self.region
 
         @pipeline_def(batch_size=1, num_threads=1, device_id=self.device_id, prefetch_queue_depth=1,
                       exec_dynamic=True)
         def graph():
             encoded = fn.external_source(name="encoded", dtype=types.UINT8)
-            return fn.decoders.image(encoded, device="mixed", output_type=types.RGB, **arguments)
+            if not region:
+                return fn.decoders.image(encoded, **arguments)
+            anchor = fn.external_source(name="anchor", dtype=types.INT32)
+            shape = fn.external_source(name="shape", dtype=types.INT32)
+            return fn.decoders.image_slice(encoded, anchor, shape, axis_names="HW", normalized_anchor=False,
+                                           normalized_shape=False, **arguments)
 
         pipe = graph()
         pipe.build()
         return pipe
 
-    def rejects(self, data: bytes) -> str | None:
-        """None when nvJPEG decodes ``data``, else DALI's reason (the operator's message)."""
+    def rejects(self, data: bytes, region: tuple[Any, Any] | None = None) -> str | None:
+        """None when nvJPEG decodes ``data`` (its ``region``: anchor and shape, where the check decodes
+        one), else DALI's reason (the operator's message)."""
         if self.pipe is None:
             self.pipe = self._build()
+        feed = {"encoded": [np.frombuffer(data, dtype=np.uint8)]}
+        if self.region:
+            feed.update(anchor=[np.asarray(region[0], dtype=np.int32)], shape=[np.asarray(region[1], dtype=np.int32)])
         try:
-            self.pipe.run(encoded=[np.frombuffer(data, dtype=np.uint8)])
+            self.pipe.run(**feed)
         except Exception as exc:
             self.pipe = None  # a pipeline that failed a run is not reused
             return dali_message(exc)
         return None
+
+
+def region_said(region: tuple[Any, Any] | None) -> str:
+    """The decoded region of interest in words (`` (decoding its crop window ...)``), or nothing for a whole image."""
+    if region is None:
+        return ""
+    (top, left), (height, width) = (np.asarray(part).tolist() for part in region)
+    return f" (decoding its crop window alone, as the pipeline does: {height}x{width} at row {top}, column {left})"
 
 
 class DaliExecutor:
@@ -275,9 +296,10 @@ class DaliExecutor:
 
     def _find_culprits(self, task: BatchTask) -> list[tuple[int, str]]:
         """The samples of a failed batch that cannot be decoded: by the CPU decoder, or — on the
-        GPU pipeline with ``mixed`` decode — by nvJPEG alone (it rejects some files libjpeg-turbo reads)."""
+        GPU pipeline with ``mixed`` decode — by nvJPEG alone (it rejects some files libjpeg-turbo reads),
+        decoding as the pipeline does: the crop window alone where the pipeline decodes only that."""
         found = []
-        for index in task.indices.tolist():
+        for row, index in enumerate(task.indices.tolist()):
             try:
                 data = self.listing.read(index)
                 decode_rgb(data)
@@ -285,16 +307,17 @@ class DaliExecutor:
                 found.append((index, str(exc)))
                 continue
             if self.gpu and self.plan.decode_device == "mixed":
-                reason = self._gpu_decoder_rejects(data)
+                given = self.feeder.decoder_input(task, row)
+                reason = None if given is None else self._gpu_decoder_rejects(*given)
                 if reason is not None:
                     found.append((index, f"the GPU decoder (nvJPEG) cannot decode it, though the CPU decoder can: "
-                                         f"{reason}"))
+                                         f"{reason}{region_said(given[1])}"))
         return found
 
-    def _gpu_decoder_rejects(self, data: bytes) -> str | None:
+    def _gpu_decoder_rejects(self, data: bytes, region: tuple[Any, Any] | None) -> str | None:
         if self._gpu_decode_check is None:
-            self._gpu_decode_check = GpuDecodeCheck(device_id=self.device_id)
-        return self._gpu_decode_check.rejects(data)
+            self._gpu_decode_check = GpuDecodeCheck(device_id=self.device_id, region=region is not None)
+        return self._gpu_decode_check.rejects(data, region)
 
     def close(self) -> None:
         self.tail.close()  # first: a conversion under way still reads the pipeline's outputs

@@ -130,6 +130,21 @@ class Feeder:
             return [], fed
         return [batch.items] + self.columns.build(batch.steps) + windows, fed
 
+    def decoder_input(self, task: BatchTask, row: int) -> tuple[bytes, tuple[np.ndarray, np.ndarray] | None] | None:
+        """Sample ``row`` of ``task`` as the graph's decoder gets it, prepared as :meth:`prepare` prepares
+        it (the same read, draws and columns): its bytes, and the (anchor, shape) of the region the decoder
+        decodes (``fn.decoders.image_slice``), or None where it decodes the whole image. None where the
+        sample never reaches the decoder (refused before it)."""
+        one = BatchTask(task.epoch, task.number, task.indices[row:row + 1], task.valid[row:row + 1],
+                        task.repeats[row:row + 1])
+        inputs, batch = self.prepare(one)
+        if not batch.fed:
+            return None
+        window = self.columns.dali.window_columns or self.columns.window
+        named = dict(zip(self.columns.names, inputs))
+        region = None if not window else tuple(np.asarray(named[name])[0] for name in window)
+        return bytes(inputs[0][0]), region
+
 
 def tail_windows(plan: Plan, tail: list[list]) -> tuple[list[np.ndarray], list[list]]:
     """The decoder's window of each sample when the torch tail's first step crops one

@@ -44,8 +44,12 @@ def resize_method(interpolation: str, antialias: bool) -> str:
     (bilinear, antialias): border renormalisation, one 2-D pass; ``filter_2pass`` (bicubic,
     antialias): renormalised width then height pass, clamped in between; ``antialias``: plain
     antialiased fn.resize, chosen by :attr:`DaliPlan.resize_methods` where a crop hides the border.
-    Bicubic without antialias has none (see the resizing ops' ``unsupported_options``).
+    ``random`` (bilinear or bicubic drawn per sample) with antialias: ``filter_2pass`` with the filter
+    per sample, exact for both (a bilinear filter never overshoots, so the clamp between its passes
+    changes nothing). Bicubic without antialias has none (see the resizing ops' ``unsupported_options``).
     """
+    if interpolation == "random" and antialias:
+        return "filter_2pass"
     if interpolation == "nearest":
         return "nearest"
     if not antialias:

@@ -27,7 +27,7 @@ from ...pipeline.plan import Plan
 from ...spec.pipeline import PipelineSpec
 from ...util.intra_op import single_intra_op_thread
 from ..base import RawBatch
-from ..device import InFlightCopies, TailStream, host_tail_split, move_output
+from ..device import InFlightCopies, TailStream, copy_batch_to_host, host_tail_split, images_to_host, move_output
 from ..finishing import FinishedBuffers, finish_batch
 from .outputs import as_chw, graph_batch
 from .tail import run_tail
@@ -127,15 +127,18 @@ class TailRunner:
 
     def _tail_inputs(self, outputs: Any) -> Any:
         """The graph's uint8 HWC output as the tail's CHW images on the tail's device: one N x C x H x W
-        tensor, or a list where sizes differ (until a later step sets the output size). The copy to the
-        tail's device, if any, is made here (the device check names this frame: benchmarks/device_check.py)."""
+        tensor, or a list where sizes differ (until a later step sets the output size). The tail runs
+        where DALI does, or on the host (a PIL kernel): then the batch comes there in one copy, by
+        :func:`~dali_bridge.backends.device.copy_batch_to_host` in both branches (the device check
+        excuses that copy's host sync by that function: benchmarks/device_check.py)."""
         images = outputs[0]
         if images.is_dense_tensor():  # one size: a zero-copy view, border lines patched as without a tail
-            return as_chw(move_output(graph_batch(outputs, "HWC"), self.device, self._in_flight))
-        samples = []
-        for n in range(len(images)):  # a loop, not a comprehension: the copy's caller stays this frame
-            samples.append(as_chw(move_output(torch.from_dlpack(images[n]), self.device, self._in_flight)))
-        return samples
+            batch = graph_batch(outputs, "HWC")
+            return as_chw(batch if batch.device == self.device else copy_batch_to_host(batch))
+        samples = [torch.from_dlpack(images[n]) for n in range(len(images))]
+        if samples and samples[0].device != self.device:
+            samples = images_to_host(samples)
+        return [as_chw(sample) for sample in samples]
 
     def _in_chunks(self, samples: Any, tail: list[list]) -> torch.Tensor:
         """:func:`run_tail` on the batch, as consecutive chunks of samples: the first in this thread, the

@@ -7,17 +7,15 @@ are ignored (like ImageFolder and DALI's file reader) but counted, never silentl
 Shard samples are indexed in shard order, then tar order; ``paths[i]`` names ``shard.tar#member``
 and :meth:`Listing.read` fetches the bytes with one positioned read (see :mod:`dali_bridge.data.shards.tar`).
 
-This module lists folders and file lists and picks the listing for a source; :class:`Listing` is in
-:mod:`dali_bridge.data.sources.listing`, the WebDataset listing in :mod:`dali_bridge.data.sources.webdataset` (both importable
-from here).
+This module lists folders and local file lists and picks the listing for a source; :class:`Listing`
+is in :mod:`dali_bridge.data.sources.listing`, the WebDataset listing in
+:mod:`dali_bridge.data.sources.webdataset`, a file list at a URL in :mod:`dali_bridge.data.sources.remote_files`.
 """
 from __future__ import annotations
 
 import errno
-import io
 import logging
 import os
-import re
 import stat
 from collections import Counter
 from dataclasses import replace
@@ -26,18 +24,19 @@ from pathlib import Path
 import numpy as np
 
 from ..shards.cache import ShardCache
-from ..storage.store import ObjectStore, store_for
-from ...util.urls import StorageError, is_url
+from ..storage.store import ObjectStore
+from ...util.urls import is_url
+from .source_check import source_store
 from ...errors import SourceError  # noqa: F401
 from .listing import CLASSES_PER_SAMPLE, MIN_CLASS_BOUND, Listing, class_bound, sparse_labels  # noqa: F401
 from .webdataset import list_webdataset
-from ...util.quoting import quoted, safe_name
+from .file_list_lines import ListLine, listed_samples, parse_lines
+from ...util.quoting import safe_name
 from ...spec.model import SourceSpec
 from ...util.text import NotUtf8Error, decode_utf8
 
 log = logging.getLogger("dali_bridge")
 
-_LABEL = re.compile(r"^-?[0-9]+$")  # ASCII digits only: str.isdigit also accepts '²' and '١'
 def _is_image(name: str, extensions: tuple[str, ...]) -> bool:
     return name.lower().endswith(extensions)
 
@@ -132,13 +131,19 @@ def list_folder(root: str | Path, extensions: tuple[str, ...]) -> Listing:
     return Listing(tuple(paths), np.asarray(labels, dtype=np.int64), tuple(classes), str(root), ignored)
 
 
-def list_file(file_list: str | Path, root: str | Path | None, extensions: tuple[str, ...]) -> Listing:
+def list_file(file_list: str | Path, root: str | Path | None, extensions: tuple[str, ...],
+              store: ObjectStore | None = None, cache: ShardCache | None = None) -> Listing:
     """A text file of ``path label`` lines (path may contain spaces; label is the last field).
 
     Blank lines and lines starting with ``#`` are skipped. Relative paths resolve against ``root``
     (default: the list file's folder). Every malformed line and missing file is reported at once,
-    with its line number.
+    with its line number. With ``store`` the list or its ``root`` is at a URL and the images are
+    objects read through it (:func:`~dali_bridge.data.sources.remote_files.list_file_at_url`).
     """
+    if store is not None:
+        from .remote_files import list_file_at_url
+
+        return list_file_at_url(str(file_list), None if root is None else str(root), store, cache)
     file_list = Path(file_list)
     if not file_list.is_file():
         raise SourceError(f"source.file_list: {file_list} does not exist")
@@ -149,41 +154,23 @@ def list_file(file_list: str | Path, root: str | Path | None, extensions: tuple[
         raise SourceError(f"source.file_list: {exc}") from None
     except OSError as exc:
         raise SourceError(f"source.file_list: cannot read {file_list}: {exc.strerror or exc}") from None
-    paths: list[str] = []
-    labels: list[int] = []
-    numbers: list[int] = []
     problems: list[str] = []
-    content = content.removeprefix("\ufeff")  # a byte-order mark some editors write: not part of line 1's path
-    for number, line in enumerate(io.StringIO(content, newline=None), start=1):
-        text = line.strip()
-        if not text or text.startswith("#"):
+    found: list[ListLine] = []
+    paths: list[str] = []
+    for line in parse_lines(content, str(file_list), problems):
+        if is_url(line.entry):   # never a path made of a URL
+            problems.append(f"{file_list}:{line.number}: {safe_name(line.entry)} is a URL, and this list and its "
+                            f"root are local: put the list in the store beside the images, or set source.root to "
+                            f"the images' URL folder and write the entries relative to it")
             continue
-        parts = text.rsplit(None, 1)
-        if len(parts) != 2 or not _LABEL.match(parts[1]):
-            problems.append(f"{file_list}:{number}: expected 'path label' with an integer label, "
-                            f"found {quoted(text)}")
-            continue
-        label = int(parts[1])
-        if label < 0:
-            problems.append(f"{file_list}:{number}: labels must be >= 0, found {label}")
-            continue
-        path = Path(parts[0]) if os.path.isabs(parts[0]) else base / parts[0]
+        path = Path(line.entry) if os.path.isabs(line.entry) else base / line.entry
         problem = _not_a_file(path)
         if problem:
-            problems.append(f"{file_list}:{number}: file {safe_name(path)} {problem}")
+            problems.append(f"{file_list}:{line.number}: file {safe_name(path)} {problem}")
             continue
+        found.append(line)
         paths.append(str(path))
-        labels.append(label)
-        numbers.append(number)
-    if not problems:
-        problems.extend(sparse_labels(labels, lambda i: f"{file_list}:{numbers[i]}"))
-    if problems:
-        raise SourceError(f"source.file_list: {len(problems)} problem(s):\n  " + "\n  ".join(_shown(problems)))
-    if not paths:
-        raise SourceError(f"source.file_list: {file_list} lists no samples")
-    num_classes = max(labels) + 1
-    return Listing(tuple(paths), np.asarray(labels, dtype=np.int64),
-                   tuple(str(c) for c in range(num_classes)), str(base))
+    return listed_samples(str(file_list), str(base), found, paths, problems)
 
 
 def _not_a_file(path: Path) -> str | None:
@@ -199,37 +186,34 @@ def _not_a_file(path: Path) -> str | None:
     return None if stat.S_ISREG(mode) else "is not a regular file"
 
 
-def _shown(problems: list[str], most: int = 50) -> list[str]:
-    return problems[:most] + ([f"... and {len(problems) - most} more"] if len(problems) > most else [])
-
-
-def _source_store(source: SourceSpec, location: str, key: str) -> ObjectStore:
-    """The process's client for a source at a URL, with the source's settings."""
-    try:
-        return store_for(location, dict(source.storage_options), source.max_requests, source.timeout)
-    except StorageError as exc:
-        raise SourceError(f"source.{key}: {exc}") from None
+def _store_and_cache(source: SourceSpec, location: str, key: str) -> tuple[ObjectStore, ShardCache | None]:
+    """The process's client for a source at a URL (with the source's settings) and, with
+    ``source.cache``, the node's cache of whole objects it reads through."""
+    store = source_store(source, location, key)
+    cache = ShardCache(source.cache_dir, source.cache_max_bytes, store) if source.cache_dir is not None else None
+    return store, cache
 
 
 def list_source(source: SourceSpec) -> Listing:
     """The listing of a validated source (its samples read with the source's pixel and byte caps)."""
+    store, cache = None, None
     if source.type == "folder":
         listing = list_folder(source.root, source.extensions)
     elif source.type == "file_list":
-        listing = list_file(source.file_list, source.root, source.extensions)
+        remote = next((loc for loc in (source.file_list, source.root) if loc is not None and is_url(loc)), None)
+        if remote is not None:
+            store, cache = _store_and_cache(source, remote, "file_list" if remote == source.file_list else "root")
+        listing = list_file(source.file_list, source.root, source.extensions, store, cache)
     elif source.type == "webdataset":
-        store, cache = None, None
         if is_url(source.shards):
-            store = _source_store(source, source.shards, "shards")
-            if source.cache_dir is not None:
-                cache = ShardCache(source.cache_dir, source.cache_max_bytes, store)
+            store, cache = _store_and_cache(source, source.shards, "shards")
         listing = list_webdataset(source.shards, source.image_keys, source.label_key, source.manifest, store, cache)
     elif source.type == "parquet":
         from .parquet import list_parquet
 
-        at_url = bool(source.files) and is_url(source.files[0])   # all local or all at URLs of one scheme
-        store = _source_store(source, source.files[0], "files") if at_url else None
-        listing = list_parquet(source.files, source.image_column, source.label_column, store)
+        if source.files and is_url(source.files[0]):   # all local or all at URLs of one scheme
+            store, cache = _store_and_cache(source, source.files[0], "files")
+        listing = list_parquet(source.files, source.image_column, source.label_column, store, cache)
     else:
         raise SourceError(f"source.type: unsupported source type {source.type!r}")
     return replace(listing, max_pixels=source.max_pixels, max_bytes=source.max_bytes)

@@ -15,11 +15,14 @@ any file. Shuffled epochs read about one row group per sample once the dataset i
 the cache: for large shuffled training, ``dali-bridge convert`` the files to shards first.
 
 Files at a URL (``s3://``, ``gs://``, ``http(s)://``; globs and brace patterns as for local
-files) are read through the storage layer of shards at URLs (:mod:`dali_bridge.data.storage.store`): the
-footer and each row group's image column are ranged GETs of exactly the bytes pyarrow asks for,
-through a file object whose client is the process's own (a request at a time per file, each
-bounded by ``source.timeout``; s3fs and gcsfs retry throttling and connection errors themselves);
-a read that still fails is a sample error under ``on_error``, redacted of credentials.
+files) are read as shards at URLs are (:mod:`dali_bridge.data.storage.store`): listing takes each
+file's size and ETag from the store's LIST (a HEAD each over HTTP); the footer and each row group's
+image column are then ranged GETs of exactly the bytes pyarrow asks for
+(:class:`~dali_bridge.data.sources.ranged_file.RangedFile`), each retried with backoff within
+``source.timeout`` and carrying the listed ETag, so a file replaced since the listing fails its
+reads instead of giving other bytes. With ``source.cache`` each file is downloaded whole once per
+node into the shard cache (its size checked, its name a hash of URL, size and ETag) and read
+locally. A read that still fails is a sample error under ``on_error``, redacted of credentials.
 
 Needs pyarrow (the ``[parquet]`` extra), and the scheme's client for URLs (``[s3]``...).
 """
@@ -39,8 +42,10 @@ import numpy as np
 from ...errors import ImageError
 from ..shards.remote import LISTING_THREADS
 from ...util.braces import expand_braces
+from ..shards.cache import CachedShard, ShardCache
 from ..storage.store import ObjectStore
-from ..storage.listing import FetchError
+from ..storage.listing import FetchError, ObjectInfo
+from .ranged_file import RangedFile
 from ...util.urls import StorageError, redact
 from ...util.wording import plural
 
@@ -65,13 +70,19 @@ def _pyarrow():
 
 def expand_files(files: tuple[str, ...], store: ObjectStore | None = None) -> list[str]:
     """The Parquet files ``files`` names: each entry brace-expanded, then globbed (sorted) when it has
-    ``*``, ``?`` or ``[``; a plain name must exist (with ``store``: objects at URLs, HEADed together).
+    ``*``, ``?`` or ``[``; a plain name must exist (with ``store``: objects at URLs, listed together).
     Raises :class:`~dali_bridge.errors.SourceError`."""
+    return expand_listed_files(files, store)[0]
+
+
+def expand_listed_files(files: tuple[str, ...],
+                        store: ObjectStore | None = None) -> tuple[list[str], list[ObjectInfo]]:
+    """:func:`expand_files`, with ``store`` also each object's size and ETag as the store lists them
+    (LIST pages on S3 and GCS, a HEAD each over HTTP): what its reads are checked against."""
     from ...errors import SourceError
 
     found: list[str] = []
     problems: list[str] = []
-    plain: list[str] = []   # URLs to HEAD
     for entry in files:
         try:
             names = expand_braces(entry)
@@ -81,24 +92,31 @@ def expand_files(files: tuple[str, ...], store: ObjectStore | None = None) -> li
             if _GLOB & set(name):
                 matches = _glob(name, store, problems)
                 if not matches:
-                    problems.append(f"{name} matches no file")
+                    # HTTP has no listing: fsspec reads the links of the folder's index page, if the server has one
+                    over_http = store is not None and store.scheme in ("http", "https")
+                    problems.append(f"{name} matches no file" + (
+                        " (over HTTP a glob reads the links of the folder's index page, which this server may "
+                        "not serve: name the files, or a brace pattern such as train-{00000..00003}.parquet)"
+                        if over_http else ""))
                 found.extend(matches)
             elif store is not None:
-                plain.append(name)
                 found.append(name)
             elif not os.path.isfile(name):
                 problems.append(f"{name} {'is not a regular file' if os.path.exists(name) else 'does not exist'}")
             else:
                 found.append(name)
-    if store is not None:
-        problems.extend(answer.reason for answer in store.info(plain) if isinstance(answer, FetchError))
+    infos: list[ObjectInfo] = []
+    if store is not None and found and not problems:
+        answers = store.listed(found)
+        problems.extend(answer.reason for answer in answers if isinstance(answer, FetchError))
+        infos = [answer for answer in answers if isinstance(answer, ObjectInfo)]
     repeated = [name for name, count in Counter(found).items() if count > 1]
     if repeated:
         problems.append(f"{plural(len(repeated), 'file')} named more than once (each sample must be listed once): "
                         f"{', '.join(repeated[:5])}")
     if problems:
         raise SourceError(f"source.files: {len(problems)} problem(s):\n  " + "\n  ".join(problems[:50]))
-    return found
+    return found, infos
 
 
 def _glob(pattern: str, store: ObjectStore | None, problems: list[str]) -> list[str]:
@@ -111,10 +129,11 @@ def _glob(pattern: str, store: ObjectStore | None, problems: list[str]) -> list[
         return []
 
 
-def _open(path: str, store: ObjectStore | None) -> Any:
-    """``path``'s pyarrow ParquetFile: a local file, or an object read by ranged GETs through ``store``."""
+def _open(path: str, store: ObjectStore | None, info: ObjectInfo | None = None) -> Any:
+    """``path``'s pyarrow ParquetFile: a local file, or an object (listed as ``info``) read by ranged
+    GETs through ``store``, each retried and checked against the listed ETag."""
     pq = _pyarrow()[1]
-    return pq.ParquetFile(path if store is None else store.open(path))
+    return pq.ParquetFile(path if store is None else RangedFile(store, path, info))
 
 
 def _read_errors(store: ObjectStore | None) -> tuple[type[BaseException], ...]:
@@ -174,9 +193,12 @@ class ParquetSamples:
     size = None
 
     def __init__(self, files: tuple[str, ...], group_file: np.ndarray, group_number: np.ndarray,
-                 group_start: np.ndarray, image_column: str, kinds: tuple[str, ...], store: ObjectStore | None = None):
+                 group_start: np.ndarray, image_column: str, kinds: tuple[str, ...], store: ObjectStore | None = None,
+                 infos: tuple[ObjectInfo, ...] = (), cache: ShardCache | None = None):
         self.files = files
         self.store = store   # files at URLs: read through it (its client made in each process)
+        self.infos = infos   # files at URLs: each one's size and ETag when listed, checked by every read
+        self.cache = cache   # files at URLs with source.cache: each downloaded whole once per node
         self.group_file = np.asarray(group_file, dtype=np.int32)
         self.group_number = np.asarray(group_number, dtype=np.int32)
         self.group_start = np.asarray(group_start, dtype=np.int64)
@@ -193,7 +215,7 @@ class ParquetSamples:
 
     def __getstate__(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in ("files", "group_file", "group_number", "group_start",
-                                                      "image_column", "kinds", "store")}
+                                                      "image_column", "kinds", "store", "infos", "cache")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(**state)
@@ -241,7 +263,12 @@ class ParquetSamples:
     def _file(self, file: int) -> Any:
         handle = self._open.get(file)
         if handle is None:
-            handle = _open(self.files[file], self.store)
+            if self.cache is not None:   # a local copy, checked against the listed size (and ETag, by its name)
+                info = self.infos[file]
+                local = self.cache.ensure(CachedShard(self.files[file], info.size, info.etag, None))
+                handle = _open(str(local), None)
+            else:
+                handle = _open(self.files[file], self.store, self.infos[file] if self.store is not None else None)
             self._open[file] = handle
             if len(self._open) > MAX_OPEN_FILES:
                 self._open.popitem(last=False)[1].close()
@@ -273,11 +300,12 @@ class _FileScan:
     problems: list[str] = field(default_factory=list)
 
 
-def _scan_file(path: str, image_column: str, label_column: str, store: ObjectStore | None = None) -> _FileScan:
+def _scan_file(path: str, image_column: str, label_column: str, store: ObjectStore | None = None,
+               info: ObjectInfo | None = None) -> _FileScan:
     pa = _pyarrow()[0]
     scan = _FileScan()
     try:
-        handle = _open(path, store)
+        handle = _open(path, store, info)
     except _read_errors(store) as exc:
         scan.problems.append(redact(f"{path}: not a readable Parquet file: {exc}"))
         return scan
@@ -316,7 +344,7 @@ def _scan_file(path: str, image_column: str, label_column: str, store: ObjectSto
 
 
 def list_parquet(files: tuple[str, ...], image_column: str = "image", label_column: str = "label",
-                 store: ObjectStore | None = None):
+                 store: ObjectStore | None = None, cache: ShardCache | None = None):
     """The :class:`~dali_bridge.data.sources.listing.Listing` of the Parquet files ``files`` names (see the module);
     with ``store``, files at URLs read through it (their footers and label columns fetched together).
 
@@ -328,12 +356,13 @@ def list_parquet(files: tuple[str, ...], image_column: str = "image", label_colu
     from .listing import Listing, sparse_labels
 
     _pyarrow()   # the missing extra first, before any file is looked at
-    paths = expand_files(files, store)
+    paths, infos = expand_listed_files(files, store)
     if store is None:
         scans = [_scan_file(path, image_column, label_column) for path in paths]
     else:  # each file a few round trips (footer, label column chunks): the files' latencies overlap
         with ThreadPoolExecutor(max_workers=min(LISTING_THREADS, max(1, len(paths)))) as pool:
-            scans = list(pool.map(lambda path: _scan_file(path, image_column, label_column, store), paths))
+            scans = list(pool.map(lambda item: _scan_file(item[0], image_column, label_column, store, item[1]),
+                                  zip(paths, infos)))
     problems = [problem for scan in scans for problem in scan.problems]
     named = [(path, scan.classes) for path, scan in zip(paths, scans) if scan.classes is not None]
     classes = named[0][1] if named else None
@@ -357,7 +386,7 @@ def list_parquet(files: tuple[str, ...], image_column: str = "image", label_colu
     group_number = [group for scan in scans for group in range(len(scan.group_rows))]
     group_start = np.cumsum([0] + [rows for scan in scans for rows in scan.group_rows])[:-1]
     samples = ParquetSamples(tuple(paths), np.asarray(group_file), np.asarray(group_number), group_start,
-                             image_column, tuple(scan.kind for scan in scans), store)
+                             image_column, tuple(scan.kind for scan in scans), store, tuple(infos), cache)
     if classes is None:
         classes = tuple(str(c) for c in range(int(labels.max()) + 1))
     return Listing(tuple(names), labels, classes, ", ".join(files), shards=samples)

@@ -25,6 +25,7 @@ from ...util.quoting import quoted, safe_name
 from ...util.text import NotUtf8Error, decode_utf8
 from ...errors import SourceError
 from .listing import Listing, sparse_labels
+from .source_check import scheme_advice
 
 
 def _manifest_for(pattern: str, manifest: str | None,
@@ -129,8 +130,9 @@ def _remote_scans(paths: list[str], image_keys: tuple[str, ...], label_key: str,
     scans, infos, problems = list_remote_shards(store, paths, image_keys, label_key, manifest=manifest)
     if problems:
         shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
+        advice = next(filter(None, (scheme_advice(paths[0], problem) for problem in problems)), None)
         raise SourceError(f"source.shards: {len(problems)} of {len(paths)} shard(s) cannot be listed:\n  "
-                          + "\n  ".join(shown))
+                          + "\n  ".join(shown) + (f"\n  ({advice})" if advice else ""))
     return scans, infos
 
 

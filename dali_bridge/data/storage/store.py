@@ -228,18 +228,6 @@ class ObjectStore(ListingRequests):
         except Exception as exc:  # the clients' errors have no common base; all become one message
             raise StorageError(redact(f"cannot write {url}: {_describe(exc)}")) from None
 
-    def open(self, url: str, size: int | None = None) -> Any:
-        """A seekable binary file object on ``url`` whose every read is one ranged GET of the bytes
-        asked for (no read-ahead buffer: Parquet readers ask for exactly the column chunks they
-        need); ``size`` from the listing spares a HEAD. :class:`StorageError`, redacted."""
-        try:
-            return self._filesystem().open(url, "rb", cache_type="none",
-                                           **({"size": size} if size is not None else {}))
-        except FileNotFoundError:
-            raise StorageError(f"{url} does not exist") from None
-        except Exception as exc:  # the clients' errors have no common base; all become one message
-            raise StorageError(redact(f"cannot open {url}: {_describe(exc)}")) from None
-
     def glob(self, pattern: str) -> list[str]:
         """The objects ``pattern`` (``*``, ``?``, ``[...]`` in its last parts) matches, as URLs, sorted."""
         fs = self._filesystem()

@@ -261,11 +261,18 @@ class FakeGpuPipeline:
 
 
 class FakeDecodeCheck:
-    def __init__(self, rejected: set[bytes]):
-        self.rejected = rejected
+    """Rejects the samples ``rejected`` (encoded bytes); with ``region_only``, only when asked to decode
+    their region of interest (as nvJPEG may fail a window it cannot decode alone). Records each call."""
 
-    def rejects(self, data: bytes) -> str | None:
-        return "nvJPEG error (6): NVJPEG_STATUS_EXECUTION_FAILED" if bytes(data) in self.rejected else None
+    def __init__(self, rejected: set[bytes], *, region_only: bool = False):
+        self.rejected, self.region_only = rejected, region_only
+        self.calls: list[tuple[bytes, Any]] = []
+
+    def rejects(self, data: bytes, region: Any = None) -> str | None:
+        self.calls.append((bytes(data), region))
+        if bytes(data) in self.rejected and (region is not None or not self.region_only):
+            return "nvJPEG error (6): NVJPEG_STATUS_EXECUTION_FAILED"
+        return None
 
 
 def gpu_only_failure(tmp_path, monkeypatch, *, on_error: str, bad: int):
@@ -292,6 +299,26 @@ def test_a_sample_only_the_gpu_decoder_rejects_is_skipped_named_and_counted(tmp_
                                                "can: nvJPEG error (6)")
     # Every batch ran on the consumer's current stream of DALI's device: no host wait per batch.
     assert set(streams) == {("consumer stream", 0)}
+
+
+def test_the_gpu_culprit_search_decodes_each_samples_crop_window_as_the_pipeline_does(tmp_path, monkeypatch):
+    loader, files, _ = gpu_only_failure(tmp_path, monkeypatch, on_error="raise", bad=5)
+    executor = loader._executor
+    executor._gpu_decode_check = check = FakeDecodeCheck({files[5].read_bytes()}, region_only=True)
+    with pytest.raises(SampleError) as info:   # found by the window decode alone, and named
+        for _ in loader:
+            pass
+    assert (info.value.index, info.value.path) == (5, str(files[5]))
+    assert info.value.reason.startswith("the GPU decoder (nvJPEG) cannot decode it, though the CPU decoder can")
+    assert "(decoding its crop window alone, as the pipeline does: " in info.value.reason
+    # Each sample of the failed batch was decoded with the window the feeder gave the graph for it.
+    task = loader.tasks(0)[1]
+    inputs, _ = executor.feeder.prepare(task)
+    named = dict(zip(executor.feeder.columns.names, inputs))
+    windows = {data: (anchor.tolist(), shape.tolist()) for data, anchor, shape
+               in zip(map(bytes, inputs[0]), named["0.crop.anchor"], named["0.crop.shape"])}
+    assert [data for data, _ in check.calls] == [files[n].read_bytes() for n in (4, 5, 6, 7)]
+    assert all(tuple(np.asarray(part).tolist() for part in region) == windows[data] for data, region in check.calls)
 
 
 def test_a_sample_only_the_gpu_decoder_rejects_raises_after_the_batches_before_it(tmp_path, monkeypatch):
