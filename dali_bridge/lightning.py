@@ -81,7 +81,8 @@ def _uneven_steps(loader: Loader, *, role: str) -> str | None:
 class DataModule(LightningDataModule):
     """Training and validation loaders from pipeline files, one per process of the Trainer.
 
-    ``train``/``val``: a pipeline file (or a ``PipelineSpec`` or its raw data); either may be None.
+    ``train``/``val``: a pipeline file or a shipped pipeline's name (or a ``PipelineSpec`` or its raw
+    data); either may be None.
     ``backend``: as :func:`~dali_bridge.build_loader` (None: the file's ``backend`` key).
     ``overrides``: dotted keys applied to both pipelines (``{"batch_size": 64}``).
     After ``setup``: ``train_loader`` and ``val_loader`` are the bridge's loaders (``stats()``,

@@ -8,15 +8,16 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from . import bench, compare, convert, doctor, recipes, run, sample_data, show, validate, verify
+from . import bench, compare, convert, doctor, init, pipelines, recipes, run, sample_data, show, validate, verify
 from .. import __version__
 from ..spec.problems import SpecError
+from ..spec.shipped import PipelineNotFound
 from .options import EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INVALID, EXIT_UNAVAILABLE, UsageError
 
 
 # ---- parser
 
-COMMANDS = (validate, show, run, sample_data, convert, verify, doctor, bench, compare, recipes)
+COMMANDS = (validate, show, run, pipelines, init, sample_data, convert, verify, doctor, bench, compare, recipes)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at exit, so a reader that went away is handled below
         return code
     except tuple(kind for kind, _ in exit_codes) as exc:
-        if isinstance(exc, SpecError):
+        if isinstance(exc, (SpecError, PipelineNotFound)):
             print(exc, file=sys.stderr)
         elif isinstance(exc, FileNotFoundError):
             print(f"dali-bridge: {exc.filename}: no such file", file=sys.stderr)
