@@ -200,6 +200,8 @@ def list_remote_shards(store: ObjectStore, urls: list[str], image_keys: tuple[st
     indexed = {n: t for n, t in zip(usable, texts) if not isinstance(t, FetchError)}
     recorded = manifest()
     known = manifest_labels(recorded, label_key)
+    indexes = {e["file"]: e["index_sha256"] for e in (recorded or {}).get("shards", [])
+               if isinstance(e.get("index_sha256"), str)}
     label_gets: list[int] = []   # shards whose labels are read one GET per sample
 
     def from_index(number: int) -> None:
@@ -208,11 +210,17 @@ def list_remote_shards(store: ObjectStore, urls: list[str], image_keys: tuple[st
             decoded = text.decode("utf-8")
         except UnicodeDecodeError:
             return
-        digest, labels = known.get(split_url(urls[number])[1], (None, None))
-        if digest != hashlib.sha256(text).hexdigest():
+        name, actual = split_url(urls[number])[1], hashlib.sha256(text).hexdigest()
+        digest, labels = known.get(name, (None, None))
+        if digest != actual:
             labels = None   # no labels recorded, or for another index: read them from the shard
             label_gets.append(number)
         scans[number] = _scan_from_index(store, urls[number], infos[number], decoded, image_keys, label_key, labels)
+        if scans[number] is not None and indexes.get(name, actual) != actual:
+            scans[number].problems.append(
+                f"{split_url(index_path(urls[number]))[1]}: sha256 {actual} differs from the manifest's "
+                f"{indexes[name]}: not the index the manifest records (a changed shard, or a set mixed by an "
+                f"interrupted or concurrent convert): check the set with 'dali-bridge verify', convert again")
 
     with ThreadPoolExecutor(max_workers=min(LISTING_THREADS, max(1, len(indexed)))) as pool:
         list(pool.map(from_index, list(indexed)))
