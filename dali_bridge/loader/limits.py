@@ -238,7 +238,10 @@ def _memory_problem(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostL
     if host.memory_available is None or needed <= MEMORY_SHARE * host.memory_available:
         return None
     available = f"over half of the {_size(host.memory_available)} of {host.memory_bound}"
-    if in_steps > slots * batch_bytes and position is not None:
+    # The images on the way are to blame when they outweigh the batch buffers, unless the least
+    # prefetch (1) would fit: then it is the prefetch (DALI holds a batch of them per batch in flight).
+    least = (max(2 * batch_bytes, 2 * batch * step_bytes) if backend != "torchvision" else needed)
+    if in_steps > slots * batch_bytes and position is not None and least > MEMORY_SHARE * host.memory_available:
         op = spec.ops[position].name  # a step before the finish: an op of the spec
         if backend == "torchvision":
             holders = f"{shown(max(1, workers))} worker(s) holding one each, with their batch buffers,"
@@ -251,7 +254,7 @@ def _memory_problem(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostL
                        f" on the way to the output, and "
                        f"{holders} need {_size(needed)}, {available}: make the images smaller earlier (crop "
                        f"before a large resize), or lower {lower}")
-    per_slot = batch_bytes * (max(1, workers) if backend == "torchvision" else 1)
+    per_slot = batch_bytes * max(1, workers) if backend == "torchvision" else max(batch_bytes, batch * step_bytes)
     fit = int(MEMORY_SHARE * host.memory_available) // per_slot - (2 if backend == "torchvision" else 1)
     advice = f"lower prefetch (up to {fit} fits)," if fit >= 1 else "even prefetch 1 does not fit: lower"
     return Problem(spec.origin, "loader.prefetch",
