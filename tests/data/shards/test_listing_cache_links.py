@@ -20,12 +20,13 @@ from tests.helpers.s3_fixtures import moto_endpoint  # noqa: F401
 pytestmark = pytest.mark.slow  # a local S3 server
 
 
-def test_links_planted_at_the_cached_listings_are_neither_read_nor_written_through(moto_endpoint, local_shards,
-                                                                                   private_listing_cache, tmp_path):
-    prefix = upload_folder(moto_endpoint, local_shards, "listing-links", "train")
+def test_links_planted_at_the_cached_listings_are_neither_read_nor_written_through(request, tmp_path):
+    listings = request.getfixturevalue("private_listing_cache")
+    prefix = upload_folder(request.getfixturevalue("moto_endpoint"), request.getfixturevalue("local_shards"),
+                           "listing-links", "train")
     store = ObjectStore("s3")
     first = list_webdataset(f"{prefix}/{SHARDS}", DEFAULT_IMAGE_KEYS, store=store)
-    folder = private_listing_cache / "dali-bridge" / "listings"
+    folder = listings / "dali-bridge" / "listings"
     names = sorted(os.listdir(folder))
     outside = tmp_path / "outside"
     outside.mkdir()

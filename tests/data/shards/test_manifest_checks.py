@@ -98,8 +98,8 @@ def test_a_manifest_of_class_names_only_checks_no_shard(converted, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", ["unlisted", "index"])
-def test_shards_at_a_url_are_checked_against_the_manifest(converted, tmp_path, moto_endpoint, private_listing_cache,
-                                                          damage):
+@pytest.mark.usefixtures("private_listing_cache")
+def test_shards_at_a_url_are_checked_against_the_manifest(converted, tmp_path, request, damage):
     # (Listed from the manifest's labels, a URL's shard is not read at listing: its labels are the
     # index's record; its bytes are checked against the manifest's sha256 when the cache reads it whole.)
     copy = _copy(converted, tmp_path)
@@ -111,6 +111,6 @@ def test_shards_at_a_url_are_checked_against_the_manifest(converted, tmp_path, m
     else:
         _crlf_index(copy / "train-000000.idx")
         expected = r"train-000000.idx: sha256 [0-9a-f]{64} differs from the manifest's [0-9a-f]{64}"
-    prefix = upload_folder(moto_endpoint, copy, f"checks-{damage}", "train")
+    prefix = upload_folder(request.getfixturevalue("moto_endpoint"), copy, f"checks-{damage}", "train")
     with pytest.raises(SourceError, match=expected):
         list_webdataset(f"{prefix}/{shards}", DEFAULT_IMAGE_KEYS, store=ObjectStore("s3"))
