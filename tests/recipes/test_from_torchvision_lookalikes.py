@@ -109,5 +109,6 @@ def test_timms_classes_are_refused_as_timms():
 def test_torchvisions_own_classes_v2_and_v1_are_accepted():
     assert library_class(v2.CenterCrop(16)) == "CenterCrop" and library_class(T.CenterCrop(16)) == "CenterCrop"
     assert library_class(CenterCrop(16)) is None and library_class(QuietSubclass(16)) is None
-    spec = from_torchvision(T.Compose([T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.ToTensor()]), source="/x")
+    spec = from_torchvision(T.Compose([T.PILToTensor(), T.RandomResizedCrop(16), T.RandomHorizontalFlip(),
+                                       T.ConvertImageDtype(torch.float32)]), source="/x")
     assert [op.name for op in spec.ops] == ["random_resized_crop", "horizontal_flip", "normalize"]
