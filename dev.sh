@@ -4,12 +4,54 @@
 #                   on every backend this host can run, print a table (500 images; --full: 2,000)
 #   ./dev.sh test   set up .venv and run the whole test suite (extra arguments go to pytest)
 #   ./dev.sh lint   set up .venv and run the linter (ruff, configured in pyproject.toml)
+# `run` installs what running needs (dali-bridge with DALI's CUDA 12 build, [cuda12]); `test` and
+# `lint` add the test extras ([test]). Both at the versions .ci/constraints.txt pins, so pip
+# resolves at once; pip's whole log goes to $VENV/pip-install.log, a summary to the terminal.
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV="${DALI_BRIDGE_VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
+LOG="$VENV/pip-install.log"
 
 say() { echo "dev.sh: $*" >&2; }
+
+# install EXTRAS: dali-bridge (editable) with EXTRAS, unless a stamp newer than pyproject.toml and the
+# constraints says an install with them (or with more) is done.
+install() {
+  local extras=$1 stamp="$VENV/.dali-bridge-installed-${1//,/-}"
+  local fuller="$VENV/.dali-bridge-installed-test-cuda12"
+  for done in "$stamp" "$fuller"; do
+    if [ -f "$done" ] && [ "$done" -nt pyproject.toml ] && [ "$done" -nt .ci/constraints.txt ]; then
+      return 0
+    fi
+  done
+  local start=$SECONDS
+  if [ -f "$VENV/.dali-bridge-installed-cuda12" ] || [ -f "$fuller" ]; then
+    say "installing dali-bridge[$extras] into $VENV, pinned by .ci/constraints.txt"
+  else
+    say "installing dali-bridge[$extras] into $VENV, pinned by .ci/constraints.txt (first time: a few minutes, ~6.7 GB)"
+  fi
+  say "pip's log: $LOG (tail -f it to follow)"
+  {
+    echo "==== $(date -u '+%Y-%m-%d %H:%M:%S UTC') pip install -c .ci/constraints.txt -e .[$extras]"
+    "$VENV/bin/python" -m pip install --progress-bar off -c .ci/constraints.txt -e ".[$extras]"
+  } >>"$LOG" 2>&1 || {
+    tail -n 15 "$LOG" >&2
+    say "the install failed (above: the end of pip's log; all of it: $LOG)"
+    exit 1
+  }
+  # pip's last line names what it installed: "Successfully installed a-1.0 b-2.0 ..."
+  local installed
+  installed=$(tail -n 5 "$LOG" | sed -n 's/^Successfully installed //p' | tail -n 1)
+  local count=0 main=""
+  if [ -n "$installed" ]; then
+    count=$(wc -w <<<"$installed")
+    main=$(tr ' ' '\n' <<<"$installed" | grep -E '^(torch|torchvision|nvidia-dali-cuda[0-9]+|timm|lightning)-[0-9]' \
+           | tr '\n' ' ' || true)
+  fi
+  say "installed $count package(s) in $((SECONDS - start)) s${main:+: ${main% }}"
+  touch "$stamp"
+}
 
 setup() {
   if [ ! -x "$VENV/bin/python" ]; then
@@ -19,18 +61,7 @@ setup() {
       exit 1
     }
   fi
-  local stamp="$VENV/.dali-bridge-installed"
-  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ .ci/constraints.txt -nt "$stamp" ]; then
-    # The first install takes a few minutes and about 6.7 GB (torch's CUDA build and DALI); pip's own
-    # lines show its progress, in a log as on a terminal.
-    say "installing dali-bridge and its dependencies into $VENV (first time: a few minutes, ~6.7 GB)"
-    local start=$SECONDS
-    "$VENV/bin/python" -m pip install -q --upgrade pip
-    # The constraints pin the torch/torchvision pair the project is tested with.
-    "$VENV/bin/python" -m pip install --progress-bar off -c .ci/constraints.txt -e ".[test]"
-    touch "$stamp"
-    say "installed in $((SECONDS - start)) s"
-  fi
+  install "$1"
 }
 
 case "${1:-}" in
@@ -40,19 +71,19 @@ case "${1:-}" in
     if [ "${2:-}" = "--full" ]; then images=2000; elif [ -n "${2:-}" ]; then
       echo "usage: ./dev.sh run [--full]" >&2; exit 2
     fi
-    setup
+    setup cuda12
     say "generating $images sample images in data/sample (if absent)"
     "$VENV/bin/dali-bridge" sample-data data/sample --images "$images" --classes 10 --seed 0 --if-absent
     say "running every shipped pipeline on every backend this host can run"
     "$VENV/bin/dali-bridge" run pipelines/*.yaml --backends available
     ;;
   test)
-    setup
+    setup test,cuda12
     shift
     "$VENV/bin/python" -m pytest "$@"   # exit status 5 (no test collected) fails too
     ;;
   lint)
-    setup
+    setup test,cuda12
     "$VENV/bin/ruff" check .
     ;;
   *)

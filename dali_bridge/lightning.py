@@ -81,7 +81,8 @@ def _uneven_steps(loader: Loader, *, role: str) -> str | None:
 class DataModule(LightningDataModule):
     """Training and validation loaders from pipeline files, one per process of the Trainer.
 
-    ``train``/``val``: a pipeline file (or a ``PipelineSpec`` or its raw data); either may be None.
+    ``train``/``val``: a pipeline file or a shipped pipeline's name (or a ``PipelineSpec`` or its raw
+    data); either may be None.
     ``backend``: as :func:`~dali_bridge.build_loader` (None: the file's ``backend`` key).
     ``overrides``: dotted keys applied to both pipelines (``{"batch_size": 64}``).
     After ``setup``: ``train_loader`` and ``val_loader`` are the bridge's loaders (``stats()``,
@@ -139,17 +140,40 @@ class DataModule(LightningDataModule):
     def state_dict(self) -> dict[str, Any]:
         """The training loader's position (Lightning saves it in each checkpoint)."""
         if self.train_loader is None or self._closed:
-            return {"train": dict(self._pending_state["train"])} if self._pending_state else {}
+            if not self._pending_state:
+                return {}
+            pending = self._pending_state["train"]
+            return {"train": dict(pending) if isinstance(pending, Mapping) else [dict(s) for s in pending]}
         return {"train": self.train_loader.state_dict()}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Continue from a checkpoint's position (now, or in ``setup`` if the loaders are not built yet)."""
-        if "train" not in state_dict:
+        """Continue from a checkpoint's position (now, or in ``setup`` if the loaders are not built yet):
+        this DataModule's own ``state_dict()`` (``{"train": ...}``), or a bare ``loader.state_dict()``
+        (or the list every rank saved). Anything else is refused, never ignored."""
+        state = self._train_state(state_dict)
+        if state is None:
             return
         if self.train_loader is None or self._closed:
-            self._pending_state = state_dict
+            self._pending_state = state
         else:
-            self._restore(state_dict)
+            self._restore(state)
+
+    def _train_state(self, state_dict: Any) -> dict[str, Any] | None:
+        """``{"train": loader state}`` from what ``load_state_dict`` was given; None for the empty state of
+        a DataModule without a train pipeline; ValueError naming what it holds otherwise."""
+        if isinstance(state_dict, (list, tuple)) or (isinstance(state_dict, Mapping) and "format" in state_dict):
+            state_dict = {"train": state_dict}   # the loader's own state, passed by hand
+        if not isinstance(state_dict, Mapping):
+            raise ValueError(f"DataModule.load_state_dict: expected a DataModule state ({{'train': loader state}}) or "
+                             f"a loader's state_dict(), got {type(state_dict).__name__}")
+        if not state_dict and self.train_pipeline is None:
+            return None   # what state_dict() gives without a train pipeline: no position to restore
+        if set(state_dict) != {"train"}:
+            found = ", ".join(repr(key) for key in list(state_dict)[:10]) or "no keys"
+            raise ValueError(f"DataModule.load_state_dict: the state holds {found}, not a training position: expected "
+                             f"this DataModule's state_dict() ({{'train': ...}}) or the train loader's state_dict(); "
+                             f"without one, training would restart its epoch and repeat samples")
+        return dict(state_dict)
 
     def _restore(self, state_dict: Mapping[str, Any]) -> None:
         # The checkpoint holds rank 0's state: the job's place in the epoch, the same on every rank

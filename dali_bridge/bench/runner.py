@@ -165,7 +165,8 @@ def run_bench(file: str | Path, *, backends: Sequence[str], baselines: Sequence[
     pixels = source_pixels(listing)
     machine = machine_description()
     candidates = candidates_for(backends, baselines, threads)
-    base = {"file": str(Path(file).resolve()), "overrides": overrides, "batches": batches,
+    # the file load_spec read (a shipped pipeline's, for a name), so every measuring process reads it too
+    base = {"file": str(Path(spec.origin).resolve()), "overrides": overrides, "batches": batches,
             "warmup": warmup, "repeat": repeat, "model_ms": model_ms}
     per_process = warmup + batches * repeat + (batches if model_ms else 0)
     results = _measure_all(candidates, base=base, pixels=pixels, rounds=rounds,

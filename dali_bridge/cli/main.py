@@ -9,17 +9,18 @@ import sys
 import traceback
 from typing import Callable, Sequence
 
-from . import bench, compare, convert, doctor, recipes, run, sample_data, show, validate, verify
+from . import bench, compare, convert, doctor, init, pipelines, recipes, run, sample_data, show, validate, verify
 from .. import __version__
 from ..spec.problems import SpecError
 from ..util.messages import scrubbed_output
 from ..util.urls import redact
+from ..spec.shipped import PipelineNotFound
 from .options import EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INVALID, EXIT_UNAVAILABLE, UsageError
 
 
 # ---- parser
 
-COMMANDS = (validate, show, run, sample_data, convert, verify, doctor, bench, compare, recipes)
+COMMANDS = (validate, show, run, pipelines, init, sample_data, convert, verify, doctor, bench, compare, recipes)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +69,7 @@ def _run(argv: Sequence[str] | None) -> int:
         sys.stdout.flush()  # here, not at exit, so a reader that went away is handled below
         return code
     except tuple(kind for kind, _ in exit_codes) as exc:
-        if isinstance(exc, SpecError):
+        if isinstance(exc, (SpecError, PipelineNotFound)):
             print(exc, file=sys.stderr)
         elif isinstance(exc, FileNotFoundError):
             print(f"dali-bridge: {exc.filename}: no such file", file=sys.stderr)
@@ -90,6 +91,7 @@ def _run(argv: Sequence[str] | None) -> int:
     except Exception:  # a bug or a library's own error: its traceback as Python prints it, scrubbed
         traceback.print_exc(file=sys.stderr)
         return EXIT_FAILED
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,6 +17,7 @@ log = package_log()
 
 
 EPILOG_RUN = """examples:
+  dali-bridge run imagenet_train --data DIR         # a shipped pipeline by name (dali-bridge pipelines)
   dali-bridge run pipelines/imagenet_train.yaml
   dali-bridge run pipelines/*.yaml --backends dali-cpu,torchvision --data data/sample
   dali-bridge run pipelines/imagenet_val.yaml --set batch_size=32 --batches 10

@@ -10,7 +10,8 @@ from .options import AddCommand, add_spec_options, load_with_options
 def add_parser(add: AddCommand) -> None:
     p = add("show", cmd_show, "Print the resolved pipeline (defaults filled in) and what each op becomes on "
                               "each backend, with the device it runs on.",
-            "examples:\n  dali-bridge show pipelines/imagenet_train.yaml")
+            "examples:\n  dali-bridge show pipelines/imagenet_train.yaml\n"
+            "  dali-bridge show imagenet_train        # a shipped pipeline by name (dali-bridge pipelines)")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--order", action="store_true",
                    help="list the source and show how the order mixes classes per batch (loader.shuffle: shards "
@@ -23,9 +24,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     from ..loader.placement import placement
     from ..pipeline.plan import build_plan, unsupported_ops
     from ..bench.timing import format_table
+    from ..spec.shipped import resolve_pipeline
 
     spec = load_with_options(args.file, args)
-    print(f"# resolved pipeline: {args.file}")
+    print(f"# resolved pipeline: {resolve_pipeline(args.file).describe(args.file)}")
     print(_resolved_yaml(spec))
     plan = build_plan(spec)
     print(f"# output per batch: {plan.output_shape(spec.batch_size)} {plan.finish.dtype} ({plan.finish.layout})")

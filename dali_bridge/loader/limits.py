@@ -17,6 +17,7 @@ from ..util.checks import shown
 from ..pipeline.plan import Plan
 from ..spec.pipeline import PipelineSpec
 from ..spec.problems import Problem, SpecError
+from ..ops.base import Category
 from ..ops.facets import Sizing, facet
 
 # Workers beyond this many per core only queue for the same cores (reading from slow storage
@@ -125,24 +126,70 @@ def _size(count: float) -> str:
     return f"{count:.1f} PiB"
 
 
+# A shorter-side resize without ``max_size`` is sized for images up to this aspect ratio (longer side
+# over shorter side; panoramas included): the image's own shape is not known before it is decoded.
+SIZED_ASPECT = 4
+# Bytes per pixel a per-sample step holds at its largest. Every step makes a uint8 RGB image (3).
+# On torchvision a pixel op (colour, blur, the augment policies) works on float32 copies of the
+# image in the layouts its kernels want: the peak memory over its input, measured on 2000 x 2000
+# and 3000 x 3000 images, was up to 205 bytes a pixel (augmix; color_jitter and gaussian_blur
+# about 150, trivial_augment_wide 170).
+IMAGE_BYTES = 3
+TORCHVISION_PIXEL_BYTES = 256
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """The most one sample needs at one step of the plan: ``bytes``, the spec op (``op_index``), the
+    image's (height, width) and what is counted (``held``: a message's words, ``{size}`` and ``{pixels}``
+    to fill)."""
+    bytes: int
+    op_index: int | None
+    size: tuple[int, int] | None
+    held: str
+
+
+def _step_image_size(step, current: tuple[int, int] | None) -> tuple[int, int] | None:
+    """(height, width) of the image after ``step``, at most: a size the step sets (a shorter-side
+    resize as side x ``max_size``, or side x :data:`SIZED_ASPECT` x side), else ``current``."""
+    size = facet(step.op, Sizing).step_size(step.params)
+    if size is None:
+        return current
+    if len(size) == 1:  # a shorter side
+        request = facet(step.op, Sizing).resize_request(step.params)
+        return size[0], (request.max_size if request else None) or SIZED_ASPECT * size[0]
+    return size[0], size[1]
+
+
+def largest_step_memory(plan: Plan, *, backend: str = "dali") -> StepMemory:
+    """The step of the plan (before the finish) whose image needs the most memory per sample on
+    ``backend``: each image a step makes, as uint8 RGB, and on torchvision a pixel op's float32
+    working copies too (:data:`TORCHVISION_PIXEL_BYTES` a pixel). The decoded input is not counted: its size is
+    the image's own, bounded by ``source.max_pixels``; nor are steps before the first that sets a size."""
+    largest = StepMemory(0, None, None, "")
+    current: tuple[int, int] | None = None
+    for step in plan.steps:
+        current = _step_image_size(step, current)
+        if current is None:
+            continue
+        pixels = current[0] * current[1]
+        if backend == "torchvision" and step.op.category is Category.PIXEL:
+            memory = StepMemory(TORCHVISION_PIXEL_BYTES * pixels, step.op_index, current,
+                                "needs {size} per image ({pixels} pixels, with the float32 copies torchvision's "
+                                f"kernels work on: up to {TORCHVISION_PIXEL_BYTES} bytes a pixel)")
+        else:
+            memory = StepMemory(IMAGE_BYTES * pixels, step.op_index, current,
+                                "makes images of {size} each (uint8 RGB, {pixels} pixels)")
+        if memory.bytes > largest.bytes:
+            largest = memory
+    return largest
+
+
 def largest_sample_image(plan: Plan) -> tuple[int, int | None]:
     """(bytes, op position) of the largest per-sample image the plan's steps make before the finish,
-    as uint8 RGB: each fixed size a step sets, a shorter-side resize as side x ``max_size`` (or side x
-    side, the least it makes, without one). The decoded input is not counted: its size is the
-    image's own, bounded by ``source.max_pixels``. (0, None) when no step sets a size."""
-    largest, where = 0, None
-    for step in plan.steps:
-        size = facet(step.op, Sizing).step_size(step.params)
-        if size is None:
-            continue
-        if len(size) == 1:  # a shorter side
-            request = facet(step.op, Sizing).resize_request(step.params)
-            pixels = size[0] * ((request.max_size if request else None) or size[0])
-        else:
-            pixels = size[0] * size[1]
-        if 3 * pixels > largest:
-            largest, where = 3 * pixels, step.op_index
-    return largest, where
+    as uint8 RGB (:func:`largest_step_memory` on DALI); (0, None) when no step sets a size."""
+    largest = largest_step_memory(plan)
+    return largest.bytes, largest.op_index
 
 
 def loader_limit_problems(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostLimits) -> list[Problem]:
@@ -178,7 +225,8 @@ def _memory_problem(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostL
     prefetch, batch = spec.loader.prefetch, spec.batch_size
     item = item_bytes(plan.finish.dtype) if backend != "torchvision" else 1  # workers hold uint8 batches
     batch_bytes = math.prod(plan.output_shape(batch)) * item
-    step_bytes, position = largest_sample_image(plan)
+    largest = largest_step_memory(plan, backend=backend)
+    step_bytes, position = largest.bytes, largest.op_index
     if backend == "torchvision":
         slots = max(1, workers) * (prefetch + 2)
         in_steps = max(1, workers) * step_bytes
@@ -190,7 +238,10 @@ def _memory_problem(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostL
     if host.memory_available is None or needed <= MEMORY_SHARE * host.memory_available:
         return None
     available = f"over half of the {_size(host.memory_available)} of {host.memory_bound}"
-    if in_steps > slots * batch_bytes and position is not None:
+    # The images on the way are to blame when they outweigh the batch buffers, unless the least
+    # prefetch (1) would fit: then it is the prefetch (DALI holds a batch of them per batch in flight).
+    least = (max(2 * batch_bytes, 2 * batch * step_bytes) if backend != "torchvision" else needed)
+    if in_steps > slots * batch_bytes and position is not None and least > MEMORY_SHARE * host.memory_available:
         op = spec.ops[position].name  # a step before the finish: an op of the spec
         if backend == "torchvision":
             holders = f"{shown(max(1, workers))} worker(s) holding one each, with their batch buffers,"
@@ -199,10 +250,11 @@ def _memory_problem(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostL
             holders = f"{shown(slots)} batches of {shown(batch)} in flight (prefetch {shown(prefetch)} + 1)"
             lower = "batch_size or prefetch"
         return Problem(spec.origin, f"ops[{position}].{op}",
-                       f"makes images of {_size(step_bytes)} each (uint8 RGB) on the way to the output, and "
+                       f"{largest.held.format(size=_size(step_bytes), pixels='x'.join(map(shown, largest.size)))}"
+                       f" on the way to the output, and "
                        f"{holders} need {_size(needed)}, {available}: make the images smaller earlier (crop "
                        f"before a large resize), or lower {lower}")
-    per_slot = batch_bytes * (max(1, workers) if backend == "torchvision" else 1)
+    per_slot = batch_bytes * max(1, workers) if backend == "torchvision" else max(batch_bytes, batch * step_bytes)
     fit = int(MEMORY_SHARE * host.memory_available) // per_slot - (2 if backend == "torchvision" else 1)
     advice = f"lower prefetch (up to {fit} fits)," if fit >= 1 else "even prefetch 1 does not fit: lower"
     return Problem(spec.origin, "loader.prefetch",

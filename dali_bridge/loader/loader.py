@@ -383,7 +383,8 @@ def build_loader(spec_or_path: PipelineSpec | str | Path | Mapping, backend: str
                  overrides: Mapping[str, Any] | list[str] | None = None, rank: int | None = None,
                  world_size: int | None = None, device: str | torch.device | None = None,
                  **unexpected: Any) -> Loader:
-    """Build the loader for a pipeline.
+    """Build the loader for a pipeline: a file, the name of a shipped one (``"imagenet_train"``, with
+    ``overrides={"source.root": DIR}``), a :class:`PipelineSpec` or its raw data.
 
     ``backend``: ``dali`` | ``dali-cpu`` | ``torchvision`` forces a backend (an unusable one raises
     :class:`~dali_bridge.loader.select.BackendUnavailable` with the reason); ``auto`` defers to the

@@ -42,7 +42,32 @@ class Probe:
 
 
 _DALI_DISABLED = "DALI disabled by DALI_BRIDGE_DISABLE"
-_DALI_MISSING = "DALI not installed (pip install nvidia-dali-cuda120)"
+# pyproject's extras, one DALI build each: dali-bridge[cuda12] adds nvidia-dali-cuda120, [cuda13] nvidia-dali-cuda130.
+DALI_EXTRAS = {12: "cuda12", 13: "cuda13"}
+
+
+def dali_extra(cuda_major: int | None) -> str:
+    """The extra whose DALI build runs with CUDA ``cuda_major`` (torch's here); for none (a CPU build
+    of torch: either DALI build runs dali-cpu) the newest; for a major without one, the nearest."""
+    if cuda_major in DALI_EXTRAS:
+        return DALI_EXTRAS[cuda_major]
+    oldest = min(DALI_EXTRAS)
+    return DALI_EXTRAS[oldest if cuda_major is not None and cuda_major < oldest else max(DALI_EXTRAS)]
+
+
+def dali_missing_reason(cuda_devices: int) -> str:
+    """Why the DALI backends cannot run where DALI is not installed, and the one install line that
+    adds it: the extra for the CUDA major torch is built for (on a GPU host, one the driver runs)."""
+    try:
+        import torch
+        major = int(torch.version.cuda.split(".")[0]) if torch.version.cuda else None
+    except Exception:  # torch missing or broken: torchvision's own reason says so
+        major = None
+    extra = dali_extra(major)
+    if cuda_devices and major is not None:
+        return (f"DALI not installed: pip install 'dali-bridge[{extra}]' adds its CUDA {major} build, the CUDA "
+                f"this host's torch and driver run")
+    return f"DALI not installed: pip install 'dali-bridge[{extra}]' adds it"
 
 
 def _disabled() -> set[str]:
@@ -82,7 +107,7 @@ def _probe_now() -> Probe:
             # Only nvidia.dali itself missing means "not installed"; a library or module it needs
             # that fails to load is a broken install, said with its own message.
             if exc.name in ("nvidia", "nvidia.dali"):
-                dali_reason = _DALI_MISSING
+                dali_reason = dali_missing_reason(torch_cuda_devices()[0])
             else:
                 dali_reason = f"DALI failed to import: {type(exc).__name__}: {exc}"
         except Exception as exc:  # a broken install raises OSError & co. while loading its libraries
@@ -285,9 +310,9 @@ def _host_for_auto() -> Probe:
         dali_reason: str | None = _DALI_DISABLED
     else:
         try:
-            dali_reason = None if importlib.util.find_spec("nvidia.dali") is not None else _DALI_MISSING
+            dali_reason = None if importlib.util.find_spec("nvidia.dali") is not None else dali_missing_reason(0)
         except (ImportError, ValueError):  # no nvidia namespace at all
-            dali_reason = _DALI_MISSING
+            dali_reason = dali_missing_reason(0)
     return Probe(None, dali_reason, 0, cuda_reason, torchvision_reason())
 
 

@@ -7,7 +7,8 @@ op's own checkers validate them. The conversions (``ToDtype``/``ConvertImageDtyp
 then ``Normalize``) become the ``normalize`` finish; ``PILToTensor``, ``ToImage``, ``ToPureTensor``
 and ``RGB`` change only the container, which the bridge's decoder fixes. Every mapped transform is
 checked against the counterpart the op builds back: an attribute that would come back different is
-refused rather than dropped.
+refused rather than dropped. Only torchvision's own classes are mapped: a subclass (whose methods
+may do otherwise) or a class that only shares a name is refused by its qualified name.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import RecipeError
 from ..util.urls import Scrubbed
+from .importing import foreign_class_problem, library_class
 from .spec_data import build_spec
 
 if TYPE_CHECKING:
@@ -100,8 +102,8 @@ def flatten(transform: Any) -> list:
     """The transforms of a Compose (nested ones inlined), or of an object holding one in ``.transforms``
     (torchvision's reference presets); one transform stands for itself."""
     inner = getattr(transform, "transforms", None)
-    if type(transform).__name__ == "Compose" or (inner is not None and type(inner).__name__ == "Compose"):
-        items = inner.transforms if type(inner).__name__ == "Compose" else inner
+    if library_class(transform) == "Compose" or (inner is not None and library_class(inner) == "Compose"):
+        items = inner.transforms if library_class(inner) == "Compose" else inner
         return [leaf for item in items for leaf in flatten(item)]
     return [transform]
 
@@ -162,7 +164,11 @@ class _Reader:
     def read(self, transforms: list) -> None:
         tensor_seen = False
         for position, transform in enumerate(transforms):
-            name = type(transform).__name__
+            name = library_class(transform)
+            if name is None:   # not torchvision's own class: what it does is not known
+                self.problems.append(f"transform {position} ({type(transform).__name__}): "
+                                     f"{foreign_class_problem(transform)}")
+                continue
             label = f"transform {position} ({name})"
             if name in ("PILToTensor", "ToImage", "ToTensor") and not tensor_seen:
                 tensor_seen, self.ops_on_pil = True, len(self.entries)
@@ -249,10 +255,13 @@ def read_batch_transform(transform: Any) -> tuple[dict[str, Any] | None, str | N
     """The batch-mixing op of torchvision's MixUp, CutMix, ``RandomChoice`` of them (the reference
     train.py's collate) and ``RandomApply`` of either: ``({op: params}, None)``, or ``(None, why not)``."""
     probability = 1.0
-    if type(transform).__name__ == "RandomApply" and len(transform.transforms) == 1:
+    if library_class(transform) == "RandomApply" and len(transform.transforms) == 1:
         probability, transform = float(transform.p), transform.transforms[0]
-    name = type(transform).__name__
+    name = library_class(transform)
     choice = list(transform.transforms) if name == "RandomChoice" else [transform]
+    foreign = [t for t in [transform, *choice] if library_class(t) is None]
+    if foreign:
+        return None, f"batch_transform: {foreign_class_problem(foreign[0])}"
     alphas = _mix_alphas(choice)
     if alphas is None:
         return None, (f"batch_transform: {name} has no op: give v2.MixUp, v2.CutMix, a v2.RandomChoice of them, "

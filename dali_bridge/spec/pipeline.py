@@ -24,6 +24,7 @@ from .overrides import apply_overrides, parse_overrides
 from .pipeline_keys import check_identity, check_loader, check_outputs, check_target
 from .problems import MISSING_SOURCE, Problem, ProblemCollector, SpecError, check_choice, check_int
 from .reading import positions, read_yaml
+from .shipped import resolve_pipeline
 from .source_keys import check_source, check_source_paths
 
 
@@ -166,15 +167,17 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
 
 def load_spec(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] | None = None, *,
               check_sources: bool = False) -> PipelineSpec:
-    """Read and validate a pipeline file.
+    """Read and validate a pipeline file, or the shipped pipeline ``path`` names when it is no file
+    (``load_spec("imagenet_train")``; a local file of the same name wins).
 
     ``overrides`` is a mapping of dotted key paths to values (``{"batch_size": 32}``) or a list of
     ``KEY=VALUE`` strings as given to ``--set``. ``check_sources=True`` makes a source folder, file
     list, shard or manifest that does not exist a problem too, positioned and with a did-you-mean
     (``dali-bridge validate`` does so unless ``--no-source-check``). Raises :class:`SpecError`
-    listing every problem (file, line, column, key path, expected and found), or ``FileNotFoundError``.
+    listing every problem (file, line, column, key path, expected and found), or ``FileNotFoundError``
+    (neither a file nor a shipped pipeline: with a did-you-mean over the shipped names).
     """
-    path = Path(path)
+    path = resolve_pipeline(path).path
     try:
         text = decode_utf8(path.read_bytes(), str(path))
     except NotUtf8Error as exc:
@@ -203,8 +206,10 @@ def coerce_spec(spec_or_path: "PipelineSpec | str | Path | Mapping",
 
 
 def _source_collector(path: str | Path, overrides: Mapping[str, Any] | None) -> ProblemCollector:
-    """A collector that places problems at the file's ``source`` keys (or the ``--set`` that set them)."""
-    marks = positions(Path(path).read_text(encoding="utf-8"), str(path))
+    """A collector that places problems at the file's ``source`` keys (or the ``--set`` that set them);
+    ``path`` as :func:`load_spec` takes it (a shipped pipeline's name too)."""
+    path = resolve_pipeline(path).path
+    marks = positions(path.read_text(encoding="utf-8"), str(path))
     override_origin = apply_overrides({}, overrides or {})[1]
     return ProblemCollector(str(path), marks, override_origin)
 

@@ -23,7 +23,6 @@ from ..ops.registry import op_origin
 # registry's inner layout may change freely.
 _REQUIRED = op_base.REQUIRED
 
-DEFAULT_PATH = Path("docs/pipeline-reference.md")
 
 
 def _value(value: Any) -> str:

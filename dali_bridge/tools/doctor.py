@@ -9,7 +9,7 @@ from typing import Any
 from ..backends.base import available_cores, default_workers, worker_share
 from ..backends.device import (DECODER_DEVICE_MEMORY_PADDING, DECODER_HOST_MEMORY_PADDING, HW_DECODER_LOAD,
     dali_threads, describe_gpu_threads)
-from ..loader.select import BACKEND_NAMES, Probe, choose_backend, probe, unavailable_reason
+from ..loader.select import BACKEND_NAMES, Probe, choose_backend, dali_extra, probe, unavailable_reason
 
 
 def _nvjpeg_hardware(dali_ok: bool, cuda_devices: int) -> str:
@@ -95,7 +95,8 @@ def cuda_builds_pairing(*, torch_cuda: str | None, dali_builds: list[str], drive
         return (f"no: {len(dali_builds)} DALI builds are installed ({', '.join(dali_builds)}) and they write the "
                 f"same files; pip uninstall -y {' '.join(dali_builds)} && pip install {wanted}")
     if not dali_builds:
-        return f"no DALI installed (the dali and dali-cpu backends need it): pip install {wanted}"
+        return (f"no DALI installed (the dali and dali-cpu backends need it): "
+                f"pip install 'dali-bridge[{_extra_for_host(torch_major, driver_cuda, driver_release)}]'")
     dali_major = int(dali_builds[0].removeprefix("nvidia-dali-cuda")[:-1] or 0)
     if torch_major is None:
         return (f"torch is a CPU build: dali-cpu and torchvision run, the GPU backend cannot hand its batches "
@@ -108,6 +109,15 @@ def cuda_builds_pairing(*, torch_cuda: str | None, dali_builds: list[str], drive
         driver = (f"; {_driver_text(driver_cuda, driver_release)} is too old for a CUDA {torch_major} build: update "
                   f"the driver (>= {MIN_DRIVER.get(torch_major, '?')}) or use builds for CUDA {supported}")
     return f"yes: torch and DALI ({dali_builds[0]}) are both CUDA {torch_major} builds{driver}"
+
+
+def _extra_for_host(torch_major: int | None, driver_cuda: str | None, driver_release: str | None) -> str:
+    """The dali-bridge extra for this host: DALI built for torch's CUDA major, unless the driver runs
+    only an older one (then the driver's: DALI runs, and the pairing line says what torch needs)."""
+    supported = _driver_major(driver_cuda, driver_release)
+    if torch_major is not None and supported and supported < torch_major:
+        return dali_extra(supported)
+    return dali_extra(torch_major if torch_major is not None else supported)
 
 
 def _mixed_pair(torch_cuda: str, torch_major: int, dali_build: str, dali_major: int, driver_cuda: str | None,

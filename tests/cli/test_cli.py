@@ -152,5 +152,5 @@ def test_each_command_module_holds_its_parser_beside_its_handler():
         module.add_parser(lambda name, func, *args, **kwargs: added.append((name, func)) or argparse.ArgumentParser())
         assert added and all(func.__module__ == module.__name__ for _, func in added), (module.__name__, added)
     names = set(build_parser()._subparsers._group_actions[0].choices)
-    assert names == {"validate", "show", "run", "sample-data", "convert", "verify", "doctor", "bench", "compare",
-                     "from-torchvision", "from-timm"}
+    assert names == {"validate", "show", "run", "pipelines", "init", "sample-data", "convert", "verify", "doctor",
+                     "bench", "compare", "from-torchvision", "from-timm"}

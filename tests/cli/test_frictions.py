@@ -325,7 +325,7 @@ def test_doctor_pairing_covers_a_cpu_torch_no_dali_two_dalis_and_an_old_driver()
     assert cuda_builds_pairing(torch_cuda=None, dali_builds=["nvidia-dali-cuda120"]).startswith(
         "torch is a CPU build: dali-cpu and torchvision run")
     assert cuda_builds_pairing(torch_cuda="12.6", dali_builds=[]) == \
-        "no DALI installed (the dali and dali-cpu backends need it): pip install nvidia-dali-cuda120"
+        "no DALI installed (the dali and dali-cpu backends need it): pip install 'dali-bridge[cuda12]'"
     both = cuda_builds_pairing(torch_cuda="13.0", dali_builds=["nvidia-dali-cuda120", "nvidia-dali-cuda130"])
     assert both.endswith("pip uninstall -y nvidia-dali-cuda120 nvidia-dali-cuda130 && pip install nvidia-dali-cuda130")
     old_driver = cuda_builds_pairing(torch_cuda="13.0", dali_builds=["nvidia-dali-cuda130"], driver_cuda="12040")

@@ -69,5 +69,6 @@ def test_auto_on_a_host_without_cuda_picks_torchvision_without_importing_dali(sa
     assert done.returncode == 0, done.stderr
     chosen, modules = done.stdout.strip().splitlines()[-2:]
     assert chosen in ("torchvision | auto: torchvision fallback (CUDA disabled by DALI_BRIDGE_DISABLE)",
-                      "torchvision | auto: torchvision fallback (DALI not installed (pip install nvidia-dali-cuda120))")
+                      "torchvision | auto: torchvision fallback (DALI not installed: pip install "
+                      "'dali-bridge[cuda13]' adds it)")
     assert modules == "[]"

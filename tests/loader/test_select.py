@@ -22,7 +22,7 @@ from dali_bridge.loader.select import (BackendUnavailable, Probe, available_back
 
 FULL = Probe(dali_version="2.4.0", dali_reason=None, cuda_devices=2, cuda_reason=None, torchvision_reason=None)
 NO_DALI = dataclasses.replace(FULL, dali_version=None,
-                              dali_reason="DALI not installed (pip install nvidia-dali-cuda120)")
+                              dali_reason="DALI not installed: pip install 'dali-bridge[cuda13]' adds it")
 BROKEN_DALI = dataclasses.replace(FULL, dali_version=None,
                                   dali_reason="DALI failed to import: OSError: libnvjpeg.so.12: cannot open shared "
                                               "object file")
@@ -55,7 +55,7 @@ def test_auto_picks_dali_with_dali_and_a_cuda_device():
 
 
 @pytest.mark.parametrize("host,why", [
-    (NO_DALI, "DALI not installed (pip install nvidia-dali-cuda120)"),
+    (NO_DALI, "DALI not installed: pip install 'dali-bridge[cuda13]' adds it"),
     (BROKEN_DALI, "DALI failed to import: OSError: libnvjpeg.so.12"),
     (NO_CUDA, "no CUDA device"),
     (NO_LIBCUDA, "DALI 2.4.0 cannot load libcuda"),
@@ -122,7 +122,8 @@ def _block_import(monkeypatch, module: str, error: Exception) -> None:
 def test_probe_reports_dali_not_installed(monkeypatch, fresh_probe):
     _block_import(monkeypatch, "nvidia.dali", ModuleNotFoundError("No module named 'nvidia.dali'", name="nvidia.dali"))
     host = fresh_probe()
-    assert host.dali_version is None and host.dali_reason == "DALI not installed (pip install nvidia-dali-cuda120)"
+    assert host.dali_version is None
+    assert host.dali_reason.startswith("DALI not installed: pip install 'dali-bridge[cuda")
     assert choose_backend("auto", host).backend == "torchvision"
 
 

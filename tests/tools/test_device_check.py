@@ -486,3 +486,13 @@ def test_the_equivalence_check_judges_each_variant_by_the_one_table_of_bounds():
         == [f"val-mixed: max {mixed.max_abs + 1:g} levels > {mixed.max_abs:g}"]
     assert module.equivalence_failures("val-cpu-decode", "cpu", {"max_levels": 1, "mean_levels": cpu.mean_abs + 0.1}) \
         == [f"val-cpu-decode: mean {cpu.mean_abs + 0.1:.3f} levels > {cpu.mean_abs:g}"]
+
+
+def test_the_device_checks_minimum_versions_are_the_packages_declared_minimum():
+    # The env check stops a GPU run below these; pip must refuse the same versions on install.
+    import tomllib
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    for name, version in load_module().MINIMUM_VERSIONS.items():
+        assert any(req.split(",")[0].replace(" ", "") == f"{name}>={'.'.join(map(str, version))}"
+                   for req in declared), (name, declared)

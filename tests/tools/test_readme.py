@@ -1,8 +1,8 @@
 """The README's examples run as printed.
 
 Its fenced blocks are parsed and each kind is checked as far as this machine allows:
-* the Python loop runs, verbatim, in a copy of the repository's layout whose `data/sample` is a
-  small generated set (the shipped pipeline reads it);
+* the Python loop runs, verbatim, in an empty folder whose `data/train` is a small generated set
+  (the shipped pipeline it names reads it);
 * `dali-bridge` commands: `validate` runs; the others must parse with the real argument parser
   (running them is minutes of work the other tests already cover);
 * `./dev.sh run` / `./dev.sh test`: dev.sh is executable, its syntax is valid and it accepts both
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -79,8 +78,7 @@ def test_links_point_at_files_and_headings_that_exist(page):
 @pytest.mark.slow
 def test_python_loop_runs_as_printed(tmp_path, monkeypatch, capsys):
     loop = next(b for b in blocks("python") if "init_process_group" not in b)
-    shutil.copytree(REPO / "pipelines", tmp_path / "pipelines")
-    ensure_sample_data(tmp_path / "data" / "sample", images=24, classes=3, seed=0)
+    ensure_sample_data(tmp_path / "data" / "train", images=24, classes=3, seed=0)  # the loop's source.root
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the CPU path, whatever this host has
     exec(compile(loop, "README.md", "exec"), {"__name__": "readme"})
@@ -92,8 +90,7 @@ def test_python_loop_runs_as_printed(tmp_path, monkeypatch, capsys):
 @pytest.mark.slow
 def test_soft_target_loop_runs_as_printed(tmp_path, monkeypatch):
     loop = next(b for b in blocks("python") if "CrossEntropyLoss" in b)
-    shutil.copytree(REPO / "pipelines", tmp_path / "pipelines")
-    ensure_sample_data(tmp_path / "data" / "sample", images=24, classes=3, seed=0)
+    ensure_sample_data(tmp_path / "data" / "train", images=24, classes=3, seed=0)  # the loop's source.root
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the CPU path, whatever this host has
     scope = {"__name__": "readme"}

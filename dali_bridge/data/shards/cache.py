@@ -1,29 +1,38 @@
 """A node's bounded cache of whole shards (``source.cache: {dir, max_bytes}``).
 
-A shard is downloaded whole on its first touch, into ``<name>.partial-<pid>``, checked against
-the manifest's size and sha256, then renamed into place: a reader never sees half a shard. The
+A shard is downloaded whole on its first touch, into ``<name>.partial-<random>`` (created with
+``O_CREAT|O_EXCL|O_NOFOLLOW`` and written through that descriptor only), checked against the
+manifest's size and sha256, then renamed into place: a reader never sees half a shard. The
 processes of a node share the folder; a lock file per shard makes one of them download while
 the others wait for it (one download per shard per node). Before a download the folder is
 trimmed, least recently used first, so that the shards and every partial download together
-stay within ``max_bytes``. A cached file whose size is wrong, or whose sha256 differs the first
-time a process uses it, is deleted and fetched again. Cache file names are a hash of the URL,
-size and ETag: no bucket, path or credential shows in the file system.
+stay within ``max_bytes``. Nothing in the folder is followed through a link: a link (or any
+other non-file) at a shard's name is removed and the shard fetched again, one at a lock's name
+is refused. A cached file whose size is wrong, or whose sha256 differs, is deleted and fetched
+again; the sha256 is checked the first time a process uses the file and again whenever the
+file's identity (device, inode, size, modification and change times) differs from the one
+verified, before and after each read. Cache file names are a hash of the URL, size and ETag:
+no bucket, path or credential shows in the file system.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import hashlib
 import os
+import stat
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
-
-from filelock import FileLock
+from typing import Iterable, Iterator
 
 from ...util.sizes import parse_size  # noqa: F401
 
-from ..storage.store import ObjectStore
+from ..storage.listing import FetchError
+from ..storage.store import ObjectStore, Range
 from ...util.urls import StorageError
 from ...util.messages import package_log
 
@@ -33,6 +42,9 @@ _SHARD_SUFFIX = ".tar"
 _PARTIAL = ".partial-"
 _LOCK_SUFFIX = ".lock"
 _EVICTION_LOCK = ".eviction.lock"
+# Never followed, never blocking (a FIFO planted at a name), never inherited by a child process.
+_NO_LINK = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_PIECE = 16 << 20   # bytes per ranged GET of a download, four in flight
 
 
 class CacheError(StorageError):
@@ -52,6 +64,43 @@ class CachedShard:
     sha256: str | None   # from the converter's manifest; None: size checked only
 
 
+def _identity(status: os.stat_result) -> tuple[int, ...]:
+    """What changes when a file is replaced, rewritten, cut or has its times reset: its device and
+    inode, size, modification and change times (the kernel sets the change time; no one can set it back)."""
+    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
+
+
+def _file_mode() -> int:
+    """The mode a plain ``open()`` would give a new file (``mkstemp`` makes 0600): 0666 less the umask,
+    read from ``/proc`` (setting and restoring the umask would change it for every thread)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o644
+
+
+@contextlib.contextmanager
+def _locked(lock: Path) -> Iterator[None]:
+    """Hold ``lock`` (``flock``), opened without following a link and never truncated: a link planted
+    at its name is refused, a file planted there is only locked, never written."""
+    try:
+        descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | _NO_LINK, 0o644)
+    except OSError as exc:
+        link = " (a link stands at its name: remove it)" if exc.errno == errno.ELOOP else ""
+        raise CacheError(f"cannot open the cache's lock file {lock}: {exc.strerror or exc}{link}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise CacheError(f"the cache's lock file {lock} is not a regular file: remove it")
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)   # releases the lock
+
+
 class ShardCache:
     """Whole shards in ``folder``, at most ``max_bytes`` of them (partial downloads included)."""
 
@@ -59,7 +108,7 @@ class ShardCache:
         self.folder = Path(folder)
         self.max_bytes = max_bytes
         self.store = store
-        self._checked: set[str] = set()   # files whose sha256 this process has verified
+        self._checked: dict[str, tuple[int, ...]] = {}   # file → the identity whose sha256 this process verified
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
@@ -79,66 +128,161 @@ class ShardCache:
         ``keep``: shards that must not be evicted to make room for it (a read-ahead spares the shards
         still in use); ``wait=False``: raise :class:`CacheFull` at once, instead of waiting for other
         downloads, when it does not fit without evicting them."""
+        os.close(self.open(shard, keep=keep, wait=wait))
+        return self.path_for(shard)
+
+    def open(self, shard: CachedShard, *, keep: Iterable[CachedShard] = (), wait: bool = True) -> int:
+        """:meth:`ensure`, returning a read-only descriptor on the verified file (the caller closes it);
+        read from it, then ask :meth:`unchanged` whether what was read is still what was verified."""
         if self._pid != os.getpid():
-            self._checked, self._lock, self._pid = set(), threading.Lock(), os.getpid()
+            self._checked, self._lock, self._pid = {}, threading.Lock(), os.getpid()
         path = self.path_for(shard)
-        if self._usable(path, shard):
-            os.utime(path)  # recently used: the last to be evicted
-            return path
+        descriptor = self._open_verified(path, shard)
+        if descriptor is not None:
+            self._touch(path)  # recently used: the last to be evicted
+            return descriptor
         if shard.size > self.max_bytes:
             raise CacheError(f"{shard.url} is {shard.size:,} bytes, more than source.cache.max_bytes "
                              f"({self.max_bytes:,}): raise the bound or use ranged reads (no source.cache)")
         self.folder.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(path) + _LOCK_SUFFIX):
-            if self._usable(path, shard):  # another process fetched it while this one waited
-                return path
+        with _locked(Path(str(path) + _LOCK_SUFFIX)):
+            descriptor = self._open_verified(path, shard)
+            if descriptor is not None:  # another process fetched it while this one waited
+                return descriptor
             spared = {self.path_for(kept) for kept in keep}
             for _ in range(2):
                 self._download(shard, path, spared, wait)
-                if self._usable(path, shard):
-                    return path
+                descriptor = self._open_verified(path, shard)
+                if descriptor is not None:
+                    return descriptor
                 log.warning("dali-bridge: %s was damaged after download (sha256 or size); fetching it again",
                             shard.url)
         raise CacheError(f"{shard.url}: the downloaded shard does not match the manifest's size "
                          f"{shard.size:,} and sha256 {shard.sha256}: re-run `dali-bridge verify` on it")
 
-    def _usable(self, path: Path, shard: CachedShard) -> bool:
-        """Whether ``path`` holds the shard; a damaged file is deleted (and fetched again by the caller)."""
+    def unchanged(self, descriptor: int, shard: CachedShard) -> bool:
+        """Whether the file open at ``descriptor`` is still the one verified (its identity unchanged
+        since; for a shard without a recorded sha256, its size)."""
+        status = os.fstat(descriptor)
+        if shard.sha256 is None:
+            return status.st_size == shard.size
+        verified = self._checked.get(str(self.path_for(shard)))
+        if status.st_nlink == 0 and verified is not None:   # evicted while read: unlinking sets the change time
+            return verified[:-1] == _identity(status)[:-1]
+        return verified == _identity(status)
+
+    def _open_verified(self, path: Path, shard: CachedShard) -> int | None:
+        """A descriptor on the file at ``path`` if it holds the shard; None when it is absent, or was
+        removed as damaged or as a link (the caller fetches it again)."""
         try:
-            size = path.stat().st_size
+            descriptor = os.open(path, os.O_RDONLY | _NO_LINK)
         except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise CacheError(f"cannot open the cached copy of {shard.url} ({path}): "
+                                 f"{exc.strerror or exc}") from None
+            log.warning("dali-bridge: a link stands at the cached shard's name %s (%s): removed, never followed; "
+                        "fetching the shard again", path, shard.url)
+            path.unlink(missing_ok=True)
+            return None
+        try:
+            status = os.fstat(descriptor)
+            if stat.S_ISREG(status.st_mode) and self._holds(descriptor, status, path, shard):
+                return descriptor
+        except BaseException:
+            os.close(descriptor)
+            raise
+        os.close(descriptor)
+        what = "is damaged" if stat.S_ISREG(status.st_mode) else "is not a regular file"
+        log.warning("dali-bridge: cached shard %s (%s) %s: deleted, fetching it again", path.name, shard.url, what)
+        self._remove(path, status)
+        return None
+
+    def _holds(self, descriptor: int, status: os.stat_result, path: Path, shard: CachedShard) -> bool:
+        """Whether the open file is the shard: its size, and its sha256 unless this process verified
+        this very file (same identity) before."""
+        if status.st_size != shard.size:
             return False
-        if size == shard.size and (shard.sha256 is None or str(path) in self._checked
-                                   or _sha256(path) == shard.sha256):
-            with self._lock:
-                self._checked.add(str(path))
+        identity = _identity(status)
+        if shard.sha256 is None or self._checked.get(str(path)) == identity:
             return True
-        log.warning("dali-bridge: cached shard %s (%s) is damaged: deleted, fetching it again", path.name, shard.url)
-        path.unlink(missing_ok=True)
-        return False
+        if self._checked.get(str(path)) is not None:
+            log.warning("dali-bridge: cached shard %s (%s) changed since it was verified (inode, size or times): "
+                        "checking its sha256 again", path.name, shard.url)
+        if _sha256(descriptor) != shard.sha256:
+            return False
+        with self._lock:
+            self._checked[str(path)] = identity   # as before the hash: a change while hashing is seen next time
+        return True
+
+    def _remove(self, path: Path, status: os.stat_result) -> None:
+        """Remove what stands at ``path`` if it is still the file seen (``status``): never a shard another
+        process has renamed into place since."""
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.samestat(os.lstat(path), status):
+                if stat.S_ISDIR(status.st_mode):
+                    raise CacheError(f"a folder stands at the cached shard's name {path}: remove it")
+                path.unlink()
+
+    def _touch(self, path: Path) -> None:
+        """Mark the shard recently used on its lock file, not on the shard: the shard's own times stay
+        those verified."""
+        lock = str(path) + _LOCK_SUFFIX
+        try:
+            os.utime(lock, follow_symlinks=False)
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):
+                os.close(os.open(lock, os.O_WRONLY | os.O_CREAT | _NO_LINK, 0o644))
+        except OSError:
+            pass
 
     def _download(self, shard: CachedShard, path: Path, spared: set[Path], wait: bool) -> None:
-        partial = Path(f"{path}{_PARTIAL}{os.getpid()}")
+        descriptor, partial = self._reserve(path, shard.size, keep=spared | {path}, wait=wait)
         try:
-            self._reserve(partial, shard.size, keep=spared | {path}, wait=wait)
-            self.store.download(shard.url, str(partial), shard.size, shard.etag)
-            os.replace(partial, path)
+            try:
+                self._fill(descriptor, shard)
+            finally:
+                os.close(descriptor)
+            os.replace(partial, path)   # replaces whatever stands at the name (a link too), never follows it
         finally:
-            partial.unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(partial)
 
-    def _reserve(self, partial: Path, size: int, keep: set[Path], wait: bool) -> None:
-        """Make room for ``size`` bytes and claim it: ``partial`` is created at its full size (sparse),
-        so every process that trims the folder counts it. Least recently used shards are evicted
-        first, never those in ``keep``; partial downloads are never evicted (their owners are
-        writing them) — when only they stand in the way, wait for them up to ``source.timeout``
-        (or, without ``wait``, raise :class:`CacheFull`)."""
+    def _fill(self, descriptor: int, shard: CachedShard) -> None:
+        """Write the shard's bytes through ``descriptor``: ranged GETs, four at a time, each retried as a
+        sample's read is; :class:`StorageError` naming the failed range."""
+        for first in range(0, shard.size, 4 * _PIECE):
+            group = [Range(shard.url, start, min(_PIECE, shard.size - start), shard.etag)
+                     for start in range(first, min(shard.size, first + 4 * _PIECE), _PIECE)]
+            for request, answer in zip(group, self.store.fetch(group)):
+                if isinstance(answer, FetchError):
+                    raise StorageError(answer.reason)
+                view, offset = memoryview(answer), request.start
+                while view:
+                    written = os.pwrite(descriptor, view, offset)
+                    view, offset = view[written:], offset + written
+
+    def _reserve(self, path: Path, size: int, keep: set[Path], wait: bool) -> tuple[int, str]:
+        """Make room for ``size`` bytes and claim it: a partial download (a new file of an unpredictable
+        name, ``O_CREAT|O_EXCL|O_NOFOLLOW``) made at its full size (sparse), so every process that trims
+        the folder counts it; its descriptor and name. Least recently used shards are evicted first,
+        never those in ``keep``; partial downloads are never evicted (their owners are writing them) —
+        when only they stand in the way, wait for them up to ``source.timeout`` (or, without ``wait``,
+        raise :class:`CacheFull`)."""
         deadline = time.monotonic() + self.store.timeout
         while True:
-            with FileLock(str(self.folder / _EVICTION_LOCK)):  # one process trims and claims at a time
+            with _locked(self.folder / _EVICTION_LOCK):  # one process trims and claims at a time
                 if self._trim(size, keep) + size <= self.max_bytes:
-                    with open(partial, "wb") as handle:
-                        handle.truncate(size)
-                    return
+                    descriptor, partial = tempfile.mkstemp(dir=self.folder, prefix=path.name + _PARTIAL)
+                    try:
+                        os.fchmod(descriptor, _file_mode())
+                        os.ftruncate(descriptor, size)
+                    except BaseException:
+                        os.close(descriptor)
+                        os.unlink(partial)
+                        raise
+                    return descriptor, partial
             if not wait:
                 raise CacheFull(f"source.cache.max_bytes ({self.max_bytes:,}) cannot hold {size:,} more bytes "
                                 f"without evicting shards in use")
@@ -150,15 +294,18 @@ class ShardCache:
     def _trim(self, incoming: int, keep: set[Path]) -> int:
         """Evict least recently used shards (not those in ``keep``) until ``incoming`` more bytes fit;
         the bytes then used. Nothing is evicted when even that would not make room."""
-        entries = []
+        entries, used_at = [], {}
         for entry in os.scandir(self.folder):
-            if entry.name.endswith(_LOCK_SUFFIX) or not entry.is_file():
-                continue
             try:
-                status = entry.stat()
+                status = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            entries.append((status.st_mtime, entry.path, status.st_size, _PARTIAL in entry.name))
+            if entry.name.endswith(_LOCK_SUFFIX):
+                used_at[entry.name[:-len(_LOCK_SUFFIX)]] = status.st_mtime
+            elif stat.S_ISREG(status.st_mode):
+                entries.append((status.st_mtime, entry.name, status.st_size, _PARTIAL in entry.name))
+        entries = [(max(mtime, used_at.get(name, 0.0)), str(self.folder / name), size, partial)
+                   for mtime, name, size, partial in entries]
         used = sum(size for _, _, size, _ in entries)
         kept = {str(path) for path in keep}
         victims = []
@@ -178,17 +325,18 @@ class ShardCache:
         return used
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+def _sha256(descriptor: int) -> str:
+    digest, offset = hashlib.sha256(), 0
+    while block := os.pread(descriptor, 1 << 20, offset):
+        digest.update(block)
+        offset += len(block)
     return digest.hexdigest()
 
 
 def cache_usage(folder: str | Path) -> int:
-    """Bytes the cache's shards and partial downloads take on disk now."""
+    """Bytes the cache's shards and partial downloads take on disk now (links and lock files not counted)."""
     try:
-        return sum(e.stat().st_size for e in os.scandir(folder) if e.is_file() and not e.name.endswith(_LOCK_SUFFIX))
+        return sum(e.stat(follow_symlinks=False).st_size for e in os.scandir(folder)
+                   if e.is_file(follow_symlinks=False) and not e.name.endswith(_LOCK_SUFFIX))
     except FileNotFoundError:
         return 0

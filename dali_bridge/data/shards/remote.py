@@ -61,8 +61,9 @@ def _cache_file(folder: Path, url: str, info: ObjectInfo, image_keys: tuple[str,
 
 
 def _cached_scan(path: Path) -> ShardScan | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+    try:   # never through a link planted at the name: a listing another file's content would make
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
+            data = json.loads(handle.read().decode("utf-8"))
         scan = ShardScan(**{k: v for k, v in data.items() if k != "ignored"})
         scan.ignored.update(data["ignored"])
     except (OSError, ValueError, TypeError, KeyError):
@@ -199,6 +200,8 @@ def list_remote_shards(store: ObjectStore, urls: list[str], image_keys: tuple[st
     indexed = {n: t for n, t in zip(usable, texts) if not isinstance(t, FetchError)}
     recorded = manifest()
     known = manifest_labels(recorded, label_key)
+    indexes = {e["file"]: e["index_sha256"] for e in (recorded or {}).get("shards", [])
+               if isinstance(e.get("index_sha256"), str)}
     label_gets: list[int] = []   # shards whose labels are read one GET per sample
 
     def from_index(number: int) -> None:
@@ -207,11 +210,17 @@ def list_remote_shards(store: ObjectStore, urls: list[str], image_keys: tuple[st
             decoded = text.decode("utf-8")
         except UnicodeDecodeError:
             return
-        digest, labels = known.get(split_url(urls[number])[1], (None, None))
-        if digest != hashlib.sha256(text).hexdigest():
+        name, actual = split_url(urls[number])[1], hashlib.sha256(text).hexdigest()
+        digest, labels = known.get(name, (None, None))
+        if digest != actual:
             labels = None   # no labels recorded, or for another index: read them from the shard
             label_gets.append(number)
         scans[number] = _scan_from_index(store, urls[number], infos[number], decoded, image_keys, label_key, labels)
+        if scans[number] is not None and indexes.get(name, actual) != actual:
+            scans[number].problems.append(
+                f"{split_url(index_path(urls[number]))[1]}: sha256 {actual} differs from the manifest's "
+                f"{indexes[name]}: not the index the manifest records (a changed shard, or a set mixed by an "
+                f"interrupted or concurrent convert): check the set with 'dali-bridge verify', convert again")
 
     with ThreadPoolExecutor(max_workers=min(LISTING_THREADS, max(1, len(indexed)))) as pool:
         list(pool.map(from_index, list(indexed)))
@@ -343,25 +352,27 @@ class CachedShardSamples(RemoteShardSamples):
                 pass  # the samples' reads raise it, each as a sample error
 
     def read(self, index: int) -> bytes:
+        """The sample's bytes from the cached copy, read only from a file verified against the manifest
+        and unchanged while it was read (a copy changed since it was verified is verified again)."""
         size, offset = int(self.size[index]), int(self.offset[index])
         if size == 0:
             raise ImageError("empty image member (0 bytes)")
         shard = int(self.shard[index])
-        for _ in range(2):  # evicted by another process between ensure and open: fetch it again
+        cached = self.cached_shard(shard)
+        for _ in range(3):   # changed (or evicted and fetched again) while read: verify and read again
             try:
-                path = self._cached(shard)
+                descriptor = self.cache.open(cached)
             except StorageError as exc:
                 raise ImageError(redact(str(exc))) from None
             try:
-                descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except FileNotFoundError:
-                continue
-            try:
                 data = os.pread(descriptor, size, offset)
+                unchanged = self.cache.unchanged(descriptor, cached)
             finally:
                 os.close(descriptor)
+            if not unchanged:
+                continue
             if len(data) != size:
                 raise ImageError(f"truncated image member in the cached copy of {self.shards[shard]}")
             return data
-        raise ImageError(f"the cached copy of {self.shards[shard]} keeps disappearing: is source.cache.max_bytes "
-                         f"smaller than the shards in use at once?")
+        raise ImageError(f"the cached copy of {self.shards[shard]} keeps changing while it is read: is another "
+                         f"process writing into source.cache.dir?")

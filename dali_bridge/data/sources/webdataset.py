@@ -5,6 +5,7 @@ sizes checked against the manifest, and :func:`list_webdataset`, which joins the
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 from collections import Counter
@@ -17,7 +18,7 @@ import numpy as np
 from ..shards.remote import CachedShardSamples, RemoteShardSamples, list_remote_shards
 from ..shards.cache import ShardCache
 from ...util.braces import expand_braces
-from ..shards.tar import ShardSamples, ShardScan, manifest_path, scan_shard
+from ..shards.tar import ShardSamples, ShardScan, index_path, manifest_path, scan_shard
 from ..storage.store import ObjectStore
 from ..storage.listing import FetchError, ObjectInfo
 from ...util.checks import is_int
@@ -99,20 +100,63 @@ def manifest_problem(data: Any) -> str | None:
     return None
 
 
-def _size_problems(paths: list[str], sizes: list[int], manifest_file: str, manifest_data: dict) -> list[str]:
-    """A problem per shard whose size (``sizes``: one ``stat`` or HEAD each) is not the one its
-    manifest records: a shard set mixed by an interrupted or concurrent ``convert``, or a shard
-    replaced since."""
-    recorded = {entry["file"]: entry.get("bytes") for entry in manifest_data.get("shards", [])}
+def _manifest_problems(paths: list[str], scans: list[ShardScan], sizes: list[int], manifest_file: str,
+                       manifest_data: dict, label_key: str, local: bool) -> list[str]:
+    """A problem per shard that is not the one the manifest records, the first found of: not listed
+    in it, another size (``sizes``: one ``stat`` or HEAD each), another sample count, other labels,
+    an index read (``local``: from disk here; a URL's is checked as it is listed) other than the one
+    whose sha256 it records. A set mixed by an interrupted or concurrent ``convert``, or a shard
+    replaced since. A manifest without a ``shards`` list (class names only) checks nothing."""
+    if "shards" not in manifest_data:
+        return []
+    entries = {entry["file"]: entry for entry in manifest_data["shards"]}
+    labelled = manifest_data.get("label_key", "cls") == label_key
     problems = []
-    for path, size in zip(paths, sizes):
-        expected = recorded.get(os.path.basename(path))
-        if is_int(expected) and size != expected:
-            problems.append(f"{safe_name(path)}: {size} bytes, the manifest {safe_name(manifest_file)} records "
-                            f"{expected} (a changed shard, or a set mixed by an interrupted or concurrent convert): "
-                            f"check the set with 'dali-bridge verify {safe_name(manifest_file)}', convert again "
-                            f"to repair it")
+    for path, scan, size in zip(paths, scans, sizes):
+        entry = entries.get(os.path.basename(path))
+        named = f"the manifest {safe_name(manifest_file)}"
+        problem = (f"not among the shards {named} records" if entry is None
+                   else _entry_problem(path, scan, size, entry, named, labelled, local))
+        if problem:
+            problems.append(f"{safe_name(path)}: {problem} (a changed shard, or a set mixed by an interrupted or "
+                            f"concurrent convert): check the set with 'dali-bridge verify "
+                            f"{safe_name(manifest_file)}', convert again to repair it")
     return problems
+
+
+def _entry_problem(path: str, scan: ShardScan, size: int, entry: dict, named: str, labelled: bool,
+                   local: bool) -> str | None:
+    """How one shard differs from its entry in the manifest (``named``: "the manifest FILE"), or None."""
+    if is_int(entry.get("bytes")) and size != entry["bytes"]:
+        return f"{size} bytes, {named} records {entry['bytes']}"
+    if len(scan.keys) != entry["samples"]:
+        return f"{len(scan.keys)} samples, {named} records {entry['samples']}"
+    recorded = entry.get("labels")
+    if labelled and isinstance(recorded, str):
+        differs = next((n for n, (ours, theirs) in enumerate(zip(scan.labels, recorded.split()))
+                        if str(ours) != theirs), None)
+        if differs is not None:
+            return (f"sample {safe_name(scan.keys[differs])} has label {scan.labels[differs]}, {named} records "
+                    f"{safe_name(recorded.split()[differs])}")
+    expected = entry.get("index_sha256")
+    if local and scan.from_index and isinstance(expected, str):
+        digest = file_sha256(index_path(path))
+        if digest != expected:
+            return (f"its index {safe_name(os.path.basename(index_path(path)))} has sha256 {digest}, "
+                    f"{named} records {safe_name(expected)}")
+    return None
+
+
+def file_sha256(path: str) -> str | None:
+    """The sha256 of a (small) local file, or None when it cannot be read."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
 
 
 def _local_scans(paths: list[str], image_keys: tuple[str, ...], label_key: str) -> list[ShardScan]:
@@ -164,10 +208,11 @@ def _gather_scans(paths: list[str], scans: list[ShardScan]) -> _ShardsFound:
     return found
 
 
-def _shard_classes(paths: list[str], infos: list[ObjectInfo], store: ObjectStore | None, found: _ShardsFound,
-                   manifest_file: str | None, manifest_data: dict | None) -> tuple[str, ...]:
+def _shard_classes(paths: list[str], scans: list[ShardScan], infos: list[ObjectInfo], store: ObjectStore | None,
+                   found: _ShardsFound, manifest: tuple[str | None, dict | None], label_key: str) -> tuple[str, ...]:
     """The class names (the manifest's, else ``"0"``…``"max"``); adds to ``found.problems`` what the
     labels and the manifest say against each other."""
+    manifest_file, manifest_data = manifest
     problems, labels, names, shard_ids = found.problems, found.labels, found.names, found.shard_ids
     if manifest_data is None and not problems:
         problems.extend(sparse_labels(labels, lambda i: f"{os.path.basename(paths[shard_ids[i]])}: "
@@ -179,12 +224,8 @@ def _shard_classes(paths: list[str], infos: list[ObjectInfo], store: ObjectStore
         classes = tuple(str(c) for c in manifest_data["classes"])
         if not problems:  # a damaged shard's own problems say more than its size does
             shard_sizes = [info.size for info in infos] if store is not None else [os.stat(p).st_size for p in paths]
-            problems.extend(_size_problems(paths, shard_sizes, manifest_file, manifest_data))
-        recorded = {entry.get("file"): entry.get("samples") for entry in manifest_data.get("shards", [])}
-        for name, count in found.counts.items():
-            if name in recorded and recorded[name] != count and not problems:
-                problems.append(f"{name}: {count} samples, the manifest {manifest_file} records {recorded[name]} "
-                                f"(a stale manifest or a changed shard)")
+            problems.extend(_manifest_problems(paths, scans, shard_sizes, str(manifest_file), manifest_data,
+                                               label_key, local=store is None))
         out_of_range = sorted({label for label in labels if label >= len(classes)})
         if out_of_range:
             problems.append(f"labels {out_of_range[:10]} are outside the manifest's {len(classes)} classes "
@@ -233,7 +274,7 @@ def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = 
         scans, infos = _remote_scans(paths, image_keys, label_key, store, lambda: read_manifest()[1])
         manifest_file, manifest_data = read_manifest()
     found = _gather_scans(paths, scans)
-    classes = _shard_classes(paths, infos, store, found, manifest_file, manifest_data)
+    classes = _shard_classes(paths, scans, infos, store, found, (manifest_file, manifest_data), label_key)
     if found.problems:
         problems = found.problems
         shown = problems[:50] + ([f"... and {len(problems) - 50} more"] if len(problems) > 50 else [])

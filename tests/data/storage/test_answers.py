@@ -13,11 +13,15 @@ from dali_bridge import build_loader
 from dali_bridge.errors import SourceError
 from dali_bridge.spec.pipeline import spec_from_dict
 from dali_bridge.spec.problems import SpecError
-from tests.helpers.answering_servers import Behaviour, answering_server  # noqa: F401  (a fixture, used by name)
+from tests.helpers import answering_servers, object_storage
+from tests.helpers.answering_servers import Behaviour
 from tests.helpers.object_storage import (SHARDS, assert_same_batches, batches, first_batch_error, local_batches,
                                           overrides)
-from tests.helpers.object_storage import local_shards, private_listing_cache  # noqa: F401
 from tests.helpers.paths import TRAIN
+
+# The loopback server's and the shards' fixtures, used by name below.
+answering_server = answering_servers.answering_server
+local_shards, private_listing_cache = object_storage.local_shards, object_storage.private_listing_cache
 
 pytestmark = pytest.mark.slow  # local HTTP servers
 

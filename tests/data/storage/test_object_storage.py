@@ -2,6 +2,7 @@
 from the same shards on disk, on both CPU backends; faults retried, a sample that keeps failing
 a sample error, a server that is gone an error within the timeout; listings cached by URL, size
 and ETag; credentials never shown. Servers run on 127.0.0.1 only (tests/helpers/s3_fixtures.py)."""
+# ruff: noqa: F811 (the loopback fixtures imported from tests.helpers are named again as the tests' parameters)
 from __future__ import annotations
 
 import json
@@ -13,12 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from tests.helpers.backends import CPU_BACKENDS
 from tests.helpers.paths import TRAIN
 from dali_bridge import build_loader
-from dali_bridge.tools.convert import convert
 from dali_bridge.errors import ImageError, SampleError
 from dali_bridge.errors import SourceError
 from dali_bridge.data.sources.webdataset import list_webdataset

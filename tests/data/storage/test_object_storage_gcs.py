@@ -3,6 +3,7 @@ the same samples, labels, order and pixels as the same shards on disk, on both C
 with one LIST request per 1,000 objects, not a HEAD each; an object written again after listing an
 error naming it; no gcsfs, an error naming the extra; credentials never shown. Nothing but 127.0.0.1
 is looked up while these tests run."""
+# ruff: noqa: F811 (the loopback fixtures imported from tests.helpers are named again as the tests' parameters)
 from __future__ import annotations
 
 import logging
