@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -160,9 +161,13 @@ def test_http_credentials_in_the_url_reach_the_server_and_no_output(http_shards,
 
 
 def test_a_signed_urls_query_is_kept_to_fetch_and_hidden_in_the_listing(local_shards, answering_server,
-                                                                          planted_environment):
+                                                                          planted_environment, tmp_path):
+    served = tmp_path / "signed"   # the shards alone: a manifest names them without the query
+    served.mkdir()
+    for path in local_shards.glob("train-*"):
+        shutil.copy(path, served / path.name)
     server = Behaviour()
-    base = answering_server(local_shards, server)
+    base = answering_server(served, server)
     loader = build_loader(TRAIN, "torchvision", overrides=overrides(
         f"{base}/{SHARDS}?{SIGNED_QUERY}", source={"timeout": 5.0}))
     shown = loader_outputs(loader)
