@@ -16,7 +16,6 @@ Needs the ``[lightning]`` extra (``lightning`` 2.x, or the ``pytorch_lightning``
 """
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -32,8 +31,9 @@ except ImportError:   # the older package name, the same classes
 from .loader.loader import Loader, build_loader
 from .pipeline.sampling import batch_count
 from .spec.pipeline import PipelineSpec
+from .util.messages import package_log
 
-log = logging.getLogger("dali_bridge")
+log = package_log()
 
 PathLike = str | Path | PipelineSpec | Mapping
 

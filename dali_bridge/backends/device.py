@@ -5,16 +5,16 @@ one is tested on a CPU-only host with fakes; the executors call them.
 """
 from __future__ import annotations
 
-import logging
 import os
 import weakref
 from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Sequence
+from ..util.messages import package_log
 
 import torch
 
-log = logging.getLogger("dali_bridge")
+log = package_log()
 
 # DALI threads per process on a GPU host when the spec says ``workers: auto``: every core of the
 # local rank's share (the mixed decoder's Huffman stage runs on these threads), as far as the

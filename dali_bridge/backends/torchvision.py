@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import multiprocessing
 import os
 import shutil
@@ -46,8 +45,9 @@ from ..pipeline.sampling import BatchTask
 from ..data.sources.listing import Listing
 from ..spec.pipeline import PipelineSpec
 from ..spec.problems import Problem, SpecError
+from ..util.messages import package_log
 
-log = logging.getLogger("dali_bridge")
+log = package_log()
 
 # Output buffers each worker cycles through. The DataLoader keeps at most `prefetch` batches in
 # flight per worker and the main process finishes one batch before it asks for another, so a

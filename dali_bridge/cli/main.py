@@ -6,11 +6,14 @@ import argparse
 import logging
 import os
 import sys
+import traceback
 from typing import Callable, Sequence
 
 from . import bench, compare, convert, doctor, init, pipelines, recipes, run, sample_data, show, validate, verify
 from .. import __version__
 from ..spec.problems import SpecError
+from ..util.messages import scrubbed_output
+from ..util.urls import redact
 from ..spec.shipped import PipelineNotFound
 from .options import EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INVALID, EXIT_UNAVAILABLE, UsageError
 
@@ -44,6 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; everything it prints, logs or shows as a warning or an error passes through
+    the scrubber (:mod:`dali_bridge.util.messages`): no credential reaches the terminal or a log."""
+    with scrubbed_output():
+        return _run(argv)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     from ..loader.select import BackendUnavailable
     from ..errors import SampleError
     from ..errors import SourceError
@@ -69,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         if isinstance(exc.code, str):  # a command refused its arguments: say why, exit 2 as argparse does
             print(exc.code, file=sys.stderr)
-            raise UsageError(exc.code) from None
+            raise UsageError(redact(exc.code)) from None
         raise
     except BrokenPipeError:
         # `dali-bridge show FILE | head`: the reader has what it wanted. Point stdout at /dev/null so
@@ -78,6 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         return 130
+    except Exception:  # a bug or a library's own error: its traceback as Python prints it, scrubbed
+        traceback.print_exc(file=sys.stderr)
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

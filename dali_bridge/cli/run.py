@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,9 @@ from ..spec.pipeline import PipelineSpec
 from ..spec.problems import SpecError
 from .options import (EXIT_FAILED, EXIT_INVALID, EXIT_UNAVAILABLE, load_with_options,
                       add_spec_options, backend_list, check_writable_file, AddCommand)
+from ..util.messages import package_log
 
-log = logging.getLogger("dali_bridge")
+log = package_log()
 
 
 EPILOG_RUN = """examples:

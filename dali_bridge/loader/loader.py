@@ -33,8 +33,9 @@ from .stats import StepClock
 from ..spec.pipeline import PipelineSpec, coerce_spec
 from ..spec.problems import Problem, SpecError
 from ..util.wording import plural
+from ..util.messages import package_log
 
-log = logging.getLogger("dali_bridge")
+log = package_log()
 
 
 class Loader:

@@ -3,10 +3,10 @@ the executor that runs the chosen one."""
 from __future__ import annotations
 
 import importlib.util
-import logging
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from ..util.messages import package_log
 
 if TYPE_CHECKING:  # torch is imported when a device is checked or an executor built, not to probe
     import torch
@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # torch is imported when a device is checked or an executor b
     from ..spec.pipeline import PipelineSpec
     from ..backends.base import Executor, Topology
 
-log = logging.getLogger("dali_bridge")
+log = package_log()
 
 BACKEND_NAMES = ("dali", "dali-cpu", "torchvision")
 

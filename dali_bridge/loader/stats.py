@@ -19,8 +19,9 @@ import logging
 import time
 from dataclasses import dataclass
 from typing import Any
+from ..util.messages import package_log
 
-log = logging.getLogger("dali_bridge")
+log = package_log()
 
 # Above this share of each step spent waiting for data, the loader is what limits training.
 DATA_BOUND_FRACTION = 0.10

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import RecipeError
+from ..util.urls import Scrubbed
 from .importing import foreign_class_problem, library_class
 from .spec_data import build_spec
 
@@ -33,7 +34,7 @@ _IGNORED = frozenset({"training", "inplace", "policies"})
 _DTYPES = {"torch.float32": "float32", "torch.float16": "float16", "torch.uint8": "uint8"}
 
 
-class RecipeWarning(UserWarning):
+class RecipeWarning(Scrubbed, UserWarning):
     """A difference the converted pipeline keeps on purpose, said once (the CLI prints it as a note)."""
 
 

@@ -78,11 +78,11 @@ class Key:
 SOURCE_KEYS: dict[str, tuple[str, ...]] = {
     "folder": ("type", "root", "extensions", "max_pixels", "max_bytes"),
     "file_list": ("type", "file_list", "root", "extensions", "max_pixels", "max_bytes",
-                  "storage_options", "max_requests", "timeout", "cache"),
+                  "storage_options", "max_requests", "timeout", "redirect_hosts", "cache"),
     "webdataset": ("type", "shards", "image_key", "label_key", "manifest", "max_pixels", "max_bytes",
-                   "storage_options", "max_requests", "timeout", "cache"),
+                   "storage_options", "max_requests", "timeout", "redirect_hosts", "cache"),
     "parquet": ("type", "files", "image_column", "label_column", "max_pixels", "max_bytes",
-                "storage_options", "max_requests", "timeout", "cache"),
+                "storage_options", "max_requests", "timeout", "redirect_hosts", "cache"),
 }
 
 _AT_URL = "shards, Parquet files or a file list's images at a URL"
@@ -147,6 +147,10 @@ _SOURCE_LIMIT_KEYS = (
     Key("source.timeout", "seconds",
         f"{_AT_URL}: the time one sample's read may take, retries included; then it is a sample error",
         default=60.0, interval=Interval(0, 3600, "(]")),
+    Key("source.redirect_hosts", "list of strings",
+        f"{_AT_URL}: the other hosts (`host`, or `host:port` for one port) a server may redirect a read to; a "
+        "redirect to any other host, or to a scheme other than http(s) such as `file://`, is refused at once",
+        default=(), shown_default="none: redirects stay on the URL's own host"),
     Key("source.cache", "`{dir: path, max_bytes: size}`",
         "shards, Parquet files or a file list's images at a URL: download each object whole on first touch into a "
         "node-wide cache bounded by `max_bytes` (bytes, or text like `200GB`), least recently used evicted",

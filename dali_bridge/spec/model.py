@@ -80,6 +80,7 @@ class SourceSpec:
                                                hash=False)
     max_requests: int = DEFAULT_MAX_REQUESTS
     timeout: float = DEFAULT_TIMEOUT
+    redirect_hosts: tuple[str, ...] = ()   # other hosts a server may redirect a read to (answers.py)
     cache_dir: str | None = None        # source.cache.dir: whole shards cached on the node, else ranged reads
     cache_max_bytes: int | None = None  # source.cache.max_bytes
 

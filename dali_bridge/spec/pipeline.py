@@ -65,6 +65,8 @@ class PipelineSpec:
         if source_at_url(self.source):
             source.update(storage_options=copy.deepcopy(dict(self.source.storage_options)),
                           max_requests=self.source.max_requests, timeout=self.source.timeout)
+            if self.source.redirect_hosts:
+                source["redirect_hosts"] = list(self.source.redirect_hosts)
             if self.source.cache_dir is not None:
                 source["cache"] = {"dir": self.source.cache_dir, "max_bytes": self.source.cache_max_bytes}
         if self.source.max_pixels != DEFAULT_MAX_PIXELS:

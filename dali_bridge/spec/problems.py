@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from ..util.checks import choice_checker, is_int, shown, type_name
 from ..ops.base import REQUIRED  # the marker of a value with no default, for keys as for op parameters
 from ..util.quoting import quoted, shortened
+from ..util.urls import Scrubbed, redact
 from ..util.wording import problem_list
 from .keys import Key
 
@@ -40,11 +41,16 @@ class Problem:
     message: str
     kind: str = field(default="", compare=False)
 
+    def __post_init__(self) -> None:
+        # A value quoted in a problem (a URL with user:password@, a signed query) is shown scrubbed.
+        for name in ("where", "path", "message"):
+            object.__setattr__(self, name, redact(getattr(self, name)))
+
     def __str__(self) -> str:
         return f"{self.where}: {self.path}: {self.message}"
 
 
-class SpecError(ValueError):
+class SpecError(Scrubbed, ValueError):
     """A pipeline file (or its overrides) is invalid; ``problems`` lists every problem found."""
 
     def __init__(self, problems: Sequence[Problem], source: str = "pipeline"):

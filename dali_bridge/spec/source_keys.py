@@ -5,6 +5,7 @@ object-storage keys, and (for ``dali-bridge validate``) source paths that do not
 from __future__ import annotations
 
 import difflib
+import re
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -238,14 +239,30 @@ def _check_storage(chk: ProblemCollector, src: dict, base_dir: Path, at_url: boo
         elif not (value is None or isinstance(value, (str, bool, int, float))):
             chk.add(("source", "storage_options"), f"'{name}': expected text, a number, true/false or null")
     out["storage_options"] = options
+    out["redirect_hosts"] = _check_redirect_hosts(chk, src)
     out.update(_check_cache(chk, src, base_dir))
     if not at_url:
         what = {"shards": "source.shards is a local path", "files": "source.files are local paths"}.get(
             next((key for key in ("shards", "files") if key in src), ""), "source.file_list and source.root are local")
-        for key in ("storage_options", "max_requests", "timeout", "cache"):
+        for key in ("storage_options", "max_requests", "timeout", "redirect_hosts", "cache"):
             if key in src:
                 chk.add(("source", key), f"'{key}' applies to a source at a URL (s3://, gs://, http(s)://); {what}")
     return out
+
+
+def _check_redirect_hosts(chk: ProblemCollector, src: dict) -> tuple[str, ...]:
+    """``source.redirect_hosts``: host names (``host`` or ``host:port``) a read may be redirected to."""
+    hosts = src.get("redirect_hosts", list(KEYS["source.redirect_hosts"].default))
+    if isinstance(hosts, str):
+        hosts = [hosts]
+    good = isinstance(hosts, list) and all(
+        isinstance(h, str) and re.fullmatch(r"[A-Za-z0-9._-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?", h)
+        for h in hosts)
+    if not good:
+        chk.add(("source", "redirect_hosts"), f"expected a list of host names such as [cdn.example.com, "
+                                              f"mirror.example.org:8443] (no scheme, no path), found {quoted(hosts)}")
+        return ()
+    return tuple(h.lower() for h in hosts)
 
 
 def _check_cache(chk: ProblemCollector, src: dict, base_dir: Path) -> dict[str, Any]:

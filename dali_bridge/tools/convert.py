@@ -27,7 +27,6 @@ import hashlib
 import io
 import itertools
 import json
-import logging
 import math
 import os
 import posixpath
@@ -55,11 +54,12 @@ from ..data.sources.local import list_file, list_folder
 from ..data.storage.store import store_for
 from ..spec.model import DEFAULT_EXTENSIONS
 from ..util.text import NotUtf8Error
+from ..util.messages import package_log
 
 MANIFEST_FORMAT = "dali-bridge/webdataset"
 MANIFEST_VERSION = 1
 DALI_INDEX_VERSION = "v1.2"
-log = logging.getLogger("dali_bridge")
+log = package_log()
 
 
 @dataclass(frozen=True)

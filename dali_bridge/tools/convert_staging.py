@@ -14,12 +14,13 @@ import tempfile
 from typing import BinaryIO, Iterator
 
 from ..util.quoting import safe_name
+from ..util.urls import Scrubbed
 from ..data.shards.tar import index_path, manifest_path
 
 DIRECTIVE = re.compile(r"%(0?)(\d*)d")
 
 
-class ConvertError(ValueError):
+class ConvertError(Scrubbed, ValueError):
     """The conversion cannot start or finish: bad pattern, existing output, unreadable file."""
 
 

@@ -15,7 +15,6 @@ Decided once per executor, from where DALI and the loader's device are:
 """
 from __future__ import annotations
 
-import logging
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, Sequence
 
@@ -32,8 +31,9 @@ from ..finishing import FinishedBuffers, finish_batch
 from .outputs import as_chw, graph_batch
 from .tail import run_tail
 from .tail_processes import TailProcesses, tail_processes_possible
+from ...util.messages import package_log
 
-log = logging.getLogger("dali_bridge")
+log = package_log()
 
 # What the executor hands the runner to make a batch's RawBatch: called with the future of the batch's
 # send to the tail processes (None where it was not sent), where the tail runs.

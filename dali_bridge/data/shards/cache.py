@@ -20,7 +20,6 @@ import contextlib
 import errno
 import fcntl
 import hashlib
-import logging
 import os
 import stat
 import tempfile
@@ -35,8 +34,9 @@ from ...util.sizes import parse_size  # noqa: F401
 from ..storage.listing import FetchError
 from ..storage.store import ObjectStore, Range
 from ...util.urls import StorageError
+from ...util.messages import package_log
 
-log = logging.getLogger("dali_bridge")
+log = package_log()
 
 _SHARD_SUFFIX = ".tar"
 _PARTIAL = ".partial-"

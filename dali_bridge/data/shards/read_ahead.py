@@ -16,7 +16,6 @@ every window to every rank), so the shards one rank spares are those the others 
 """
 from __future__ import annotations
 
-import logging
 import threading
 from typing import Any, Sequence
 
@@ -25,8 +24,9 @@ import numpy as np
 from .remote import CachedShardSamples
 from .cache import CacheFull
 from ...util.urls import redact
+from ...util.messages import package_log
 
-log = logging.getLogger("dali_bridge")
+log = package_log()
 
 
 class ShardReadAhead:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import tarfile
 import tempfile
@@ -37,8 +36,9 @@ from ..storage.store import ObjectStore, Range
 from ..storage.listing import FetchError, ObjectInfo
 from ...util.urls import StorageError, redact, split_url
 from ...util.wording import plural
+from ...util.messages import package_log
 
-log = logging.getLogger("dali_bridge")
+log = package_log()
 
 LISTING_CACHE_VERSION = 1
 # Shards listed at once (each its labels' GETs in flight through the shared request limit).

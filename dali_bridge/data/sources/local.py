@@ -14,7 +14,6 @@ is in :mod:`dali_bridge.data.sources.listing`, the WebDataset listing in
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import stat
 from collections import Counter
@@ -25,7 +24,7 @@ import numpy as np
 
 from ..shards.cache import ShardCache
 from ..storage.store import ObjectStore
-from ...util.urls import is_url
+from ...util.urls import hide_signature, is_url, without_userinfo
 from .source_check import source_store
 from ...errors import SourceError  # noqa: F401
 from .listing import CLASSES_PER_SAMPLE, MIN_CLASS_BOUND, Listing, class_bound, sparse_labels  # noqa: F401
@@ -34,8 +33,9 @@ from .file_list_lines import ListLine, listed_samples, parse_lines
 from ...util.quoting import safe_name
 from ...spec.model import SourceSpec
 from ...util.text import NotUtf8Error, decode_utf8
+from ...util.messages import package_log
 
-log = logging.getLogger("dali_bridge")
+log = package_log()
 
 def _is_image(name: str, extensions: tuple[str, ...]) -> bool:
     return name.lower().endswith(extensions)
@@ -203,17 +203,34 @@ def list_source(source: SourceSpec) -> Listing:
         remote = next((loc for loc in (source.file_list, source.root) if loc is not None and is_url(loc)), None)
         if remote is not None:
             store, cache = _store_and_cache(source, remote, "file_list" if remote == source.file_list else "root")
-        listing = list_file(source.file_list, source.root, source.extensions, store, cache)
+        listing = list_file(source.file_list and without_userinfo(source.file_list),
+                            source.root and without_userinfo(source.root), source.extensions, store, cache)
     elif source.type == "webdataset":
         if is_url(source.shards):
             store, cache = _store_and_cache(source, source.shards, "shards")
-        listing = list_webdataset(source.shards, source.image_keys, source.label_key, source.manifest, store, cache)
+        # The listing, its paths, messages and cache keys hold the URLs without their credentials
+        # (the store has them: source_store).
+        listing = list_webdataset(without_userinfo(source.shards), source.image_keys, source.label_key,
+                                  source.manifest and without_userinfo(source.manifest), store, cache)
     elif source.type == "parquet":
         from .parquet import list_parquet
 
-        if source.files and is_url(source.files[0]):   # all local or all at URLs of one scheme
-            store, cache = _store_and_cache(source, source.files[0], "files")
-        listing = list_parquet(source.files, source.image_column, source.label_column, store, cache)
+        files = source.files
+        if files and is_url(files[0]):   # all local or all at URLs of one scheme
+            store, cache = _store_and_cache(source, files[0], "files")
+            files = tuple(without_userinfo(f) for f in files)
+        listing = list_parquet(files, source.image_column, source.label_column, store, cache)
     else:
         raise SourceError(f"source.type: unsupported source type {source.type!r}")
-    return replace(listing, max_pixels=source.max_pixels, max_bytes=source.max_bytes)
+    return replace(_without_signatures(listing, source), max_pixels=source.max_pixels, max_bytes=source.max_bytes)
+
+
+def _without_signatures(listing: Listing, source: SourceSpec) -> Listing:
+    """The listing's paths and root with a signed URL's credentials hidden (``X-Amz-Signature=***``):
+    they name samples, the source's reader keeps the URLs it fetches."""
+    locations = {"webdataset": [source.shards], "parquet": list(source.files or ()),
+                 "file_list": [source.file_list, source.root]}.get(source.type, [])
+    if all(hide_signature(location) == location for location in locations if location and is_url(location)):
+        return listing   # nothing to hide (checked on the source's few URLs, not on every path)
+    return replace(listing, paths=tuple(hide_signature(path) for path in listing.paths),
+                   root=hide_signature(listing.root))

@@ -48,9 +48,12 @@ def storage_advice(location: str, reason: str) -> str:
 
 def source_store(source: SourceSpec, location: str, key: str) -> ObjectStore:
     """The process's client for a source at a URL, with the source's settings (``storage_options``,
-    ``max_requests``, ``timeout``); :class:`SourceError` at ``source.KEY`` when it cannot be made."""
+    ``max_requests``, ``timeout``, ``redirect_hosts``) and the credentials ``location`` carries as
+    ``user:password@`` (the store keeps them; every URL it is handed is used without them);
+    :class:`SourceError` at ``source.KEY`` when it cannot be made."""
     try:
-        return store_for(location, dict(source.storage_options), source.max_requests, source.timeout)
+        return store_for(location, dict(source.storage_options), source.max_requests, source.timeout,
+                         source.redirect_hosts)
     except StorageError as exc:
         raise SourceError(f"source.{key}: {exc}") from None
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Sequence
 
-from ...util.urls import split_url
+from ...util.urls import redact, split_url
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,10 @@ class FetchError:
     reason: str
     missing: bool = False
     changed: bool = False
+
+    def __post_init__(self) -> None:
+        # The reason quotes URLs and servers' answers: shown scrubbed wherever it goes (util/urls.py).
+        object.__setattr__(self, "reason", redact(self.reason))
 
     def __str__(self) -> str:
         return self.reason

@@ -14,8 +14,9 @@ a signature: it never leaves this module, and errors name the ``s3://`` URL inst
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
+from .answers import check_content_range, open_following
 from ...util.urls import hide_signature
 
 EXPIRES_S = 3600        # how long a signed URL is valid
@@ -48,9 +49,12 @@ class PresignedGets:
         return await self._http.set_session()
 
     async def get(self, fs: Any, url: str, start: int, size: int, etag: str | None,
-                  failure: Callable[[int, str, str], Exception], transient: type[Exception]) -> bytes:
+                  failure: Callable[[int, str, str], Exception], transient: type[Exception],
+                  redirect_hosts: Sequence[str] = ()) -> bytes:
         """``size`` bytes of ``url`` from ``start`` (If-Match ``etag``); ``failure(status, url, what)``
-        makes the exception for an answer other than 206, ``transient`` the one for another attempt."""
+        makes the exception for an answer other than 206, ``transient`` the one for another attempt.
+        Redirects are followed within the endpoint's host and ``redirect_hosts``
+        (:mod:`dali_bridge.data.storage.answers`), and the answer must hold the range asked for."""
         import aiohttp
         import yarl
 
@@ -59,12 +63,14 @@ class PresignedGets:
         headers = {"Range": header, **({"If-Match": etag} if etag else {})}
         session = await self._session(fs.loop)
         try:
-            async with session.get(yarl.URL(signed, encoded=True), headers=headers) as response:
+            async with await open_following(session, "GET", yarl.URL(signed, encoded=True), shown=url,
+                                            headers=headers, allowed_hosts=redirect_hosts) as response:
                 if response.status in (400, 403) and not fresh:
                     self._signed.pop(url, None)   # expired or renewed credentials: sign again, once
                     raise transient(f"GET {header}: the signed URL was refused ({response.status}): signing again")
                 if response.status != 206:
                     raise failure(response.status, url, f"GET {header}")
+                check_content_range(response, start, size, url)
                 return await response.read()
         except aiohttp.ClientError as exc:  # connection errors: the message without the signed URL
             raise transient(f"{type(exc).__name__}: {hide_signature(str(exc).replace(signed, url))}") from None

@@ -15,16 +15,19 @@ and each forked process makes its own client. On S3 a sample's ranged GET is a p
 of a URL s3fs signed once per object (:mod:`dali_bridge.data.storage.presigned`): as cheap per request as
 obstore, whose runtime does not survive a fork (docs/object-storage.md weighs the two).
 
-Credentials are never taken from the pipeline file (:func:`secret_option` refuses them) and never
-shown: every message passes through :func:`redact` (:mod:`dali_bridge.util.urls`), which removes the
-secret values the process environment holds, any ``user:password@`` in a URL and a signed URL's
-credentials. The client is created per process on first
+Credentials are never taken from ``storage_options`` (:func:`secret_option` refuses them); a
+URL's ``user:password@`` becomes the client's (:func:`store_for`), and the store's requests,
+results and messages name the URL without it. None is ever shown: every message passes through
+:func:`redact` (:mod:`dali_bridge.util.urls`), which removes the secret values the process
+environment holds, any ``user:password@`` in a URL and a signed URL's credentials. Redirects and
+ranged answers are checked by :mod:`dali_bridge.data.storage.answers`. The client is created per process on first
 use, so forked DataLoader workers and DALI's feeder each hold their own (a client's event loop and
 connections do not survive a fork).
 """
 from __future__ import annotations
 
 import asyncio
+import base64
 import importlib
 import json
 import os
@@ -35,8 +38,10 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Sequence
 
 from ...spec.model import DEFAULT_MAX_REQUESTS, DEFAULT_TIMEOUT  # noqa: F401
+from .answers import AnswerRefused, check_content_range, open_following
 from .listing import FetchError, ListingRequests, ObjectInfo, gcs_object_info  # noqa: F401
-from ...util.urls import StorageError, is_url, redact, require_client, scheme_of
+from ...util.urls import (StorageError, is_url, redact, require_client, scheme_of, split_userinfo,  # noqa: F401
+                          without_userinfo)
 
 BACKOFF_FIRST = 0.05            # seconds before the first retry; doubled each time, capped
 BACKOFF_CAP = 5.0
@@ -86,13 +91,25 @@ class ObjectStore(ListingRequests):
     """
 
     def __init__(self, scheme: str, storage_options: dict[str, Any] | None = None,
-                 max_requests: int = DEFAULT_MAX_REQUESTS, timeout: float = DEFAULT_TIMEOUT):
+                 max_requests: int = DEFAULT_MAX_REQUESTS, timeout: float = DEFAULT_TIMEOUT,
+                 redirect_hosts: Sequence[str] = (), credentials: tuple[str, str | None] | None = None):
         require_client(scheme)
+        if credentials is not None and scheme not in ("s3", "http", "https"):
+            raise StorageError(f"{scheme}:// URLs take no user:password@: the client's credentials come from "
+                               f"the environment (GOOGLE_APPLICATION_CREDENTIALS, gcloud's application-default "
+                               f"login); remove them from the URL")
         self.scheme = scheme
         self.storage_options = dict(storage_options or {})
         self.max_requests = max_requests
         self.timeout = timeout
+        self.redirect_hosts = tuple(redirect_hosts)
+        # From a URL's user:password@ (the URL is kept without it): S3's access key id and secret, HTTP's
+        # basic authentication. Never in a message, a repr or a listing.
+        self._credentials = credentials
         self._reset()
+
+    def __repr__(self) -> str:
+        return f"ObjectStore({self.scheme}://, max_requests={self.max_requests}, timeout={self.timeout:g})"
 
     def _reset(self) -> None:
         self._fs: Any = None
@@ -102,8 +119,8 @@ class ObjectStore(ListingRequests):
         self._presigned: Any = None   # s3:// ranged GETs (dali_bridge.data.storage.presigned), made on first use
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"scheme": self.scheme, "storage_options": self.storage_options,
-                "max_requests": self.max_requests, "timeout": self.timeout}
+        return {"scheme": self.scheme, "storage_options": self.storage_options, "max_requests": self.max_requests,
+                "timeout": self.timeout, "redirect_hosts": self.redirect_hosts, "_credentials": self._credentials}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -130,8 +147,26 @@ class ObjectStore(ListingRequests):
                     config.setdefault("connect_timeout", min(self.timeout, 10.0))
                     config.setdefault("read_timeout", self.timeout)
                     options["config_kwargs"] = config
+                options.update(self._client_credentials())
                 self._fs = fsspec.filesystem(self.scheme, skip_instance_cache=True, **options)
             return self._fs
+
+    def _client_credentials(self) -> dict[str, Any]:
+        """The URL's credentials as the client's own options: s3fs's ``key``/``secret``; over HTTP
+        they go with each request to the URL's own host (``auth``), never to a host it redirects to."""
+        if self._credentials is None:
+            return {}
+        user, password = self._credentials
+        if self.scheme == "s3":
+            return {"key": user, "secret": password or ""}
+        return {"headers": self._authorization()}
+
+    def _authorization(self) -> dict[str, str]:
+        """HTTP basic authentication from the URL's ``user:password@`` (none without)."""
+        if self._credentials is None or self.scheme not in ("http", "https"):
+            return {}
+        token = base64.b64encode(f"{self._credentials[0]}:{self._credentials[1] or ''}".encode()).decode()
+        return {"Authorization": f"Basic {token}"}
 
     # ---- running coroutines on the client's loop
 
@@ -163,7 +198,7 @@ class ObjectStore(ListingRequests):
                 attempts += 1
                 try:
                     return await asyncio.wait_for(attempt(), max(deadline - loop.time(), 0.001))
-                except _Permanent as exc:
+                except (_Permanent, AnswerRefused) as exc:
                     return FetchError(url, redact(f"{what}: {exc}"), exc.missing, exc.changed)
                 except (asyncio.TimeoutError, TimeoutError):
                     last = f"no answer within the {self.timeout:g} s timeout"
@@ -181,6 +216,7 @@ class ObjectStore(ListingRequests):
         """Each range's bytes (exactly ``size`` of them) or why not, fetched concurrently."""
         if not ranges:
             return []
+        ranges = _bare_ranges(ranges)
         return self._run(lambda: asyncio.gather(*(self._fetch_one(r) for r in ranges)))
 
     def start(self, ranges: Sequence[Range]) -> list[Future]:
@@ -188,10 +224,12 @@ class ObjectStore(ListingRequests):
         future gives its range's bytes or a :class:`FetchError`, within the request's timeout."""
         fs = self._filesystem()
         self._run(lambda: asyncio.sleep(0))   # the session made (once per process) before requests start
+        ranges = _bare_ranges(ranges)
         return [asyncio.run_coroutine_threadsafe(self._fetch_one(r), fs.loop) for r in ranges]
 
     def info(self, urls: Sequence[str]) -> list[ObjectInfo | FetchError]:
         """Each object's size and ETag (one HEAD each), concurrently."""
+        urls = _bare(urls)
         return self._run(lambda: asyncio.gather(*(self._bounded(lambda u=u: self._head(u), u, f"HEAD {u}")
                                                   for u in urls)))
 
@@ -200,16 +238,18 @@ class ObjectStore(ListingRequests):
         has one (:mod:`dali_bridge.data.storage.listing`): on S3 and GCS one request per 1,000 keys between
         the first and the last of a folder's URLs (a missing object is a missing :class:`FetchError`);
         over HTTP (no LIST) one HEAD each."""
-        return self._listed(urls, LIST_PAGE)
+        return self._listed(_bare(urls), LIST_PAGE)
 
     def get(self, urls: Sequence[str]) -> list[bytes | FetchError]:
         """Whole (small) objects, concurrently: indexes and manifests."""
+        urls = _bare(urls)
         return self._run(lambda: asyncio.gather(*(self._bounded(lambda u=u: self._get_whole(u), u, f"GET {u}")
                                                   for u in urls)))
 
     def download(self, url: str, path: str, size: int, etag: str | None = None, piece: int = 16 << 20) -> None:
         """Write the object's ``size`` bytes to ``path``: ranged GETs of ``piece`` bytes, four at a
         time, each retried as a sample's read is; :class:`StorageError` naming the failed range."""
+        url = without_userinfo(url)
         # An existing file is a reservation made at its full size (see shard_cache): written over, not truncated.
         with open(path, "r+b" if os.path.exists(path) else "wb") as out:
             for first in range(0, size, 4 * piece):
@@ -223,6 +263,7 @@ class ObjectStore(ListingRequests):
     def upload(self, path: str, url: str) -> None:
         """Write a local file to ``url`` (``convert`` to a URL; the client streams it, multipart on S3);
         :class:`StorageError`, redacted."""
+        url = without_userinfo(url)
         try:
             self._filesystem().put_file(path, url)
         except Exception as exc:  # the clients' errors have no common base; all become one message
@@ -231,6 +272,7 @@ class ObjectStore(ListingRequests):
     def glob(self, pattern: str) -> list[str]:
         """The objects ``pattern`` (``*``, ``?``, ``[...]`` in its last parts) matches, as URLs, sorted."""
         fs = self._filesystem()
+        pattern = without_userinfo(pattern)
         try:
             found = fs.glob(pattern)
         except Exception as exc:  # the clients' errors have no common base; all become one message
@@ -259,26 +301,30 @@ class ObjectStore(ListingRequests):
 
             self._presigned = self._presigned or PresignedGets()
             return await self._presigned.get(fs, request.url, request.start, request.size, request.etag,
-                                             _status_failure, _Transient)
+                                             _status_failure, _Transient, self.redirect_hosts)
         if self.scheme in ("http", "https"):
             headers = {"Range": header, **({"If-Match": request.etag} if request.etag else {})}
             session = await fs.set_session()
-            async with session.get(fs.encode_url(request.url), headers=headers) as response:
+            async with await self._http(session, "GET", request.url, headers) as response:
                 if response.status == 200:
                     raise _Permanent(f"the server at {request.url} ignores Range requests (answered 200 to "
                                      f"{header}); serve the shards from a server that supports them")
                 if response.status != 206:
                     raise _status_failure(response.status, request.url, f"GET {header}")
+                check_content_range(response, request.start, request.size, request.url)
                 return await response.read()
         # gs://: the JSON API's media download; a generation other than the listed one answers 412.
-        return await self._gcs_media(request.url, f"GET {header}", {"Range": header}, request.etag)
+        return await self._gcs_media(request.url, f"GET {header}", {"Range": header}, request.etag,
+                                     (request.start, request.size))
 
     async def _s3_call(self, fs: Any, url: str, method: str, **kwargs: Any) -> Any:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import ClientError, ParamValidationError
 
         client = await fs.set_session()
         try:
             response = await getattr(client, method)(**kwargs, **fs.req_kw)
+        except ParamValidationError as exc:   # a bucket or key S3 cannot name: no attempt will do better
+            raise _Permanent(f"{url}: {exc}") from None
         except ClientError as exc:
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "NoSuchBucket"):
@@ -292,26 +338,37 @@ class ObjectStore(ListingRequests):
         finally:
             body.close()
 
+    async def _http(self, session: Any, method: str, url: str, headers: dict[str, str]) -> Any:
+        """An HTTP(S) request's final answer, redirects followed within the allowed hosts
+        (:mod:`dali_bridge.data.storage.answers`), the URL's credentials sent to its own host only."""
+        return await open_following(session, method, self._filesystem().encode_url(url), shown=url,
+                                    headers=headers, own_headers=self._authorization(),
+                                    allowed_hosts=self.redirect_hosts)
+
     async def _gcs_request(self, url: str, what: str, path: str, *args: str, headers: dict[str, str] | None = None,
-                           **params: Any) -> bytes:
+                           expect: tuple[int, int] | None = None, **params: Any) -> bytes:
         """One GET of the GCS JSON API (``path`` below ``storage/v1/``, ``args`` quoted into it) on
         gcsfs's session with its credentials and requester-pays project: one attempt, not gcsfs's
-        retrying ``_call`` (this module retries within the request's timeout)."""
+        retrying ``_call`` (this module retries within the request's timeout). ``expect``: the
+        (start, size) of a ranged GET, which a 206 answer must hold."""
         fs = self._filesystem()
         session = await fs._set_session()
         async with session.get(fs._format_path(path, args), params=fs._get_params(params),
                                headers=fs._get_headers(headers)) as response:
             if response.status not in (200, 206):
                 raise _status_failure(response.status, url, what)
+            if expect is not None and response.status == 206:
+                check_content_range(response, expect[0], expect[1], url)
             return await response.read()
 
     async def _gcs_json(self, url: str, what: str, path: str, *args: str, **params: Any) -> Any:
         return json.loads(await self._gcs_request(url, what, path, *args, **params))
 
-    async def _gcs_media(self, url: str, what: str, headers: dict[str, str], generation: str | None) -> bytes:
+    async def _gcs_media(self, url: str, what: str, headers: dict[str, str], generation: str | None,
+                         expect: tuple[int, int] | None = None) -> bytes:
         bucket, key, _ = self._filesystem().split_path(url)
-        return await self._gcs_request(url, what, "b/{}/o/{}", bucket, key, headers=headers, alt="media",
-                                       ifGenerationMatch=generation)
+        return await self._gcs_request(url, what, "b/{}/o/{}", bucket, key, headers=headers, expect=expect,
+                                       alt="media", ifGenerationMatch=generation)
 
     async def _head(self, url: str) -> ObjectInfo:
         fs = self._filesystem()
@@ -325,8 +382,7 @@ class ObjectStore(ListingRequests):
             from email.utils import parsedate_to_datetime
 
             session = await fs.set_session()
-            async with session.head(fs.encode_url(url), headers={"Accept-Encoding": "identity"},
-                                    allow_redirects=True) as response:
+            async with await self._http(session, "HEAD", url, {"Accept-Encoding": "identity"}) as response:
                 if response.status != 200:
                     raise _status_failure(response.status, url, "HEAD")
                 if "Content-Length" not in response.headers:
@@ -344,11 +400,23 @@ class ObjectStore(ListingRequests):
             return await self._s3_call(fs, url, "get_object", Bucket=bucket, Key=key)
         if self.scheme in ("http", "https"):
             session = await fs.set_session()
-            async with session.get(fs.encode_url(url)) as response:
+            async with await self._http(session, "GET", url, {}) as response:
                 if response.status != 200:
                     raise _status_failure(response.status, url, "GET")
                 return await response.read()
         return await self._gcs_media(url, "GET", {}, None)
+
+
+def _bare(urls: Sequence[str]) -> list[str]:
+    """The URLs without userinfo: a store was made with a URL's credentials (:func:`store_for`);
+    its requests, results and messages name the URLs without them."""
+    return [without_userinfo(url) if "@" in url else url for url in urls]
+
+
+def _bare_ranges(ranges: Sequence[Range]) -> Sequence[Range]:
+    if not any("@" in r.url for r in ranges):
+        return ranges
+    return [Range(without_userinfo(r.url), r.start, r.size, r.etag) for r in ranges]
 
 
 def _transient_errors() -> tuple[type[BaseException], ...]:
@@ -376,14 +444,20 @@ _stores_lock = threading.Lock()
 
 
 def store_for(url: str, storage_options: dict[str, Any] | None = None, max_requests: int = DEFAULT_MAX_REQUESTS,
-              timeout: float = DEFAULT_TIMEOUT) -> ObjectStore:
-    """The process's store for ``url``'s scheme and these settings (one client per process and setting)."""
+              timeout: float = DEFAULT_TIMEOUT, redirect_hosts: Sequence[str] = ()) -> ObjectStore:
+    """The process's store for ``url``'s scheme and these settings (one client per process and
+    setting). A ``user:password@`` in ``url`` becomes the client's credentials (S3's key and secret,
+    HTTP's basic authentication): the caller keeps the URL without it (:func:`without_userinfo`)."""
     scheme = scheme_of(url)
     if scheme is None:
         raise StorageError(f"{url} is a local path, not a URL")
-    key = (scheme, repr(sorted((storage_options or {}).items())), max_requests, timeout)
+    _, user, password = split_userinfo(url)
+    credentials = (user, password) if user is not None else None
+    key = (scheme, repr(sorted((storage_options or {}).items())), max_requests, timeout, tuple(redirect_hosts),
+           credentials)
     with _stores_lock:
         store = _stores.get(key)
         if store is None:
-            store = _stores[key] = ObjectStore(scheme, storage_options, max_requests, timeout)
+            store = _stores[key] = ObjectStore(scheme, storage_options, max_requests, timeout, redirect_hosts,
+                                               credentials)
         return store
