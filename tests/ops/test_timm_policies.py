@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tests.helpers.timm_recording import record_augmix_weights
 from tests.helpers.backends import needs_cpu_backends, plan_of
 from tests.helpers.color_images import write_mixed_images
 
@@ -174,13 +175,7 @@ def test_augmix_draws_follow_timms_chi_square_and_kolmogorov_smirnov(monkeypatch
     applied: list = []
     for op in transform.ops:
         monkeypatch.setattr(op, "aug_fn", _recorder(augment, applied, op.name))
-    basic, weights = transform._apply_basic, []
-
-    def recorded(img, mixing_weights, m):
-        weights.append((float(mixing_weights[0]), float(m)))
-        return basic(img, mixing_weights, m)
-
-    monkeypatch.setattr(transform, "_apply_basic", recorded)
+    weights = record_augmix_weights(transform, monkeypatch)
     np.random.seed(0)
     random.seed(0)
     picture, theirs, chains = to_picture(torch.zeros(3, 4, 4, dtype=torch.uint8)), [], []

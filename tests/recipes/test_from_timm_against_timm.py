@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from tests.helpers.timm_recording import record_augmix_weights
 
 from dali_bridge import from_timm
 from dali_bridge.errors import RecipeError
@@ -204,13 +205,7 @@ def _policy(step, rows, transform, monkeypatch) -> None:
 
 
 def _augmix_weights(drawn, transform, monkeypatch) -> None:
-    basic, weights = transform._apply_basic, []
-
-    def recorded(img, mixing_weights, m):
-        weights.append((float(mixing_weights[0]), float(m)))
-        return basic(img, mixing_weights, m)
-
-    monkeypatch.setattr(transform, "_apply_basic", recorded)
+    weights = record_augmix_weights(transform, monkeypatch)
     np.random.seed(3)
     picture = to_picture(torch.zeros(3, 4, 4, dtype=torch.uint8))
     for _ in range(DRAWS // 4):
