@@ -15,11 +15,12 @@ bytes decoded as "not a JPEG".
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Sequence
-
-import yarl
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ...util.urls import hide_signature, redact
+
+if TYPE_CHECKING:   # yarl comes with aiohttp, an extra's client: imported where a request is made
+    import yarl
 
 REDIRECTS = (301, 302, 303, 307, 308)
 MOST_REDIRECTS = 10
@@ -61,6 +62,8 @@ async def open_following(session: Any, method: str, url: str | yarl.URL, *, show
     redirects followed within the hosts allowed; :class:`AnswerRefused` naming ``shown`` (the URL
     as messages name it) for a redirect refused. ``own_headers`` (the URL's credentials) go only
     to ``url``'s own origin."""
+    import yarl
+
     start = url if isinstance(url, yarl.URL) else yarl.URL(url)
     current = start
     for _ in range(MOST_REDIRECTS + 1):
