@@ -388,17 +388,16 @@ class RemoteShardSamples:
 def _answer(future: Future, early: bool) -> bytes | FetchError | None:
     """A started GET's bytes or :class:`FetchError`; None for one cancelled (by :meth:`~RemoteShardSamples.close`)
     or a read-ahead (``early``) that did not bring the bytes, which is then fetched again as if never started."""
-    if future.cancelled():
-        return None
-    if not early:
-        return future.result()
     try:
         answer = future.result()
-    except (CancelledError, Exception) as exc:  # a read-ahead's failure is never the sample's
-        log.debug("dali-bridge: a read-ahead failed (%s); fetching the sample again", type(exc).__name__)
+    except CancelledError:
         return None
-    if isinstance(answer, FetchError):
-        log.debug("dali-bridge: a read-ahead failed (%s); fetching the sample again", answer.reason)
+    except Exception as exc:
+        if not early:
+            raise
+        answer = exc
+    if early and not isinstance(answer, bytes):   # a read-ahead's failure is never the sample's
+        log.debug("dali-bridge: a read-ahead failed (%s); the sample is fetched again", redact(str(answer)))
         return None
     return answer
 
