@@ -72,7 +72,7 @@ def test_batches_are_the_same_with_and_without_read_ahead_and_each_sample_is_fet
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_the_next_batches_are_requested_before_the_first_is_returned(backend, served, fault_proxy):
-    proxy = fault_proxy(served, latency=0.5)  # each GET waits in the server: the read-ahead's are on the wire
+    proxy = fault_proxy(served, latency=1.0)  # each GET waits in the server: the read-ahead's are on the wire
     # prefetch 1: DALI asks its feeder for no batch beyond the one it runs, so only a read-ahead asks for more
     loader = build_loader(TRAIN, backend, overrides=overrides(f"{proxy.endpoint}/{SHARDS}", **{
         "loader.workers": 0, "loader.prefetch": 1, **IN_ORDER}))
@@ -85,7 +85,7 @@ def test_the_next_batches_are_requested_before_the_first_is_returned(backend, se
 
 
 def test_a_workers_own_next_batches_are_requested_before_the_first_batch_is_returned(served, fault_proxy):
-    proxy = fault_proxy(served, latency=0.5)
+    proxy = fault_proxy(served, latency=1.0)
     loader = build_loader(TRAIN, "torchvision", overrides=overrides(f"{proxy.endpoint}/{SHARDS}",
                                                                     **{"loader.workers": 2, **IN_ORDER}))
     next(iter(loader))
@@ -141,12 +141,15 @@ def ended(tasks: list[asyncio.Task]) -> list[asyncio.Task]:
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_closing_the_loader_cancels_its_reads_ahead(backend, served, fault_proxy):
-    proxy = fault_proxy(served, latency=3.0)   # the read-ahead's GETs are still waiting in the server
-    loader = build_loader(TRAIN, backend, overrides=overrides(f"{proxy.endpoint}/{SHARDS}",
-                                                              **{"loader.workers": 0, **IN_ORDER}))
+    proxy = fault_proxy(served)
+    loader = build_loader(TRAIN, backend, overrides=overrides(f"{proxy.endpoint}/{SHARDS}", **{
+        "loader.workers": 0, "loader.prefetch": 1, **IN_ORDER}))
+    proxy.stall_s = 20
+    for _, header in requested(loader.listing.shards, range(5, 15)):   # batches 1 and 2 get no answer
+        proxy.by_range[header] = "stall"
     next(iter(loader))
     waiting = waiting_fetches()
-    assert waiting   # the next batches' GETs
+    assert len(waiting) == 10   # the next two batches' GETs, read ahead
     loader.close()
-    # Cancelled by the close: none left to finish in the background (each would within 3 s)
+    # Cancelled by the close: none left waiting in the background (for its timeout, or the server's answer)
     assert all(task.cancelled() for task in ended(waiting))
