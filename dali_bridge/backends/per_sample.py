@@ -12,7 +12,7 @@ where and how in parallel it calls :meth:`SampleCore.prepare`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Generic, TypeVar
+from typing import Callable, Generic, Sequence, TypeVar
 
 from ..data.sources.formats import ImageInfo
 from ..errors import ImageError, SampleError
@@ -48,17 +48,20 @@ class SampleCore:
         self.seed, self.on_error = spec.seed, spec.loader.on_error
         self.bad: dict[int, tuple[str, tuple[int, int] | None]] = {}
 
-    def prepare(self, task: BatchTask, load: Callable[[bytes, ImageInfo, list], Item]) -> PreparedBatch[Item]:
+    def prepare(self, task: BatchTask, load: Callable[[bytes, ImageInfo, list], Item],
+                ahead: Sequence = ()) -> PreparedBatch[Item]:
         """The task's samples through the core, ``load(data, info, steps)`` making each kept one's item
         (``info``: the header's :class:`~dali_bridge.data.sources.formats.ImageInfo`).
         ``load`` may raise :class:`ImageError` (a decoder refusing the bytes): that sample meets the
-        error policy like one that could not be read."""
+        error policy like one that could not be read. ``ahead``: the sample indices of the batches this
+        thread prepares next, read ahead where the source can (shards at a URL)."""
         sample_draws = draws(self.plan, self.seed, task.epoch, task.indices, task.repeats)
         rows: list[int] = []
         skipped: list[SkippedSample] = []
         items: list[Item] = []
         kept_steps: list[list] = []
-        self.listing.prefetch(task.indices.tolist())  # shards at a URL: the batch's GETs in flight together
+        # shards at a URL: the batch's GETs in flight together, then the next batches'
+        self.listing.prefetch(task.indices.tolist(), ahead)
         for row, index in enumerate(task.indices.tolist()):
             try:
                 data, info, steps = self._read(index, {name: values[row] for name, values in sample_draws.items()})

@@ -26,8 +26,10 @@ import signal
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -41,7 +43,7 @@ from .per_sample import PreparedBatch, SampleCore
 from .thread_pool import OrderedPool
 from ..pipeline.plan import Plan
 from ..pipeline.region_decode import decode_steps
-from ..pipeline.sampling import BatchTask
+from ..pipeline.sampling import BatchTask, dealt_ahead
 from ..data.sources.listing import Listing
 from ..spec.pipeline import PipelineSpec
 from ..spec.problems import Problem, SpecError
@@ -120,12 +122,16 @@ class BatchDataset(Dataset):
         self._next += 1
         return buffer[:count]
 
-    def __getitem__(self, task: BatchTask) -> dict[str, Any]:
-        return self.batch(task, self._buffer)
+    def __getitem__(self, item: BatchTask | DealtTask) -> dict[str, Any]:
+        if isinstance(item, DealtTask):
+            return self.batch(item.task, self._buffer, ahead=item.ahead)
+        return self.batch(item, self._buffer)
 
-    def batch(self, task: BatchTask, buffer: Callable[[int], torch.Tensor]) -> dict[str, Any]:
-        """The task's batch as an item (see :func:`as_item`), its images in ``buffer(count)``."""
-        return as_item(self.core.prepare(task, self.load), buffer)
+    def batch(self, task: BatchTask, buffer: Callable[[int], torch.Tensor], ahead: tuple = ()) -> dict[str, Any]:
+        """The task's batch as an item (see :func:`as_item`), its images in ``buffer(count)``;
+        ``ahead``: the sample indices of the batches this worker makes next, read ahead (see
+        :class:`DealtTask`)."""
+        return as_item(self.core.prepare(task, self.load, ahead), buffer)
 
     def load(self, data: bytes, info: ImageInfo, steps: list) -> torch.Tensor:
         """The per-sample core's ``load`` on this backend: decode (only the first step's window where
@@ -172,14 +178,32 @@ def _remove_leaked_segments() -> int:
     return removed
 
 
+@dataclass(frozen=True)
+class DealtTask:
+    """A task as the sampler hands it to a worker, with ``ahead``: the sample indices of the batches
+    that worker makes next, which it reads ahead (shards at a URL: their GETs wait out the round trip
+    while this batch decodes). DataLoader deals a map-style dataset's tasks to its workers in turn,
+    from the first worker at each pass, so a worker's next batches are every ``workers``-th task
+    after this one; were they dealt otherwise, a read-ahead would only go unused, never change a batch."""
+    task: BatchTask
+    ahead: tuple[np.ndarray, ...]
+
+
 class _TaskSampler:
-    """The current epoch's tasks; the executor swaps them before each pass of the DataLoader."""
+    """The current epoch's tasks; the executor swaps them before each pass of the DataLoader. With
+    ``depth`` > 0 each is a :class:`DealtTask` naming the next ``depth`` batches of the worker it goes to
+    (``stride`` workers: one for batches made in the calling thread)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, stride: int = 1, depth: int = 0) -> None:
         self.tasks: list[BatchTask] = []
+        self.stride, self.depth = max(1, stride), depth
 
-    def __iter__(self) -> Iterator[BatchTask]:
-        return iter(self.tasks)
+    def __iter__(self) -> Iterator[BatchTask | DealtTask]:
+        if self.depth <= 0:
+            return iter(self.tasks)
+        tasks = self.tasks
+        return (DealtTask(task, dealt_ahead(tasks, position, stride=self.stride, depth=self.depth))
+                for position, task in enumerate(tasks))
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -236,7 +260,7 @@ class TorchvisionExecutor:
         self.spec, self.listing, self.plan = spec, listing, plan
         self.device = torch.device(device)
         self.workers = spec.loader.workers if spec.loader.workers is not None else default_workers()
-        self.sampler = _TaskSampler()
+        self.sampler = _TaskSampler(stride=self.workers, depth=listing.reads_ahead)
         cuda = self.device.type == "cuda"
         self.dataset = BatchDataset(spec, listing, plan, spare_buffers=spec.loader.prefetch + _SPARE_BUFFERS)
         # loader.executor: threads runs the workers as threads of this process; with 0 workers both

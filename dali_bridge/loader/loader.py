@@ -229,6 +229,7 @@ class Loader:
             close = getattr(batches, "close", None)
             if close:
                 close()
+            self.listing.stop_reading_ahead()  # this process's GETs for batches no one will take
 
     def _record_skips(self, skipped: list[SkippedSample]) -> None:
         for item in skipped:
@@ -315,6 +316,7 @@ class Loader:
             _INHERITED_EXECUTORS.append(executor)
             return
         executor.close()
+        self.listing.stop_reading_ahead()
 
     def __enter__(self) -> "Loader":
         return self

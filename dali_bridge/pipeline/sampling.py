@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -220,3 +221,11 @@ def sample_geometry(plan: Plan, height: int, width: int, sample_draws: dict[int,
     """The concrete operations of every step for one image, in order (:func:`sample_steps` flattened:
     a random resized crop gives a Crop and a Resize)."""
     return [item for concrete, _ in sample_steps(plan, height, width, sample_draws) for item in concrete]
+
+
+def dealt_ahead(tasks: Sequence[BatchTask], position: int, *, stride: int, depth: int) -> tuple[np.ndarray, ...]:
+    """The sample indices of the ``depth`` batches a reader of ``tasks[position]`` takes next, when
+    batches are dealt round-robin to ``stride`` readers (one: it takes them all)."""
+    following = range(position + stride, min(len(tasks), position + stride * depth + 1), stride)
+    return tuple(tasks[n].indices for n in following)
+

@@ -166,7 +166,8 @@ class FaultProxy:
     whole range, half the body comes, the connection closes), ``"stall"`` (no answer for
     ``stall_s``). ``latency`` seconds are added before every request. ``every`` makes a fault
     recur on every n-th matching request instead; ``by_range`` gives one range's requests a fault
-    every time. ``requests`` counts requests by method, ``ranged`` the ranged GETs among them.
+    every time. ``requests`` counts requests by method, ``ranged`` the ranged GETs among them;
+    ``arrived`` lists each ranged GET as (path without query, Range header), in order of arrival.
     """
 
     def __init__(self, upstream: str, latency: float = 0.0):
@@ -179,6 +180,7 @@ class FaultProxy:
         self.ranged_only = True
         self.requests: collections.Counter = collections.Counter()
         self.ranged = 0
+        self.arrived: list[tuple[str, str]] = []
         self.injected: collections.Counter = collections.Counter()
         self.lock = threading.Lock()
         self._matching = 0
@@ -217,6 +219,8 @@ class FaultProxy:
             self.requests[handler.command] += 1
             ranged = handler.command == "GET" and "Range" in handler.headers
             self.ranged += ranged
+            if ranged:
+                self.arrived.append((handler.path.split("?", 1)[0], handler.headers["Range"]))
             if self.ranged_only and not ranged:
                 return None
             self._matching += 1

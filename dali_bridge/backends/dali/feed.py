@@ -19,7 +19,7 @@ from ...ops.dali_op import Column
 from ...ops.geometry import Crop
 from ...pipeline.plan import Plan
 from ...pipeline.region_decode import decoded_window, steps_over_window
-from ...pipeline.sampling import BatchTask
+from ...pipeline.sampling import BatchTask, dealt_ahead
 from .plan import DaliPlan, dali_plan
 from ..base import BatchOutcome
 from ..per_sample import SampleCore
@@ -109,17 +109,20 @@ class Feeder:
                 if self.stopped or self.position >= len(self.tasks):
                     raise StopIteration
                 task = self.tasks[self.position]
+                # this thread feeds every batch: its next ones are the loader's, read ahead while this one is prepared
+                ahead = dealt_ahead(self.tasks, self.position, stride=1, depth=self.listing.reads_ahead)
                 self.position += 1
-            inputs, batch = self.prepare(task)
+            inputs, batch = self.prepare(task, ahead)
             with self.lock:
                 self.pending.append(batch)
             if batch.fed:
                 return inputs
 
-    def prepare(self, task: BatchTask) -> tuple[list, BatchFeed]:
-        """One batch through the per-sample core (the encoded bytes of each kept sample), then its
-        argument columns. The inputs are empty when no sample is left to feed (not :attr:`BatchFeed.fed`)."""
-        batch = self.core.prepare(task, _encoded)
+    def prepare(self, task: BatchTask, ahead: tuple = ()) -> tuple[list, BatchFeed]:
+        """One batch through the per-sample core (the encoded bytes of each kept sample; ``ahead``, the
+        sample indices of the next batches, read ahead), then its argument columns. The inputs are
+        empty when no sample is left to feed (not :attr:`BatchFeed.fed`)."""
+        batch = self.core.prepare(task, _encoded, ahead)
         # The torch tail's concrete parameters travel with the batch, computed here with the rest.
         tail = [steps[len(self.columns.dali.steps):] for steps in batch.steps]
         windows: list[np.ndarray] = []

@@ -22,10 +22,11 @@ import os
 import tarfile
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import weakref
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -262,16 +263,47 @@ def _warn_label_gets(urls: list[str], numbers: list[int], scans: list[ShardScan 
                 plural(len(numbers), "shard"), split_url(urls[numbers[0]])[1], plural(gets, "GET"), why)
 
 
+# Batches a reading thread fetches ahead of the one it reads (a DataLoader worker its own next
+# batches, DALI's feeding thread the loader's): their GETs, about one round trip, are then on the
+# wire while the batches before them are decoded. Two cover a round trip of up to two batches' decode.
+READ_AHEAD_BATCHES = 2
+# At most this many encoded bytes read ahead per reading thread (a batch that would pass it is not
+# read ahead), besides the batch being read: memory stays bounded whatever the batch and image sizes.
+READ_AHEAD_BYTES = 128 << 20
+
+
+class _Fetches:
+    """One reading thread's started GETs: sample index → (its future, whether it was started as a
+    read-ahead of a later batch)."""
+
+    def __init__(self) -> None:
+        self.started: dict[int, tuple[Future, bool]] = {}
+
+    def cancel(self, keep: Iterable[int] = ()) -> None:
+        """Cancel the requests of the samples not in ``keep`` (still waiting ones stop; done ones are dropped)."""
+        kept = set(keep)
+        for index, (future, _) in list(self.started.items()):
+            if index not in kept:
+                future.cancel()
+                self.started.pop(index, None)
+
+
 class RemoteShardSamples:
     """Where each sample's image bytes are, as :class:`~dali_bridge.data.shards.tar.ShardSamples`, in objects
     read by ranged GETs through an :class:`~dali_bridge.data.storage.store.ObjectStore`.
 
-    :meth:`prefetch` starts a batch's ranged GETs, in the batch's order, and returns; :meth:`read`
-    then hands out each sample as soon as its bytes have arrived (or fetches it alone when it was
-    not prefetched), so the first samples are decoded while the later ones are still on the wire.
-    What a thread prefetched is its own, and is replaced at its next prefetch (requests of the
-    previous batch still waiting are cancelled), so memory holds at most a batch per reading thread.
+    :meth:`prefetch` starts a batch's ranged GETs, in the batch's order, then those of the thread's
+    next batches (``ahead``: up to :data:`READ_AHEAD_BATCHES` of them and :data:`READ_AHEAD_BYTES`),
+    and returns; :meth:`read` then hands out each sample as soon as its bytes have arrived (or
+    fetches it alone when it was not prefetched), so the first samples are decoded while the later
+    ones are still on the wire, and a next batch's GETs wait out their round trip while this one is
+    decoded. What a thread prefetched is its own; its next prefetch keeps what that batch and the
+    ones after it need and cancels the rest, so memory holds at most a batch and its read-ahead per
+    reading thread. A read-ahead that fails is fetched again when read: only that fetch's error is
+    the sample's. :meth:`close` cancels every thread's requests.
     """
+
+    reads_ahead = READ_AHEAD_BATCHES  # batches of sample indices :meth:`prefetch` takes in ``ahead``
 
     def __init__(self, shards: tuple[str, ...], shard: np.ndarray, offset: np.ndarray, size: np.ndarray,
                  etags: tuple[str | None, ...], store: ObjectStore):
@@ -281,46 +313,102 @@ class RemoteShardSamples:
         self.size = np.asarray(size, dtype=np.int64)
         self.etags = etags
         self.store = store
+        self._reset_threads()
+
+    def _reset_threads(self) -> None:
         self._local = threading.local()
+        self._every: weakref.WeakSet[_Fetches] = weakref.WeakSet()  # every thread's, for close()
+        self._every_lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.offset)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_local"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_local", "_every", "_every_lock")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._local = threading.local()
+        self._reset_threads()
 
     def _range(self, index: int) -> Range:
         shard = int(self.shard[index])
         return Range(self.shards[shard], int(self.offset[index]), int(self.size[index]), self.etags[shard])
 
-    def prefetch(self, indices: Iterable[int]) -> None:
-        """Start fetching these samples' bytes together (``source.max_requests`` in flight)."""
-        self.close()
-        wanted = [i for i in dict.fromkeys(int(i) for i in indices) if self.size[i] > 0]
-        if wanted:
-            self._local.ready = dict(zip(wanted, self.store.start([self._range(i) for i in wanted])))
+    def _fetches(self) -> _Fetches:
+        fetches = getattr(self._local, "fetches", None)
+        if fetches is None:
+            fetches = self._local.fetches = _Fetches()
+            with self._every_lock:
+                self._every.add(fetches)
+        return fetches
+
+    def prefetch(self, indices: Iterable[int], ahead: Sequence[Iterable[int]] = ()) -> None:
+        """Start fetching these samples' bytes together (``source.max_requests`` in flight), then those
+        of ``ahead``, the batches this thread reads next, in order (bounded as the class says)."""
+        wanted = self._wanted(indices, set())
+        upcoming = self._upcoming(ahead, set(wanted))
+        fetches = self._fetches()
+        fetches.cancel(keep=wanted + upcoming)   # what neither this batch nor the next ones need
+        new = [i for i in wanted + upcoming if i not in fetches.started]
+        if new:
+            early = set(upcoming)
+            # One call, this batch's first: the store's request limit lets them through in order.
+            for index, future in zip(new, self.store.start([self._range(i) for i in new])):
+                fetches.started[index] = (future, index in early)
+
+    def _wanted(self, indices: Iterable[int], seen: set[int]) -> list[int]:
+        return [i for i in dict.fromkeys(int(i) for i in indices) if self.size[i] > 0 and i not in seen]
+
+    def _upcoming(self, ahead: Sequence[Iterable[int]], seen: set[int]) -> list[int]:
+        """The samples of the next batches to read ahead, in order, within the batch and byte bounds."""
+        out: list[int] = []
+        total = 0
+        for batch in list(ahead)[:READ_AHEAD_BATCHES]:
+            chosen = self._wanted(batch, seen)
+            total += int(self.size[chosen].sum()) if chosen else 0
+            if total > READ_AHEAD_BYTES:
+                break
+            out += chosen
+            seen.update(chosen)
+        return out
 
     def read(self, index: int) -> bytes:
         """The encoded image of sample ``index``; :class:`ImageError` naming the request's last error."""
         if int(self.size[index]) == 0:
             raise ImageError("empty image member (0 bytes)")
         # Kept until this thread's next prefetch: a batch may hold a sample twice (pad, repeats).
-        started = getattr(self._local, "ready", {}).get(index)
-        answer = started.result() if started is not None else self.store.fetch([self._range(index)])[0]
+        future, early = self._fetches().started.get(index, (None, False))
+        answer = _answer(future, early) if future is not None else None
+        if answer is None:  # not started, or a read-ahead that failed: fetched now
+            answer = self.store.fetch([self._range(index)])[0]
         if isinstance(answer, FetchError):
             raise ImageError(redact(answer.reason))
         return answer
 
     def close(self) -> None:
-        """Drop what this thread prefetched, cancelling its requests still waiting (the store's
+        """Cancel every thread's requests still waiting and drop what they fetched (the store's
         connections live as long as the process)."""
-        for started in getattr(self._local, "ready", {}).values():
-            started.cancel()
-        self._local.ready = {}
+        with self._every_lock:
+            every = list(self._every)
+        for fetches in every:
+            fetches.cancel()
+
+
+def _answer(future: Future, early: bool) -> bytes | FetchError | None:
+    """A started GET's bytes or :class:`FetchError`; None for one cancelled (by :meth:`~RemoteShardSamples.close`)
+    or a read-ahead (``early``) that did not bring the bytes, which is then fetched again as if never started."""
+    try:
+        answer = future.result()
+    except CancelledError:
+        return None
+    except Exception as exc:
+        if not early:
+            raise
+        answer = exc
+    if early and not isinstance(answer, bytes):   # a read-ahead's failure is never the sample's
+        log.debug("dali-bridge: a read-ahead failed (%s); the sample is fetched again", redact(str(answer)))
+        return None
+    return answer
 
 
 class CachedShardSamples(RemoteShardSamples):
@@ -336,6 +424,8 @@ class CachedShardSamples(RemoteShardSamples):
         self.shard_bytes = shard_bytes
         self.sha256s = sha256s
 
+    reads_ahead = 0  # whole shards are cached at their first touch (or by the shard-aware order's read-ahead)
+
     def cached_shard(self, shard: int) -> CachedShard:
         """What the cache must know of shard number ``shard``."""
         return CachedShard(self.shards[shard], self.shard_bytes[shard], self.etags[shard], self.sha256s[shard])
@@ -343,8 +433,8 @@ class CachedShardSamples(RemoteShardSamples):
     def _cached(self, shard: int) -> Path:
         return self.cache.ensure(self.cached_shard(shard))
 
-    def prefetch(self, indices: Iterable[int]) -> None:
-        """Bring the batch's shards into the cache (each downloaded once per node)."""
+    def prefetch(self, indices: Iterable[int], ahead: Sequence[Iterable[int]] = ()) -> None:
+        """Bring the batch's shards into the cache (each downloaded once per node); ``ahead`` is not read."""
         for shard in dict.fromkeys(int(self.shard[int(i)]) for i in indices):
             try:
                 self._cached(shard)

@@ -8,7 +8,7 @@ from ...errors import SourceError  # noqa: F401
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -51,11 +51,25 @@ class Listing:
         check_encoded(data, max_pixels=self.max_pixels)
         return data
 
-    def prefetch(self, indices) -> None:
-        """Fetch these samples' bytes together ahead of their reads: concurrent ranged GETs for shards
-        at a URL (a batch's latency paid once), nothing for local files."""
+    @property
+    def reads_ahead(self) -> int:
+        """How many of a reading thread's next batches :meth:`prefetch` reads ahead (0: none; no
+        reader needs to say its next batches)."""
+        return self.shards.reads_ahead if isinstance(self.shards, RemoteShardSamples) else 0
+
+    def prefetch(self, indices, ahead: Sequence = ()) -> None:
+        """Fetch these samples' bytes together ahead of their reads, then those of ``ahead`` (the
+        sample indices of the batches the calling thread reads next, in order): concurrent ranged
+        GETs for shards at a URL (a batch's latency paid once, and hidden behind the decode of the
+        batches before it), nothing for local files."""
         if isinstance(self.shards, RemoteShardSamples):
-            self.shards.prefetch(indices)
+            self.shards.prefetch(indices, ahead)
+
+    def stop_reading_ahead(self) -> None:
+        """Cancel every thread's prefetched requests still waiting (the loader's iteration ended or
+        it closed)."""
+        if isinstance(self.shards, RemoteShardSamples):
+            self.shards.close()
 
     def read_info(self, index: int) -> tuple[bytes, ImageInfo]:
         """Sample ``index``'s bytes, checked as :meth:`read` checks them, and their

@@ -304,7 +304,7 @@ def test_a_shard_without_an_index_is_downloaded_once_with_a_warning(moto_endpoin
 
 
 def test_a_batch_is_fetched_concurrently_within_max_requests(s3_shards, moto_endpoint, fault_proxy):
-    for max_requests, expected_peak in ((2, 2), (16, 5)):
+    for max_requests, expected_peak in ((2, 2), (16, 15)):
         proxy = fault_proxy(moto_endpoint)
         loader = build_loader(TRAIN, "torchvision", overrides=overrides(
             f"{s3_shards}/{SHARDS}", source={"storage_options": {"endpoint_url": proxy.endpoint},
@@ -313,7 +313,8 @@ def test_a_batch_is_fetched_concurrently_within_max_requests(s3_shards, moto_end
         proxy.latency, proxy.peak = 0.3, 0  # long enough for a batch's requests to overlap
         next(iter(loader))
         loader.close()
-        assert proxy.peak == expected_peak  # batch_size 5: all five at once when the limit allows
+        # batch_size 5, and the two batches read ahead behind it: all fifteen at once when the limit allows
+        assert proxy.peak == expected_peak
 
 
 def test_a_batch_sample_is_handed_out_as_soon_as_its_bytes_arrive_while_later_ones_are_in_flight(
