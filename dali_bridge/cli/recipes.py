@@ -35,7 +35,7 @@ def _add_from_timm(add: AddCommand) -> None:
     p = add("from-timm", cmd_from_timm, "Write the pipeline file of timm's training arguments (train.py's data and "
                                         "augmentation options), without timm.",
             "timm's arguments come after --.\n"
-            "examples:\n  dali-bridge from-timm --source data/train --crop-interpolation bilinear -- \\\n"
+            "examples:\n  dali-bridge from-timm --source data/train -- \\\n"
             "      --aa rand-m9-mstd0.5-inc1 --reprob 0.25 --remode pixel --mixup 0.8 --cutmix 1.0 > timm.yaml\n"
             "exit status: 0 written, 2 an argument has no op yet (each is named, with what to do)")
     p.add_argument("timm_args", nargs="*", metavar="TIMM_ARGS")
