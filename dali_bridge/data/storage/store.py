@@ -451,6 +451,7 @@ def store_for(url: str, storage_options: dict[str, Any] | None = None, max_reque
     scheme = scheme_of(url)
     if scheme is None:
         raise StorageError(f"{url} is a local path, not a URL")
+    require_client(scheme)   # here too, not only when a store is made: a client gone since names its extra
     _, user, password = split_userinfo(url)
     credentials = (user, password) if user is not None else None
     key = (scheme, repr(sorted((storage_options or {}).items())), max_requests, timeout, tuple(redirect_hosts),
