@@ -24,6 +24,7 @@ if "$PY" -c 'import spdl.pipeline' 2> /dev/null; then
   BASELINES="$BASELINES,spdl,spdl-torchvision"   # the [bench] extra: SPDL's thread-pool loader
 fi
 
+bash benchmarks/system_packages.sh   # FFmpeg for spdl.io, nginx for the HTTP rows (where it can install)
 echo "load average before: $(cat /proc/loadavg 2> /dev/null || echo n/a)"
 "$PY" -m dali_bridge sample-data data/sample --images 2000 --classes 10 --seed 0 --if-absent -q
 
