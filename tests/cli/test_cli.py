@@ -154,3 +154,13 @@ def test_each_command_module_holds_its_parser_beside_its_handler():
     names = set(build_parser()._subparsers._group_actions[0].choices)
     assert names == {"validate", "show", "run", "pipelines", "init", "sample-data", "convert", "verify", "doctor",
                      "bench", "compare", "from-torchvision", "from-timm"}
+
+
+def test_run_of_a_pipeline_whose_own_folder_is_missing_says_how_to_give_images(capsys, tmp_path):
+    copied = tmp_path / "pipelines" / "train.yaml"   # a shipped file away from its sample images
+    copied.parent.mkdir()
+    copied.write_text(TRAIN.read_text())
+    assert main(["run", str(copied), "--backends", "torchvision", "-q"]) == EXIT_INVALID
+    err = capsys.readouterr().err
+    assert f"folder {tmp_path / 'data' / 'sample'} does not exist" in err
+    assert "--data DIR" in err and f"dali-bridge sample-data {tmp_path / 'data' / 'sample'}" in err

@@ -102,7 +102,9 @@ def list_folder(root: str | Path, extensions: tuple[str, ...]) -> Listing:
     """ImageFolder semantics: classes are the sorted sub-folders; files walked sorted, links followed."""
     root = Path(root)
     if not root.exists():
-        raise SourceError(f"source.root: folder {root} does not exist")
+        raise SourceError(f"source.root: folder {root} does not exist; point source.root at a folder with one "
+                          f"sub-folder of images per class (on the command line: --data DIR), or make generated "
+                          f"sample images there: dali-bridge sample-data {root}")
     if not root.is_dir():
         raise SourceError(f"source.root: {root} is not a folder")
     classes = _class_folders(root)
