@@ -137,11 +137,14 @@ class RayExecutor:
         if self._remote is not None and ray.is_initialized():
             return ray
         address = self.settings.address
-        if not ray.is_initialized():
+        connected = ray.is_initialized()
+        if not connected:
             self._start(ray, address)
-        context = ray.get_runtime_context()
-        gcs = getattr(context, "gcs_address", None)
-        self._address = address or f"127.0.0.1 (a local cluster{f', GCS {gcs}' if gcs else ''})"
+        gcs = getattr(ray.get_runtime_context(), "gcs_address", None)
+        if connected or address == "auto":  # the address Ray resolved
+            self._address = gcs or "the cluster this process is connected to"
+        else:
+            self._address = address or f"127.0.0.1 (a local cluster{f', GCS {gcs}' if gcs else ''})"
         if gcs and not (address or "").startswith("ray://"):  # Ray Client: the client server says it
             host, _, port = gcs.rpartition(":")
             self._gcs = (host.strip("[]"), int(port))
@@ -165,12 +168,25 @@ class RayExecutor:
                          log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
                 self._owned = True
             else:
+                self._check_reachable(address)
                 ray.init(address=address, log_to_driver=False)
         except Exception as exc:
             where = f"at {address}" if address else "(a local cluster on 127.0.0.1)"
             raise RayClusterError(f"loader.executor: ray cannot reach the Ray cluster {where}: "
                                   f"{type(exc).__name__}: {exc}. Start one (`ray start --head`, docs/ray.md), set "
                                   f"loader.ray.address to its address, or leave it out for a local cluster") from exc
+
+    @staticmethod
+    def _check_reachable(address: str) -> None:
+        """A ``host:port`` or ``ray://host:port`` that takes no connection, refused at once (Ray itself
+        would retry for minutes); ``auto`` is Ray's to find."""
+        if address == "auto":
+            return
+        host, _, port = address.removeprefix("ray://").rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_SECONDS).close()
+        except OSError as exc:
+            raise ConnectionError(f"nothing answers at {host}:{port} ({exc})") from None
 
     def _gone(self) -> bool:
         """Whether the cluster's head no longer takes connections (Ray itself would wait on)."""
@@ -197,43 +213,66 @@ class RayExecutor:
     def _ordered(self, ray: Any, tasks: list[BatchTask]) -> Iterator[dict[str, Any]]:
         """Each task's item, in the tasks' order; at most ``in_flight`` submitted and not taken, at
         most ``cpus`` of them not yet done. Leaving early cancels the batches still in flight."""
-        queue, pending, first = deque(tasks), deque(), True
+        queue: deque[BatchTask] = deque(tasks)
+        pending: deque[tuple[BatchTask, Any]] = deque()  # (task, its result's reference), in order
+        first = True
         try:
             while queue or pending:
-                while queue and len(pending) < self.in_flight and self._running(ray, pending) < self.cpus:
-                    pending.append(self._remote.remote([self._reference], queue.popleft()))
-                head = pending[0]
+                self._submit(ray, queue, pending)
+                task, head = pending[0]
                 started = time.perf_counter()
                 while not ray.wait([head], timeout=0, fetch_local=True)[0]:
-                    self._await(ray, pending, queue, number=self._figures["batches"])
-                    while queue and len(pending) < self.in_flight and self._running(ray, pending) < self.cpus:
-                        pending.append(self._remote.remote([self._reference], queue.popleft()))
+                    self._await(ray, pending, left=len(pending) + len(queue), number=task.number)
+                    self._submit(ray, queue, pending)
                 self._count_wait(time.perf_counter() - started, first=first)
                 first = False
-                yield ray.get(pending.popleft())
+                pending.popleft()
+                yield self._get(ray, head, number=task.number, left=len(pending) + len(queue) + 1)
         finally:
             if ray.is_initialized():  # not after a cluster gone: nothing to cancel there
-                for reference in pending:
+                for _, reference in pending:
                     ray.cancel(reference, force=False)
+
+    def _submit(self, ray: Any, queue: deque, pending: deque) -> None:
+        """Submit the next tasks while the window has room and fewer than ``cpus`` are running."""
+        while queue and len(pending) < self.in_flight and self._running(ray, pending) < self.cpus:
+            task = queue.popleft()
+            pending.append((task, self._remote.remote([self._reference], task)))
+
+    def _get(self, ray: Any, reference: Any, *, number: int, left: int) -> dict[str, Any]:
+        """The item of a batch Ray says is done; a cluster gone meanwhile, or a batch whose retries
+        all failed, as a :class:`RayClusterError`."""
+        try:
+            return ray.get(reference)
+        except ray.exceptions.RayError as exc:
+            if self._gone():
+                self._disconnect(ray)
+                raise self._gone_error(number=number, left=left) from exc
+            raise RayClusterError(f"batch {number} failed on the Ray cluster at {self._address} after Ray's "
+                                  f"{TASK_RETRIES} retries: {type(exc).__name__}: {exc}") from exc
+
+    def _gone_error(self, *, number: int, left: int) -> RayClusterError:
+        return RayClusterError(
+            f"the Ray cluster at {self._address} is gone (its head does not answer): the epoch ends before its "
+            f"batch {number} ({left} batches not made). loader.state_dict() holds this point: restart the "
+            f"cluster and iterate again after loader.load_state_dict(state), or resume it on local workers "
+            f"(loader.executor: processes)")
 
     def _running(self, ray: Any, pending: deque) -> int:
         """How many of the submitted batches are not done yet."""
         if not pending:
             return 0
-        done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0, fetch_local=False)
+        references = [reference for _, reference in pending]
+        done, _ = ray.wait(references, num_returns=len(references), timeout=0, fetch_local=False)
         return len(pending) - len(done)
 
-    def _await(self, ray: Any, pending: deque, queue: deque, *, number: int) -> None:
+    def _await(self, ray: Any, pending: deque, *, number: int, left: int) -> None:
         """Wait up to :data:`POLL_SECONDS` for any batch in flight; a cluster gone ends the iteration."""
-        ray.wait(list(pending), num_returns=1, timeout=POLL_SECONDS, fetch_local=False)
+        ray.wait([reference for _, reference in pending], num_returns=1, timeout=POLL_SECONDS, fetch_local=False)
         if self._gone():
             # Disconnected here: Ray would otherwise wait on for the head, then end this process.
             self._disconnect(ray)
-            raise RayClusterError(
-                f"the Ray cluster at {self._address} is gone (its head does not answer): the epoch ends before its "
-                f"batch {number} ({len(pending) + len(queue)} batches not made). loader.state_dict() holds this "
-                f"point: restart the cluster and iterate again after loader.load_state_dict(state), or resume "
-                f"it on local workers (loader.executor: processes)")
+            raise self._gone_error(number=number, left=left)
 
     def _count_wait(self, seconds: float, *, first: bool) -> None:
         """A wait for the next batch: an iteration's first is its start-up (the workers import and
