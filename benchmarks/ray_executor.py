@@ -151,7 +151,7 @@ def main() -> int:
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "ray_executor.json"))
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=3, help="batches before the timing (the workers' start)")
-    parser.add_argument("--batches", type=int, default=20, help="batches timed")
+    parser.add_argument("--batches", type=int, default=40, help="batches timed")
     parser.add_argument("--workers", type=int, default=2, help="local DataLoader workers")
     parser.add_argument("--nodes", type=int, default=2, help="Ray worker nodes (raylets) on this machine")
     parser.add_argument("--node-cpus", type=int, default=1, help="CPUs of each worker node")
