@@ -221,13 +221,14 @@ class RayExecutor:
                 self._submit(ray, queue, pending)
                 task, head = pending[0]
                 started = time.perf_counter()
-                while not ray.wait([head], timeout=0, fetch_local=True)[0]:
+                while not ray.wait([head], timeout=0, fetch_local=False)[0]:
                     self._await(ray, pending, left=len(pending) + len(queue), number=task.number)
                     self._submit(ray, queue, pending)
-                self._count_wait(time.perf_counter() - started, first=first)
-                first = False
                 pending.popleft()
-                yield self._get(ray, head, number=task.number, left=len(pending) + len(queue) + 1)
+                item = self._get(ray, head, number=task.number, left=len(pending) + len(queue) + 1)
+                self._count_wait(time.perf_counter() - started, first=first)  # the copy to this node included
+                first = False
+                yield item
         finally:
             if ray.is_initialized():  # not after a cluster gone: nothing to cancel there
                 for _, reference in pending:
@@ -267,8 +268,12 @@ class RayExecutor:
         return len(pending) - len(done)
 
     def _await(self, ray: Any, pending: deque, *, number: int, left: int) -> None:
-        """Wait up to :data:`POLL_SECONDS` for any batch in flight; a cluster gone ends the iteration."""
-        ray.wait([reference for _, reference in pending], num_returns=1, timeout=POLL_SECONDS, fetch_local=False)
+        """Wait up to :data:`POLL_SECONDS` for one more batch in flight to be done (the head, or one
+        whose CPU the next task can take); a cluster gone ends the iteration."""
+        references = [reference for _, reference in pending]
+        _, running = ray.wait(references, num_returns=len(references), timeout=0, fetch_local=False)
+        if running:  # only those: one already done would end the wait at once, and the loop would spin
+            ray.wait(running, num_returns=1, timeout=POLL_SECONDS, fetch_local=False)
         if self._gone():
             # Disconnected here: Ray would otherwise wait on for the head, then end this process.
             self._disconnect(ray)
