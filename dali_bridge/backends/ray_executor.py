@@ -149,7 +149,10 @@ class RayExecutor:
             host, _, port = gcs.rpartition(":")
             self._gcs = (host.strip("[]"), int(port))
         cluster_cpus = int(ray.cluster_resources().get("CPU", 1))
-        self.cpus = self.settings.cpus or max(1, cluster_cpus // max(1, self.topology.world_size))
+        # auto: all of a local cluster (each rank starts its own with its share of the cores), a running
+        # cluster's CPUs shared by the ranks
+        shared_by = 1 if self._owned else max(1, self.topology.world_size)
+        self.cpus = self.settings.cpus or max(1, cluster_cpus // shared_by)
         self.in_flight = self.settings.batches_in_flight or 2 * self.cpus
         self._remote = ray.remote(num_cpus=1, max_retries=TASK_RETRIES, retry_exceptions=False)(make_batch)
         self._reference = ray.put(self.dataset)
