@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from dali_bridge import build_loader
+from dali_bridge.backends.ray_executor import RayExecutor
 from dali_bridge.loader.loader import Loader
 from dali_bridge.tools.compare import compare
 from tests.helpers.paths import TRAIN, VAL
@@ -160,3 +161,19 @@ def test_compare_accepts_the_executor(sample_root):
         "source": folder(sample_root), "batch_size": 4, "loader.workers": 0, **SMALL})
     assert result.passed and result.backends == ("torchvision", "torchvision:ray")
     assert all(output.max_abs == 0 for output in result.outputs)
+
+
+def test_no_more_batches_than_the_window_are_in_flight(sample_root, monkeypatch):
+    in_flight: list[int] = []
+    submit = RayExecutor._submit
+
+    def recorded(self, ray, queue, pending) -> None:
+        submit(self, ray, queue, pending)
+        in_flight.append(len(pending))
+
+    monkeypatch.setattr(RayExecutor, "_submit", recorded)
+    # 4 CPUs asked of a cluster of 2: only the window holds the submissions back
+    with loader_for(folder(sample_root), "ray", **SMALL, **{"loader.ray": {"cpus": 4, "batches_in_flight": 3}}) as ray:
+        assert len(batches(ray)) == len(ray)
+        assert ray.stats()["executor"]["batches_in_flight"] == 3
+    assert max(in_flight) == 3
