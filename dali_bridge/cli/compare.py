@@ -27,7 +27,8 @@ def add_parser(add: AddCommand) -> None:
                                     "the worst samples, PASS/FAIL against the bounds.", EPILOG_COMPARE)
     p.add_argument("file", metavar="FILE")
     p.add_argument("--backends", default="default", metavar="A,B",
-                   help="the two backends to compare (dali, dali-cpu, torchvision); default: dali,torchvision "
+                   help="the two backends to compare (dali, dali-cpu, torchvision; torchvision:ray runs one on a Ray "
+                        "cluster, as loader.executor: ray); default: dali,torchvision "
                         "where the GPU backend runs, else dali-cpu,torchvision")
     p.add_argument("--batches", type=int, default=5, metavar="N",
                    help="batches of the first epoch to compare (default 5; 0 = the whole epoch)")
@@ -55,10 +56,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         backends = list(default_pair())
     else:
         backends = [name.strip() for name in args.backends.split(",") if name.strip()]
-        unknown = [name for name in backends if name not in ("dali", "dali-cpu", "torchvision")]
+        unknown = [name for name in backends if name.partition(":")[0] not in ("dali", "dali-cpu", "torchvision")
+                   or name.partition(":")[2] not in ("", "processes", "threads", "ray")]
         if len(backends) != 2 or unknown:
             raise SystemExit(f"dali-bridge: --backends takes two of dali, dali-cpu, torchvision separated by a "
-                             f"comma, found {args.backends!r}")
+                             f"comma, each optionally with its loader.executor after a colon (torchvision:ray), "
+                             f"found {args.backends!r}")
     if args.batches < 0 or args.worst < 0:
         raise SystemExit("dali-bridge: --batches and --worst must be >= 0")
     if args.save:

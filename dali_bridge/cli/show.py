@@ -36,7 +36,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         if op_origin(op.name) is not None:
             print(f"# ops[{index}] {op.name}: from {op_origin(op.name)}")
     try:
-        choice = choose_backend(spec.backend)
+        choice = choose_backend(spec.backend, executor=spec.loader.executor)
         print(f"# backend {spec.backend!r} picks {choice.backend} here: {choice.reason}")
     except Exception as exc:
         print(f"# backend {spec.backend!r}: {exc}")

@@ -132,7 +132,11 @@ class Loader:
     def stats(self) -> dict[str, Any]:
         """How long the consumer waited for batches and held them, since the loader was built, and
         the verdict (data-bound or compute-bound): see :mod:`dali_bridge.loader.stats`."""
-        return self._clock.figures()
+        figures = self._clock.figures()
+        executor_stats = getattr(self._executor, "stats", None)
+        if executor_stats is not None:  # an executor's own waits (executor: ray: the waits for the cluster)
+            figures["executor"] = executor_stats()
+        return figures
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch of the next iteration (its order and random parameters): 0 <= epoch < 2^32.
@@ -403,7 +407,7 @@ def build_loader(spec_or_path: PipelineSpec | str | Path | Mapping, backend: str
         raise TypeError(unexpected_keywords_message(unexpected))
     spec = coerce_spec(spec_or_path, overrides)
     requested = spec.backend if backend == "auto" else backend
-    choice = choose_backend(requested)
+    choice = choose_backend(requested, executor=spec.loader.executor)
     log.info("dali-bridge %s: backend %s (%s)", spec.name, choice.backend, choice.reason)
     missing = unsupported_ops(spec, choice.backend)
     if missing:

@@ -20,20 +20,23 @@ def placement(plan: Plan, backend: str, cuda: bool = False, *, executor: str = "
     other op on ``gpu``. ``dali-cpu``: everything on ``cpu``. ``torchvision``: decode and the steps
     in DataLoader worker processes on the CPU, finishing on the batch — on ``cuda`` when the loader
     targets a GPU (``cuda=True``), else in the main process; under ``executor="threads"`` (the
-    spec's ``loader.executor``) the read and the steps run in threads of the loader's process.
+    spec's ``loader.executor``) the read and the steps run in threads of the loader's process, under
+    ``executor="ray"`` in Ray tasks on a cluster's CPU nodes (the batch's uint8 pixels come back
+    through Ray's object store).
     """
     if backend in ("dali", "dali-cpu"):
         device = "cuda" if backend == "dali" else "cpu"
         return [Placed(*stage) for stage in dali_plan(plan).stages(gpu=backend == "dali")] + \
             _post_finish_placement(plan, device)
     if backend == "torchvision":
-        threads = executor == "threads"
-        stages = [Placed("read", "loader thread: file read" if threads else "DataLoader worker: file read", "cpu"),
+        where = {"threads": "loader thread", "ray": "Ray task"}.get(executor, "DataLoader worker")
+        batch = {"threads": "uint8 batch in the loader's process",
+                 "ray": "uint8 batch through Ray's object store"}.get(executor, "uint8 batch through worker queue")
+        stages = [Placed("read", f"{where}: file read", "cpu"),
                   Placed("decode", "torchvision.io.decode_image (RGB, EXIF orientation)", "cpu")]
         stages += [Placed(step.name, facet(step.op, Display).torchvision_stage(step.params), "cpu")
                    for step in plan.steps]
-        stages.append(Placed("batch", "uint8 batch in the loader's process" if threads
-                             else "uint8 batch through worker queue", "cpu"))
+        stages.append(Placed("batch", batch, "cpu"))
         stages.append(Placed("finish", facet(plan.finish_step.op, Display).torchvision_stage(plan.finish_step.params),
                              "cuda" if cuda else "cpu"))
         return stages + _post_finish_placement(plan, "cuda" if cuda else "cpu")

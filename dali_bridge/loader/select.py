@@ -271,13 +271,16 @@ class Choice:
     reason: str
 
 
-def choose_backend(requested: str = "auto", host: Probe | None = None) -> Choice:
+def choose_backend(requested: str = "auto", host: Probe | None = None, *, executor: str = "processes") -> Choice:
     """Resolve ``requested`` to a backend that can run here.
 
     ``auto`` picks ``dali`` when DALI imports and a CUDA device is usable, otherwise
-    ``torchvision``. An explicit backend that cannot run raises :class:`BackendUnavailable`
-    with the reason instead of falling back.
+    ``torchvision``; under ``executor="ray"`` (the spec's ``loader.executor``) always ``torchvision``,
+    whose per-sample work the cluster runs. An explicit backend that cannot run raises
+    :class:`BackendUnavailable` with the reason instead of falling back.
     """
+    if executor == "ray":
+        return _ray_choice(requested)
     if requested != "auto":
         # An explicit torchvision needs no DALI probe, nor DALI's import (a quarter of a second).
         reason = (torchvision_reason() if requested == "torchvision" and host is None
@@ -293,6 +296,21 @@ def choose_backend(requested: str = "auto", host: Probe | None = None) -> Choice
     if tv_reason:
         raise BackendUnavailable(f"auto: no backend can run here: dali: {dali_reason}; torchvision: {tv_reason}")
     return Choice("torchvision", f"auto: torchvision fallback ({dali_reason})")
+
+
+def _ray_choice(requested: str) -> Choice:
+    """``loader.executor: ray``: the torchvision backend (its per-sample core runs in Ray tasks), Ray installed."""
+    from ..backends.ray_executor import ray_missing_reason
+
+    if requested not in ("auto", "torchvision"):
+        raise BackendUnavailable(f"backend '{requested}' cannot run with loader.executor: ray, which runs the "
+                                 f"torchvision backend's per-sample work on a Ray cluster: set backend: torchvision "
+                                 f"(or auto), or another loader.executor")
+    reason = torchvision_reason() or ray_missing_reason()
+    if reason:
+        raise BackendUnavailable(f"loader.executor: ray cannot run here: {reason}")
+    return Choice("torchvision", f"loader.executor: ray runs the torchvision backend's per-sample work on a Ray "
+                                 f"cluster ({'requested explicitly' if requested == 'torchvision' else 'auto'})")
 
 
 def _host_for_auto() -> Probe:
@@ -361,4 +379,7 @@ def build_executor(backend: str, spec: PipelineSpec, listing: Listing, plan: Pla
     if device is None:
         devices, _ = torch_cuda_devices()
         device = torch.device("cuda", cuda_ordinal(topology.local_rank, devices)) if devices else torch.device("cpu")
+    if spec.loader.executor == "ray":
+        from ..backends.ray_executor import RayExecutor
+        return RayExecutor(spec, listing, plan, topology=topology, device=device)
     return TorchvisionExecutor(spec, listing, plan, topology=topology, device=device)

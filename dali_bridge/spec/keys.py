@@ -196,6 +196,28 @@ _BATCH_KEYS = (
         default=0.0, interval=Interval(0, 1, "[)")),
 )
 
+# ``loader.ray``'s own keys: what its reader accepts and fills in; the reference prints them in
+# ``loader.ray``'s row.
+RAY_KEYS: tuple[Key, ...] = (
+    Key("loader.ray.address", "text",
+        "the cluster: `auto` (the one `ray start` made on this node, or `RAY_ADDRESS`), `ray://host:port` (Ray "
+        "Client), `host:port` (a head node's GCS), or none: a local cluster on 127.0.0.1 started with the loader "
+        "and stopped when it closes; a process already connected to Ray uses its connection",
+        default=None, shown_default="none: a local cluster"),
+    Key("loader.ray.cpus", "integer",
+        "how many of the cluster's CPUs this rank keeps busy: batches running at once, one task of one CPU each; "
+        "a local cluster starts with this many; `auto`: on a local cluster this rank's share of the cores (as "
+        "`loader.workers: auto`), on a running cluster its CPUs ÷ the world size (the ranks share it)",
+        default=None, minimum=1, words=("auto",), shown_default="`auto`"),
+    Key("loader.ray.batches_in_flight", "integer",
+        "batches submitted to the cluster and not yet taken by this rank's loop: the bound on what this rank "
+        "holds in the object store (batches × batch_size × 3 × height × width bytes of uint8) and how far a slow "
+        "node may fall behind before the loop waits for it; `auto`: twice `cpus`",
+        default=None, minimum=1, words=("auto",),
+        maximum=Bound(1024, "each batch in flight holds its uint8 pixels in the object store"),
+        shown_default="`auto`"),
+)
+
 _LOADER_KEYS = (
     Key("loader.workers", "integer",
         "DALI threads or DataLoader worker processes; `auto`: this rank's share of the cores available "
@@ -207,8 +229,14 @@ _LOADER_KEYS = (
         "how the `torchvision` backend runs its workers: DataLoader worker processes, or threads of the "
         "loader's process (nothing pickled, no shared memory, no worker start-up; the same batches); on "
         "`dali-cpu`, how the ops that run in torch after the DALI graph (the policies, colour jitter) run: "
-        "in worker processes, or threads; DALI runs its own threads",
-        default="processes", choices=("processes", "threads")),
+        "in worker processes, or threads; DALI runs its own threads; `ray`: the `torchvision` backend's per-sample "
+        "work in Ray tasks on a cluster (`loader.ray`)",
+        default="processes", choices=("processes", "threads", "ray")),
+    Key("loader.ray", "`{address, cpus, batches_in_flight}`",
+        "`executor: ray` only: the `torchvision` backend's per-sample work (read, decode, the ops up to the "
+        "finish) runs in Ray tasks on a cluster's CPUs, the finish and the ops after it in this process; the "
+        "same batches as local workers ([Ray](ray.md)). " + "; ".join(f"`{key.leaf}`: {key.doc}" for key in RAY_KEYS),
+        default=None, shown_default="a local cluster, `cpus` and `batches_in_flight` `auto`"),
     Key("loader.last_batch", "choice",
         "`partial`: every sample once, the last batch may be smaller; `drop`: full batches only; `pad`: full "
         "batches, the shortfall repeated from the epoch's start and marked `valid: false`",

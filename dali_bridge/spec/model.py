@@ -96,6 +96,15 @@ class OpSpec:
 
 
 @dataclass(frozen=True)
+class RaySettings:
+    """``loader.ray``: the cluster (``address`` None = a local cluster on 127.0.0.1), the CPUs this rank
+    keeps busy (None = auto) and the batches it keeps in flight (None = auto: twice the CPUs)."""
+    address: str | None = None
+    cpus: int | None = None
+    batches_in_flight: int | None = None
+
+
+@dataclass(frozen=True)
 class LoaderSpec:
     """Loader settings: ``workers`` None = from the cores available; ``prefetch`` in batches."""
     workers: int | None = default_of("loader.workers")
@@ -107,3 +116,4 @@ class LoaderSpec:
     report_starvation: bool = default_of("loader.report_starvation")  # log data- or compute-bound per epoch
     shuffle_window: int = DEFAULT_SHUFFLE_WINDOW   # shards whose samples `shuffle: shards` mixes at once
     executor: str = default_of("loader.executor")  # torchvision's workers, dali-cpu's torch tail: processes or threads
+    ray: RaySettings | None = default_of("loader.ray")  # executor: ray's cluster and bounds (None: all auto)

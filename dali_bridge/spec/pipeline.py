@@ -96,6 +96,7 @@ class PipelineSpec:
                 # only where it applies: a dump of any other pipeline reads as before
                 **({"shuffle_window": self.loader.shuffle_window} if self.loader.shuffle == "shards" else {}),
                 **({"executor": self.loader.executor} if self.loader.executor != "processes" else {}),
+                **({"ray": dict(vars(self.loader.ray))} if self.loader.ray is not None else {}),
             },
         }
 

@@ -10,6 +10,7 @@ line in the reference page) and one row there, read into the
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,8 +18,8 @@ from ..util.checks import bool_checker, is_number, type_name
 from ..ops.registry import OPS
 from ..util.quoting import quoted
 from ..util.text import text_problem
-from .keys import KEYS, Key, section_keys
-from .model import LoaderSpec, OpSpec
+from .keys import KEYS, RAY_KEYS, Key, section_keys
+from .model import LoaderSpec, OpSpec, RaySettings
 from .problems import ProblemCollector, check_choice, check_int
 
 
@@ -108,6 +109,34 @@ def _shuffle(chk: ProblemCollector, raw: dict, key: Key) -> Any:
     return value
 
 
+# What ``loader.ray.address`` accepts besides auto: Ray Client's ``ray://host:port`` or a GCS's ``host:port``.
+_RAY_ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9.\-]+:[0-9]{1,5}|(ray://)?\[[0-9A-Fa-f:.]+\]:[0-9]{1,5}")
+
+
+def _ray(chk: ProblemCollector, raw: dict, key: Key) -> RaySettings | None:
+    """``loader.ray: {address, cpus, batches_in_flight}`` (``executor: ray``'s cluster and bounds), read
+    through :data:`~dali_bridge.spec.keys.RAY_KEYS`; None when the file leaves it out."""
+    path = key.path + (key.leaf,)
+    if raw.get(key.leaf) is None:
+        return key.default
+    settings = chk.mapping(raw.get(key.leaf), path, "the Ray settings")
+    if settings is None:
+        return key.default
+    chk.unknown_keys(settings, [k.leaf for k in RAY_KEYS], path, "loader.ray")
+    values = {}
+    for leaf in RAY_KEYS:
+        if leaf.type == "integer":
+            values[leaf.leaf] = (None if settings.get(leaf.leaf) in leaf.words
+                                 else check_int(chk, settings, leaf, allow_none=True))
+    address = settings.get("address")
+    if address is not None and (not isinstance(address, str) or not (address == "auto"
+                                                                       or _RAY_ADDRESS.fullmatch(address))):
+        chk.add(path + ("address",), f"expected auto, ray://host:port (Ray Client), host:port (the head node's GCS) "
+                                     f"or null (a local cluster), found {type_name(address)} {quoted(address)}")
+        address = None
+    return RaySettings(address=address, **values)
+
+
 # How each loader key is read (its choices, range and default are in the schema, under
 # ``loader.NAME``), named as its LoaderSpec field, in the order the unknown-key message lists them.
 LOADER_KEYS: dict[str, KeyReader] = {
@@ -120,6 +149,7 @@ LOADER_KEYS: dict[str, KeyReader] = {
     "report_starvation": _flag,
     "shuffle_window": check_int,
     "executor": check_choice,
+    "ray": _ray,
 }
 
 

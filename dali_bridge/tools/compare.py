@@ -313,15 +313,19 @@ def compare(pipeline: PipelineSpec | str | Path | Mapping, backends: Sequence[st
 
     if len(backends) != 2:
         raise ValueError(f"compare needs exactly two backends, found {list(backends)}")
+    for name in backends:
+        backend_and_executor(name)  # refused before anything is built
     spec = coerce_spec(pipeline, overrides)
     outputs = list(spec.outputs) if "index" in spec.outputs else list(spec.outputs) + ["index"]
     spec = spec.replace(outputs=outputs)
     plan: Plan = build_plan(spec)
     loaders = []
     try:
-        for backend in backends:  # inside the try: the first closes if the second cannot be built
-            loaders.append(build_loader(spec, backend))
-        names = (loaders[0].backend, loaders[1].backend)
+        for name in backends:  # inside the try: the first closes if the second cannot be built
+            backend, executor = backend_and_executor(name)
+            loaders.append(build_loader(spec.replace(**{"loader.executor": executor}) if executor else spec, backend))
+        names = tuple(f"{loader.backend}:{executor}" if executor else loader.backend
+                      for loader, (_, executor) in zip(loaders, map(backend_and_executor, backends)))
         total = len(loaders[0]) if batches is None else min(batches, len(loaders[0]))
         with progress_bar(total=total, unit="batch", description=f"compare {spec.name} ({names[0]} vs {names[1]})",
                           enabled=progress) as bar:
@@ -332,6 +336,19 @@ def compare(pipeline: PipelineSpec | str | Path | Mapping, backends: Sequence[st
     finally:
         for loader in loaders:
             loader.close()
+
+
+def backend_and_executor(name: str) -> tuple[str, str | None]:
+    """``torchvision:ray`` → (``torchvision``, ``ray``): a backend, and the ``loader.executor`` that runs
+    it when named after a colon (else the pipeline's own)."""
+    from ..spec.model import BACKENDS, EXECUTORS
+
+    backend, _, executor = name.partition(":")
+    if backend not in BACKENDS or (executor and executor not in EXECUTORS):
+        raise ValueError(f"unknown backend {name!r}: expected one of {', '.join(b for b in BACKENDS if b != 'auto')}, "
+                         f"optionally with a loader.executor after a colon ({', '.join(EXECUTORS)}), e.g. "
+                         f"torchvision:ray")
+    return backend, executor or None
 
 
 def _cpu(batches: Iterable[Sequence[torch.Tensor]]) -> Iterator[tuple[torch.Tensor, ...]]:

@@ -128,7 +128,7 @@ def test_an_unknown_executor_is_a_positioned_spec_error_naming_the_choices():
     from dali_bridge.spec.pipeline import coerce_spec
     from dali_bridge.spec.problems import SpecError
 
-    with pytest.raises(SpecError, match=r"loader.executor: expected one of processes, threads, found 'fork'"):
+    with pytest.raises(SpecError, match=r"loader.executor: expected one of processes, threads, ray, found 'fork'"):
         coerce_spec(TRAIN, {"loader.executor": "fork"})
 
 
