@@ -8,7 +8,8 @@ image folder and as WebDataset shards, and for each, in a fresh process:
   every sample's name and label up, as an epoch's reads do, and let the garbage collector run; the
   private memory each gained is the part of the index it copied (Python objects are copied page by
   page as their reference counts are written; arrays stay shared);
-* **ready**: ``build_loader`` (which lists the source again) and the first batch of
+* **ready**: ``build_loader`` (which lists the source again; torch and torchvision are imported
+  before, as a training script has them, and their import time is recorded apart) and the first batch of
   ``imagenet_train``'s operations on the ``torchvision`` backend with two worker processes, and
   those workers' memory then (``/proc/<pid>/smaps_rollup``: RSS, PSS, USS);
 * **state dict**: the seconds of the first ``state_dict()`` (its dataset fingerprint is a pass over
@@ -208,9 +209,13 @@ loader:
 
 def measure(pipeline: str) -> dict[str, Any]:
     """One source's figures, in this (fresh) process: see the module's description."""
+    started = time.perf_counter()
     import torch
+    import torchvision  # noqa: F401  (build_loader's backend check imports it: seconds, once per process)
 
     from dali_bridge import build_loader, load_spec
+    from dali_bridge.backends import torchvision as executor  # noqa: F401
+    imports_s = time.perf_counter() - started
     from dali_bridge.bench.procstats import process_tree
     from dali_bridge.bench.scale import index_bytes, index_copied_by_workers, memory_rollup
     from dali_bridge.data.sources.local import list_source
@@ -223,7 +228,7 @@ def measure(pipeline: str) -> dict[str, Any]:
     list_s = time.perf_counter() - started
     gc.collect()
     after = memory_rollup()
-    row: dict[str, Any] = {"samples": len(listing), "list_s": round(list_s, 3), "index_bytes": index_bytes(listing),
+    row: dict[str, Any] = {"imports_s": round(imports_s, 3), "samples": len(listing), "list_s": round(list_s, 3), "index_bytes": index_bytes(listing),
                            "listing_private_growth": after["uss"] - before["uss"]}
     row["workers_index_copy"] = [{"private_growth": w["private_growth"], "uss_before": w["before"]["uss"],
                                   "uss_after": w["after"]["uss"], "pss_after": w["after"]["pss"]}
