@@ -228,8 +228,8 @@ def measure(pipeline: str) -> dict[str, Any]:
     list_s = time.perf_counter() - started
     gc.collect()
     after = memory_rollup()
-    row: dict[str, Any] = {"imports_s": round(imports_s, 3), "samples": len(listing), "list_s": round(list_s, 3), "index_bytes": index_bytes(listing),
-                           "listing_private_growth": after["uss"] - before["uss"]}
+    row: dict[str, Any] = {"imports_s": round(imports_s, 3), "samples": len(listing), "list_s": round(list_s, 3),
+                           "index_bytes": index_bytes(listing), "listing_private_growth": after["uss"] - before["uss"]}
     row["workers_index_copy"] = [{"private_growth": w["private_growth"], "uss_before": w["before"]["uss"],
                                   "uss_after": w["after"]["uss"], "pss_after": w["after"]["pss"]}
                                  for w in index_copied_by_workers(listing, WORKERS)]
