@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from .results import BenchError, BenchReport
 from .ray_report import RAY_EXECUTOR_FORMAT, ray_executor_section
+from .scale_report import SCALE_FORMAT, scale_section
 from .storage_report import OBJECT_STORAGE_FORMAT, object_storage_section
 
 TABLE_COLUMNS = [("candidate", "candidate"), ("threads", "threads"), ("images_per_s", "img/s"),
@@ -341,6 +342,9 @@ def render_file(path: str | Path, *, out_dir: str | Path = ".") -> str:
     elif first.get("format") == RAY_EXECUTOR_FORMAT:
         heading = f"## loader.executor: ray against local workers ({path.name})"
         body = ray_executor_section(first)
+    elif first.get("format") == SCALE_FORMAT:
+        heading = f"## Cost as the dataset grows ({path.name})"
+        body = scale_section(first)
     elif "settings" in first and len(runs) == 1 and runs[0]["label"] is None:
         png = path.with_suffix(".png")
         plot = os.path.relpath(png, out_dir) if png.is_file() else None

@@ -55,10 +55,8 @@ def listing_fingerprint(listing: Listing) -> str:
     """SHA-256 over every sample's location relative to the source root, its label and the class
     names: two datasets of the same size differ here, the same files found on another mount do not."""
     digest = hashlib.sha256()
-    prefix = listing.root.rstrip("/") + "/"
-    for path in listing.paths:
-        digest.update((path[len(prefix):] if path.startswith(prefix) else path).encode("utf-8", "surrogateescape"))
-        digest.update(b"\0")
+    # each path relative to the root, then a NUL: fed from the listing's arrays (PathTable.feed)
+    listing.paths.feed(digest, strip=listing.root.rstrip("/") + "/")
     digest.update(np.asarray(listing.labels, dtype="<i8").tobytes())
     digest.update("\0".join(listing.classes).encode("utf-8", "surrogateescape"))
     return digest.hexdigest()

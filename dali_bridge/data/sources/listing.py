@@ -16,6 +16,7 @@ from .formats import ImageInfo, inspect_image, without_webp_exif
 from ...spec.model import DEFAULT_MAX_PIXELS
 from ...errors import ImageError
 from .images import check_encoded, read_file, too_many_bytes
+from .path_table import PathTable
 from ..shards.remote import RemoteShardSamples
 from ..shards.tar import ShardSamples
 from ...spec.model import DEFAULT_MAX_BYTES
@@ -30,8 +31,13 @@ CLASSES_PER_SAMPLE = 4
 
 @dataclass(frozen=True)
 class Listing:
-    """Every sample of a source: ``paths[i]`` has label ``labels[i]``; ``classes[label]`` names it."""
-    paths: tuple[str, ...]
+    """Every sample of a source: ``paths[i]`` has label ``labels[i]``; ``classes[label]`` names it.
+
+    The per-sample index is arrays only (the names a :class:`~dali_bridge.data.sources.path_table.PathTable`,
+    the labels int64), so DataLoader workers forked from the process that holds it share it instead
+    of copying it (see :mod:`dali_bridge.data.sources.path_table`); ``paths`` given as any sequence
+    of strings is packed into one."""
+    paths: PathTable
     labels: np.ndarray
     classes: tuple[str, ...]
     root: str
@@ -41,6 +47,12 @@ class Listing:
     shards: ShardSamples | RemoteShardSamples | None = field(default=None, compare=False)
     max_pixels: int = field(default=DEFAULT_MAX_PIXELS, compare=False)  # source.max_pixels: larger images are refused
     max_bytes: int = field(default=DEFAULT_MAX_BYTES, compare=False)  # source.max_bytes: larger files are refused
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.paths, PathTable):
+            object.__setattr__(self, "paths", PathTable.of(self.paths))
+        if not isinstance(self.labels, np.ndarray):
+            object.__setattr__(self, "labels", np.asarray(self.labels, dtype=np.int64))
 
     def __len__(self) -> int:
         return len(self.paths)

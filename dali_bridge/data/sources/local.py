@@ -27,6 +27,7 @@ from ..storage.store import ObjectStore
 from ...util.urls import hide_signature, is_url, without_userinfo
 from .source_check import source_store
 from ...errors import SourceError  # noqa: F401
+from .path_table import PathTable, PathTableBuilder
 from .listing import CLASSES_PER_SAMPLE, MIN_CLASS_BOUND, Listing, class_bound, sparse_labels  # noqa: F401
 from .webdataset import list_webdataset
 from .file_list_lines import ListLine, listed_samples, parse_lines
@@ -110,27 +111,31 @@ def list_folder(root: str | Path, extensions: tuple[str, ...]) -> Listing:
     classes = _class_folders(root)
     if not classes:
         raise SourceError(f"source.root: {root} has no class sub-folders (expected root/<class>/<image> files)")
-    paths: list[str] = []
-    labels: list[int] = []
+    paths = PathTableBuilder()
+    counts: list[int] = []   # images per class
     ignored: Counter = Counter()
     empty: list[str] = []
     for label, name in enumerate(classes):
-        before = len(paths)
+        found = 0
         for dirpath, filenames in _walk(root / name):
+            images = []
             for filename in sorted(filenames):
                 if _is_image(filename, extensions):
-                    paths.append(os.path.join(dirpath, filename))
-                    labels.append(label)
+                    images.append(filename)
                 else:
                     ignored[os.path.splitext(filename)[1].lower()] += 1
-        if len(paths) == before:
+            paths.add_in_folder(os.path.join(dirpath, ""), images)   # os.path.join(dirpath, filename), packed
+            found += len(images)
+        counts.append(found)
+        if not found:
             empty.append(name)
     if empty:
         shown = ", ".join(safe_name(name) for name in empty[:20]) + (f" and {len(empty) - 20} more"
                                                                      if len(empty) > 20 else "")
         raise SourceError(f"source.root: class folder(s) with no images ({', '.join(extensions)}) under {root}: "
                           f"{shown} — remove them or add images (labels follow the sorted folder names)")
-    return Listing(tuple(paths), np.asarray(labels, dtype=np.int64), tuple(classes), str(root), ignored)
+    labels = np.repeat(np.arange(len(classes), dtype=np.int64), counts)
+    return Listing(paths.build(), labels, tuple(classes), str(root), ignored)
 
 
 def list_file(file_list: str | Path, root: str | Path | None, extensions: tuple[str, ...],
@@ -234,5 +239,5 @@ def _without_signatures(listing: Listing, source: SourceSpec) -> Listing:
                  "file_list": [source.file_list, source.root]}.get(source.type, [])
     if all(hide_signature(location) == location for location in locations if location and is_url(location)):
         return listing   # nothing to hide (checked on the source's few URLs, not on every path)
-    return replace(listing, paths=tuple(hide_signature(path) for path in listing.paths),
+    return replace(listing, paths=PathTable.of(hide_signature(path) for path in listing.paths),
                    root=hide_signature(listing.root))

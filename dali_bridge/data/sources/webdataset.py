@@ -26,6 +26,7 @@ from ...util.quoting import quoted, safe_name
 from ...util.text import NotUtf8Error, decode_utf8
 from ...errors import SourceError
 from .listing import Listing, sparse_labels
+from .path_table import PathTableBuilder
 from .source_check import scheme_advice
 
 
@@ -183,7 +184,7 @@ def _remote_scans(paths: list[str], image_keys: tuple[str, ...], label_key: str,
 @dataclass
 class _ShardsFound:
     """What the scans of a pattern's shards found, joined in shard order."""
-    names: list[str] = field(default_factory=list)
+    names: PathTableBuilder = field(default_factory=PathTableBuilder)   # shard#member
     labels: list[int] = field(default_factory=list)
     shard_ids: list[int] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)
@@ -200,7 +201,7 @@ def _gather_scans(paths: list[str], scans: list[ShardScan]) -> _ShardsFound:
         found.problems.extend(scan.problems)
         found.ignored.update(scan.ignored)
         found.counts[os.path.basename(path)] = len(scan.keys)
-        found.names.extend(f"{path}#{name}" for name in scan.image_names)
+        found.names.add_paths(scan.image_names, prefix=f"{path}#")
         found.labels.extend(scan.labels)
         found.shard_ids.extend([number] * len(scan.keys))
         found.offsets.extend(scan.offsets)
@@ -213,8 +214,9 @@ def _shard_classes(paths: list[str], scans: list[ShardScan], infos: list[ObjectI
     """The class names (the manifest's, else ``"0"``…``"max"``); adds to ``found.problems`` what the
     labels and the manifest say against each other."""
     manifest_file, manifest_data = manifest
-    problems, labels, names, shard_ids = found.problems, found.labels, found.names, found.shard_ids
+    problems, labels, shard_ids = found.problems, found.labels, found.shard_ids
     if manifest_data is None and not problems:
+        names = found.names.build()
         problems.extend(sparse_labels(labels, lambda i: f"{os.path.basename(paths[shard_ids[i]])}: "
                                                         f"{names[i].rsplit('#', 1)[1]}"))
     classes: tuple[str, ...] = ()
@@ -279,9 +281,9 @@ def list_webdataset(pattern: str, image_keys: tuple[str, ...], label_key: str = 
         problems = found.problems
         shown = problems[:50] + ([f"... and {len(problems) - 50} more"] if len(problems) > 50 else [])
         raise SourceError(f"source.shards: {len(problems)} problem(s) in {pattern}:\n  " + "\n  ".join(shown))
-    if not found.names:
+    if not found.labels:
         raise SourceError(f"source.shards: {pattern} holds no samples with a .{' or .'.join(image_keys)} image "
                           f"and a .{label_key} label")
     samples = _shard_samples(paths, found, infos, store, cache, manifest_data)
-    return Listing(tuple(found.names), np.asarray(found.labels, dtype=np.int64), classes, pattern, found.ignored,
+    return Listing(found.names.build(), np.asarray(found.labels, dtype=np.int64), classes, pattern, found.ignored,
                    samples)
