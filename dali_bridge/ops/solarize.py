@@ -19,7 +19,7 @@ import numpy as np
 
 from ..util.checks import is_number, probability_checker, type_name
 from .base import Param
-from .dali_op import Column, DaliOp
+from .dali_op import Column, DaliOp, on_coin_flip
 from .facets import Batching, DaliBaseline, Display
 
 
@@ -104,14 +104,10 @@ class RandomSolarize(DaliOp, Batching, Display, DaliBaseline):
         from nvidia.dali import fn, types
 
         # What a DALI user writes: the same table on DALI's own coin flip.
-        coin = fn.random.coin_flip(probability=step.params["probability"], dtype=types.UINT8)
         table = fn.lookup_table(images, keys=list(range(256)),
                                 values=solarized_levels(step.params["threshold"]).tolist(),
                                 dtype=types.UINT8, device=ctx.device)
-        keep = fn.cast(1 - coin, dtype=types.UINT8)  # an int constant widens uint8 to int32
-        if ctx.device == "gpu":
-            coin, keep = coin.gpu(), keep.gpu()
-        return table * coin + images * keep
+        return on_coin_flip(table, images, step.params["probability"], ctx.device)
 
 
 SOLARIZE = RandomSolarize(
