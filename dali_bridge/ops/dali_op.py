@@ -18,7 +18,7 @@ import numpy as np
 
 from .base import Op, Step
 
-__all__ = ["Column", "DaliOp", "GraphContext"]
+__all__ = ["Column", "DaliOp", "GraphContext", "on_coin_flip"]
 
 
 @dataclass(frozen=True)
@@ -91,3 +91,15 @@ class DaliOp(Op):
     def dali_graph(self, step: Step, images: Any, columns: Mapping[str, Any], ctx: GraphContext) -> Any:
         """Add the step to the DALI graph; ``columns`` maps the declared names to DataNodes."""
         raise NotImplementedError(f"op {self.name!r} has no DALI graph fragment")
+
+
+def on_coin_flip(changed: Any, images: Any, probability: float, device: str) -> Any:
+    """``changed`` where DALI's own coin flip (``fn.random.coin_flip``) comes up with ``probability``,
+    else ``images`` (uint8, the same shapes): a probability as a plain-DALI bench baseline writes it."""
+    from nvidia.dali import fn, types
+
+    chosen = fn.random.coin_flip(probability=probability, dtype=types.UINT8)
+    kept = fn.cast(1 - chosen, dtype=types.UINT8)  # an int constant widens uint8 to int32
+    if device == "gpu":
+        chosen, kept = chosen.gpu(), kept.gpu()
+    return changed * chosen + images * kept  # uint8: exactly one of the two is 1 per sample

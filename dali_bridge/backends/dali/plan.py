@@ -73,11 +73,19 @@ class DaliPlan:
         resize rounds up to one level off torchvision's, and the tail's ops are not continuous in
         their input (a posterize bit, a solarize threshold, an equalize mapping, a hue round trip
         turn one level into up to 255), so the resize runs as torchvision's kernel too and the
-        tail's pixels equal torchvision's. ``parity: fast`` keeps the resize in DALI.
+        tail's pixels equal torchvision's. For the same reason, under ``parity: exact`` a DaliOp that is
+        ``discontinuous`` (solarize) after a resize starts a torch tail too. ``parity: fast`` keeps the
+        resize in DALI.
         """
         steps = self.plan.steps
-        tail = next((n for n, step in enumerate(steps) if not isinstance(step.op, DaliOp)), len(steps))
-        if tail < len(steps) and self.plan.parity == "exact":
+        exact = self.plan.parity == "exact"
+
+        def resized_before(n: int) -> bool:
+            return any(facet(steps[m].op, Sizing).resize_request(steps[m].params) is not None for m in range(n))
+
+        tail = next((n for n, step in enumerate(steps) if not isinstance(step.op, DaliOp)
+                     or (exact and step.op.discontinuous and resized_before(n))), len(steps))
+        if tail < len(steps) and exact:
             tail = next((n for n in range(tail - 1, -1, -1)
                          if facet(steps[n].op, Sizing).resize_request(steps[n].params) is not None), tail)
         return steps[:tail]
