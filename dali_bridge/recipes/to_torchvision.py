@@ -33,10 +33,20 @@ def to_torchvision(spec_or_plan: LoweredSpec | Plan, *, pil: bool = False, skip_
     counterpart, the finish's (``ToDtype`` + ``Normalize``), then ops on the normalised image
     (``RandomErasing``). A batch-level op (mixup, cutmix, batch_mix) is refused unless
     ``skip_batch_ops``: it belongs in :func:`batch_transform`, not in a per-sample Compose.
-    Raises :class:`RecipeError` naming an op without a counterpart (timm's RandAugment variant)."""
+    Raises :class:`RecipeError` naming an op without a counterpart (timm's RandAugment variant).
+
+    A pipeline with views gives a list of Composes, one per view in output order (what lightly's and
+    DINO's multi-view transforms apply to one image)."""
+    plan = _plan(spec_or_plan)
+    if plan.views:
+        return [_compose(view, pil=pil, skip_batch_ops=skip_batch_ops) for view in plan.views]
+    return _compose(plan, pil=pil, skip_batch_ops=skip_batch_ops)
+
+
+def _compose(plan: Plan, *, pil: bool, skip_batch_ops: bool) -> Any:
+    """:func:`to_torchvision` of one plan (a pipeline's, or one view's)."""
     from torchvision.transforms import v2
 
-    plan = _plan(spec_or_plan)
     batch = [step.name for _, step in plan.post_finish if step.op.category == "batch"]
     if batch and not skip_batch_ops:
         raise RecipeError([f"op {batch[0]!r} runs on whole batches, not in a per-sample Compose: call "
