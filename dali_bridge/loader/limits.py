@@ -224,7 +224,7 @@ def _memory_problem(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostL
     """
     prefetch, batch = spec.loader.prefetch, spec.batch_size
     item = item_bytes(plan.finish.dtype) if backend != "torchvision" else 1  # workers hold uint8 batches
-    batch_bytes = math.prod(plan.output_shape(batch)) * item
+    batch_bytes = sum(math.prod(view.output_shape(batch)) for view in plan.view_plans) * item  # every view's batch
     largest = largest_step_memory(plan, backend=backend)
     step_bytes, position = largest.bytes, largest.op_index
     if backend == "torchvision":
@@ -242,14 +242,18 @@ def _memory_problem(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostL
     # prefetch (1) would fit: then it is the prefetch (DALI holds a batch of them per batch in flight).
     least = (max(2 * batch_bytes, 2 * batch * step_bytes) if backend != "torchvision" else needed)
     if in_steps > slots * batch_bytes and position is not None and least > MEMORY_SHARE * host.memory_available:
-        op = spec.ops[position].name  # a step before the finish: an op of the spec
+        # a step before the finish: an op of the spec (with views, the first view's chain: the shared ops, its group's)
+        chain = [*spec.ops, *(spec.views[0].ops if spec.views else ())]
+        op = chain[position].name
+        shared = len(spec.ops)
+        where = f"ops[{position}]" if position < shared else f"views.{plan.group}.ops[{position - shared}]"
         if backend == "torchvision":
             holders = f"{shown(max(1, workers))} worker(s) holding one each, with their batch buffers,"
             lower = "workers"
         else:
             holders = f"{shown(slots)} batches of {shown(batch)} in flight (prefetch {shown(prefetch)} + 1)"
             lower = "batch_size or prefetch"
-        return Problem(spec.origin, f"ops[{position}].{op}",
+        return Problem(spec.origin, f"{where}.{op}",
                        f"{largest.held.format(size=_size(step_bytes), pixels='x'.join(map(shown, largest.size)))}"
                        f" on the way to the output, and "
                        f"{holders} need {_size(needed)}, {available}: make the images smaller earlier (crop "

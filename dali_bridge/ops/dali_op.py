@@ -49,6 +49,8 @@ class GraphContext:
     ``steps``: the steps the graph runs (the plan's, up to its torch tail); ``device``: the ops' device
     (``cpu`` | ``gpu``); ``position``: the step's place in the plan;
     ``mirror``: a per-sample flip handed to the finish (crop_mirror_normalize's ``mirror``);
+    ``window_decoded``: the decoder read only the first step's crop window (its region of interest); not
+    so where several views are cut from one whole decode, and the first crop slices its window itself;
     ``side_outputs``: images a step produced beside the main one (a border patch's exact edge
     lines), which the finish treats as images and the pipeline returns after the image — the plan
     allows them only where no step but a flip folded into the finish follows; ``crop``: a centre
@@ -62,6 +64,7 @@ class GraphContext:
     mirror: Any = None
     side_outputs: list = field(default_factory=list)
     crop: Any = None
+    window_decoded: bool = True
 
     def is_last_step(self) -> bool:
         """The last step of the DALI graph (a plan's torch tail runs after it, see ``DaliPlan.steps``)."""
