@@ -4,7 +4,8 @@ distributions with the bridge's draws.
 lightly builds each view as a Compose of torchvision's transforms (``RandomResizedCrop``,
 ``RandomHorizontalFlip``, ``RandomApply([ColorJitter])``, ``RandomGrayscale``) and its own
 ``GaussianBlur`` (PIL's filter, drawn with numpy) and ``RandomSolarization`` (PIL's ``solarize``).
-The recorder patches each where its draw shows: torchvision's ``make_params`` of the crop (the box),
+The recorder patches each where its draw shows: torchvision's ``make_params`` of the crop (the box)
+and of the jitter (its factors),
 the ``transform`` of a transform applied with a probability (called only when it applies), and the
 PIL filter and ``solarize`` lightly's own transforms call only when they apply. The crop, flips,
 jitter, grey and float conversions and the normalisation return their input (only the draws are
@@ -30,6 +31,7 @@ class ViewDraws:
     random_grayscale: bool = False
     gaussian_blur: float | None = None
     solarize: bool = False
+    jitter_factors: tuple = ()  # (brightness, contrast, saturation, hue) factors when jittered, None if unset
 
     @property
     def scale(self) -> float:
@@ -71,8 +73,15 @@ def record_lightly(transform: Any, monkeypatch: Any) -> LightlyRecorder:
         recorder._mark("image", tuple(query_size(flat_inputs)))
         return params
 
-    crop_make_params = v2.RandomResizedCrop.make_params
+    def jitter_params(self, flat_inputs):
+        params = jitter_make_params(self, flat_inputs)
+        recorder._mark("jitter_factors", tuple(params[f"{name}_factor"]
+                                               for name in ("brightness", "contrast", "saturation", "hue")))
+        return params
+
+    crop_make_params, jitter_make_params = v2.RandomResizedCrop.make_params, v2.ColorJitter.make_params
     monkeypatch.setattr(v2.RandomResizedCrop, "make_params", crop_params)
+    monkeypatch.setattr(v2.ColorJitter, "make_params", jitter_params)
     monkeypatch.setattr(v2.RandomResizedCrop, "transform", lambda self, inpt, params: inpt)
     for cls in (v2.ToDtype, v2.Normalize):  # the float conversion: image work, no draw
         monkeypatch.setattr(cls, "transform", lambda self, inpt, params: inpt)

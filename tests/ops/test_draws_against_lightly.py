@@ -1,7 +1,7 @@
 """The bridge's draws against lightly's own SimCLRTransform, BYOLTransform and DINOTransform, view by
 view: each transform is sampled with its random calls recorded (tests/helpers/lightly_recording.py),
 beside a views pipeline configured alike, and the distributions must agree — the crop's scale and
-aspect ratio and the blur's sigma by Kolmogorov-Smirnov, the rate of every flip, jitter, grey,
+aspect ratio, the blur's sigma and the jitter's factors by Kolmogorov-Smirnov, the rate of every flip, jitter, grey,
 blur and solarisation by a two-proportion bound. A pipeline with one setting wrong fails.
 
 lightly blurs with PIL's filter (no kernel size) where the bridge blurs with torchvision's kernel
@@ -61,14 +61,16 @@ def _lightly(name: str):
             "dino": lambda: DINOTransform(n_local_views=8)}[name]()
 
 
-def bridge_draws(views: dict, *, images: int = BRIDGE_IMAGES, seed: int = 0) -> list[list[ViewDraws]]:
-    """``[view][image]``: what each view of a pipeline with ``views`` draws for images of ``SIZE``."""
+def bridge_draws(views: dict, *, images: int = BRIDGE_IMAGES, seed: int = 0,
+                 shared: list | None = None) -> list[list[ViewDraws]]:
+    """``[view][image]``: what each view of a pipeline with ``views`` (after the ``shared`` ops) draws for
+    images of ``SIZE``."""
     from dali_bridge.pipeline.plan import build_plan
     from dali_bridge.pipeline.sampling import draws, sample_steps
     from dali_bridge.spec.pipeline import spec_from_dict
 
     plan = build_plan(spec_from_dict({"version": 1, "source": {"type": "folder", "root": "/nonexistent"},
-                                      "batch_size": 2, "seed": seed, "views": views,
+                                      "batch_size": 2, "seed": seed, "views": views, "ops": shared or [],
                                       "outputs": ["views", "label"]}))
     found = []
     for view in plan.view_plans:
@@ -88,6 +90,7 @@ def _view_draws(view, steps: list) -> ViewDraws:
             setattr(found, step.name, item.apply)
         elif step.name == "color_jitter":
             found.color_jitter = item.applied
+            found.jitter_factors = (item.brightness, item.contrast, item.saturation, item.hue) if item.applied else ()
         elif step.name == "gaussian_blur":
             found.gaussian_blur = item.sigma if item.applied else None
     return found
@@ -105,6 +108,7 @@ def _rate_problem(name: str, ours: list[bool], theirs: list[bool]) -> str | None
 def _ks_problem(name: str, ours: list[float], theirs: list[float]) -> str | None:
     from scipy.stats import ks_2samp
 
+    ours, theirs = [v for v in ours if v is not None], [v for v in theirs if v is not None]  # an unset factor
     if not ours or not theirs:
         return None if not ours and not theirs else f"{name}: drawn {len(ours)} times, lightly's {len(theirs)}"
     pvalue = ks_2samp(ours, theirs).pvalue
@@ -126,6 +130,9 @@ def distribution_problems(ours: list[list[ViewDraws]], theirs: list[list[ViewDra
                   for what in ("scale", "ratio")]
         found.append(_ks_problem("blur sigma", [d.gaussian_blur for d in mine if d.gaussian_blur is not None],
                                  [d.gaussian_blur for d in their if d.gaussian_blur is not None]))
+        for n, factor in enumerate(("brightness", "contrast", "saturation", "hue")):
+            found.append(_ks_problem(f"jitter {factor}", [d.jitter_factors[n] for d in mine if d.jitter_factors],
+                                     [d.jitter_factors[n] for d in their if d.jitter_factors]))
         problems += [f"view {number}: {problem}" for problem in found if problem]
     return problems
 
@@ -186,7 +193,8 @@ def _broken(views: dict, group: str, op: str, params: dict, view: int | None = N
     ("local", "random_resized_crop", {"scale": [0.05, 0.5]}, None, "view 2: scale"),
     ("local", "random_resized_crop", {"ratio": [0.5, 2.0]}, None, "view 2: ratio"),
     ("global", "gaussian_blur", {"sigma": [0.1, 3.0]}, None, "view 0: blur sigma"),
-], ids=["solarize", "blur", "jitter", "grey", "flip", "crop-scale", "crop-ratio", "blur-sigma"])
+    ("local", "color_jitter", {"saturation": 0.4}, None, "view 2: jitter saturation"),
+], ids=["solarize", "blur", "jitter", "grey", "flip", "crop-scale", "crop-ratio", "blur-sigma", "jitter-saturation"])
 def test_one_setting_unlike_lightlys_is_reported_by_the_view_and_draw_it_moves(lightly_draws, group, op, params,
                                                                                view, expected):
     problems = distribution_problems(bridge_draws(_broken(DINO, group, op, params, view)), lightly_draws("dino"))
@@ -206,3 +214,82 @@ def test_the_bridges_draws_of_one_chain_follow_its_settings():
     blurred = [d.gaussian_blur for d in view if d.gaussian_blur is not None]
     assert abs(len(blurred) / 4000 - 0.5) <= 4 * math.sqrt(0.25 / 4000) and 0.1 <= min(blurred) < max(blurred) <= 2.0
     assert all(0.2 * 0.9 <= d.scale <= 1.0 for d in view)  # the box rounds to whole pixels
+
+
+# ---- the shipped recipes, against lightly's transform given the recipe's settings
+
+def _settings(view) -> dict:
+    """One view plan's settings as lightly's view transforms take them."""
+    params = {step.name: step.params for step in view.steps}
+    crop, jitter = params["random_resized_crop"], params.get("color_jitter")
+    blur, half = params.get("gaussian_blur"), (lambda r: 0.0 if r is None else (r[1] - r[0]) / 2)
+    return {"size": crop["size"][0], "scale": tuple(crop["scale"]),
+            "hf_prob": params.get("horizontal_flip", {}).get("probability", 0.0),
+            "cj_prob": jitter["probability"] if jitter else 0.0,
+            "cj": [half(jitter[name]) if jitter else 0.0 for name in ("brightness", "contrast", "saturation", "hue")],
+            "random_gray_scale": params.get("random_grayscale", {}).get("probability", 0.0),
+            "gaussian_blur": blur["probability"] if blur else 0.0,
+            "sigmas": tuple(blur["sigma"]) if blur else (0.1, 2.0),
+            "solarization_prob": params.get("solarize", {}).get("probability", 0.0)}
+
+
+def _view_arguments(s: dict) -> dict:
+    bright, contrast, sat, hue = s["cj"]
+    return {"input_size": s["size"], "cj_prob": s["cj_prob"], "cj_strength": 1.0, "cj_bright": bright,
+            "cj_contrast": contrast, "cj_sat": sat, "cj_hue": hue, "min_scale": s["scale"][0],
+            "random_gray_scale": s["random_gray_scale"], "gaussian_blur": s["gaussian_blur"], "sigmas": s["sigmas"],
+            "hf_prob": s["hf_prob"]}
+
+
+def lightly_alike(name: str, views: list) -> object:
+    """lightly's SimCLRTransform, BYOLTransform or DINOTransform with a recipe's settings (its views' plans)."""
+    from lightly.transforms import (BYOLTransform, BYOLView1Transform, BYOLView2Transform, DINOTransform,
+                                    SimCLRTransform)
+
+    settings = [_settings(view) for view in views]
+    if name == "simclr":
+        return SimCLRTransform(**_view_arguments(settings[0]))
+    if name == "byol":
+        return BYOLTransform(*(cls(**_view_arguments(s), solarization_prob=s["solarization_prob"])
+                               for cls, s in zip((BYOLView1Transform, BYOLView2Transform), settings)))
+    first, second, local = settings[0], settings[1], settings[2]
+    bright, contrast, sat, hue = (2 * v for v in first["cj"])  # DINO's views scale the jitter by cj_strength 0.5
+    return DINOTransform(global_crop_size=first["size"], global_crop_scale=first["scale"],
+                         local_crop_size=local["size"], local_crop_scale=local["scale"],
+                         n_local_views=len(settings) - 2, hf_prob=first["hf_prob"],
+                         cj_prob=first["cj_prob"], cj_strength=0.5, cj_bright=bright, cj_contrast=contrast,
+                         cj_sat=sat, cj_hue=hue, random_gray_scale=first["random_gray_scale"],
+                         gaussian_blur=(first["gaussian_blur"], second["gaussian_blur"], local["gaussian_blur"]),
+                         sigmas=first["sigmas"], solarization_prob=second["solarization_prob"])
+
+
+def _recipe(recipe: str | dict) -> dict:
+    """A shipped recipe's pipeline data (skipped where it is not shipped), or the views given."""
+    import yaml
+
+    from tests.helpers.paths import PIPELINES
+
+    if isinstance(recipe, dict):
+        return {"version": 1, "batch_size": 2, "views": recipe, "outputs": ["views", "label"]}
+    path = PIPELINES / f"{recipe}.yaml"
+    if not path.exists():
+        pytest.skip(f"pipelines/{recipe}.yaml is not shipped")
+    return yaml.safe_load(path.read_text())
+
+
+RECIPES = [("simclr_train", "simclr"), ("byol_train", "byol"), ("dino_train", "dino"),
+           (SIMCLR, "simclr"), (BYOL, "byol"), (DINO, "dino")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe, name", RECIPES, ids=[r if isinstance(r, str) else f"{n}-as-configured-here"
+                                                      for r, n in RECIPES])
+def test_every_view_of_a_recipe_draws_as_lightlys_transform_given_its_settings(recipe, name, monkeypatch):
+    from dali_bridge.pipeline.plan import build_plan
+    from dali_bridge.spec.pipeline import spec_from_dict
+
+    data = _recipe(recipe)
+    views = build_plan(spec_from_dict({**data, "source": {"type": "folder", "root": "/nonexistent"}})).view_plans
+    ours = bridge_draws(data["views"], shared=data.get("ops"))
+    theirs = sample_lightly(lightly_alike(name, list(views)), monkeypatch, images=LIGHTLY_IMAGES, size=SIZE)
+    assert distribution_problems(ours, theirs) == []
