@@ -178,3 +178,21 @@ def test_each_converted_view_is_the_users_compose_on_the_torchvision_backend(sam
             assert torch.allclose(got[n], compose(image), atol=1e-6)
     assert first.shape == (4, 3, 48, 48) and second.shape == (4, 3, 24, 24) and len(labels) == 4
     assert np.isfinite(first.numpy()).all()
+
+
+def test_the_cli_writes_a_views_pipeline_of_a_list_of_transforms(tmp_path, monkeypatch, capsys):
+    from dali_bridge.cli import main as cli
+
+    (tmp_path / "my_views.py").write_text(
+        "import torch\nfrom torchvision.transforms import v2\n"
+        "def view(size, blur):\n"
+        "    return v2.Compose([v2.RandomResizedCrop(size), v2.RandomApply([v2.GaussianBlur(23)], p=blur),\n"
+        "                       v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.5] * 3, [0.25] * 3)])\n"
+        "views = [view(64, 1.0), view(64, 0.1)] + [view(32, 0.5)] * 3\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cli.main(["from-torchvision", "my_views:views", "--source", "images"]) == 0
+    (tmp_path / "views.yaml").write_text(capsys.readouterr().out)
+    spec = load_spec(tmp_path / "views.yaml")
+    assert [(g.name, g.count, g.per_view) for g in spec.views] == [
+        ("views_1", 2, ({}, {"gaussian_blur": {"probability": 0.1}})), ("views_2", 3, ())]
