@@ -289,3 +289,26 @@ def test_skipped_samples_leave_the_torch_tail_parameters_with_their_own_images(m
         found[backend] = (torch.cat([b[0] for b in batches]), torch.cat([b[2] for b in batches]))
     assert found["dali-cpu"][1].tolist() == found["torchvision"][1].tolist() and len(found["dali-cpu"][1]) == 8
     assert torch.equal(found["dali-cpu"][0], found["torchvision"][0])
+
+
+def test_plain_dali_baseline_jitters_only_the_images_its_coin_flip_chooses():
+    from nvidia.dali import fn, pipeline_def
+
+    from dali_bridge.backends.dali.plan import graph_context
+
+    plan = plan_of([{"center_crop": 8}, {"color_jitter": {"brightness": [1.5, 2.0], "probability": 0.5}}])
+    step, ctx = plan.steps[1], graph_context(plan, "cpu")
+    image = np.random.default_rng(0).integers(0, 120, (20, 30, 3), dtype=np.uint8)
+
+    @pipeline_def(batch_size=32, num_threads=1, device_id=None, seed=1)
+    def graph():
+        return step.op.dali_baseline(step, fn.external_source(source=[[image] * 32], batch=True, cycle=True,
+                                                              layout="HWC"), ctx)
+
+    pipe = graph()
+    pipe.build()
+    (out,) = pipe.run()
+    outputs = [np.array(out[n]) for n in range(32)]
+    kept = [np.array_equal(o, image) for o in outputs]
+    assert all(o.dtype == np.uint8 for o in outputs) and 0 < sum(kept) < 32
+    assert all(o.astype(int).mean() > 1.4 * image.mean() for o, k in zip(outputs, kept) if not k)  # brighter

@@ -290,3 +290,26 @@ def test_plain_dali_baseline_blurs_with_a_range_or_a_fixed_sigma(sigma):
     for n in range(len(images)):
         blurred = np.array(out[n]).astype(int)
         assert blurred.shape == images[n].shape and np.abs(blurred - images[n]).mean() > 10  # sigma >= 0.5 blurs noise
+
+
+def test_plain_dali_baseline_blurs_only_the_images_its_coin_flip_chooses():
+    from nvidia.dali import fn, pipeline_def
+
+    from dali_bridge.backends.dali.plan import graph_context
+
+    plan = plan_of([{"center_crop": 8}, {"gaussian_blur": {"kernel_size": 5, "sigma": 1.5, "probability": 0.5}}])
+    step, ctx = plan.steps[1], graph_context(plan, "cpu")
+    image = np.random.default_rng(0).integers(0, 256, (20, 30, 3), dtype=np.uint8)
+
+    @pipeline_def(batch_size=32, num_threads=1, device_id=None, seed=1)
+    def graph():
+        return step.op.dali_baseline(step, fn.external_source(source=[[image] * 32], batch=True, cycle=True,
+                                                              layout="HWC"), ctx)
+
+    pipe = graph()
+    pipe.build()
+    (out,) = pipe.run()
+    outputs = [np.array(out[n]) for n in range(32)]
+    kept = [np.array_equal(o, image) for o in outputs]
+    assert all(o.dtype == np.uint8 for o in outputs) and 0 < sum(kept) < 32
+    assert all(np.abs(o.astype(int) - image).mean() > 10 for o, k in zip(outputs, kept) if not k)

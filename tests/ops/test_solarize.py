@@ -172,6 +172,20 @@ def test_solarize_matches_torchvision_on_dali_cpu(sample_root, ops):
 
 
 @needs_cpu_backends
+def test_solarize_in_the_dali_graph_equals_torchvision_to_the_level(sample_root):
+    from tests.helpers.equivalence import pipeline, run_compare
+
+    from dali_bridge.backends.dali.plan import dali_plan
+
+    ops = [{"center_crop": 96}, {"horizontal_flip": 0.5}, {"solarize": {"threshold": 100, "probability": 0.5}},
+           {"normalize": {"dtype": "uint8"}}]
+    data = pipeline(sample_root, ops)
+    assert dali_plan(build_plan(spec_from_dict(data))).torch_tail == ()  # the lookup table runs in the graph
+    result = run_compare(data)
+    assert result.passed and result.output("image").max_abs == 0.0, result.format()
+
+
+@needs_cpu_backends
 def test_solarized_images_on_dali_cpu_are_the_torchvision_backends(sample_root):
     from dali_bridge.loader.loader import build_loader
 
