@@ -83,14 +83,13 @@ def apply_views(data: bytes, info: ImageInfo, plan: Plan, per_view: list) -> lis
     return [apply_steps(image, view, steps) for view, steps in zip(plan.views, per_view)]
 
 
-def batch_buffers(shapes: list[tuple[int, ...]], *, make: Callable[[int], torch.UntypedStorage]) -> list[torch.Tensor]:
-    """One uint8 tensor of each shape, side by side in one storage of ``make(total bytes)``: a batch of
-    every view in one buffer (one shared-memory segment for a worker)."""
-    sizes = [math.prod(shape) for shape in shapes]
-    storage = make(sum(sizes))
+def batch_buffers(shapes: list[tuple[int, ...]], flat: torch.Tensor) -> list[torch.Tensor]:
+    """One uint8 tensor of each shape, side by side in ``flat`` (uint8, at least their total size): a batch
+    of every view in one buffer (one shared-memory segment for a worker)."""
     out, offset = [], 0
-    for shape, size in zip(shapes, sizes):
-        out.append(torch.empty(0, dtype=torch.uint8).set_(storage, offset, shape))
+    for shape in shapes:
+        size = math.prod(shape)
+        out.append(flat[offset:offset + size].view(shape))
         offset += size
     return out
 
@@ -142,8 +141,8 @@ class BatchDataset(Dataset):
                 except _SharedMemoryFull:
                     self._ring.clear()  # a short ring would reuse a buffer still in flight: all or none
                     raise
-                buffers = batch_buffers(shapes, make=lambda _: storage)
-                self._ring.append(buffers if self.plan.views else buffers[0])
+                flat = torch.empty(0, dtype=torch.uint8).set_(storage)
+                self._ring.append(batch_buffers(shapes, flat) if self.plan.views else flat.view(shapes[0]))
         buffer = self._ring[self._next % len(self._ring)]
         self._next += 1
         return [view[:count] for view in buffer] if isinstance(buffer, list) else buffer[:count]
@@ -348,9 +347,10 @@ class TorchvisionExecutor:
 
         def buffer(count: int) -> torch.Tensor | list[torch.Tensor]:
             shapes = [(count, 3, *view.output_size) for view in self.plan.view_plans]
-            made = batch_buffers(shapes, make=lambda nbytes: torch.empty(nbytes, dtype=torch.uint8,
-                                                                         pin_memory=pinned).untyped_storage())
-            return made if self.plan.views else made[0]
+            if not self.plan.views:
+                return torch.empty(shapes[0], dtype=torch.uint8, pin_memory=pinned)
+            flat = torch.empty(sum(math.prod(shape) for shape in shapes), dtype=torch.uint8, pin_memory=pinned)
+            return batch_buffers(shapes, flat)
 
         return self.dataset.batch(task, buffer)
 
@@ -403,12 +403,13 @@ class TorchvisionExecutor:
         """The DataLoader's worker processes (empty before they start, and under threads)."""
         return list(getattr(getattr(self.dataloader, "_iterator", None), "_workers", None) or [])
 
-    def _finished_batch(self, image: torch.Tensor | list[torch.Tensor], *,
-                        buffers: FinishedBuffers | None) -> torch.Tensor | list[torch.Tensor]:
-        """The uint8 batch finished on the loader's device; with views, each view's by its group's finish."""
+    def _finished_batch(self, image: torch.Tensor | list[torch.Tensor],
+                        **buffers: FinishedBuffers) -> torch.Tensor | list[torch.Tensor]:
+        """The uint8 batch finished on the loader's device (``buffers``: where a host finish writes); with
+        views, each view's by its group's finish."""
         if not self.plan.views:
-            return finish_batch(image, self.plan.finish, self.device, buffers=buffers)
-        return [finish_batch(view_images, view.finish, self.device, buffers=buffers)
+            return finish_batch(image, self.plan.finish, self.device, **buffers)
+        return [finish_batch(view_images, view.finish, self.device, **buffers)
                 for view_images, view in zip(image, self.plan.views)]
 
     def _finish_here(self, item: dict[str, Any]) -> RawBatch:
@@ -418,7 +419,7 @@ class TorchvisionExecutor:
     def _finish_on_side_stream(self, item: dict[str, Any]) -> tuple[RawBatch, torch.cuda.Event]:
         raw = self._raw(item, None)  # a bad sample raises here, before any GPU work
         with torch.cuda.stream(self.stream):
-            raw.image = self._finished_batch(item["image"], buffers=None)
+            raw.image = self._finished_batch(item["image"])
             done = torch.cuda.Event()
             done.record(self.stream)
         return raw, done
