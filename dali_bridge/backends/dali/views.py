@@ -86,9 +86,12 @@ class ViewOutputs:
                  in_flight: InFlightCopies, threads: int):
         self.plan, self.columns, self.gpu, self.target, self._in_flight = plan, columns, gpu, target, in_flight
         tails = any(view.dali.torch_tail for view in columns.views)
+        # Host tails side by side in threads (torch's kernels release the GIL); a GPU tail stays on the
+        # consumer's thread, where the loader's device and stream are current.
         workers = max(1, min(threads, len(columns.views)))
         self._pool = (ThreadPoolExecutor(workers, thread_name_prefix="dali-bridge-view",
-                                         initializer=single_intra_op_thread) if tails and threads > 1 else None)
+                                         initializer=single_intra_op_thread)
+                      if tails and threads > 1 and not gpu else None)
 
     def convert(self, outputs: Sequence[Any], tails: list[list[list]]) -> list[torch.Tensor]:
         """Each view's finished batch from the flat graph ``outputs`` (a tail per view, per sample)."""
