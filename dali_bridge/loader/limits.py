@@ -261,9 +261,11 @@ def _memory_problem(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostL
     per_slot = batch_bytes * max(1, workers) if backend == "torchvision" else max(batch_bytes, batch * step_bytes)
     fit = int(MEMORY_SHARE * host.memory_available) // per_slot - (2 if backend == "torchvision" else 1)
     advice = f"lower prefetch (up to {fit} fits)," if fit >= 1 else "even prefetch 1 does not fit: lower"
+    # a batch's images: one tensor, or with views each view's (``+``)
+    shapes = " + ".join("x".join(map(shown, view.output_shape(batch))) for view in plan.view_plans)
     return Problem(spec.origin, "loader.prefetch",
                    f"{shown(slots)} batch buffers of {_size(batch_bytes)} "
-                   f"({'x'.join(map(shown, plan.output_shape(batch)))} "
+                   f"({shapes} "
                    f"{'uint8' if item == 1 else plan.finish.dtype}) need {_size(needed)}, {available}: {advice} "
                    f"batch_size or workers")
 
