@@ -134,3 +134,16 @@ def test_a_group_of_one_view_draws_apart_from_the_same_chain_without_views(root)
         views = next(iter(loader))[0]
     assert not any(torch.equal(images, view) for view in views[2:])
     assert np.array_equal(images.shape, views[2].shape)
+
+
+@pytest.mark.slow  # an epoch of each recipe's ten views on two backends
+@needs_cpu_backends
+@pytest.mark.parametrize("name", ["simclr_train", "byol_train", "dino_train"])
+def test_the_shipped_recipes_give_torchvisions_pixels_on_dali_cpu_for_every_view(sample_root, name):
+    from dali_bridge.tools.compare import compare
+
+    result = compare(name, ("dali-cpu", "torchvision"), batches=None,
+                     overrides={"source.root": str(sample_root), "batch_size": 8, "loader.workers": 1})
+    assert result.passed and result.samples == 32, result.format()   # 37 samples, the last batch dropped
+    views = 10 if name == "dino_train" else 2
+    assert [o.name for o in result.outputs if not o.exact] == [f"views[{n}]" for n in range(views)]
