@@ -196,3 +196,11 @@ def test_the_cli_writes_a_views_pipeline_of_a_list_of_transforms(tmp_path, monke
     spec = load_spec(tmp_path / "views.yaml")
     assert [(g.name, g.count, g.per_view) for g in spec.views] == [
         ("views_1", 2, ({}, {"gaussian_blur": {"probability": 0.1}})), ("views_2", 3, ())]
+
+
+@pytest.mark.parametrize("recipe", ["simclr_train", "byol_train", "dino_train"])
+def test_a_shipped_self_supervised_recipe_goes_to_torchvision_and_back_unchanged(recipe, tmp_path):
+    spec = load_spec(recipe)
+    composes = iter(to_torchvision(spec))
+    named = {group.name: [next(composes) for _ in range(group.count)] for group in spec.views}
+    assert from_torchvision(named, source=tmp_path).views == spec.views
