@@ -115,11 +115,13 @@ def _check_view_changes(chk: ProblemCollector, changes: dict, where: tuple, ops:
     found: dict[str, dict] = {}
     for name, params in changes.items():
         op_path = where + (name,)
-        if names.count(name) != 1:
+        if name not in names:
             hint = difflib.get_close_matches(str(name), names, n=1)
             chk.add(op_path, f"{quoted(name)} is not an op of this group (its ops: {', '.join(names)})"
-                             + (f"; did you mean '{hint[0]}'?" if hint else "") if name not in names else
-                             f"'{name}' appears {names.count(name)} times in this group's ops, so a view's change "
+                             + (f"; did you mean '{hint[0]}'?" if hint else ""))
+            continue
+        if names.count(name) > 1:
+            chk.add(op_path, f"'{name}' appears {names.count(name)} times in this group's ops, so a view's change "
                              f"cannot say which: give each its own group")
             continue
         if not isinstance(params, dict):

@@ -131,3 +131,11 @@ def test_set_reaches_into_a_groups_ops_count_and_per_view(tmp_path):
     bad = _problems(tmp_path, PIPELINE, ["views.global.count=3"])
     assert any(p.startswith("--set views.global.count=3") or "views.global.per_view: expected a list of 3" in p
                for p in bad), bad
+
+
+def test_a_change_to_an_op_the_group_has_twice_is_refused_as_ambiguous(tmp_path):
+    flip = "      - horizontal_flip: {probability: 0.5}\n"
+    text = PIPELINE.replace(flip, flip * 2)
+    problems = _problems(tmp_path, text)
+    assert any("views.global.per_view[1].horizontal_flip: 'horizontal_flip' appears 2 times in this group's ops"
+               in p for p in problems), problems
