@@ -18,6 +18,7 @@ def test_show_prints_each_groups_output_and_stages_on_every_backend(capsys):
     dali_cpu = out.split("## dali-cpu (")[1].split("\n## ")[0]
     assert dali_cpu.count("fn.decoders.image (once per sample: every view is cut from it)") == 2
     assert "fn.decoders.image_slice" not in dali_cpu   # no view's window alone: one whole decode for all
+    assert "decoder here: torchvision.io full decode, once per sample: every view is cut from it" in out
 
 
 def test_validate_counts_views_and_groups(capsys):
