@@ -28,8 +28,9 @@ class SkippedSample:
 
 @dataclass
 class RawBatch:
-    """What an executor hands back: images of the kept samples and which samples they are."""
-    image: torch.Tensor
+    """What an executor hands back: images of the kept samples (with views, a list of each view's
+    batch, in output order) and which samples they are."""
+    image: torch.Tensor | list[torch.Tensor]
     indices: np.ndarray
     valid: np.ndarray
     skipped: list[SkippedSample] = field(default_factory=list)

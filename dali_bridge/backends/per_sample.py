@@ -2,7 +2,8 @@
 
 For each sample of a batch, in order: read its bytes (the byte cap, the structural checks and
 its decoded size from one walk of the header), its draws, its steps' concrete parameters for
-that size (:func:`~dali_bridge.pipeline.sampling.sample_steps`), then what the executor needs of it —
+that size (:func:`~dali_bridge.pipeline.sampling.sample_steps`; with views, each view's from its own
+draws: :class:`ViewSteps`), then what the executor needs of it —
 ``load(data, info, steps)``: the encoded bytes for DALI's graph, the decoded and transformed image on
 the torchvision backend. A sample that fails any of these (an :class:`ImageError`) meets the
 ``on_error`` policy here, in :meth:`SampleCore.refusal`: skipped and counted, or the batch's error under
@@ -23,6 +24,12 @@ from ..spec.pipeline import PipelineSpec
 from .base import BatchOutcome, SkippedSample
 
 Item = TypeVar("Item")
+
+
+class ViewSteps(list):
+    """A sample's steps in a pipeline with views: one :func:`~dali_bridge.pipeline.sampling.sample_steps`
+    list per view, in output order (:attr:`~dali_bridge.pipeline.plan.Plan.view_plans`), each from the
+    view's own draws; the one decode every view is cut from is the executor's."""
 
 
 @dataclass
@@ -55,7 +62,7 @@ class SampleCore:
         ``load`` may raise :class:`ImageError` (a decoder refusing the bytes): that sample meets the
         error policy like one that could not be read. ``ahead``: the sample indices of the batches this
         thread prepares next, read ahead where the source can (shards at a URL)."""
-        sample_draws = draws(self.plan, self.seed, task.epoch, task.indices, task.repeats)
+        view_draws = [draws(view, self.seed, task.epoch, task.indices, task.repeats) for view in self.plan.view_plans]
         rows: list[int] = []
         skipped: list[SkippedSample] = []
         items: list[Item] = []
@@ -64,7 +71,8 @@ class SampleCore:
         self.listing.prefetch(task.indices.tolist(), ahead)
         for row, index in enumerate(task.indices.tolist()):
             try:
-                data, info, steps = self._read(index, {name: values[row] for name, values in sample_draws.items()})
+                data, info, steps = self._read(index, [{name: values[row] for name, values in found.items()}
+                                                       for found in view_draws])
                 item = load(data, info, steps)
             except ImageError as exc:  # unreadable, or no geometry fits it (too thin for a max_size resize)
                 refused = self.refusal(task, index, str(exc))
@@ -89,14 +97,18 @@ class SampleCore:
             return SampleError(index, path, reason)
         return SkippedSample(index, path, task.epoch, reason)
 
-    def _read(self, index: int, sample_draws: dict) -> tuple[bytes, ImageInfo, list]:
+    def _read(self, index: int, view_draws: list[dict]) -> tuple[bytes, ImageInfo, list]:
         """Sample ``index``'s checked bytes (as the decoders get them: see
         :meth:`~dali_bridge.data.sources.listing.Listing.read_info`), their header and its steps for its
-        decoded size."""
+        decoded size (``view_draws``: the sample's draws for each view's plan; with views, the steps of
+        each view as :class:`ViewSteps`)."""
         if index in self.bad:
             reason, signature = self.bad[index]
             if self.listing.signature(index) == signature:
                 raise ImageError(reason)
             del self.bad[index]  # replaced or gone since it failed: read it again
         data, info = self.listing.read_info(index)
-        return data, info, sample_steps(self.plan, *info.size, sample_draws)
+        if not self.plan.views:
+            return data, info, sample_steps(self.plan, *info.size, view_draws[0])
+        return data, info, ViewSteps(sample_steps(view, *info.size, found)
+                                     for view, found in zip(self.plan.views, view_draws))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import multiprocessing
 import os
 import shutil
@@ -34,6 +35,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..data.sources.formats import ImageInfo
+from ..data.sources.images import decode_checked
 from ..errors import SampleError
 from .base import RawBatch, Topology, default_workers
 from .device import gpu_target
@@ -74,9 +76,28 @@ def apply_steps(image: torch.Tensor, plan: Plan, per_step: list) -> torch.Tensor
     return image
 
 
-def as_item(batch: PreparedBatch, out: Callable[[int], torch.Tensor]) -> dict[str, Any]:
+def apply_views(data: bytes, info: ImageInfo, plan: Plan, per_view: list) -> list[torch.Tensor]:
+    """A sample of a pipeline with views: decoded once, then each view's steps
+    (:class:`~dali_bridge.backends.per_sample.ViewSteps`) on that one image, in output order."""
+    image = decode_checked(data)
+    return [apply_steps(image, view, steps) for view, steps in zip(plan.views, per_view)]
+
+
+def batch_buffers(shapes: list[tuple[int, ...]], flat: torch.Tensor) -> list[torch.Tensor]:
+    """One uint8 tensor of each shape, side by side in ``flat`` (uint8, at least their total size): a batch
+    of every view in one buffer (one shared-memory segment for a worker)."""
+    out, offset = [], 0
+    for shape in shapes:
+        size = math.prod(shape)
+        out.append(flat[offset:offset + size].view(shape))
+        offset += size
+    return out
+
+
+def as_item(batch: PreparedBatch, out: Callable[[int], torch.Tensor | list[torch.Tensor]]) -> dict[str, Any]:
     """A prepared batch as the item an executor hands on: its images copied into ``out(count)`` and
-    its outcome (a dict, so that DataLoader's pin-memory thread pins the images); or the sample error
+    its outcome (a dict, so that DataLoader's pin-memory thread pins the images; with views, ``out`` gives
+    one tensor per view and each item holds one image per view); or the sample error
     under ``raise`` as data (a worker's exception would reach the main process as torch's traceback
     text, not as a SampleError, and a SampleError does not unpickle from its message alone)."""
     error = batch.outcome.error
@@ -87,7 +108,11 @@ def as_item(batch: PreparedBatch, out: Callable[[int], torch.Tensor]) -> dict[st
     except _SharedMemoryFull as exc:  # as data, not raised: the main process says it without a traceback
         return {"fatal": str(exc)}
     for slot, item in enumerate(batch.items):
-        image[slot].copy_(item)
+        if isinstance(image, list):
+            for buffer, view in zip(image, item):
+                buffer[slot].copy_(view)
+        else:
+            image[slot].copy_(item)
     return {"image": image, "outcome": batch.outcome}
 
 
@@ -99,28 +124,28 @@ class BatchDataset(Dataset):
         self.plan = plan
         self.batch_size = spec.batch_size
         self.ring_size = spare_buffers
-        self._ring: list[torch.Tensor] = []
+        self._ring: list[torch.Tensor | list[torch.Tensor]] = []
         self._next = 0
 
     def __len__(self) -> int:  # the sampler decides; DataLoader only needs the protocol
         return 0
 
-    def _buffer(self, count: int) -> torch.Tensor:
-        height, width = self.plan.output_size
+    def _buffer(self, count: int) -> torch.Tensor | list[torch.Tensor]:
         if not self._ring:
             in_worker = torch.utils.data.get_worker_info() is not None
-            nbytes = self.batch_size * 3 * height * width
+            shapes = [(self.batch_size, 3, *view.output_size) for view in self.plan.view_plans]
+            nbytes = sum(math.prod(shape) for shape in shapes)
             for _ in range(self.ring_size if in_worker else 1):
                 try:
                     storage = _shared_storage(nbytes, self.ring_size) if in_worker else torch.UntypedStorage(nbytes)
                 except _SharedMemoryFull:
                     self._ring.clear()  # a short ring would reuse a buffer still in flight: all or none
                     raise
-                buffer = torch.empty(0, dtype=torch.uint8).set_(storage)
-                self._ring.append(buffer.view(self.batch_size, 3, height, width))
+                flat = torch.empty(0, dtype=torch.uint8).set_(storage)
+                self._ring.append(batch_buffers(shapes, flat) if self.plan.views else flat.view(shapes[0]))
         buffer = self._ring[self._next % len(self._ring)]
         self._next += 1
-        return buffer[:count]
+        return [view[:count] for view in buffer] if isinstance(buffer, list) else buffer[:count]
 
     def __getitem__(self, item: BatchTask | DealtTask) -> dict[str, Any]:
         if isinstance(item, DealtTask):
@@ -136,7 +161,10 @@ class BatchDataset(Dataset):
     def load(self, data: bytes, info: ImageInfo, steps: list) -> torch.Tensor:
         """The per-sample core's ``load`` on this backend: decode (only the first step's window where
         it can be decoded alone: :func:`~dali_bridge.pipeline.region_decode.decode_steps`), then every step's
-        kernel. A method, not a closure: the dataset is pickled for workers started by spawn or forkserver."""
+        kernel; with views, one decode and each view's steps (:func:`apply_views`). A method, not a closure:
+        the dataset is pickled for workers started by spawn or forkserver."""
+        if self.plan.views:
+            return apply_views(data, info, self.plan, steps)
         image, steps = decode_steps(data, info=info, plan=self.plan, per_step=steps)
         return apply_steps(image, self.plan, steps)
 
@@ -274,7 +302,8 @@ class TorchvisionExecutor:
                                  initializer=functools.partial(_pool_thread_setup, gpu=gpu)) if threads else None)
         self.dataloader = None if threads else self._dataloader(pin_memory=cuda)
         self.stream = torch.cuda.Stream(self.device) if cuda else None
-        self._finished = FinishedBuffers()  # the host finish's output memory, reused (backends/finishing.py)
+        # the host finish's output memory, reused (backends/finishing.py): four batches of every view
+        self._finished = FinishedBuffers(keep=4 * len(plan.view_plans))
 
     def _dataloader(self, *, pin_memory: bool) -> DataLoader:
         """The DataLoader whose worker processes (or, with 0 workers, the calling thread) make the batches."""
@@ -314,10 +343,14 @@ class TorchvisionExecutor:
     def _threaded_batch(self, task: BatchTask) -> dict[str, Any]:
         """One batch made in a pool thread, in a buffer of its own (several are in flight at once;
         pinned when the loader targets a GPU, as DataLoader's pin-memory thread would)."""
-        height, width = self.plan.output_size
+        pinned = self.stream is not None
 
-        def buffer(count: int) -> torch.Tensor:
-            return torch.empty((count, 3, height, width), dtype=torch.uint8, pin_memory=self.stream is not None)
+        def buffer(count: int) -> torch.Tensor | list[torch.Tensor]:
+            shapes = [(count, 3, *view.output_size) for view in self.plan.view_plans]
+            if not self.plan.views:
+                return torch.empty(shapes[0], dtype=torch.uint8, pin_memory=pinned)
+            flat = torch.empty(sum(math.prod(shape) for shape in shapes), dtype=torch.uint8, pin_memory=pinned)
+            return batch_buffers(shapes, flat)
 
         return self.dataset.batch(task, buffer)
 
@@ -370,15 +403,23 @@ class TorchvisionExecutor:
         """The DataLoader's worker processes (empty before they start, and under threads)."""
         return list(getattr(getattr(self.dataloader, "_iterator", None), "_workers", None) or [])
 
+    def _finished_batch(self, image: torch.Tensor | list[torch.Tensor],
+                        **buffers: FinishedBuffers) -> torch.Tensor | list[torch.Tensor]:
+        """The uint8 batch finished on the loader's device (``buffers``: where a host finish writes); with
+        views, each view's by its group's finish."""
+        if not self.plan.views:
+            return finish_batch(image, self.plan.finish, self.device, **buffers)
+        return [finish_batch(view_images, view.finish, self.device, **buffers)
+                for view_images, view in zip(image, self.plan.views)]
+
     def _finish_here(self, item: dict[str, Any]) -> RawBatch:
-        image = (finish_batch(item["image"], self.plan.finish, self.device, buffers=self._finished)
-                 if "image" in item else None)
+        image = self._finished_batch(item["image"], buffers=self._finished) if "image" in item else None
         return self._raw(item, image)
 
     def _finish_on_side_stream(self, item: dict[str, Any]) -> tuple[RawBatch, torch.cuda.Event]:
         raw = self._raw(item, None)  # a bad sample raises here, before any GPU work
         with torch.cuda.stream(self.stream):
-            raw.image = finish_batch(item["image"], self.plan.finish, self.device)
+            raw.image = self._finished_batch(item["image"])
             done = torch.cuda.Event()
             done.record(self.stream)
         return raw, done
@@ -388,7 +429,8 @@ class TorchvisionExecutor:
         raw, done = started
         consumer = torch.cuda.current_stream(self.device)
         consumer.wait_event(done)
-        raw.image.record_stream(consumer)  # allocated on the side stream, used on the consumer's
+        for image in (raw.image if isinstance(raw.image, list) else [raw.image]):
+            image.record_stream(consumer)  # allocated on the side stream, used on the consumer's
         return raw
 
     def _raw(self, item: dict[str, Any], image: torch.Tensor | None) -> RawBatch:

@@ -47,7 +47,9 @@ def measure_epoch(loader: Loader, *, max_batches: int | None = None, progress: b
     bar = progress_bar(total=total, unit="batch", description=description or f"{loader.spec.name} [{loader.backend}]",
                        enabled=progress)
     skipped_before = len(loader.skipped)
-    image_position = loader.spec.outputs.index("image") if "image" in loader.spec.outputs else None
+    # the images' output (with views, the first view's batch stands for the shape)
+    outputs = loader.spec.outputs
+    image_position = next((outputs.index(name) for name in ("image", "views") if name in outputs), None)
     start = time.perf_counter()
     first = None
     batches = images = images_after_first = 0
@@ -56,9 +58,10 @@ def measure_epoch(loader: Loader, *, max_batches: int | None = None, progress: b
     iterator = iter(loader)
     try:
         for batch in iterator:
-            count = len(batch[0])
+            count = len(batch[0][0] if isinstance(batch[0], list) else batch[0])  # samples: a list holds views
             if image_position is not None and not shape:
                 image = batch[image_position]
+                image = image[0] if isinstance(image, list) else image
                 shape, dtype, device = tuple(image.shape), str(image.dtype).replace("torch.", ""), str(image.device)
             batches += 1
             images += count

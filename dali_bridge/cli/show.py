@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..spec.pipeline import PipelineSpec
+from ..util.wording import plural
 from .options import AddCommand, add_spec_options, load_with_options
 
 
@@ -22,7 +23,7 @@ def add_parser(add: AddCommand) -> None:
 def cmd_show(args: argparse.Namespace) -> int:
     from ..loader.select import BACKEND_NAMES, choose_backend, unavailable_reason
     from ..loader.placement import placement
-    from ..pipeline.plan import build_plan, unsupported_ops
+    from ..pipeline.plan import build_plan, unsupported_places
     from ..bench.timing import format_table
     from ..spec.shipped import resolve_pipeline
 
@@ -30,7 +31,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"# resolved pipeline: {resolve_pipeline(args.file).describe(args.file)}")
     print(_resolved_yaml(spec))
     plan = build_plan(spec)
-    print(f"# output per batch: {plan.output_shape(spec.batch_size)} {plan.finish.dtype} ({plan.finish.layout})")
+    groups = _group_plans(plan)
+    if plan.views:
+        print(f"# output per batch: a list of {len(plan.views)} views, each cut from the sample's one decode")
+    for name, first, views in groups:
+        shown = f"views {views[0]}-{views[-1]} ({name}): " if name else ""
+        print(f"# output per batch: {shown}{first.output_shape(spec.batch_size)} {first.finish.dtype} "
+              f"({first.finish.layout})")
     from ..ops.registry import op_origin
     for index, op in enumerate(spec.ops):
         if op_origin(op.name) is not None:
@@ -48,23 +55,37 @@ def cmd_show(args: argparse.Namespace) -> int:
                                     tail_in=spec.loader.executor)
     print(f"# {threads}")
     for backend in BACKEND_NAMES:
-        missing = unsupported_ops(spec, backend)
+        missing = unsupported_places(spec, backend)
         reason = unavailable_reason(backend)
         status = "available here" if reason is None else f"not available here: {reason}"
         print(f"\n## {backend} ({status})")
         if missing:
-            print("  cannot run this pipeline: " + "; ".join(f"ops[{i}] {n} (runs on {', '.join(b)})"
-                                                        for i, n, b in missing))
+            print("  cannot run this pipeline: " + "; ".join(f"{where} {n} (runs on {', '.join(b)})"
+                                                        for where, n, b in missing))
             continue
-        rows = [{"stage": s.stage, "implementation": s.implementation, "device": s.device}
-                for s in placement(plan, backend, cuda=_cuda(), executor=spec.loader.executor)]
-        print(format_table(rows, [("stage", "stage"), ("device", "device"), ("implementation", "implementation")]))
+        for name, first, views in groups:
+            if name:  # each group's chain, after the one decode (the stages of its first view)
+                print(f"### views group {name}: {plural(len(views), 'view')} ({', '.join(map(str, views))})")
+            rows = [{"stage": s.stage, "implementation": s.implementation, "device": s.device}
+                    for s in placement(first, backend, cuda=_cuda(), executor=spec.loader.executor)]
+            print(format_table(rows, [("stage", "stage"), ("device", "device"), ("implementation", "implementation")]))
         if backend == "torchvision":
             from ..pipeline.region_decode import describe_decode
             print(f"  decoder here: {describe_decode(plan)}")
     if args.order:
         _show_order(spec)
     return 0
+
+
+def _group_plans(plan) -> list[tuple[str, object, list[int]]]:
+    """(group name, its first view's plan, its view numbers) of each views group; one unnamed entry
+    for a pipeline without views."""
+    if not plan.views:
+        return [("", plan, [0])]
+    groups: dict[str, tuple[object, list[int]]] = {}
+    for view in plan.views:
+        groups.setdefault(view.group, (view, []))[1].append(view.view)
+    return [(name, first, numbers) for name, (first, numbers) in groups.items()]
 
 
 def _show_order(spec) -> None:

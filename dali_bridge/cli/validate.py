@@ -55,7 +55,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"{path}: cannot read: {exc.strerror or exc}", file=sys.stderr)
             failed += 1
         else:
-            print(f"{path}: ok ({spec.name}: {plural(len(spec.ops), 'op')}, batch {spec.batch_size})")
+            views = sum(group.count for group in spec.views)
+            what = (f"{plural(views, 'view')} in {plural(len(spec.views), 'group')}" if spec.views
+                    else plural(len(spec.ops), 'op'))
+            print(f"{path}: ok ({spec.name}: {what}, batch {spec.batch_size})")
             if args.no_source_check:
                 for warning in missing_source_warnings(spec, path, set_overrides(args)):
                     print(f"warning: {warning}", file=sys.stderr)

@@ -224,7 +224,7 @@ def _memory_problem(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostL
     """
     prefetch, batch = spec.loader.prefetch, spec.batch_size
     item = item_bytes(plan.finish.dtype) if backend != "torchvision" else 1  # workers hold uint8 batches
-    batch_bytes = math.prod(plan.output_shape(batch)) * item
+    batch_bytes = sum(math.prod(view.output_shape(batch)) for view in plan.view_plans) * item  # every view's batch
     largest = largest_step_memory(plan, backend=backend)
     step_bytes, position = largest.bytes, largest.op_index
     if backend == "torchvision":
@@ -242,14 +242,18 @@ def _memory_problem(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostL
     # prefetch (1) would fit: then it is the prefetch (DALI holds a batch of them per batch in flight).
     least = (max(2 * batch_bytes, 2 * batch * step_bytes) if backend != "torchvision" else needed)
     if in_steps > slots * batch_bytes and position is not None and least > MEMORY_SHARE * host.memory_available:
-        op = spec.ops[position].name  # a step before the finish: an op of the spec
+        # a step before the finish: an op of the spec (with views, the first view's chain: the shared ops, its group's)
+        chain = [*spec.ops, *(spec.views[0].ops if spec.views else ())]
+        op = chain[position].name
+        shared = len(spec.ops)
+        where = f"ops[{position}]" if position < shared else f"views.{plan.group}.ops[{position - shared}]"
         if backend == "torchvision":
             holders = f"{shown(max(1, workers))} worker(s) holding one each, with their batch buffers,"
             lower = "workers"
         else:
             holders = f"{shown(slots)} batches of {shown(batch)} in flight (prefetch {shown(prefetch)} + 1)"
             lower = "batch_size or prefetch"
-        return Problem(spec.origin, f"ops[{position}].{op}",
+        return Problem(spec.origin, f"{where}.{op}",
                        f"{largest.held.format(size=_size(step_bytes), pixels='x'.join(map(shown, largest.size)))}"
                        f" on the way to the output, and "
                        f"{holders} need {_size(needed)}, {available}: make the images smaller earlier (crop "
@@ -257,9 +261,11 @@ def _memory_problem(spec: PipelineSpec, plan: Plan, *, backend: str, host: HostL
     per_slot = batch_bytes * max(1, workers) if backend == "torchvision" else max(batch_bytes, batch * step_bytes)
     fit = int(MEMORY_SHARE * host.memory_available) // per_slot - (2 if backend == "torchvision" else 1)
     advice = f"lower prefetch (up to {fit} fits)," if fit >= 1 else "even prefetch 1 does not fit: lower"
+    # a batch's images: one tensor, or with views each view's (``+``)
+    shapes = " + ".join("x".join(map(shown, view.output_shape(batch))) for view in plan.view_plans)
     return Problem(spec.origin, "loader.prefetch",
                    f"{shown(slots)} batch buffers of {_size(batch_bytes)} "
-                   f"({'x'.join(map(shown, plan.output_shape(batch)))} "
+                   f"({shapes} "
                    f"{'uint8' if item == 1 else plan.finish.dtype}) need {_size(needed)}, {available}: {advice} "
                    f"batch_size or workers")
 

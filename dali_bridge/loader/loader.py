@@ -20,7 +20,7 @@ import torch
 from ..backends.base import Executor, RawBatch, SkippedSample, Topology, resolve_topology
 from .dataloader_keywords import unexpected_keywords_message
 from .limits import check_loader_limits
-from ..pipeline.plan import Plan, build_plan, unsupported_ops
+from ..pipeline.plan import Plan, build_plan, unsupported_places
 from .post_finish import PostFinish
 from ..util.quoting import safe_name
 from ..pipeline.resume import STATE_FORMAT, Identity, check_identity, listing_fingerprint, merge_states, read_state
@@ -44,7 +44,8 @@ class Loader:
     Each batch is a tuple in the order of the spec's ``outputs``: ``image`` (NCHW or NHWC, the
     declared dtype, on ``loader.device``), ``label`` (int64 [N]), ``index`` (int64 [N], position in
     the source listing), ``valid`` (bool [N], False for ``pad`` repeats) and ``target`` (float32
-    [N, number of classes]: soft targets, label smoothing and batch mixing folded in). Ops after
+    [N, number of classes]: soft targets, label smoothing and batch mixing folded in); with views,
+    ``views`` in place of ``image``: a list of [N, C, H, W] batches, one per view. Ops after
     the finish run on each batch here (:mod:`dali_bridge.loader.post_finish`), the same for every backend.
 
     Each ``iter()`` runs the next epoch unless :meth:`set_epoch` chose one; :meth:`state_dict`
@@ -250,7 +251,7 @@ class Loader:
             image, target = self._post_finish.apply(raw.image, labels, raw.indices, epoch=epoch, number=number,
                                                     repeats=raw.repeats)
         for name in self.spec.outputs:
-            if name == "image":
+            if name in ("image", "views"):  # views: the list of each view's batch, in declared order
                 values[name] = image
             elif name == "target":
                 values[name] = target
@@ -409,9 +410,9 @@ def build_loader(spec_or_path: PipelineSpec | str | Path | Mapping, backend: str
     requested = spec.backend if backend == "auto" else backend
     choice = choose_backend(requested, executor=spec.loader.executor)
     log.info("dali-bridge %s: backend %s (%s)", spec.name, choice.backend, choice.reason)
-    missing = unsupported_ops(spec, choice.backend)
+    missing = unsupported_places(spec, choice.backend)
     if missing:
-        details = "; ".join(f"ops[{i}] '{name}' runs only on {', '.join(b)}" for i, name, b in missing)
+        details = "; ".join(f"{where} '{name}' runs only on {', '.join(b)}" for where, name, b in missing)
         raise BackendUnavailable(f"{spec.origin}: backend '{choice.backend}' cannot run this pipeline: {details}")
     device = check_device(device)
     topology = resolve_topology(rank, world_size)

@@ -14,6 +14,10 @@ torchvision's contrast blends with the mean of the image's *grey level* (its flo
 the per-sample order of the four would need every permutation built into the graph. The torch tail
 applies the exact kernels to the graph's uint8 output: given the same input, DALI backends equal
 torchvision by construction.
+
+``probability`` is torchvision's ``RandomApply([ColorJitter(...)], p)``, the self-supervised recipes'
+way of jittering only some images: applied when a ninth uniform is below it (``torch.rand(1) < p``).
+At 1, its default, no ninth uniform is drawn, so a pipeline without it draws what it always drew.
 """
 from __future__ import annotations
 
@@ -24,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from ..util.checks import type_name, is_number
+from ..util.checks import is_number, probability_checker, type_name
 from .base import Op, Param
-from .facets import Batching, DaliBaseline, Display
+from .facets import Batching, DaliBaseline, Display, SpecRules
 
 # torchvision's order ids (ColorJitter.transform): 0 brightness, 1 contrast, 2 saturation, 3 hue.
 ADJUSTMENTS = ("brightness", "contrast", "saturation", "hue")
@@ -61,12 +65,21 @@ def _check_jitter(value: Any, *, name: str) -> tuple[Any, str | None]:
 
 @dataclass(frozen=True)
 class Jitter:
-    """The four adjustments in ``order`` (torchvision's ids), each with its factor or None (skipped)."""
+    """The four adjustments in ``order`` (torchvision's ids), each with its factor or None (skipped);
+    none of them when not ``applied`` (its ``probability`` drew no jitter for this image)."""
     order: tuple[int, ...]
     brightness: float | None
     contrast: float | None
     saturation: float | None
     hue: float | None
+    applied: bool = True
+
+    def adjustments(self) -> list[tuple[int, float]]:
+        """(torchvision's id, factor) of each adjustment made, in order; none when not applied."""
+        if not self.applied:
+            return []
+        factors = [(adjustment, getattr(self, ADJUSTMENTS[adjustment])) for adjustment in self.order]
+        return [(adjustment, factor) for adjustment, factor in factors if factor is not None]
 
 
 def _factor(bounds: list[float] | None, u: float) -> float | None:
@@ -77,26 +90,28 @@ def _factor(bounds: list[float] | None, u: float) -> float | None:
     return float(np.float32(low + (high - low) * u))
 
 
-class ColorJitter(Op, Batching, Display, DaliBaseline):
+class ColorJitter(Op, Batching, Display, DaliBaseline, SpecRules):
     # 8 uniforms per sample: 4 ranked into the order (argsort of iid uniforms: a uniform permutation,
-    # as torch.randperm(4)), then one per factor, drawn whether or not the adjustment is set.
+    # as torch.randperm(4)), then one per factor, drawn whether or not the adjustment is set; a ninth
+    # decides whether to jitter at all when probability < 1 (see draw_count).
     draws = 8
     transform = "ColorJitter"
+
+    def draw_count(self, params) -> int:
+        return self.draws + (params["probability"] < 1.0)
 
     def sample(self, params, u, height, width) -> tuple:
         order = tuple(int(i) for i in np.argsort(u[:4], kind="stable"))
         factors = {name: _factor(params[name], u[4 + n]) for n, name in enumerate(ADJUSTMENTS)}
-        return (Jitter(order, **factors),)
+        applied = len(u) == self.draws or bool(u[self.draws] < params["probability"])  # RandomApply's rand < p
+        return (Jitter(order, **factors, applied=applied),)
 
     def torchvision_kernel(self, image, concrete, params):
         from torchvision.transforms.v2 import functional as F
 
-        jitter = concrete[0]
         kernels = (F.adjust_brightness, F.adjust_contrast, F.adjust_saturation, F.adjust_hue)
-        for adjustment in jitter.order:  # as ColorJitter.transform
-            factor = getattr(jitter, ADJUSTMENTS[adjustment])
-            if factor is not None:
-                image = kernels[adjustment](image, factor)
+        for adjustment, factor in concrete[0].adjustments():  # as ColorJitter.transform
+            image = kernels[adjustment](image, factor)
         return image
 
     def batch_kernel(self, images, concrete, params):
@@ -111,7 +126,7 @@ class ColorJitter(Op, Batching, Display, DaliBaseline):
             groups: dict[int, list[int]] = {}
             for row, jitter in enumerate(jitters):
                 adjustment = jitter.order[place]
-                if getattr(jitter, ADJUSTMENTS[adjustment]) is not None:
+                if jitter.applied and getattr(jitter, ADJUSTMENTS[adjustment]) is not None:
                     groups.setdefault(adjustment, []).append(row)
             batch = batched.by_group(batch, groups, lambda adjustment, group, rows: kernels[adjustment](
                 group, [getattr(jitters[row], ADJUSTMENTS[adjustment]) for row in rows]))
@@ -120,27 +135,35 @@ class ColorJitter(Op, Batching, Display, DaliBaseline):
     def torchvision_transforms(self, params):
         from torchvision.transforms import v2
 
-        return [v2.ColorJitter(**{name: None if params[name] is None else tuple(params[name])
-                                  for name in ADJUSTMENTS})]
+        jitter = v2.ColorJitter(**{name: None if params[name] is None else tuple(params[name])
+                                   for name in ADJUSTMENTS})
+        return [jitter] if params["probability"] == 1.0 else [v2.RandomApply([jitter], p=params["probability"])]
 
     def torchvision_stage(self, params) -> str:
         chosen = [name for name in ADJUSTMENTS if params[name] is not None]
         if not chosen:
             return "nothing (no factor range set: the image is kept)"
-        return f"F.adjust_{'/'.join(chosen)} (random order)"
+        chance = "" if params["probability"] == 1.0 else f", with probability {params['probability']}"
+        return f"F.adjust_{'/'.join(chosen)} (random order{chance})"
 
     def dali_baseline(self, step, images, ctx):
         from nvidia.dali import fn
 
+        from .dali_op import on_coin_flip
+
         # What a DALI user writes: fn.color_twist with DALI's own draws, in DALI's fixed order
-        # (hue in degrees, rotated in YIQ space).
+        # (hue in degrees, rotated in YIQ space), kept or not on DALI's coin flip.
         args = {}
         for name in ADJUSTMENTS:
             bounds = step.params[name]
             if bounds is not None:
                 scale = 360.0 if name == "hue" else 1.0
                 args[name] = fn.random.uniform(range=[bounds[0] * scale, bounds[1] * scale])
-        return fn.color_twist(images, device=ctx.device, **args) if args else images
+        if not args:
+            return images
+        jittered = fn.color_twist(images, device=ctx.device, **args)
+        probability = step.params["probability"]
+        return jittered if probability == 1.0 else on_coin_flip(jittered, images, probability, ctx.device)
 
 
 _DOCS = {
@@ -152,7 +175,10 @@ _DOCS = {
 }
 
 COLOR_JITTER = ColorJitter(
-    "color_jitter", "pixel", tuple(Param(name, None, jitter_checker(name), _DOCS[name]) for name in ADJUSTMENTS),
+    "color_jitter", "pixel", tuple(Param(name, None, jitter_checker(name), _DOCS[name]) for name in ADJUSTMENTS) + (
+        Param("probability", 1.0, probability_checker,
+              "chance of jittering each image at all, in [0, 1], as torchvision's RandomApply([ColorJitter(...)], p) "
+              "(default 1: every image)"),),
     "Change brightness, contrast, saturation and hue by random factors, in a random order per image "
     "(torchvision's ColorJitter). On DALI backends it runs in torch right after the DALI graph.",
     primary="brightness")

@@ -18,7 +18,7 @@ import numpy as np
 
 from .base import Op, Step
 
-__all__ = ["Column", "DaliOp", "GraphContext"]
+__all__ = ["Column", "DaliOp", "GraphContext", "on_coin_flip"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,8 @@ class GraphContext:
     ``steps``: the steps the graph runs (the plan's, up to its torch tail); ``device``: the ops' device
     (``cpu`` | ``gpu``); ``position``: the step's place in the plan;
     ``mirror``: a per-sample flip handed to the finish (crop_mirror_normalize's ``mirror``);
+    ``window_decoded``: the decoder read only the first step's crop window (its region of interest); not
+    so where several views are cut from one whole decode, and the first crop slices its window itself;
     ``side_outputs``: images a step produced beside the main one (a border patch's exact edge
     lines), which the finish treats as images and the pipeline returns after the image — the plan
     allows them only where no step but a flip folded into the finish follows; ``crop``: a centre
@@ -62,6 +64,7 @@ class GraphContext:
     mirror: Any = None
     side_outputs: list = field(default_factory=list)
     crop: Any = None
+    window_decoded: bool = True
 
     def is_last_step(self) -> bool:
         """The last step of the DALI graph (a plan's torch tail runs after it, see ``DaliPlan.steps``)."""
@@ -88,3 +91,15 @@ class DaliOp(Op):
     def dali_graph(self, step: Step, images: Any, columns: Mapping[str, Any], ctx: GraphContext) -> Any:
         """Add the step to the DALI graph; ``columns`` maps the declared names to DataNodes."""
         raise NotImplementedError(f"op {self.name!r} has no DALI graph fragment")
+
+
+def on_coin_flip(changed: Any, images: Any, probability: float, device: str) -> Any:
+    """``changed`` where DALI's own coin flip (``fn.random.coin_flip``) comes up with ``probability``,
+    else ``images`` (uint8, the same shapes): a probability as a plain-DALI bench baseline writes it."""
+    from nvidia.dali import fn, types
+
+    chosen = fn.random.coin_flip(probability=probability, dtype=types.UINT8)
+    kept = fn.cast(1 - chosen, dtype=types.UINT8)  # an int constant widens uint8 to int32
+    if device == "gpu":
+        chosen, kept = chosen.gpu(), kept.gpu()
+    return changed * chosen + images * kept  # uint8: exactly one of the two is 1 per sample

@@ -268,7 +268,8 @@ class RandomResizedCrop(_Resampling):
         return "F.crop + F.resize"
 
     def _window_decoded(self, ctx: GraphContext) -> bool:
-        return ctx.position == 0  # the first step's window is the decoder's region of interest
+        # the first step's window is the decoder's region of interest (unless views share a whole decode)
+        return ctx.position == 0 and ctx.window_decoded
 
     def dali_columns(self, step, ctx):
         return _CROP_COLUMNS + self._resize_columns(step, ctx)

@@ -29,6 +29,7 @@ _MODULES = (
     "geometry",          # random_resized_crop, resize, center_crop, horizontal_flip
     "vertical_flip",
     "random_grayscale",
+    "solarize",
     "gaussian_blur",
     "color_jitter",
     "auto_augment",      # trivial_augment_wide, rand_augment, auto_augment, augmix

@@ -9,7 +9,7 @@ here imports a backend.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any, Protocol, Sequence
 
@@ -18,7 +18,7 @@ from ..ops.base import Category, Step
 from ..ops.finish import IMPLICIT_FINISH, Finish, Normalize
 from ..ops.facets import Sizing, SpecRules, facet
 
-__all__ = ["LoweredSpec", "Placed", "Plan", "build_plan", "unsupported_ops"]
+__all__ = ["LoweredSpec", "Placed", "Plan", "build_plan", "unsupported_ops", "unsupported_places"]
 
 
 class LoweredSpec(Protocol):
@@ -39,6 +39,16 @@ class Plan:
     output_size: tuple[int, int]  # (height, width) in pixels
     decode_device: str            # as declared: mixed | cpu
     parity: str = "exact"         # exact: DALI reproduces torchvision's resize borders; fast: plain fn.resize
+    # A pipeline with views: each view is a plan of its own (the shared ops, then its group's chain).
+    view: int | None = None       # the view's number across all groups: a term of its draws' key (None: no views)
+    shared_steps: int = 0         # its leading steps (the shared ops), drawn once per sample, without the view's key
+    group: str = ""               # the views group it belongs to
+    views: tuple["Plan", ...] = ()  # on the plan build_plan returns: every view's plan, in output order
+
+    @property
+    def view_plans(self) -> tuple["Plan", ...]:
+        """The plan of each image a sample gives, in output order: every view's, or the plan itself."""
+        return self.views or (self,)
 
     @property
     def ops(self) -> tuple[Step, ...]:
@@ -78,15 +88,31 @@ class Plan:
 
 
 def build_plan(spec: LoweredSpec) -> Plan:
-    """Lower a validated spec into a plan."""
+    """Lower a validated spec into a plan. With views (the spec's ``views`` groups), each view's plan
+    lowers the shared ops then its group's chain with its own parameters; the plan returned is the
+    first view's, holding them all in :attr:`Plan.views`."""
+    groups = getattr(spec, "views", ())
+    if not groups:
+        return _chain_plan(spec.ops, spec)
+    plans: list[Plan] = []
+    for group in groups:
+        for v in range(group.count):
+            chain = _chain_plan([*spec.ops, *group.view_ops(v)], spec)
+            shared = sum(1 for step in chain.all_steps if step.op_index < len(spec.ops))
+            plans.append(replace(chain, view=len(plans), shared_steps=shared, group=group.name))
+    return replace(plans[0], views=tuple(plans))
+
+
+def _chain_plan(chain: Sequence[Any], spec: LoweredSpec) -> Plan:
+    """The plan of one chain of ops (each with ``name`` and ``params``)."""
     ops: list[Step] = []
     size: tuple[int, int] | None = None
-    for index, op in enumerate(spec.ops):
+    for index, op in enumerate(chain):
         definition = OPS[op.name]
         ops += facet(definition, SpecRules).lower(dict(op.params), index)
         size = facet(definition, Sizing).fixed_size(op.params) or size  # a shorter-side resize leaves the size open
     if not any(step.op.category is Category.FINISH for step in ops):
-        ops += facet(OPS["normalize"], SpecRules).lower(dict(IMPLICIT_FINISH), len(spec.ops))
+        ops += facet(OPS["normalize"], SpecRules).lower(dict(IMPLICIT_FINISH), len(chain))
     if size is None:
         raise ValueError("plan has no fixed output size (the spec validator should have caught this)")
     return Plan(tuple(ops), size, spec.decode_device, spec.parity)
@@ -113,3 +139,24 @@ def unsupported_ops(spec: LoweredSpec, backend: str) -> list[tuple[int, str, tup
         found += [(i, f"{op.name} with {what}", backends) for what, backends in unsupported_options(op.name, op.params)
                   if backend not in backends and backend in OPS[op.name].backends]
     return sorted(found, key=lambda item: item[0])
+
+
+def unsupported_places(spec: LoweredSpec, backend: str) -> list[tuple[str, str, tuple[str, ...]]]:
+    """:func:`unsupported_ops` of the shared ops and of every views group's chain (and view's changes),
+    each placed by the key that holds it: ``ops[1]``, ``views.global.ops[2]``."""
+    found = [(f"ops[{i}]", name, backends) for i, name, backends in unsupported_ops(spec, backend)]
+    for group in getattr(spec, "views", ()):
+        seen: set = set()
+        for v in range(group.count):
+            chain = _Chain(group.view_ops(v))
+            for i, name, backends in unsupported_ops(chain, backend):
+                if (i, name) not in seen:
+                    seen.add((i, name))
+                    found.append((f"views.{group.name}.ops[{i}]", name, backends))
+    return found
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """One chain of ops as :func:`unsupported_ops` reads a spec."""
+    ops: Sequence[Any]

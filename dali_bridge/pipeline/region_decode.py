@@ -66,6 +66,8 @@ def region_decoder() -> str:
 
 def describe_decode(plan: Plan) -> str:
     """What decodes each sample of ``plan`` on the torchvision backend (``dali-bridge show``)."""
+    if plan.views:
+        return "torchvision.io full decode, once per sample: every view is cut from it"
     if plan.steps and facet(plan.steps[0].op, Sizing).window_columns:
         return region_decoder()
     return "torchvision.io full decode (the first step needs the whole image)"

@@ -150,6 +150,7 @@ def check_epoch(epoch: object, *, what: str = "epoch") -> int:
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 _REPEAT = np.uint64(0xA0761D6478BD642F)  # the repeat number's multiplier in the key (odd, unrelated to the others)
+_VIEW = np.uint64(0xE7037ED1A0B428DB)    # the view number's (likewise)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -159,11 +160,13 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 
 def uniforms(seed: int, epoch: int, indices: np.ndarray, stream: int, count: int,
-             repeats: np.ndarray | None = None) -> np.ndarray:
+             repeats: np.ndarray | None = None, view: int | None = None) -> np.ndarray:
     """``[len(indices), count]`` floats uniform in [0, 1), a pure function of every argument.
 
     ``repeats`` (int [len(indices)], default all 0): which repeat of its sample each row is. Repeat
     0 adds nothing to the key, so its draws are those of a pipeline without repeated augmentation.
+    ``view``: the view's number across a pipeline's views groups (0, 1, ...), adding ``view + 1`` to
+    the key; None (a pipeline without views, or its shared ops) adds nothing.
     """
     with np.errstate(over="ignore"):
         base = (np.uint64(seed & 0xFFFFFFFF) * np.uint64(0x9E3779B97F4A7C15)
@@ -171,6 +174,8 @@ def uniforms(seed: int, epoch: int, indices: np.ndarray, stream: int, count: int
                 + np.uint64(stream & 0xFFFF) * np.uint64(0x8CB92BA72F3D8DD7))
         if repeats is not None:
             base = base + np.asarray(repeats, dtype=np.uint64)[:, None] * _REPEAT
+        if view is not None:
+            base = base + np.uint64(view + 1) * _VIEW
         key = _mix(base)
         idx = np.asarray(indices, dtype=np.uint64)[:, None]
         counter = np.arange(count, dtype=np.uint64)[None, :]
@@ -189,9 +194,12 @@ def draws(plan: Plan, seed: int, epoch: int, indices: np.ndarray,
 
     Stream ``position + 1``: the ops before a step decide nothing about its draws. ``repeats``:
     each row's repeat number (a :class:`BatchTask`'s ``repeats``), so every repeat of a sample is
-    augmented differently; repeat 0 draws what a pipeline without repetition draws.
+    augmented differently; repeat 0 draws what a pipeline without repetition draws. A view's plan
+    (:attr:`Plan.view`) keys its own steps' draws on its view number, and its shared steps' on none,
+    so every view draws its own parameters and the shared ops draw once per sample.
     """
-    return {pos: uniforms(seed, epoch, indices, pos + 1, draw_count(step), repeats)
+    return {pos: uniforms(seed, epoch, indices, pos + 1, draw_count(step), repeats,
+                          view=None if pos < plan.shared_steps else plan.view)
             for pos, step in enumerate(plan.ops) if draw_count(step)}
 
 

@@ -6,7 +6,9 @@ crop's ``interpolation: random``), flips, the ``--aa`` policy (``rand-*``: timm'
 ``rand_augment`` op's ``variant: timm``; ``augmix-*``: ``timm_augmix``; ``original``, ``originalr``,
 ``v0``, ``v0r``, ``3a``: ``timm_auto_augment``; fill the mean colour as timm's ``img_mean``; a fixed
 ``--train-interpolation`` as its ``interpolation``, as timm passes it on), ``ColorJitter(cj, cj, cj)``
-only without ``--aa`` or with ``3a`` (timm disables it otherwise), ``Normalize``, timm's
+only without ``--aa`` or with ``3a`` (timm disables it otherwise; in a ``RandomApply`` of
+``--color-jitter-prob``: its ``probability``), ``RandomGrayscale``, ``RandomApply([GaussianBlur(23)],
+p=--gaussian-blur-prob)``, ``Normalize``, timm's
 ``RandomErasing`` (``--remode pixel``: per-pixel normal noise, ``const``: zeros; area [0.02, 1/3],
 aspect [0.3, 1/0.3]), then ``Mixup`` on the batch (``--mixup``, ``--cutmix``,
 ``--mixup-prob``, ``--mixup-switch-prob``) with ``--smoothing`` in the targets, and
@@ -150,11 +152,6 @@ def _refusals(ns: argparse.Namespace) -> list[str]:
                      "several views; the loader gives one per sample: leave them out")
     if ns.train_crop_mode not in (None, "rrc"):
         found.append(f"--train-crop-mode {ns.train_crop_mode}: only timm's 'rrc' (random_resized_crop) has an op")
-    for option, value in (("--color-jitter-prob", ns.color_jitter_prob),
-                          ("--gaussian-blur-prob", ns.gaussian_blur_prob)):
-        if value:
-            found.append(f"{option} {value}: timm applies it with RandomApply, and the op has no chance of its own "
-                         f"(color_jitter and gaussian_blur always apply): leave it out")
     if ns.cutmix_minmax is not None:
         found.append("--cutmix-minmax: CutMix's box from a min/max ratio has no op (cutmix draws λ from Beta(α, α)): "
                      "give --cutmix ALPHA instead")
@@ -342,10 +339,15 @@ def _ops(ns: argparse.Namespace, crop_interpolation: str | None) -> tuple[list[t
             ops.append((policy, "--aa"))
     if ns.color_jitter and (not ns.aa or "3a" in ns.aa):  # timm drops colour jitter when --aa is set, but for 3a
         jitter = float(ns.color_jitter)
-        ops.append(({"color_jitter": {"brightness": jitter, "contrast": jitter, "saturation": jitter}},
-                    "--color-jitter"))
+        params = {"brightness": jitter, "contrast": jitter, "saturation": jitter}
+        if ns.color_jitter_prob is not None:  # timm's RandomApply([ColorJitter(...)], p=color_jitter_prob)
+            params["probability"] = ns.color_jitter_prob
+        ops.append(({"color_jitter": params}, "--color-jitter/--color-jitter-prob"))
     if ns.grayscale_prob:
         ops.append(({"random_grayscale": {"probability": ns.grayscale_prob}}, "--grayscale-prob"))
+    if ns.gaussian_blur_prob:  # timm's RandomApply([GaussianBlur(kernel_size=23)], p): torchvision's sigma range
+        ops.append(({"gaussian_blur": {"kernel_size": 23, "sigma": [0.1, 2.0], "probability": ns.gaussian_blur_prob}},
+                    "--gaussian-blur-prob"))
     ops.append(({"normalize": {"mean": mean, "std": std}}, "--mean/--std"))
     if ns.reprob > 0:
         value = "random" if ns.remode.lower() == "pixel" else 0.0

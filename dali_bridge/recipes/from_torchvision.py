@@ -9,11 +9,16 @@ and ``RGB`` change only the container, which the bridge's decoder fixes. Every m
 checked against the counterpart the op builds back: an attribute that would come back different is
 refused rather than dropped. Only torchvision's own classes are mapped: a subclass (whose methods
 may do otherwise) or a class that only shares a name is refused by its qualified name.
+``RandomApply([t], p)`` of one transform whose op takes a ``probability`` that ``t`` has not
+(``ColorJitter``, ``GaussianBlur``: the self-supervised recipes' jitter and blur) is that op with
+``probability: p``. A list of transforms, one per view (or a mapping of group name to such a list),
+becomes a pipeline with ``views`` (:mod:`dali_bridge.recipes.view_groups`).
 """
 from __future__ import annotations
 
 import difflib
 import enum
+import inspect
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -22,6 +27,9 @@ from ..errors import RecipeError
 from ..util.urls import Scrubbed
 from .importing import foreign_class_problem, library_class
 from .spec_data import build_spec
+from .view_groups import group_views
+
+from ..pipeline.plan import build_plan
 
 if TYPE_CHECKING:
     from ..spec.pipeline import PipelineSpec
@@ -111,7 +119,7 @@ def flatten(transform: Any) -> list:
 # Transforms whose nearest op is not the nearest name: what does the same kind of thing.
 _NEAREST = {"RandomCrop": "RandomResizedCrop", "Grayscale": "RandomGrayscale", "RandomRotation": "TrivialAugmentWide",
             "RandomAffine": "TrivialAugmentWide", "RandomPosterize": "TrivialAugmentWide",
-            "RandomSolarize": "TrivialAugmentWide", "RandomEqualize": "TrivialAugmentWide",
+            "RandomEqualize": "TrivialAugmentWide",
             "RandomAutocontrast": "TrivialAugmentWide", "RandomAdjustSharpness": "TrivialAugmentWide"}
 
 
@@ -131,6 +139,34 @@ def _unmappable(label: str, name: str, ops: Mapping[str, Any]) -> str:
     if name in ("RandomApply", "RandomChoice", "RandomOrder"):
         return f"{label}: {name} has no op (each op draws its own chance); {_closest(name, ops)}"
     return f"{label}: {name} has no op in dali-bridge; {_closest(name, ops)}"
+
+
+def _applied_inner(transform: Any, ops: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """The one transform a ``RandomApply`` wraps, whose op takes its ``p`` as ``probability``, or (None, why not)."""
+    inner = list(transform.transforms)
+    if len(inner) != 1:
+        return None, (f"RandomApply of {len(inner)} transforms has no op (each op draws its own chance): give each "
+                      f"transform its own probability")
+    name = library_class(inner[0])
+    if name is None:
+        return None, f"RandomApply of {foreign_class_problem(inner[0])}"
+    op = ops.get(name)
+    if op is None or op.param("probability") is None:
+        wrapped = sorted(n for n, o in ops.items() if o.param("probability") is not None and not _has_own_p(n))
+        return None, (f"RandomApply of {name} has no op: RandomApply maps to the probability of the op of one "
+                      f"of {', '.join(wrapped)}")
+    if hasattr(inner[0], "p"):
+        return None, (f"RandomApply of {name}, which draws its own chance p={inner[0].p}: give {name} the chance "
+                      f"of both (p={inner[0].p} x {transform.p}) instead")
+    return inner[0], None
+
+
+def _has_own_p(transform_name: str) -> bool:
+    """Whether torchvision's transform of this name takes its own ``p``."""
+    from torchvision.transforms import v2
+
+    cls = getattr(v2, transform_name, None)
+    return cls is not None and "p" in inspect.signature(cls).parameters
 
 
 def _dtype(transform: Any) -> tuple[str | None, str | None]:
@@ -154,7 +190,8 @@ class _Reader:
     """One pass over the flattened transforms: the ops in order (the finish where the conversion to
     float is), each with the label of its transform; every problem at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix  # "view 1: " before each label of a view's transforms
         self.by_transform = _ops_by_transform()
         self.entries: list[tuple[str, dict, str, Any, set]] = []  # op, params, label, transform, attributes read
         self.problems: list[str] = []
@@ -166,20 +203,30 @@ class _Reader:
         for position, transform in enumerate(transforms):
             name = library_class(transform)
             if name is None:   # not torchvision's own class: what it does is not known
-                self.problems.append(f"transform {position} ({type(transform).__name__}): "
+                self.problems.append(f"{self.prefix}transform {position} ({type(transform).__name__}): "
                                      f"{foreign_class_problem(transform)}")
                 continue
-            label = f"transform {position} ({name})"
+            label = f"{self.prefix}transform {position} ({name})"
             if name in ("PILToTensor", "ToImage", "ToTensor") and not tensor_seen:
                 tensor_seen, self.ops_on_pil = True, len(self.entries)
             if name in _CONVERSIONS:
                 self._conversion(label, transform)
             elif name == "Normalize":
                 self._normalize(label, transform)
+            elif name == "RandomApply":
+                self._random_apply(label, transform)
             elif name not in _CONTAINERS:
                 self._op(label, name, transform)
 
-    def _op(self, label: str, name: str, transform: Any) -> None:
+    def _random_apply(self, label: str, transform: Any) -> None:
+        inner, why = _applied_inner(transform, self.by_transform)
+        if why is not None:
+            self.problems.append(f"{label}: {why}")
+        else:
+            self._op(label, library_class(inner), inner, applied_by=transform)
+
+    def _op(self, label: str, name: str, transform: Any, applied_by: Any = None) -> None:
+        """``applied_by``: the RandomApply around ``transform``, whose ``p`` is the op's probability."""
         op = self.by_transform.get(name)
         if op is None or op.category == "batch":
             self.problems.append(_unmappable(label, name, self.by_transform))
@@ -194,7 +241,9 @@ class _Reader:
                                  f"uint8 images before the finish: move it before ToDtype/Normalize")
             return
         params, read = read_params(op, transform)
-        self.entries.append((op.name, params, label, transform, read))
+        if applied_by is not None:
+            params["probability"] = float(applied_by.p)
+        self.entries.append((op.name, params, label, applied_by or transform, read))
 
     def _conversion(self, label: str, transform: Any) -> None:
         dtype, why = _dtype(transform)
@@ -222,18 +271,26 @@ def _checked(op: Any, transform: Any) -> dict[str, Any]:
     return {key: op.param(key).check(value)[0] for key, value in read_params(op, transform)[0].items()}
 
 
-def _round_trip_problems(spec: Any, entries: list) -> list[str]:
-    """Each mapped transform against the counterpart its op builds back: every attribute equal."""
-    from ..pipeline.plan import build_plan
+def _unwrapped(transform: Any) -> tuple[Any, float]:
+    """A RandomApply's one transform and its ``p``; any other transform and 1 (it always runs)."""
+    if library_class(transform) == "RandomApply":
+        return transform.transforms[0], float(transform.p)
+    return transform, 1.0
 
+
+def _round_trip_problems(plan: Any, entries: list) -> list[str]:
+    """Each mapped transform against the counterpart its op builds back: every attribute equal."""
     problems = []
-    for step in build_plan(spec).ops:
+    for step in plan.ops:
         if step.op_index >= len(entries):  # the batch transform's op, read from its own attributes
             continue
         name, _, label, transform, read = entries[step.op_index]
         if transform is None:
             continue
-        counterpart = step.op.torchvision_transforms(step.params)[0]
+        (transform, chance), (counterpart, back) = (_unwrapped(t) for t in (
+            transform, step.op.torchvision_transforms(step.params)[0]))
+        if chance != back:
+            problems.append(f"{label}: RandomApply's p={chance} has no equal in '{name}' (it gives {back})")
         ours, theirs = _checked(step.op, transform), _checked(step.op, counterpart)
         problems += [f"{label}: {key} {ours[key]!r} has no equal in '{name}' (it gives {theirs.get(key)!r})"
                      for key in ours if ours[key] != theirs.get(key)]
@@ -310,7 +367,18 @@ def from_torchvision(transform: Any, *, source: str | Path | Mapping[str, Any], 
     ``label_smoothing``: the loss's; either makes the pipeline output soft ``target``\\ s.
     ``overrides``: dotted keys as :func:`~dali_bridge.load_spec` takes them (``{"loader.shuffle": False}``).
     Raises :class:`RecipeError` listing every transform it cannot map, each with the closest op.
-    ``spec.to_yaml()`` is the pipeline file."""
+    ``spec.to_yaml()`` is the pipeline file.
+
+    Views: ``transform`` a list of transforms, one per view (lightly's and DINO's ``transforms``
+    lists), or a mapping of group name → such a list, gives a pipeline with ``views`` whose batches
+    give every view (:mod:`dali_bridge.recipes.view_groups` groups them); it takes no
+    ``batch_transform`` or ``label_smoothing`` (its batches have labels, not soft targets)."""
+    if isinstance(transform, (list, tuple, Mapping)):
+        if batch_transform is not None or label_smoothing:
+            raise RecipeError(["batch_transform/label_smoothing: a pipeline with views gives labels, not soft "
+                               "targets: mix and smooth in the training step"], "from_torchvision(views)")
+        return _views_from_torchvision(transform, source=source, batch_size=batch_size, name=name,
+                                       overrides=overrides)
     reader = _Reader()
     reader.read(flatten(transform))
     ops = [{op: params} for op, params, *_ in reader.entries]
@@ -327,8 +395,47 @@ def from_torchvision(transform: Any, *, source: str | Path | Mapping[str, Any], 
         raise RecipeError(reader.problems + _parameter_problems(ops, labels), origin)
     spec = build_spec(ops, labels, source=source, batch_size=batch_size, name=name, origin=origin,
                       label_smoothing=label_smoothing, overrides=overrides)
-    problems = _round_trip_problems(spec, reader.entries)
+    problems = _round_trip_problems(build_plan(spec), reader.entries)
     if problems:
         raise RecipeError(problems, origin)
     _pil_note(reader.ops_on_pil)
+    return spec
+
+
+def _views_from_torchvision(views: Any, *, source: Any, batch_size: int, name: str,
+                            overrides: Mapping[str, Any] | None) -> "PipelineSpec":
+    """:func:`from_torchvision` of a list of transforms, one per view, or of a mapping of group name →
+    such a list: each view read as a Compose is, then grouped into the ``views`` section."""
+    from ..ops.facets import Sizing, facet
+    from ..ops.registry import OPS
+
+    named = dict(views) if isinstance(views, Mapping) else {None: list(views)}
+    origin = f"from_torchvision({len(named) if isinstance(views, Mapping) else len(named[None])} views)"
+    readers: dict[Any, list[_Reader]] = {}
+    problems: list[str] = []
+    for group, transforms in named.items():
+        readers[group] = []
+        for v, transform in enumerate(transforms):
+            number = sum(len(r) for r in readers.values())
+            reader = _Reader(f"view {number}: " if group is None else f"views group '{group}', view {v}: ")
+            reader.read(flatten(transform))
+            ops, labels = [{op: params} for op, params, *_ in reader.entries], [e[2] for e in reader.entries]
+            problems += reader.problems + (_parameter_problems(ops, labels) if reader.problems else [])
+            readers[group].append(reader)
+    if problems or not all(readers.values()):
+        raise RecipeError(problems or ["views: expected at least one transform per group"], origin)
+    chains = {group: [[{op: params} for op, params, *_ in r.entries] for r in found]
+              for group, found in readers.items()}
+    sections = group_views(chains if isinstance(views, Mapping) else chains[None], origin=origin,
+                           size_params={op_name: facet(op, Sizing).size_param for op_name, op in OPS.items()})
+    every = [reader for found in readers.values() for reader in found]
+    first = {group: every[sum(g["count"] for g in list(sections.values())[:n])]
+             for n, group in enumerate(sections)}
+    spec = build_spec([], [], source=source, batch_size=batch_size, name=name, origin=origin, overrides=overrides,
+                      views=sections, view_labels={group: [e[2] for e in r.entries] for group, r in first.items()})
+    problems = [problem for plan, reader in zip(build_plan(spec).view_plans, every)
+                for problem in _round_trip_problems(plan, reader.entries)]
+    if problems:
+        raise RecipeError(problems, origin)
+    _pil_note(max(reader.ops_on_pil for reader in every))
     return spec

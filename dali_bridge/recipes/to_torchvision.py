@@ -5,7 +5,8 @@ The per-sample Compose takes what the bridge's decoder gives (a uint8 CHW tensor
 ``torchvision.io.decode_image``); put ``v2.PILToTensor()`` first to feed it PIL images (``pil=True``
 places it after the last op that runs on uint8 images). Batch-level ops (MixUp, CutMix) are not
 per-sample transforms: :func:`batch_transform` gives theirs, applied as ``transform(images, labels)``.
-The bench's hand-written torchvision baseline is built from these two functions.
+The bench's hand-written torchvision baseline is built from these two functions. A pipeline with
+views gives one Compose per view, in the order of its batches' views (what ``from_torchvision`` takes back).
 
 Public as ``dali_bridge.to_torchvision(spec)`` and ``dali_bridge.batch_transform(spec, num_classes=N)``.
 """
@@ -33,10 +34,17 @@ def to_torchvision(spec_or_plan: LoweredSpec | Plan, *, pil: bool = False, skip_
     counterpart, the finish's (``ToDtype`` + ``Normalize``), then ops on the normalised image
     (``RandomErasing``). A batch-level op (mixup, cutmix, batch_mix) is refused unless
     ``skip_batch_ops``: it belongs in :func:`batch_transform`, not in a per-sample Compose.
-    Raises :class:`RecipeError` naming an op without a counterpart (timm's RandAugment variant)."""
+    Raises :class:`RecipeError` naming an op without a counterpart (timm's RandAugment variant).
+    With views: a list of such Composes, one per view in output order."""
+    plan = _plan(spec_or_plan)
+    if plan.views:
+        return [_compose(view, pil=pil, skip_batch_ops=skip_batch_ops) for view in plan.views]
+    return _compose(plan, pil=pil, skip_batch_ops=skip_batch_ops)
+
+
+def _compose(plan: Plan, *, pil: bool, skip_batch_ops: bool) -> Any:
     from torchvision.transforms import v2
 
-    plan = _plan(spec_or_plan)
     batch = [step.name for _, step in plan.post_finish if step.op.category == "batch"]
     if batch and not skip_batch_ops:
         raise RecipeError([f"op {batch[0]!r} runs on whole batches, not in a per-sample Compose: call "

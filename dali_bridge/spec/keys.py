@@ -184,12 +184,22 @@ _BATCH_KEYS = (
     # A recipe chains about 10 ops; DALI's graph builder recurses per op.
     Key("ops", "list", "the ops below, in order; the output size must be fixed",
         maximum=Bound(64, "a recipe uses about 10; DALI builds its graph by recursion")),
+    # DINO cuts 10 views of each image, iBOT 12; each view is another image per sample.
+    Key("views", "mapping",
+        "several augmented views of each image ([Self-supervised](self-supervised.md)): named groups, in the order "
+        "batches give them; each `NAME: {count, ops, per_view}` cuts `count` views from the sample's one decode "
+        "(after the shared `ops`, which then may be left out), each with its own draws, through the group's `ops` "
+        "(ending in the group's output size and finish); `per_view` (optional, one mapping per view) sets op "
+        "parameters for single views: `{gaussian_blur: {probability: 0.1}}`. Needs `views` in `outputs`",
+        default=(), shown_default="none (one image per sample)",
+        maximum=Bound(64, "DINO cuts 10 views of each image, iBOT 12; each view is another image per sample")),
     Key("outputs", "list",
         "what each batch tuple holds, in this order: `image`, `label` (int64), `index` (int64, position in the "
         "source listing), `valid` (bool, false for `pad` repeats), `target` (float32 [N, number of classes]: "
         "soft targets, one-hot with `target.label_smoothing` and batch mixing folded in; required with "
-        "`mixup`, `cutmix` or `batch_mix`)",
-        default=("image", "label"), choices=("image", "label", "index", "valid", "target")),
+        "`mixup`, `cutmix` or `batch_mix`), `views` (instead of `image` with a `views` section: a list of "
+        "[N, C, H, W] batches, every view of the first group, then the next group's)",
+        default=("image", "label"), choices=("image", "label", "index", "valid", "target", "views")),
     Key("target.label_smoothing", "number",
         "with the `target` output only: targets are `(1 - ε) · one_hot + ε / number of classes` before mixing, "
         "as `CrossEntropyLoss(label_smoothing=ε)` computes them (so leave the loss's own smoothing at 0)",

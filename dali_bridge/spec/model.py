@@ -39,6 +39,7 @@ MAX_REQUESTS: int = KEYS["source.max_requests"].maximum.value
 MAX_SHUFFLE_WINDOW: int = KEYS["loader.shuffle_window"].maximum.value
 MAX_REPEATED_AUGMENTATIONS: int = KEYS["loader.repeated_augmentations"].maximum.value
 MAX_SEED: int = KEYS["seed"].maximum.value
+MAX_VIEWS: int = KEYS["views"].maximum.value
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,21 @@ class RaySettings:
     address: str | None = None
     cpus: int | None = None
     batches_in_flight: int | None = None
+
+
+@dataclass(frozen=True)
+class ViewGroupSpec:
+    """A group of views (``views.NAME``): ``count`` views, each cut from the sample's one decode by
+    the group's own ``ops``, view ``v`` with ``per_view[v]`` (op name → parameters) set over them."""
+    name: str
+    count: int
+    ops: tuple[OpSpec, ...]
+    per_view: tuple[Mapping[str, Mapping[str, Any]], ...] = ()
+
+    def view_ops(self, view: int) -> tuple[OpSpec, ...]:
+        """The ops of the group's view ``view`` (0 .. count-1): its ``per_view`` parameters set over the group's."""
+        changed = self.per_view[view] if view < len(self.per_view) else {}
+        return tuple(OpSpec(op.name, {**op.params, **changed.get(op.name, {})}) for op in self.ops)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from ..ops.registry import OPS, op_names
 from ..util.quoting import quoted
 from .keys import KEYS
 from .model import OpSpec
-from .problems import ProblemCollector
+from .problems import ProblemCollector, format_path
 from ..ops.facets import Sizing, SpecRules, facet
 
 
@@ -40,19 +40,26 @@ def op_entry(entry: Any) -> tuple[Any, Any] | None:
     return name, params
 
 
-def check_all_ops(chk: ProblemCollector, data: dict) -> list[OpSpec]:
-    """``ops``: each op, then the rules across ops when every op is readable."""
+def check_all_ops(chk: ProblemCollector, data: dict, *, required: bool = True) -> list[OpSpec]:
+    """``ops``: each op, then the rules across ops when every op is readable. ``required=False`` (a
+    pipeline with views, whose groups end the chains): the list may be absent or empty, and its ops
+    are checked with each group's (:mod:`~dali_bridge.spec.view_keys`)."""
     raw_ops = data.get("ops")
-    ops = _check_ops(raw_ops, chk)
+    if raw_ops is None and not required:
+        return []
+    ops = check_op_list(raw_ops, chk, ("ops",))
+    if not required:
+        return ops
     if isinstance(raw_ops, list) and len(ops) == len(raw_ops):  # cross-op rules need every op readable
-        _check_op_sequence(ops, chk, list(range(len(ops))))
+        check_op_chain(ops, chk, [("ops", i) for i in range(len(ops))], ("ops",))
     if isinstance(raw_ops, list) and not raw_ops:
         chk.add(("ops",), "expected at least one op (the output size must be fixed to batch images)")
     return ops
 
 
-def _check_ops(raw_ops: Any, chk: ProblemCollector) -> list[OpSpec]:
-    path: tuple = ("ops",)
+def check_op_list(raw_ops: Any, chk: ProblemCollector, path: tuple) -> list[OpSpec]:
+    """The list of ops at ``path`` (``("ops",)``, ``("views", "global", "ops")``), each op checked by
+    its registry entry; the readable ones, in order."""
     if raw_ops is None:
         chk.add(path, "missing required key 'ops' (expected a list of ops, e.g. - center_crop: 224)")
         return []
@@ -111,41 +118,43 @@ def _check_op(entry: Any, item_path: tuple, chk: ProblemCollector) -> OpSpec | N
 _KIND_STAGE = {"finish": 1, "compound": 1, "after_finish": 2, "batch": 3}
 
 
-def _check_op_order(ops: list[OpSpec], chk: ProblemCollector, indices: list[int]) -> None:
+def _check_op_order(ops: list[OpSpec], chk: ProblemCollector, paths: list[tuple]) -> None:
     """Per-sample uint8 ops, then one finish, then ops after the finish (which need a float finish),
     batch-level ops last and at most one of them."""
     finishing = [n for n, op in enumerate(ops) if OPS[op.name].category in ("finish", "compound")]
     if len(finishing) > 1:
-        chk.add(("ops", indices[finishing[1]]), "only one normalize/crop_mirror_normalize op is allowed")
+        chk.add(paths[finishing[1]], "only one normalize/crop_mirror_normalize op is allowed")
     batch_ops = [n for n, op in enumerate(ops) if OPS[op.name].category == "batch"]
     if len(batch_ops) > 1:
         first, second = ops[batch_ops[0]].name, ops[batch_ops[1]].name
-        chk.add(("ops", indices[batch_ops[1]]), f"only one batch-level op is allowed, found '{first}' and "
+        chk.add(paths[batch_ops[1]], f"only one batch-level op is allowed, found '{first}' and "
                                                 f"'{second}': to pick MixUp or CutMix per batch, use one batch_mix op")
     stages = [_KIND_STAGE.get(OPS[op.name].category, 0) for op in ops]
     for n in finishing:
         later = next((m for m in range(n + 1, len(ops)) if stages[m] == 0), None)
         if later is not None:
-            chk.add(("ops", indices[n]), f"'{ops[n].name}' must come after every op on uint8 images (it converts "
-                                         f"dtype and layout); ops[{indices[later]}] '{ops[later].name}' follows it")
+            chk.add(paths[n], f"'{ops[n].name}' must come after every op on uint8 images (it converts "
+                              f"dtype and layout); {format_path(paths[later])} '{ops[later].name}' follows it")
     for n, op in enumerate(ops):
         before = next((m for m in range(n) if stages[m] > stages[n]), None)
         if stages[n] == 2 and before is not None:  # a per-sample op after a batch-level one
-            chk.add(("ops", indices[n]), f"'{op.name}' must come before ops[{indices[before]}] '{ops[before].name}' "
-                                         f"(batch-level ops come last)")
+            chk.add(paths[n], f"'{op.name}' must come before {format_path(paths[before])} '{ops[before].name}' "
+                              f"(batch-level ops come last)")
         if stages[n] >= 2:
             finish = next((ops[m] for m in finishing if m < n), None)
             if finish is None or facet(OPS[finish.name], Sizing).output_dtype(finish.params) == "uint8":
-                chk.add(("ops", indices[n]), f"'{op.name}' runs on the normalised float images: put a normalize "
-                                             f"(dtype float32 or float16) before it")
+                chk.add(paths[n], f"'{op.name}' runs on the normalised float images: put a normalize "
+                                  f"(dtype float32 or float16) before it")
 
 
-def _check_op_sequence(ops: list[OpSpec], chk: ProblemCollector, indices: list[int]) -> None:
-    """Cross-op rules: the order of op kinds (:func:`_check_op_order`); crops fit; the output size is fixed."""
-    _check_op_order(ops, chk, indices)
+def check_op_chain(ops: list[OpSpec], chk: ProblemCollector, paths: list[tuple], list_path: tuple) -> None:
+    """Cross-op rules over one chain of ops (``paths``: where each op is written; ``list_path``: where the
+    chain's fixed size is asked for): the order of op kinds (:func:`_check_op_order`); crops fit; the
+    output size is fixed."""
+    _check_op_order(ops, chk, paths)
     state: Any = None  # None (input size), ("short", s) or (h, w); "unknown" after an invalid size
     for n, op in enumerate(ops):
-        op_path = ("ops", indices[n], op.name)
+        op_path = paths[n] + (op.name,)
         sizing = facet(OPS[op.name], Sizing)
         key, rule = sizing.size_param, sizing.size_rule  # how the op sets the size
         if key is None or (OPS[op.name].param(key).default is None and op.params.get(key) is None):
@@ -170,5 +179,5 @@ def _check_op_sequence(ops: list[OpSpec], chk: ProblemCollector, indices: list[i
                                           f"{list(state)} (height, width): images would be padded with zeros")
             state = crop
     if ops and (state is None or state[0] == "short"):
-        chk.add(("ops",), "the pipeline's output size is not fixed, so images cannot be batched: end with "
+        chk.add(list_path, "the pipeline's output size is not fixed, so images cannot be batched: end with "
                           "random_resized_crop, center_crop, or resize to [height, width]")

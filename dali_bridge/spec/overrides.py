@@ -1,5 +1,7 @@
-"""Overrides: dotted key paths (``source.root``, ``ops.1.resize.size``) set on raw pipeline data, from
-``--set KEY=VALUE`` flags or a mapping, before it is validated; each problem names the override.
+"""Overrides: dotted key paths (``source.root``, ``ops.1.resize.size``,
+``views.global.ops.0.random_resized_crop.scale``, ``views.global.per_view.1.solarize.probability``) set
+on raw pipeline data, from ``--set KEY=VALUE`` flags or a mapping, before it is validated; each problem
+names the override.
 
 Applying them changes nothing it walks: every container on an overridden path is a new one, the rest
 of the data is shared with what was given.
@@ -72,6 +74,11 @@ class _Unaddressable(Exception):
         self.path, self.node = path, node
 
 
+def _op_list(path: tuple) -> bool:
+    """Whether ``path`` is a list of ops: the shared ``ops``, or a views group's (``views.NAME.ops``)."""
+    return path == ("ops",) or (len(path) == 3 and path[0] == "views" and path[2] == "ops")
+
+
 def _with_value(data: dict, parts: Sequence[Any], value: Any) -> tuple[dict, tuple]:
     """A copy of ``data`` with ``value`` at ``parts``, and the path as addressed (a negative index made
     positive). A missing or scalar mapping value on the way becomes a new mapping; an op written as a
@@ -89,7 +96,7 @@ def _with_value(data: dict, parts: Sequence[Any], value: Any) -> tuple[dict, tup
         elif isinstance(node, list) and isinstance(part, int) and -len(node) <= part < len(node):
             key = part % len(node)
             child = node[key]
-            if inner and path == ("ops",):  # reaching into an op: its shorthand must not be lost
+            if inner and _op_list(path):  # reaching into an op: its shorthand must not be lost
                 parsed = op_entry(child)
                 child = {parsed[0]: parsed[1]} if parsed is not None and isinstance(parsed[1], dict) else child
         else:

@@ -18,13 +18,14 @@ from .model import DEFAULT_MAX_PIXELS
 from ..util.urls import is_url
 from ..util.text import NotUtf8Error, decode_utf8
 from .keys import KEYS, section_keys
-from .model import DEFAULT_MAX_BYTES, LoaderSpec, OpSpec, SourceSpec
+from .model import DEFAULT_MAX_BYTES, LoaderSpec, OpSpec, SourceSpec, ViewGroupSpec
 from .op_keys import check_all_ops
 from .overrides import apply_overrides, parse_overrides
 from .pipeline_keys import check_identity, check_loader, check_outputs, check_target
 from .problems import MISSING_SOURCE, Problem, ProblemCollector, SpecError, check_choice, check_int
 from .reading import positions, read_yaml
 from .shipped import resolve_pipeline
+from .view_keys import check_views, check_views_outputs
 from .source_keys import check_source, check_source_paths
 
 
@@ -43,6 +44,7 @@ class PipelineSpec:
     loader: LoaderSpec
     parity: str = "exact"
     label_smoothing: float = 0.0  # folded into the ``target`` output (``target.label_smoothing``)
+    views: tuple[ViewGroupSpec, ...] = ()  # groups of views cut from each decode; () : one image per sample
     origin: str = field(default="<dict>", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -83,6 +85,7 @@ class PipelineSpec:
             "decode": {"device": self.decode_device},
             "parity": self.parity,
             "ops": [{op.name: copy.deepcopy(dict(op.params))} for op in self.ops],
+            **({"views": {group.name: _group_dict(group) for group in self.views}} if self.views else {}),
             "outputs": list(self.outputs),
             **({"target": {"label_smoothing": self.label_smoothing}} if "target" in self.outputs else {}),
             "loader": {
@@ -108,6 +111,16 @@ class PipelineSpec:
         """A new spec with dotted-path overrides applied and validated (see :func:`apply_overrides`)."""
         return spec_from_dict(self.to_dict(), origin=self.origin, overrides=overrides)
 
+
+
+def _group_dict(group: ViewGroupSpec) -> dict[str, Any]:
+    """A views group as plain data, as a file writes it."""
+    out: dict[str, Any] = {"count": group.count,
+                           "ops": [{op.name: copy.deepcopy(dict(op.params))} for op in group.ops]}
+    if group.per_view:
+        out["per_view"] = [copy.deepcopy({name: dict(params) for name, params in view.items()})
+                           for view in group.per_view]
+    return out
 
 
 def source_at_url(source: SourceSpec) -> bool:
@@ -152,8 +165,10 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
     decode = chk.mapping(data.get("decode"), ("decode",), "the decode step") or {}
     chk.unknown_keys(decode, section_keys("decode"), ("decode",), "decode")
     decode_device = check_choice(chk, decode, KEYS["decode.device"])
-    ops = check_all_ops(chk, data)
+    ops = check_all_ops(chk, data, required="views" not in data)
+    views = check_views(chk, data, ops)
     outputs = check_outputs(chk, data)
+    check_views_outputs(chk, outputs, data.get("views"))
     label_smoothing = check_target(chk, data, outputs, ops if isinstance(data.get("ops"), list) else [])
     loader = check_loader(chk, data)
     if loader.shuffle == "shards" and source.type != "webdataset":
@@ -163,7 +178,7 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
         raise SpecError(chk.problems, origin)
     return PipelineSpec(version=version, name=name, backend=backend, source=source, batch_size=batch_size,
                         seed=seed, decode_device=decode_device, ops=tuple(ops), outputs=tuple(outputs),
-                        loader=loader, parity=parity, label_smoothing=label_smoothing, origin=origin)
+                        loader=loader, parity=parity, label_smoothing=label_smoothing, views=views, origin=origin)
 
 
 def load_spec(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] | None = None, *,

@@ -52,6 +52,7 @@ class SampleDiff:
     row: int
     max_abs: float
     mean_abs: float
+    output: str = "image"  # which image output: ``image``, or with views ``views[n]``
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,9 @@ class CompareResult:
         if self.worst:
             lines.append("worst samples (index, batch/row, max |Δ|, mean |Δ|, file):")
             for item in self.worst:
+                view = "" if item.output == "image" else f"  ({item.output})"
                 lines.append(f"  {item.index:>6}  {item.batch}/{item.row:<4} {item.max_abs:8.3f} {item.mean_abs:8.4f}  "
-                             f"{safe_name(item.path)}")
+                             f"{safe_name(item.path)}{view}")
         for path in self.saved:
             lines.append(f"saved {path}")
         lines.append("PASS" if self.passed else "FAIL")
@@ -141,51 +143,72 @@ def to_levels(image: torch.Tensor, finish: Finish) -> np.ndarray:
 MAX_SAVED_WORST = 100
 
 
-class _Accumulator:
-    """Running statistics over batches: per-output totals, the worst samples, a mean |Δ| map."""
+class _ImageStats:
+    """One image output's running difference (levels) over the batches: its largest and summed |Δ|,
+    the largest per channel in its own units, and the mean |Δ| map's running sum."""
 
-    def __init__(self, finish: Finish, paths: Sequence[str], keep_worst: int, keep_pixels: bool):
+    def __init__(self, finish: Finish):
         self.finish = finish
+        self.max, self.sum, self.count = 0.0, 0.0, 0
+        self.normalized_max = np.zeros(3)
+        self.delta_map: np.ndarray | None = None
+
+    def add(self, delta: np.ndarray) -> None:
+        if self.finish.dtype != "uint8":
+            std = np.asarray(self.finish.std).reshape(1, 3, 1, 1)
+            self.normalized_max = np.maximum(self.normalized_max, (delta / (255.0 * std)).max(axis=(0, 2, 3)))
+        self.max = max(self.max, float(delta.max()) if delta.size else 0.0)
+        self.sum += float(delta.sum(dtype=np.float64))
+        self.count += delta.size
+        per_pixel = delta.max(axis=1)  # N H W: the largest channel difference
+        self.delta_map = per_pixel.sum(axis=0) if self.delta_map is None else self.delta_map + per_pixel.sum(axis=0)
+
+
+class _Accumulator:
+    """Running statistics over batches: per-output totals, the worst samples, a mean |Δ| map.
+
+    ``images``: the image outputs and the finish of each (``{"image": finish}``; with views, one
+    ``views[n]`` per view); every other output must be identical."""
+
+    def __init__(self, images: Mapping[str, Finish], paths: Sequence[str], keep_worst: int, keep_pixels: bool):
+        self.images = {name: _ImageStats(finish) for name, finish in images.items()}
         self.paths = paths
         self.keep_worst = keep_worst
         self.keep_pixels = keep_pixels
         self.samples = 0
-        self.image_max = 0.0
-        self.image_sum = 0.0
-        self.image_count = 0
-        self.normalized_max = np.zeros(3)
         self.mismatches: dict[str, int] = {}
         self.heap: list[tuple[float, float, int, SampleDiff, Any]] = []
-        self.delta_map: np.ndarray | None = None
         self.counter = 0
+
+    @property
+    def delta_map(self) -> np.ndarray | None:
+        """The first image output's mean |Δ| map's running sum (what ``mean_delta.png`` shows)."""
+        return next(iter(self.images.values())).delta_map if self.images else None
 
     def add(self, number: int, a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> None:
         for name in a:
-            if name == "image":
+            if name in self.images:
                 continue
             left, right = a[name].detach().cpu(), b[name].detach().cpu()
             differing = int((left != right).sum()) if left.shape == right.shape else max(left.numel(), right.numel())
             self.mismatches[name] = self.mismatches.get(name, 0) + differing
-        if "image" not in a:
-            self.samples += len(a["index"])
-            return
-        levels_a, levels_b = to_levels(a["image"], self.finish), to_levels(b["image"], self.finish)
-        delta = np.abs(levels_a - levels_b)
-        if self.finish.dtype != "uint8":
-            std = np.asarray(self.finish.std).reshape(1, 3, 1, 1)
-            self.normalized_max = np.maximum(self.normalized_max, (delta / (255.0 * std)).max(axis=(0, 2, 3)))
-        self.image_max = max(self.image_max, float(delta.max()) if delta.size else 0.0)
-        self.image_sum += float(delta.sum(dtype=np.float64))
-        self.image_count += delta.size
-        per_pixel = delta.max(axis=1)  # N H W: the largest channel difference
-        self.delta_map = per_pixel.sum(axis=0) if self.delta_map is None else self.delta_map + per_pixel.sum(axis=0)
         indices = a["index"].cpu().numpy()
+        for name, stats in self.images.items():
+            if name in a:
+                self._add_image(number, name, stats, to_levels(a[name], stats.finish), to_levels(b[name], stats.finish),
+                                indices)
+        self.samples += len(indices)
+
+    def _add_image(self, number: int, name: str, stats: _ImageStats, levels_a: np.ndarray, levels_b: np.ndarray,
+                   indices: np.ndarray) -> None:
+        delta = np.abs(levels_a - levels_b)
+        stats.add(delta)
         for row in range(delta.shape[0]):
             sample_max = float(delta[row].max())
             sample_mean = float(delta[row].mean())
             index = int(indices[row])
             item = SampleDiff(index, self.paths[index] if 0 <= index < len(self.paths) else "?", number, row,
-                              sample_max, sample_mean)
+                              sample_max, sample_mean, name)
             pixels = (levels_a[row], levels_b[row]) if self.keep_pixels else None
             self.counter += 1
             # Rank by max (to 0.01 level: float16/float32 noise must not reorder), then by mean.
@@ -194,7 +217,6 @@ class _Accumulator:
                 heapq.heappush(self.heap, entry)
             elif self.keep_worst and entry[:3] > self.heap[0][:3]:
                 heapq.heapreplace(self.heap, entry)
-        self.samples += delta.shape[0]
 
     def worst(self) -> list[tuple[SampleDiff, Any]]:
         return [(entry[3], entry[4]) for entry in sorted(self.heap, key=lambda e: e[:3], reverse=True)]
@@ -204,8 +226,11 @@ def compare_batches(batches_a: Iterable[Sequence[torch.Tensor]], batches_b: Iter
                     outputs: Sequence[str], finish: Finish, paths: Sequence[str], *,
                     bounds: Bounds = CPU_BOUNDS, backends: tuple[str, str] = ("a", "b"), pipeline: str = "pipeline",
                     max_batches: int | None = None, keep_worst: int = 5, save_dir: str | Path | None = None,
-                    worst_to_save: int | None = None) -> CompareResult:
+                    worst_to_save: int | None = None, images: Mapping[str, Finish] | None = None) -> CompareResult:
     """Compare two streams of batches (tuples in the order of ``outputs``, which must include ``index``).
+
+    ``images``: the image outputs and each one's finish (default ``{"image": finish}``); with views,
+    one ``views[n]`` per view, each compared under the bounds.
 
     ``paths`` maps sample indices to files (for the report). Stops after ``max_batches`` (default:
     when both streams end); a stream ending before the other is a failure. ``save_dir`` writes
@@ -218,31 +243,33 @@ def compare_batches(batches_a: Iterable[Sequence[torch.Tensor]], batches_b: Iter
     if save_dir is not None and worst_to_save > MAX_SAVED_WORST:
         raise ValueError(f"at most {MAX_SAVED_WORST} worst samples can be saved (each is held as pixels until "
                          f"the end), found {worst_to_save}")
-    acc = _Accumulator(finish, paths, keep_worst=max(keep_worst, worst_to_save if save_dir else 0),
-                       keep_pixels=save_dir is not None)
+    images = dict(images) if images is not None else {"image": finish}
+    acc = _Accumulator({name: found for name, found in images.items() if name in outputs}, paths,
+                       keep_worst=max(keep_worst, worst_to_save if save_dir else 0), keep_pixels=save_dir is not None)
     number, problems = _walk_batches(acc, iter(batches_a), iter(batches_b), outputs=outputs, backends=backends,
                                      max_batches=max_batches)
     result = CompareResult(pipeline, backends, number, acc.samples, bounds,
-                           _verdicts(acc, outputs=outputs, finish=finish, bounds=bounds),
+                           _verdicts(acc, outputs=outputs, bounds=bounds),
                            [item for item, _ in acc.worst()][:keep_worst], problems)
     if save_dir is not None:
-        image = next((output for output in result.outputs if output.name == "image"), None)
+        image = next((output for output in result.outputs if not output.exact), None)
         result.saved = save_pictures(Path(save_dir), acc, backends, worst_to_save,
                                      bound=image.max_limit if image is not None else bounds.max_abs)
     return result
 
 
-def _batch_problem(number: int, named_a: dict, named_b: dict) -> tuple[str | None, bool]:
+def _batch_problem(number: int, named_a: dict, named_b: dict, images: Iterable[str]) -> tuple[str | None, bool]:
     """Why two batches cannot be compared (and whether that stops the walk), or (None, False)."""
     index_a, index_b = named_a["index"].cpu(), named_b["index"].cpu()
     if index_a.shape != index_b.shape or not torch.equal(index_a, index_b):
         return (f"batch {number}: the backends yielded different samples (indices {index_a.tolist()[:8]}"
                 f"... vs {index_b.tolist()[:8]}...); pixels of different samples are not compared"), True
-    if "image" in named_a and named_a["image"].shape != named_b["image"].shape:
-        return (f"batch {number}: image shapes differ: {tuple(named_a['image'].shape)} vs "
-                f"{tuple(named_b['image'].shape)}"), True
-    if "image" in named_a and named_a["image"].dtype != named_b["image"].dtype:
-        return f"batch {number}: image dtypes differ: {named_a['image'].dtype} vs {named_b['image'].dtype}", False
+    for name in images:
+        if name in named_a and named_a[name].shape != named_b[name].shape:
+            return (f"batch {number}: {name} shapes differ: {tuple(named_a[name].shape)} vs "
+                    f"{tuple(named_b[name].shape)}"), True
+        if name in named_a and named_a[name].dtype != named_b[name].dtype:
+            return f"batch {number}: {name} dtypes differ: {named_a[name].dtype} vs {named_b[name].dtype}", False
     return None, False
 
 
@@ -260,7 +287,7 @@ def _walk_batches(acc: "_Accumulator", iter_a: Iterator, iter_b: Iterator, *, ou
             problems.append(f"{ended} ended after {plural(number, 'batch')} while {other} yielded more")
             break
         named_a, named_b = dict(zip(outputs, batch_a)), dict(zip(outputs, batch_b))
-        problem, stop = _batch_problem(number, named_a, named_b)
+        problem, stop = _batch_problem(number, named_a, named_b, acc.images)
         if problem:
             problems.append(problem)
         if stop:
@@ -272,27 +299,29 @@ def _walk_batches(acc: "_Accumulator", iter_a: Iterator, iter_b: Iterator, *, ou
     return number, problems
 
 
-def _verdicts(acc: "_Accumulator", *, outputs: Sequence[str], finish: Finish, bounds: Bounds) -> list[OutputDiff]:
-    """Each output's difference and whether it is within ``bounds`` (every output but the image: identical)."""
+def _verdicts(acc: "_Accumulator", *, outputs: Sequence[str], bounds: Bounds) -> list[OutputDiff]:
+    """Each output's difference and whether it is within ``bounds`` (every output but the images: identical)."""
     results: list[OutputDiff] = []
     for name in outputs:
-        if name != "image":
+        stats = acc.images.get(name)
+        if stats is None:
             count = acc.mismatches.get(name, 0)
             results.append(OutputDiff(name, True, float(count > 0), 0.0, count, count == 0, "must be identical"))
             continue
+        finish = stats.finish
         tolerance = float16_step(finish)
         max_limit = bounds.max_abs + tolerance
-        mean = acc.image_sum / acc.image_count if acc.image_count else 0.0
+        mean = stats.sum / stats.count if stats.count else 0.0
         normalized: tuple[float, ...] = ()
         normalized_limit: tuple[float, ...] = ()
         if finish.dtype != "uint8":
-            normalized = tuple(float(v) for v in acc.normalized_max)
+            normalized = tuple(float(v) for v in stats.normalized_max)
             normalized_limit = tuple((max_limit + FLOAT32_SLACK) / (255.0 * s) for s in finish.std)
         limit = f"<= {max_limit:g} max, <= {bounds.mean_abs:g} mean"
         if tolerance:
             limit += f"; max includes one float16 step, {tolerance:.3f} level"
-        results.append(OutputDiff("image", False, acc.image_max, mean, 0,
-                                  acc.image_max <= max_limit + FLOAT32_SLACK and mean <= bounds.mean_abs,
+        results.append(OutputDiff(name, False, stats.max, mean, 0,
+                                  stats.max <= max_limit + FLOAT32_SLACK and mean <= bounds.mean_abs,
                                   limit, max_limit, normalized, normalized_limit))
     return results
 
@@ -319,6 +348,9 @@ def compare(pipeline: PipelineSpec | str | Path | Mapping, backends: Sequence[st
     outputs = list(spec.outputs) if "index" in spec.outputs else list(spec.outputs) + ["index"]
     spec = spec.replace(outputs=outputs)
     plan: Plan = build_plan(spec)
+    # With views, each view is an image output of its own: views[0], views[1], ... each under its finish.
+    images = ({f"views[{view.view}]": view.finish for view in plan.views} if plan.views else {"image": plan.finish})
+    compared = [name for output in outputs for name in (images if output == "views" else [output])]
     loaders = []
     try:
         for name in backends:  # inside the try: the first closes if the second cannot be built
@@ -329,10 +361,10 @@ def compare(pipeline: PipelineSpec | str | Path | Mapping, backends: Sequence[st
         total = len(loaders[0]) if batches is None else min(batches, len(loaders[0]))
         with progress_bar(total=total, unit="batch", description=f"compare {spec.name} ({names[0]} vs {names[1]})",
                           enabled=progress) as bar:
-            return compare_batches(_counted(_cpu(loaders[0]), bar), _cpu(loaders[1]), outputs, plan.finish,
+            return compare_batches(_counted(_cpu(loaders[0]), bar), _cpu(loaders[1]), compared, plan.finish,
                                    loaders[0].listing.paths, bounds=bounds or default_bounds(spec, names),
                                    backends=names, pipeline=spec.name, max_batches=batches, keep_worst=keep_worst,
-                                   save_dir=save_dir, worst_to_save=worst_to_save)
+                                   save_dir=save_dir, worst_to_save=worst_to_save, images=images)
     finally:
         for loader in loaders:
             loader.close()
@@ -351,9 +383,10 @@ def backend_and_executor(name: str) -> tuple[str, str | None]:
     return backend, executor or None
 
 
-def _cpu(batches: Iterable[Sequence[torch.Tensor]]) -> Iterator[tuple[torch.Tensor, ...]]:
+def _cpu(batches: Iterable[Sequence[Any]]) -> Iterator[tuple[torch.Tensor, ...]]:
+    """Each batch on the host, a list of views laid out flat (``views[0]``, ``views[1]``, ... in its place)."""
     for batch in batches:
-        yield tuple(t.detach().to("cpu") for t in batch)
+        yield tuple(t.detach().to("cpu") for item in batch for t in (item if isinstance(item, list) else [item]))
 
 
 def _counted(batches: Iterator, bar) -> Iterator:

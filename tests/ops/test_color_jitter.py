@@ -2,6 +2,7 @@
 after the DALI graph on DALI backends), and the sampler's distribution against torchvision's own."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,8 @@ def mixed_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_single_values_become_torchvision_ranges_and_identity_ranges_are_skipped():
     params = plan_of([{"center_crop": 8}, {"color_jitter": {"brightness": 0.4, "contrast": 1.5, "saturation": [1, 1],
                                                            "hue": 0.1}}]).steps[1].params
-    assert params == {"brightness": [0.6, 1.4], "contrast": [0.0, 2.5], "saturation": None, "hue": [-0.1, 0.1]}
+    assert params == {"brightness": [0.6, 1.4], "contrast": [0.0, 2.5], "saturation": None, "hue": [-0.1, 0.1],
+                      "probability": 1.0}
     assert plan_of([{"center_crop": 8}, {"color_jitter": 0.3}]).steps[1].params["brightness"] == [0.7, 1.3]
 
 
@@ -137,6 +139,83 @@ def test_adjustment_order_follows_torchvision_randperm_chi_square():
 
 
 # ---------------------------------------------------------------------------------------------
+# probability: torchvision's RandomApply([ColorJitter(...)], p)
+
+def test_without_a_probability_below_one_the_op_draws_its_eight_uniforms_as_before():
+    from dali_bridge.pipeline.sampling import draw_count, draws, uniforms
+
+    indices = np.arange(50)
+    for params in (JITTER, {**JITTER, "probability": 1.0}):
+        plan = plan_of([{"center_crop": 8}, {"color_jitter": params}])
+        assert draw_count(plan.steps[1]) == 8
+        got = draws(plan, seed=7, epoch=2, indices=indices)[1]
+        np.testing.assert_array_equal(got, uniforms(7, 2, indices, 2, 8))  # stream: position + 1
+        assert all(plan.steps[1].op.sample(plan.steps[1].params, row, 8, 8)[0].applied for row in got)
+
+
+def test_a_probability_adds_a_ninth_uniform_and_keeps_the_order_and_factors_of_the_first_eight():
+    from dali_bridge.pipeline.sampling import draw_count, draws
+
+    always = plan_of([{"center_crop": 8}, {"color_jitter": JITTER}])
+    sometimes = plan_of([{"center_crop": 8}, {"color_jitter": {**JITTER, "probability": 0.8}}])
+    assert draw_count(sometimes.steps[1]) == 9
+    indices = np.arange(200)
+    rows, gated = (draws(plan, seed=0, epoch=0, indices=indices)[1] for plan in (always, sometimes))
+    for row, gate in zip(rows, gated):
+        (jitter,), (maybe,) = (plan.steps[1].op.sample(plan.steps[1].params, u, 8, 8)
+                               for plan, u in ((always, row), (sometimes, gate)))
+        assert maybe.order == jitter.order and maybe.brightness == jitter.brightness and maybe.hue == jitter.hue
+        assert maybe.applied == bool(gate[8] < 0.8)
+
+
+def test_an_image_not_chosen_keeps_its_pixels_in_the_kernel_and_the_batched_kernel():
+    step = plan_of([{"center_crop": 8}, {"color_jitter": {**JITTER, "probability": 0.5}}]).steps[1]
+    batch = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (6, 3, 9, 7), dtype=np.uint8))
+    rng = np.random.default_rng(3)
+    concrete = []
+    for gate in (0.1, 0.9, 0.2, 0.7, 0.4, 0.6):  # chosen below 0.5
+        concrete.append(step.op.sample(step.params, np.concatenate([rng.random(8), [gate]]), 9, 7))
+    batched = step.op.batch_kernel(batch, concrete, step.params)
+    for image, chosen, got in zip(batch, concrete, batched):
+        ours = step.op.torchvision_kernel(image, chosen, step.params)
+        assert torch.equal(got, ours)
+        assert torch.equal(ours, image) != chosen[0].applied
+
+
+@pytest.mark.parametrize("probability", [0.3, 0.8])
+def test_jitter_rate_matches_torchvision_random_apply_within_three_sigma(probability):
+    from torchvision.transforms import v2
+
+    ours = float(np.mean([j.applied for j in _ours({**JITTER, "probability": probability})]))
+    torch.manual_seed(0)
+    jitter = v2.RandomApply([v2.ColorJitter(brightness=[2.0, 2.0])], p=probability)
+    probe = torch.full((3, 1, 1), 100, dtype=torch.uint8)
+    theirs = float(np.mean([int(jitter(probe)[0, 0, 0]) == 200 for _ in range(DRAWS)]))
+    sigma = math.sqrt(probability * (1 - probability) / DRAWS)
+    assert abs(ours - probability) <= 3 * sigma
+    assert abs(ours - theirs) <= 3 * math.sqrt(2) * sigma  # two independent estimates
+
+
+def test_the_counterpart_of_a_probability_is_random_apply_of_color_jitter():
+    from torchvision.transforms import v2
+
+    step = plan_of([{"center_crop": 8}, {"color_jitter": {**JITTER, "probability": 0.8}}]).steps[1]
+    (transform,) = step.op.torchvision_transforms(step.params)
+    assert type(transform) is v2.RandomApply and transform.p == 0.8
+    (inner,) = transform.transforms
+    assert type(inner) is v2.ColorJitter and list(inner.hue) == [-0.1, 0.1]
+    always = plan_of([{"center_crop": 8}, {"color_jitter": JITTER}]).steps[1]
+    assert type(always.op.torchvision_transforms(always.params)[0]) is v2.ColorJitter
+    assert "with probability 0.8" in step.op.torchvision_stage(step.params)
+
+
+def test_a_probability_outside_zero_and_one_names_the_field():
+    with pytest.raises(SpecError) as error:
+        plan_of([{"center_crop": 8}, {"color_jitter": {**JITTER, "probability": 1.2}}])
+    assert "color_jitter.probability" in str(error.value) and "probability in [0, 1]" in str(error.value)
+
+
+# ---------------------------------------------------------------------------------------------
 # On the backends
 
 @needs_cpu_backends
@@ -145,7 +224,8 @@ def test_adjustment_order_follows_torchvision_randperm_chi_square():
      {"normalize": {"mean": MEAN, "std": STD}}],
     [{"color_jitter": {"brightness": [0.0, 2.0], "contrast": [0.0, 2.0], "saturation": [0.0, 3.0], "hue": 0.5}},
      {"center_crop": 64}, {"normalize": {"dtype": "uint8"}}],
-], ids=["after-crop-and-flip", "first-extreme-factors"])
+    [{"center_crop": 64}, {"color_jitter": {**JITTER, "probability": 0.5}}, {"normalize": {"dtype": "uint8"}}],
+], ids=["after-crop-and-flip", "first-extreme-factors", "with-a-probability"])
 @pytest.mark.slow
 def test_color_jitter_equals_torchvision_exactly_on_dali_cpu(mixed_root, ops):
     """Smaller and larger images than the output, grey-origin ones among them: the DALI graph's crop
@@ -209,3 +289,26 @@ def test_skipped_samples_leave_the_torch_tail_parameters_with_their_own_images(m
         found[backend] = (torch.cat([b[0] for b in batches]), torch.cat([b[2] for b in batches]))
     assert found["dali-cpu"][1].tolist() == found["torchvision"][1].tolist() and len(found["dali-cpu"][1]) == 8
     assert torch.equal(found["dali-cpu"][0], found["torchvision"][0])
+
+
+def test_plain_dali_baseline_jitters_only_the_images_its_coin_flip_chooses():
+    from nvidia.dali import fn, pipeline_def
+
+    from dali_bridge.backends.dali.plan import graph_context
+
+    plan = plan_of([{"center_crop": 8}, {"color_jitter": {"brightness": [1.5, 2.0], "probability": 0.5}}])
+    step, ctx = plan.steps[1], graph_context(plan, "cpu")
+    image = np.random.default_rng(0).integers(0, 120, (20, 30, 3), dtype=np.uint8)
+
+    @pipeline_def(batch_size=32, num_threads=1, device_id=None, seed=1)
+    def graph():
+        return step.op.dali_baseline(step, fn.external_source(source=[[image] * 32], batch=True, cycle=True,
+                                                              layout="HWC"), ctx)
+
+    pipe = graph()
+    pipe.build()
+    (out,) = pipe.run()
+    outputs = [np.array(out[n]) for n in range(32)]
+    kept = [np.array_equal(o, image) for o in outputs]
+    assert all(o.dtype == np.uint8 for o in outputs) and 0 < sum(kept) < 32
+    assert all(o.astype(int).mean() > 1.4 * image.mean() for o, k in zip(outputs, kept) if not k)  # brighter

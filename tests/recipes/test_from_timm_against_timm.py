@@ -49,19 +49,20 @@ LINES = {
     "colour jitter": "--color-jitter 0.4",
     "colour jitter with --aa (timm drops it)": "--color-jitter 0.4 --aa rand-m9-mstd0.5-inc1",
     "grayscale": "--grayscale-prob 0.2 --input-size 3 192 256",
+    "SimCLR-style jitter and blur chances": "--color-jitter 0.4 --color-jitter-prob 0.8 --grayscale-prob 0.2 "
+                                            "--gaussian-blur-prob 0.5",
 }
 REFUSED = {
     "AugMix with its JSD loss": ("--aa augmix-m3-w3 --aug-splits 3 --jsd-loss",
                                  "--aug-splits/--jsd-loss/--resplit: augmentation splits"),
     "no augmentation": ("--no-aug", "--no-aug: timm then trains on Resize \\+ CenterCrop"),
     "per-element mixing": ("--mixup 0.8 --mixup-mode elem", "--mixup-mode elem: mixing draws one λ per batch"),
-    "SimCLR-style jitter chance": ("--color-jitter-prob 0.8", "--color-jitter-prob 0.8: timm applies it with "
-                                                              "RandomApply"),
 }
 OPS_OF_TIMM = {"RandomResizedCropAndInterpolation": "random_resized_crop", "RandomHorizontalFlip": "horizontal_flip",
                "RandomVerticalFlip": "vertical_flip", "RandAugment": "rand_augment", "AutoAugment": "timm_auto_augment",
                "AugMixAugment": "timm_augmix", "ColorJitter": "color_jitter", "RandomGrayscale": "random_grayscale",
-               "Normalize": "normalize", "RandomErasing": "random_erasing", "Mixup": "mix"}
+               "Normalize": "normalize", "RandomErasing": "random_erasing", "Mixup": "mix",
+               "GaussianBlur": "gaussian_blur"}
 CONTAINERS = ("MaybeToTensor",)  # PIL to float tensor: the bridge's decode and finish
 
 
@@ -228,6 +229,40 @@ def _jitter(step, rows, transform, monkeypatch) -> None:
             _assert_same_continuous(a, b, name)
 
 
+def _op_of(transform) -> str:
+    """The op a step of timm's transform maps to (a RandomApply: its one transform's)."""
+    inner = transform.transforms[0] if type(transform).__name__ == "RandomApply" else transform
+    return OPS_OF_TIMM[type(inner).__name__]
+
+
+def _random_apply(sampler):
+    """``sampler`` of a step timm may wrap in a RandomApply: the rate it applies at against the op's
+    ``applied``, then the sampler on the transform inside."""
+    def sample(step, rows, transform, monkeypatch) -> None:
+        if type(transform).__name__ != "RandomApply":
+            return sampler(step, rows, transform, monkeypatch)
+        (inner,) = transform.transforms
+        applied: list = []
+        monkeypatch.setattr(inner, "forward", lambda img: applied.append(True) or img)
+        torch.manual_seed(8)
+        image = torch.zeros(3, 4, 4, dtype=torch.uint8)
+        for _ in range(DRAWS):
+            transform(image)
+        ours = [step.op.sample(step.params, row, 224, 224)[0].applied for row in rows]
+        _assert_same_discrete(ours, [True] * len(applied) + [False] * (DRAWS - len(applied)), "applied")
+        monkeypatch.undo()
+        sampler(step, rows, inner, monkeypatch)
+    return sample
+
+
+def _blur(step, rows, transform, monkeypatch) -> None:
+    assert step.params["kernel_size"] == list(transform.kernel_size)
+    torch.manual_seed(9)
+    theirs = [transform.get_params(*transform.sigma) for _ in range(DRAWS)]
+    ours = [step.op.sample(step.params, row, 224, 224)[0].sigma for row in rows]
+    _assert_same_continuous(ours, theirs, "sigma")
+
+
 def _grayscale(step, rows, transform, monkeypatch) -> None:
     torch.manual_seed(5)
     image = torch.tensor([[[255]], [[0]], [[0]]], dtype=torch.uint8)
@@ -274,8 +309,8 @@ def _erasing(step, rows, transform, monkeypatch) -> None:
 
 SAMPLERS = {"random_resized_crop": _crop, "horizontal_flip": _flip, "vertical_flip": _flip,
             "rand_augment": _policy, "timm_auto_augment": _policy, "timm_augmix": _policy,
-            "color_jitter": _jitter, "random_grayscale": _grayscale, "normalize": _normalize,
-            "random_erasing": _erasing}
+            "color_jitter": _random_apply(_jitter), "random_grayscale": _grayscale, "normalize": _normalize,
+            "random_erasing": _erasing, "gaussian_blur": _random_apply(_blur)}
 
 
 def _mixing(spec, plan, mixup, monkeypatch) -> None:
@@ -314,7 +349,7 @@ def test_from_timm_draws_what_timms_create_transform_and_mixup_draw(monkeypatch,
     spec = from_timm(line, source="data")
     plan = build_plan(spec)
     per_sample = [(n, step) for n, step in enumerate(plan.all_steps) if step.op.category != "batch"]
-    assert [OPS_OF_TIMM[type(t).__name__] for t in transforms] == [step.name for _, step in per_sample]
+    assert [_op_of(t) for t in transforms] == [step.name for _, step in per_sample]
     for (position, step), transform in zip(per_sample, transforms):
         rows = _rows(plan, position) if step.random else None
         with monkeypatch.context() as patched:
@@ -343,6 +378,15 @@ def test_the_sampling_comparison_sees_a_wrong_probability():
     step = plan.all_steps[1]
     with pytest.raises(AssertionError, match="flipped"):
         _flip(step, _rows(plan, 1), transforms[1], None)
+
+
+def test_the_sampling_comparison_sees_a_wrong_jitter_chance(monkeypatch):
+    """A jitter chance of 0.7 against timm's RandomApply of 0.8 is told apart."""
+    transforms, _ = timm_side("--color-jitter 0.4 --color-jitter-prob 0.8")
+    plan = build_plan(from_timm("--color-jitter 0.4 --color-jitter-prob 0.7", source="data"))
+    position, step = next((n, s) for n, s in enumerate(plan.all_steps) if s.name == "color_jitter")
+    with pytest.raises(AssertionError, match="applied"):
+        SAMPLERS["color_jitter"](step, _rows(plan, position), transforms[position], monkeypatch)
 
 
 def test_the_sampling_comparison_sees_a_fixed_crop_filter_where_timm_draws_one(monkeypatch):

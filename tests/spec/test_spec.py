@@ -77,7 +77,8 @@ def ops_data(*ops) -> dict:
 
 def test_shipped_pipelines_exist():
     assert {p.name for p in SHIPPED} == {"imagenet_train.yaml", "imagenet_val.yaml", "timm_train.yaml",
-                                         "torchvision_recipe_train.yaml", "torchvision_recipe_val.yaml"}
+                                         "torchvision_recipe_train.yaml", "torchvision_recipe_val.yaml",
+                                         "simclr_train.yaml", "byol_train.yaml", "dino_train.yaml"}
 
 
 def test_the_torchvision_recipe_pipeline_is_the_whole_recipe():

@@ -31,6 +31,7 @@ from ...util.dtypes import torch_dtype
 from .feed import ArgumentColumns, BatchFeed, Feeder, build_pipeline  # noqa: F401
 from .outputs import graph_batch
 from .tail_runner import TailRunner
+from .views import ViewOutputs
 from ..thread_pool import abandon
 from ..device import InFlightCopies, dali_threads, gpu_target, keep_alive, mixed_decoder_arguments, move_output
 from ...data.sources.listing import Listing
@@ -141,9 +142,13 @@ class DaliExecutor:
         self._gpu_decode_check: Any = None  # built on the first batch that fails on the GPU
         # The steps after the graph (the feeder's DaliPlan: built once per executor), where they run; a host
         # tail's thread takes its share of the loader's threads from DALI's.
-        self.tail = TailRunner(self.feeder.columns.dali.torch_tail, spec, plan, gpu=gpu, target=self.device,
+        # With views, each view's tail runs as the view's batch is handed over (backends/dali/views.py).
+        tail = () if plan.views else self.feeder.columns.dali.torch_tail
+        self.tail = TailRunner(tail, spec, plan, gpu=gpu, target=self.device,
                                device_id=self.device_id, threads=threads, in_flight=self._in_flight)
         self.threads = self.tail.dali_threads
+        self.views = (ViewOutputs(plan, self.feeder.views, gpu=gpu, target=self.device, in_flight=self._in_flight,
+                                  threads=threads) if plan.views else None)
 
     def _pipeline(self):
         if self.pipe is None:
@@ -258,11 +263,15 @@ class DaliExecutor:
     def _convert(self, outputs: Any, batch: BatchFeed, sent: Future | None = None) -> RawBatch:
         """The RawBatch of a fed batch's DALI ``outputs``: after the torch tail where the plan has one
         (``sent``: the batch is in the tail processes already), else the graph's finished batch."""
+        if self.views is not None:
+            return batch.outcome.raw_batch(self.views.convert(outputs, batch.tail))
         image = self.tail.finished(outputs, batch.tail, sent) if self.tail.steps else self._hand_over(outputs)
         return batch.outcome.raw_batch(image)
 
-    def _empty_batch(self) -> torch.Tensor:
+    def _empty_batch(self) -> torch.Tensor | list[torch.Tensor]:
         """The images of a batch no sample of which is left: none, in the shape and dtype of a full one."""
+        if self.views is not None:
+            return self.views.empty()
         return torch.empty((0,) + tuple(self.plan.output_shape(0)[1:]), dtype=torch_dtype(self.plan.finish.dtype),
                            device=self.device)
 
@@ -321,4 +330,6 @@ class DaliExecutor:
 
     def close(self) -> None:
         self.tail.close()  # first: a conversion under way still reads the pipeline's outputs
+        if self.views is not None:
+            self.views.close()
         self._discard()

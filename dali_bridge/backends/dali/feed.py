@@ -21,6 +21,7 @@ from ...pipeline.plan import Plan
 from ...pipeline.region_decode import decoded_window, steps_over_window
 from ...pipeline.sampling import BatchTask, dealt_ahead
 from .plan import DaliPlan, dali_plan
+from .views import ViewColumns, view_branches
 from ..base import BatchOutcome
 from ..per_sample import SampleCore
 from ..device import mixed_decoder_arguments
@@ -90,6 +91,8 @@ class Feeder:
         self.core = SampleCore(spec, listing, plan)
         self.lock = threading.Lock()
         self.columns = ArgumentColumns(plan, gpu=gpu)  # fixed per plan: not recomputed per batch
+        # With views: every view's columns, after the one encoded image each (backends/dali/views.py).
+        self.views = ViewColumns(plan, [ArgumentColumns(view, gpu=gpu) for view in plan.views]) if plan.views else None
 
     def start(self, tasks: list[BatchTask]) -> None:
         with self.lock:
@@ -123,6 +126,10 @@ class Feeder:
         sample indices of the next batches, read ahead), then its argument columns. The inputs are
         empty when no sample is left to feed (not :attr:`BatchFeed.fed`)."""
         batch = self.core.prepare(task, _encoded, ahead)
+        if self.views is not None:  # each view's columns, and its torch tail's parameters per sample
+            columns, tails = self.views.build(batch.steps) if batch.items else ([], [])
+            fed = BatchFeed(batch.outcome, tails)
+            return ([batch.items] + columns if fed.fed else []), fed
         # The torch tail's concrete parameters travel with the batch, computed here with the rest.
         tail = [steps[len(self.columns.dali.steps):] for steps in batch.steps]
         windows: list[np.ndarray] = []
@@ -143,6 +150,8 @@ class Feeder:
         inputs, batch = self.prepare(one)
         if not batch.fed:
             return None
+        if self.views is not None:  # one whole decode feeds every view
+            return bytes(inputs[0][0]), None
         window = self.columns.dali.window_columns or self.columns.window
         named = dict(zip(self.columns.names, inputs))
         region = None if not window else tuple(np.asarray(named[name])[0] for name in window)
@@ -234,12 +243,15 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: Feeder, *, gpu: bool,
                    threads: int):
     """Compile the plan into a DALI pipeline (its planning and stage devices from the feeder's
     ``DaliPlan``): the decoder, then each step's own fragment, then the finish, every fragment
-    reading its columns by name."""
+    reading its columns by name; with views, each view's branch from the one decode."""
     from nvidia.dali import fn, pipeline_def, types
 
     dali = feeder.columns.dali
     devices = {stage: device for stage, _, device in dali.stages(gpu=gpu)}
-    names, column_types = feeder.columns.names, feeder.columns.dali_types(types)
+    columns = feeder.views or feeder.columns
+    names, column_types = columns.names, columns.dali_types(types)
+    if feeder.views is not None:
+        feeder.views.arity.clear()  # each view's outputs, counted as this build lays its branches
 
     @pipeline_def(batch_size=spec.batch_size, num_threads=threads, device_id=device_id,
                   prefetch_queue_depth=spec.loader.prefetch, py_start_method="spawn",
@@ -260,6 +272,9 @@ def build_pipeline(spec: PipelineSpec, plan: Plan, feeder: Feeder, *, gpu: bool,
             images = fn.decoders.image(named["encoded"], **decoder_args)
         if gpu and devices["decode"] == "cpu":
             images = images.gpu()
+        if feeder.views is not None:  # the one decode feeds each view's branch
+            return tuple(view_branches(feeder.views, named, images, device="gpu" if gpu else "cpu",
+                                       arity=feeder.views.arity))
         ctx = dali.context("gpu" if gpu else "cpu")
         for ctx.position, step in enumerate(dali.steps):
             images = step.op.dali_graph(step, images, _step_columns(named, ctx.position), ctx)

@@ -73,11 +73,19 @@ class DaliPlan:
         resize rounds up to one level off torchvision's, and the tail's ops are not continuous in
         their input (a posterize bit, a solarize threshold, an equalize mapping, a hue round trip
         turn one level into up to 255), so the resize runs as torchvision's kernel too and the
-        tail's pixels equal torchvision's. ``parity: fast`` keeps the resize in DALI.
+        tail's pixels equal torchvision's. For the same reason, under ``parity: exact`` a DaliOp that is
+        ``discontinuous`` (solarize) after a resize starts a torch tail too. ``parity: fast`` keeps the
+        resize in DALI.
         """
         steps = self.plan.steps
-        tail = next((n for n, step in enumerate(steps) if not isinstance(step.op, DaliOp)), len(steps))
-        if tail < len(steps) and self.plan.parity == "exact":
+        exact = self.plan.parity == "exact"
+
+        def resized_before(n: int) -> bool:
+            return any(facet(steps[m].op, Sizing).resize_request(steps[m].params) is not None for m in range(n))
+
+        tail = next((n for n, step in enumerate(steps) if not isinstance(step.op, DaliOp)
+                     or (exact and step.op.discontinuous and resized_before(n))), len(steps))
+        if tail < len(steps) and exact:
             tail = next((n for n in range(tail - 1, -1, -1)
                          if facet(steps[n].op, Sizing).resize_request(steps[n].params) is not None), tail)
         return steps[:tail]
@@ -115,7 +123,10 @@ class DaliPlan:
     @cached_property
     def window_columns(self) -> tuple[str, str] | None:
         """The external source's (anchor, shape) columns of the crop window the decoder reads as its
-        region of interest (``fn.decoders.image_slice``): the first step's, when its op declares them."""
+        region of interest (``fn.decoders.image_slice``): the first step's, when its op declares them. None
+        for a view (:attr:`~dali_bridge.pipeline.plan.Plan.view`): every view is cut from one whole decode."""
+        if self.plan.view is not None:
+            return None
         declared = facet(self.steps[0].op, Sizing).window_columns if self.steps else None
         return None if declared is None else (f"0.{declared[0]}", f"0.{declared[1]}")
 
@@ -126,7 +137,7 @@ class DaliPlan:
         decode is a full decode then crop, as for the graph's own first crop; the tail's first step then
         crops the identity window of what was decoded."""
         tail = self.torch_tail
-        if gpu or self.steps or not tail or not facet(tail[0].op, Sizing).window_columns:
+        if gpu or self.plan.view is not None or self.steps or not tail or not facet(tail[0].op, Sizing).window_columns:
             return None
         return TAIL_WINDOW_COLUMNS
 
@@ -166,7 +177,8 @@ class DaliPlan:
 
     def context(self, device: str) -> GraphContext:
         """A fresh context to walk the graph's steps with on ``device`` (``cpu`` | ``gpu``)."""
-        return GraphContext(plan=self.plan, steps=self.steps, device=device, resize_methods=self.resize_methods)
+        return GraphContext(plan=self.plan, steps=self.steps, device=device, resize_methods=self.resize_methods,
+                            window_decoded=self.window_columns is not None)
 
     def stages(self, *, gpu: bool) -> list[tuple[str, str, str]]:
         """(stage, implementation, device) of each stage of the DALI backends, the torch tail included
@@ -176,6 +188,8 @@ class DaliPlan:
         stages = [("read", "fn.external_source (bridge-owned order)", "cpu")]
         if self.window_columns or self.tail_window_columns(gpu=gpu):
             stages.append(("decode", "fn.decoders.image_slice (ROI decode of the crop window)", decode_device))
+        elif self.plan.view is not None:
+            stages.append(("decode", "fn.decoders.image (once per sample: every view is cut from it)", decode_device))
         else:
             stages.append(("decode", "fn.decoders.image", decode_device))
         if gpu and decode_device == "cpu":
