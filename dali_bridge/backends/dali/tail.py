@@ -27,12 +27,16 @@ from ...ops.facets import Batching, facet
 
 
 def run_tail(steps: Sequence[Step], images: Sequence[torch.Tensor], tail: Sequence[Sequence[tuple]], *,
-             batched: bool = True, contiguous_after_first: bool = False) -> torch.Tensor:
+             batched: bool = True, contiguous_after_first: bool = False,
+             out: torch.Tensor | None = None) -> torch.Tensor:
     """``steps`` on ``images`` (CHW uint8: a list, or one N x C x H x W tensor); ``tail[n]`` holds
     sample n's (concrete parameters, input size) for each step; ``batched=False``: each step as its
     op's per-sample torchvision kernel; ``contiguous_after_first``: the first step's images are made
     contiguous (CHW memory) for the steps after it. Returns the batch as one tensor in memory of its
-    own: the input may be a view of DALI's buffer, which a step may leave unchanged."""
+    own: the input may be a view of DALI's buffer, which a step may leave unchanged. ``out``: that memory
+    (N x C x H x W uint8), written image by image: a tail worker process writes its rows of the shared
+    batch so, where a stacked batch was a fresh allocation (its pages faulted in each time) and one more
+    copy of every image."""
     given = images
     if batched and steps and len(images):
         add_rounding(images[0].device)
@@ -45,6 +49,10 @@ def run_tail(steps: Sequence[Step], images: Sequence[torch.Tensor], tail: Sequen
         if position == 0 and contiguous_after_first:
             done = done.contiguous() if isinstance(done, torch.Tensor) else [image.contiguous() for image in done]
         images = done
+    if out is not None:
+        for row, image in zip(out, images):
+            row.copy_(image)
+        return out
     if images is given:
         return given.clone()
     return images if isinstance(images, torch.Tensor) else torch.stack(list(images))

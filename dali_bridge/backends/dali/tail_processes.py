@@ -208,8 +208,8 @@ def _serve(steps: Sequence[Step], connection, inputs: list[torch.Tensor], output
             buffer = inputs[slot]
             images = [buffer[offset:offset + height * width * channels].view(height, width, channels)
                       .permute(2, 0, 1) for offset, height, width, channels in layout]
-            done = run_tail(steps, images, tail, batched=False, contiguous_after_first=contiguous_after_first)
-            outputs[slot][start:stop].copy_(done)
+            run_tail(steps, images, tail, batched=False, contiguous_after_first=contiguous_after_first,
+                     out=outputs[slot][start:stop])
             outcome = None
         except Exception as exc:  # raised in the parent's collect
             outcome = _picklable(exc)
