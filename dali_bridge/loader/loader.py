@@ -131,8 +131,15 @@ class Loader:
 
     def stats(self) -> dict[str, Any]:
         """How long the consumer waited for batches and held them, since the loader was built, and
-        the verdict (data-bound or compute-bound): see :mod:`dali_bridge.loader.stats`."""
-        return self._clock.figures()
+        the verdict (data-bound or compute-bound): see :mod:`dali_bridge.loader.stats`; on the
+        ``torchvision`` backend also ``stages``, where the batches' CPU went, stage by stage (the
+        workers' per-sample Python, decode, kernels and collate, the transfer and the finish here):
+        see :mod:`dali_bridge.backends.stages`."""
+        figures = self._clock.figures()
+        stages = getattr(self._executor, "stages", None)
+        if stages is not None:
+            figures["stages"] = stages.figures()
+        return figures
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch of the next iteration (its order and random parameters): 0 <= epoch < 2^32.
