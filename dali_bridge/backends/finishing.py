@@ -76,7 +76,8 @@ def finish_batch(images: torch.Tensor, finish: Finish, device: torch.device, *,
     contiguous either way."""
     images = images.to(device, non_blocking=True)
     if finish.dtype == "uint8":
-        out = images.contiguous() if images.device.type == "cuda" else images.clone(memory_format=torch.contiguous_format)
+        out = (images.contiguous() if images.device.type == "cuda"
+               else images.clone(memory_format=torch.contiguous_format))
     elif images.device.type == "cpu" and images.dim() == 4:
         table = _table(finish.mean, finish.std, finish.dtype, channels=images.shape[1])
         into = buffers.take(tuple(images.shape), torch_dtype(finish.dtype)) if buffers else None

@@ -38,7 +38,8 @@ class StageTimes:
 
     def figures(self) -> dict[str, Any]:
         """``cpu_ms_per_image`` per stage, each stage's ``share`` of their sum, and what each stage is."""
-        per_image = {stage: (1e3 * value / self.images if self.images else None) for stage, value in self.seconds.items()}
+        per_image = {stage: (1e3 * value / self.images if self.images else None)
+                     for stage, value in self.seconds.items()}
         total = sum(self.seconds.values())
         return {"images": self.images,
                 "cpu_ms_per_image": per_image,

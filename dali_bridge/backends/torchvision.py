@@ -156,7 +156,8 @@ class BatchDataset(Dataset):
                           "collate": time.thread_time() - prepared_at}
         return item
 
-    def load(self, data: bytes, info: ImageInfo, steps: list, *, stages: dict[str, float] | None = None) -> torch.Tensor:
+    def load(self, data: bytes, info: ImageInfo, steps: list, *,
+             stages: dict[str, float] | None = None) -> torch.Tensor:
         """The per-sample core's ``load`` on this backend: decode (only the first step's window where
         it can be decoded alone: :func:`~dali_bridge.pipeline.region_decode.decode_steps`), then every step's
         kernel; adds the CPU seconds of each to ``stages``. A method, not a closure: the dataset is pickled
