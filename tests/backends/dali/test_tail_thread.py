@@ -367,3 +367,11 @@ def test_the_tail_written_into_given_memory_gives_the_stacked_batchs_pixels():
     written = run_tail(plan.steps, images, tail, batched=False, contiguous_after_first=True, out=out[:3])
     assert written.data_ptr() == out.data_ptr()
     assert torch.equal(out[:3], stacked) and not out[3].any()
+
+
+def test_the_tails_chw_copy_of_an_image_in_hwc_memory_is_its_contiguous_copy():
+    from dali_bridge.backends.dali.tail import chw_copy
+
+    image = torch.randint(0, 256, (7, 9, 3), dtype=torch.uint8).permute(2, 0, 1)
+    copy = chw_copy(image)
+    assert copy.is_contiguous() and torch.equal(copy, image) and copy.data_ptr() != image.data_ptr()
