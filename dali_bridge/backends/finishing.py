@@ -71,16 +71,19 @@ def _unused(buffer: torch.Tensor) -> bool:
 def finish_batch(images: torch.Tensor, finish: Finish, device: torch.device, *,
                  buffers: FinishedBuffers | None = None) -> torch.Tensor:
     """uint8 NCHW → the declared dtype and layout, normalised as (pixel/255 - mean)/std;
-    ``buffers``: where a host batch finished by table lookup is written (else new memory)."""
+    ``buffers``: where a host batch finished by table lookup is written (else new memory). ``images``
+    may be in channels-last memory (a torchvision worker's batch: ``in_layout_of``); the batch made is
+    contiguous either way."""
     images = images.to(device, non_blocking=True)
     if finish.dtype == "uint8":
-        out = images if images.device.type == "cuda" else images.clone()
+        out = (images.contiguous() if images.device.type == "cuda"
+               else images.clone(memory_format=torch.contiguous_format))
     elif images.device.type == "cpu" and images.dim() == 4:
         table = _table(finish.mean, finish.std, finish.dtype, channels=images.shape[1])
         into = buffers.take(tuple(images.shape), torch_dtype(finish.dtype)) if buffers else None
         out = _looked_up(images, table, into=into)
     else:
-        out = _normalised(images, finish)
+        out = _normalised(images, finish).contiguous()
     if finish.layout == "HWC":
         out = out.permute(0, 2, 3, 1).contiguous()
     return out

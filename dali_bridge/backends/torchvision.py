@@ -42,6 +42,7 @@ from .device import gpu_target
 from .finishing import FinishedBuffers, finish_batch
 from ..util.intra_op import single_intra_op_thread
 from .per_sample import PreparedBatch, SampleCore
+from .stages import StageTimes
 from .thread_pool import OrderedPool
 from ..pipeline.plan import Plan
 from ..pipeline.region_decode import decode_steps
@@ -76,10 +77,9 @@ def apply_steps(image: torch.Tensor, plan: Plan, per_step: list) -> torch.Tensor
     return image
 
 
-def apply_views(data: bytes, info: ImageInfo, plan: Plan, per_view: list) -> list[torch.Tensor]:
-    """A sample of a pipeline with views: decoded once, then each view's steps
+def apply_views(image: torch.Tensor, plan: Plan, per_view: list) -> list[torch.Tensor]:
+    """A sample of a pipeline with views, decoded once (``image``): each view's steps
     (:class:`~dali_bridge.backends.per_sample.ViewSteps`) on that one image, in output order."""
-    image = decode_checked(data)
     return [apply_steps(image, view, steps) for view, steps in zip(plan.views, per_view)]
 
 
@@ -107,6 +107,10 @@ def as_item(batch: PreparedBatch, out: Callable[[int], torch.Tensor | list[torch
         image = out(len(batch.items))
     except _SharedMemoryFull as exc:  # as data, not raised: the main process says it without a traceback
         return {"fatal": str(exc)}
+    if isinstance(image, list):   # views: each view's batch in the layout most of its images have
+        image = [in_layout_of([item[v] for item in batch.items], view) for v, view in enumerate(image)]
+    else:
+        image = in_layout_of(batch.items, image)
     for slot, item in enumerate(batch.items):
         if isinstance(image, list):
             for buffer, view in zip(image, item):
@@ -114,6 +118,19 @@ def as_item(batch: PreparedBatch, out: Callable[[int], torch.Tensor | list[torch
         else:
             image[slot].copy_(item)
     return {"image": image, "outcome": batch.outcome}
+
+
+def in_layout_of(items: list[torch.Tensor], batch: torch.Tensor) -> torch.Tensor:
+    """``batch`` (a contiguous N x C x H x W block) viewed in the memory layout most of ``items`` have:
+    as it is, or channels-last (the same bytes as N x H x W x C). A uint8 resize of a decoded image
+    (HWC memory) gives an image in HWC memory, and copying one into CHW memory is a transpose that
+    cost about as much as the resize's own pass; copied in its own layout it is a plain copy. The
+    finish reads either layout and writes the same contiguous batch (backends/finishing.py)."""
+    last = sum(item.permute(1, 2, 0).is_contiguous() and not item.is_contiguous() for item in items)
+    if 2 * last <= len(items):
+        return batch
+    count, channels, height, width = batch.shape
+    return batch.view(count, height, width, channels).permute(0, 3, 1, 2)
 
 
 class BatchDataset(Dataset):
@@ -155,18 +172,37 @@ class BatchDataset(Dataset):
     def batch(self, task: BatchTask, buffer: Callable[[int], torch.Tensor], ahead: tuple = ()) -> dict[str, Any]:
         """The task's batch as an item (see :func:`as_item`), its images in ``buffer(count)``;
         ``ahead``: the sample indices of the batches this worker makes next, read ahead (see
-        :class:`DealtTask`)."""
-        return as_item(self.core.prepare(task, self.load, ahead), buffer)
+        :class:`DealtTask`). The item carries the CPU seconds of its stages in this thread
+        (``stages``: :class:`~dali_bridge.backends.stages.StageTimes`)."""
+        stages = {"decode": 0.0, "kernels": 0.0}
+        start = time.thread_time()
+        prepared = self.core.prepare(task, functools.partial(self.load, stages=stages), ahead)
+        prepared_at = time.thread_time()
+        item = as_item(prepared, buffer)
+        item["stages"] = {"sample_python": prepared_at - start - stages["decode"] - stages["kernels"], **stages,
+                          "collate": time.thread_time() - prepared_at}
+        return item
 
-    def load(self, data: bytes, info: ImageInfo, steps: list) -> torch.Tensor:
+    def load(self, data: bytes, info: ImageInfo, steps: list, *,
+             stages: dict[str, float] | None = None) -> torch.Tensor | list[torch.Tensor]:
         """The per-sample core's ``load`` on this backend: decode (only the first step's window where
         it can be decoded alone: :func:`~dali_bridge.pipeline.region_decode.decode_steps`), then every step's
-        kernel; with views, one decode and each view's steps (:func:`apply_views`). A method, not a closure:
-        the dataset is pickled for workers started by spawn or forkserver."""
+        kernel (with views: one whole decode and each view's steps, :func:`apply_views`); adds the CPU
+        seconds of each to ``stages``. A method, not a closure: the dataset is pickled for workers started
+        by spawn or forkserver."""
+        start = time.thread_time()
         if self.plan.views:
-            return apply_views(data, info, self.plan, steps)
-        image, steps = decode_steps(data, info=info, plan=self.plan, per_step=steps)
-        return apply_steps(image, self.plan, steps)
+            image = decode_checked(data)
+            decoded = time.thread_time()
+            image = apply_views(image, self.plan, steps)
+        else:
+            image, steps = decode_steps(data, info=info, plan=self.plan, per_step=steps)
+            decoded = time.thread_time()
+            image = apply_steps(image, self.plan, steps)
+        if stages is not None:
+            stages["decode"] += decoded - start
+            stages["kernels"] += time.thread_time() - decoded
+        return image
 
 
 class _SharedMemoryFull(RuntimeError):
@@ -304,6 +340,7 @@ class TorchvisionExecutor:
         self.stream = torch.cuda.Stream(self.device) if cuda else None
         # the host finish's output memory, reused (backends/finishing.py): four batches of every view
         self._finished = FinishedBuffers(keep=4 * len(plan.view_plans))
+        self.stages = StageTimes()  # where each batch's CPU went, stage by stage (loader.stats())
 
     def _dataloader(self, *, pin_memory: bool) -> DataLoader:
         """The DataLoader whose worker processes (or, with 0 workers, the calling thread) make the batches."""
@@ -369,7 +406,11 @@ class TorchvisionExecutor:
             iterator = self._started()
             while True:
                 try:
+                    # The thread's CPU time in here is the batch's receipt (waiting costs none): the
+                    # transfer between processes, on this side.
+                    start = time.thread_time()
                     item = next(iterator)
+                    item.setdefault("stages", {})["transfer"] = time.thread_time() - start
                 except StopIteration:
                     return
                 except Exception as exc:
@@ -413,11 +454,19 @@ class TorchvisionExecutor:
                 for view_images, view in zip(image, self.plan.views)]
 
     def _finish_here(self, item: dict[str, Any]) -> RawBatch:
+        start = time.thread_time()
         image = self._finished_batch(item["image"], buffers=self._finished) if "image" in item else None
+        self._count(item, finish=time.thread_time() - start)
         return self._raw(item, image)
+
+    def _count(self, item: dict[str, Any], **here: float) -> None:
+        """The batch's stage times (its worker's, and ``here``: this process's) into :attr:`stages`."""
+        if "outcome" in item:
+            self.stages.add({**item.get("stages", {}), **here}, images=item["outcome"].kept)
 
     def _finish_on_side_stream(self, item: dict[str, Any]) -> tuple[RawBatch, torch.cuda.Event]:
         raw = self._raw(item, None)  # a bad sample raises here, before any GPU work
+        self._count(item)  # the finish is the GPU's work, not timed on the host
         with torch.cuda.stream(self.stream):
             raw.image = self._finished_batch(item["image"])
             done = torch.cuda.Event()

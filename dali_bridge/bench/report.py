@@ -283,17 +283,28 @@ def _bench_section(report: dict[str, Any], *, command: str, plot: str | None) ->
     return parts + (["", "Targets:", "", checked] if checked else [])
 
 
+def _vs_torchvision(row: dict[str, Any], report: dict[str, Any]) -> float | None:
+    """A backend row's images/s over the ``torchvision`` backend's in the same run and thread count:
+    recorded (``vs_torchvision``), or worked out from the rows of a run recorded before it was."""
+    if "vs_torchvision" in row or row.get("kind") != "backend" or row.get("name") == "torchvision":
+        return row.get("vs_torchvision")
+    fallback = next((r for r in report["results"] if r.get("kind") == "backend" and r.get("name") == "torchvision"
+                     and r.get("threads") == row.get("threads") and "images_per_s" in r), None)
+    return row["images_per_s"] / fallback["images_per_s"] if fallback else None
+
+
 def _runs_table(runs: list[dict[str, Any]]) -> list[str]:
     """Several bench runs of a few candidates each, in one table, then each run's command and machine."""
-    lines = ["| run | candidate | threads | img/s (min–max) | CPU ms/img | × hand-written | windows |",
-             "|---|---|--:|--:|--:|--:|--:|"]
+    lines = ["| run | candidate | threads | img/s (min–max) | CPU ms/img | × hand-written | × torchvision | windows |",
+             "|---|---|--:|--:|--:|--:|--:|--:|"]
     notes = []
     for run in runs:
         report = run["report"]
         for r in (r for r in report["results"] if "images_per_s" in r):
             lines.append(f"| {run['label']} | {r['candidate']} | {r['threads']} | {_num(r['images_per_s'])} "
                          f"({_num(r['images_per_s_min'])}–{_num(r['images_per_s_max'])}) | "
-                         f"{_num(r['cpu_ms_per_image'], 2)} | {_num(r.get('vs_baseline'), 2)} | {r['windows']} |")
+                         f"{_num(r['cpu_ms_per_image'], 2)} | {_num(r.get('vs_baseline'), 2)} | "
+                         f"{_num(_vs_torchvision(r, report), 2)} | {r['windows']} |")
         notes += [f"* **{run['label']}**: `{run.get('command') or bench_command(report, run.get('environment'))}` — "
                   f"{machine_line(report)}"]
     return lines + [""] + notes

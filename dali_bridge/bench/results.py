@@ -169,7 +169,9 @@ class BenchReport:
 
 def add_ratios(rows: list[dict[str, Any]]) -> None:
     """``vs_ceiling_pct`` (images/s over the decode ceiling at the same thread count) and
-    ``vs_baseline`` (over the matching hand-written baseline at the same thread count)."""
+    ``vs_baseline`` (over the matching hand-written baseline at the same thread count) and, for a
+    backend other than ``torchvision``, ``vs_torchvision`` (over the ``torchvision`` backend's images/s
+    at the same thread count: what choosing it buys over the fallback, in the same run)."""
     by_key = {(r["kind"], r["name"], r["threads"]): r for r in rows if "images_per_s" in r}
     for row in rows:
         if "images_per_s" not in row:
@@ -181,5 +183,8 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
             baseline = by_key.get(("baseline", row["name"], row["threads"]))
             if baseline:
                 row["vs_baseline"] = row["images_per_s"] / baseline["images_per_s"]
+            fallback = by_key.get(("backend", "torchvision", row["threads"]))
+            if fallback and row["name"] != "torchvision":
+                row["vs_torchvision"] = row["images_per_s"] / fallback["images_per_s"]
 
 

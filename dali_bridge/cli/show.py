@@ -72,6 +72,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         if backend == "torchvision":
             from ..pipeline.region_decode import describe_decode
             print(f"  decoder here: {describe_decode(plan)}")
+            print("  where a run's CPU goes, by stage: loader.stats()['stages'] (in the workers: per-sample "
+                  "Python, decode, kernels, collate; in the loader's process: transfer, finish)")
     if args.order:
         _show_order(spec)
     return 0

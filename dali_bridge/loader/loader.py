@@ -132,10 +132,17 @@ class Loader:
 
     def stats(self) -> dict[str, Any]:
         """How long the consumer waited for batches and held them, since the loader was built, and
-        the verdict (data-bound or compute-bound): see :mod:`dali_bridge.loader.stats`."""
+        the verdict (data-bound or compute-bound): see :mod:`dali_bridge.loader.stats`; on the
+        ``torchvision`` backend also ``stages``, where the batches' CPU went, stage by stage (the
+        workers' per-sample Python, decode, kernels and collate, the transfer and the finish here):
+        see :mod:`dali_bridge.backends.stages`; an executor's own waits under ``executor`` (executor:
+        ray: the waits for the cluster)."""
         figures = self._clock.figures()
+        stages = getattr(self._executor, "stages", None)
+        if stages is not None:
+            figures["stages"] = stages.figures()
         executor_stats = getattr(self._executor, "stats", None)
-        if executor_stats is not None:  # an executor's own waits (executor: ray: the waits for the cluster)
+        if executor_stats is not None:
             figures["executor"] = executor_stats()
         return figures
 

@@ -4,9 +4,62 @@ operation (shear, translate and rotate with one matrix per sample, on torchvisio
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from typing import Any, Callable
 
 from .policy_tables import PolicyOperation
+
+
+class AffineGrids:
+    """The sampling grids of the affine operations (shear, translate, rotate), kept by operation,
+    magnitude and image size, up to ``max_bytes``, the least recently used dropped first.
+
+    torchvision's ``affine_image`` and ``rotate_image`` build each call's grid anew (``_affine_grid``:
+    a batch matrix product over every output pixel), which cost more than the sampling itself. The
+    grid depends only on the matrix and the size, and the policies draw their magnitudes from a few
+    dozen bins, so a process that runs many samples finds nearly every grid made before. Each is
+    made by torchvision's own ``_affine_grid`` from the matrix it would build (:func:`_inverse_matrix`),
+    so the pixels are those of the call that builds it anew. 31 bins of each sign for five
+    operations at 176 x 176 take about 75 MB."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes, self.bytes = max_bytes, 0
+        self._grids: OrderedDict[tuple, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def grid(self, operation: PolicyOperation, height: int, width: int) -> Any:
+        """The float32 grid (1 x height x width x 2) of ``operation`` on an image of that size."""
+        import torch
+        from torchvision.transforms.v2.functional._geometry import _affine_grid
+
+        key = (operation.name, operation.magnitude, height, width)
+        with self._lock:
+            grid = self._grids.get(key)
+            if grid is not None:
+                self._grids.move_to_end(key)
+                return grid
+        theta = torch.tensor(_inverse_matrix(operation, height, width), dtype=torch.float32).reshape(1, 2, 3)
+        grid = _affine_grid(theta, w=width, h=height, ow=width, oh=height)
+        with self._lock:
+            if key not in self._grids:
+                self._grids[key] = grid
+                self.bytes += grid.nbytes
+            while self.bytes > self.max_bytes and self._grids:
+                self.bytes -= self._grids.popitem(last=False)[1].nbytes
+        return grid
+
+
+# The grids this process keeps, where it asked to (keep_affine_grids); None: each call builds its own.
+_kept: AffineGrids | None = None
+
+
+def keep_affine_grids(max_bytes: int) -> None:
+    """From now on this process keeps the affine operations' grids (:class:`AffineGrids`): for a process
+    that runs a policy on many samples of one size (``dali-cpu``'s tail worker processes)."""
+    global _kept
+    _kept = AffineGrids(max_bytes)
+
 
 def apply_operation(image: Any, operation: PolicyOperation, interpolation: str, fill: Any) -> Any:
     """torchvision's ``_AutoAugmentBase._apply_image_or_video_transform`` on a CHW uint8 tensor."""
@@ -15,6 +68,13 @@ def apply_operation(image: Any, operation: PolicyOperation, interpolation: str, 
 
     name, magnitude = operation.name, operation.magnitude
     mode = InterpolationMode(interpolation)
+    kept = _kept
+    if (kept is not None and name in _AFFINE and image.device.type == "cpu" and not image.is_floating_point()
+            and image.numel() and not _rotates_by_copy(operation, *image.shape[-2:])):
+        # affine_image's and rotate_image's own last step, on the grid they would have built
+        from torchvision.transforms.v2.functional._geometry import _apply_grid_transform
+
+        return _apply_grid_transform(image, kept.grid(operation, *image.shape[-2:]), mode.value, fill=fill)
     affine = dict(angle=0.0, scale=1.0, interpolation=mode, fill=fill)
     if name == "ShearX":  # shear angle arctan(magnitude), about the top-left corner
         return F.affine(image, translate=[0, 0], shear=[math.degrees(math.atan(magnitude)), 0.0], center=[0, 0],

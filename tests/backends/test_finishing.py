@@ -135,3 +135,14 @@ def test_finished_buffers_reuse_nothing_where_torch_cannot_count_a_storages_user
     for _ in range(3):
         buffers.take((2, 3), torch.float32)  # each let go at once
     assert buffers.made == buffers.lent == 3
+
+
+@pytest.mark.parametrize("finish", FINISHES + [Finish(dtype="uint8")],
+                         ids=lambda f: f"{f.dtype}-{f.layout}-{'id' if f.identity else 'norm'}")
+def test_a_channels_last_batch_finishes_to_the_contiguous_batchs_pixels_and_layout(finish):
+    # A torchvision worker ships a batch of resized images in their own (HWC) memory: in_layout_of.
+    images = every_value_batch()
+    channels_last = images.contiguous(memory_format=torch.channels_last)
+    out, expected = finish_batch(channels_last, finish, CPU), finish_batch(images, finish, CPU)
+    assert torch.equal(out, expected)
+    assert out.is_contiguous() and out.stride() == expected.stride()

@@ -189,6 +189,17 @@ def test_ratios_are_against_the_same_thread_count():
     assert "vs_ceiling_pct" not in rows[0] and "vs_ceiling_pct" not in rows[5]
 
 
+def test_another_backend_is_rated_against_the_torchvision_backend_at_the_same_thread_count():
+    rows = [{"kind": "backend", "name": "torchvision", "threads": 2, "images_per_s": 400.0},
+            {"kind": "backend", "name": "dali-cpu", "threads": 2, "images_per_s": 520.0},
+            {"kind": "backend", "name": "dali-cpu", "threads": 1, "images_per_s": 300.0},
+            {"kind": "baseline", "name": "dali-cpu", "threads": 2, "images_per_s": 500.0}]
+    add_ratios(rows)
+    assert rows[1]["vs_torchvision"] == 1.3
+    assert "vs_torchvision" not in rows[0] and "vs_torchvision" not in rows[3]
+    assert "vs_torchvision" not in rows[2]  # no torchvision run at 1 thread
+
+
 def test_summary_takes_medians_and_pools_cpu_time():
     result = CandidateResult(Candidate("backend", "torchvision", 2))
     result.windows = [{"images": 100, "seconds": 1.0, "megapixels": 10.0, "cpu_seconds": 0.5},

@@ -53,6 +53,7 @@ def test_show_prints_the_resolved_pipeline_and_each_backends_placement(capsys, n
     assert "mixed" in dali_section and "fn.decoders.image_slice" in dali_section
     torchvision_section = out.split("## torchvision (")[1]
     assert "F.crop + F.resize" in torchvision_section
+    assert "where a run's CPU goes, by stage: loader.stats()['stages']" in torchvision_section
 
 
 def test_show_reports_a_backend_forced_with_set(capsys):

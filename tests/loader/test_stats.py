@@ -160,3 +160,18 @@ def test_a_real_loader_counts_every_batch_and_image(sample_root):
     assert figures["batches"] == len(labels) and figures["images"] == sum(len(x) for x in labels) == 37
     assert figures["wait_s"] > 0 and figures["busy_s"] >= 0
     assert np.isfinite(figures["data_wait_fraction"])
+
+
+def test_the_torchvision_backend_splits_its_batches_cpu_by_stage(sample_root):
+    spec = {"source": {"type": "folder", "root": str(sample_root)}, "batch_size": BATCH, "loader.shuffle": False,
+            "loader.workers": 1}
+    with build_loader(load_spec(TRAIN, spec), "torchvision") as loader:
+        images = sum(len(batch[0]) for batch in loader)
+        stages = loader.stats()["stages"]
+    assert stages["images"] == images == 37
+    per_image = stages["cpu_ms_per_image"]
+    assert set(per_image) == set(stages["stages"]) == {"sample_python", "decode", "kernels", "collate",
+                                                        "transfer", "finish"}
+    assert all(value >= 0 for value in per_image.values())
+    assert per_image["decode"] > 0 and per_image["kernels"] > 0  # each sample decoded and resized in the worker
+    assert abs(sum(stages["share"].values()) - 1) < 1e-9

@@ -16,6 +16,10 @@ The hand-over costs one copy each way, through memory the processes share:
   tail, and writes the chunk's rows of the batch's uint8 output buffer;
 * the parent's finish reads the output buffer into the batch it hands over (a new tensor).
 
+A worker keeps the sampling grids of the policies' affine operations (shear, translate, rotate) it
+has made, up to :data:`GRID_BYTES`: torchvision builds each call's grid anew, which cost more than
+the sampling, and a worker meets every magnitude bin of a policy many times per epoch.
+
 Two batches may be in flight (the executor takes two from DALI ahead: one being finished while the
 workers run the next), so each buffer has two slots, used in turn. Replies carry the batch's
 sequence number: after a discarded batch (an error, the consumer leaving) the stale replies are read
@@ -37,12 +41,16 @@ from typing import Any, Sequence
 import torch
 
 from ...ops.base import Step
+from ...ops.policy_kernels import keep_affine_grids
 from .tail import run_tail
 
 __all__ = ["TailProcesses", "TailProcessError", "tail_processes_possible"]
 
 # Batches in flight at once: see the module's docstring and DaliExecutor._ahead.
 SLOTS = 2
+# The affine operations' grids a worker keeps (ops/policy_kernels.py: AffineGrids): every bin of
+# TrivialAugmentWide's shear, translate and rotate at 176 x 176 is about 75 MB.
+GRID_BYTES = 96 << 20
 # Input memory mapped per image of a batch, per slot, before the fork: a 1,400 x 1,000 RGB window. Only
 # what is written takes memory (pages are touched on first use); a larger batch is sent in a buffer shared then.
 RESERVED_PER_IMAGE = 4 << 20
@@ -193,6 +201,8 @@ def _serve(steps: Sequence[Step], connection, inputs: list[torch.Tensor], output
     for end in parents:  # the parent's ends: with them closed here, a parent's exit ends the recv below
         end.close()
     torch.set_num_threads(1)  # a process of its own: one intra-op thread, as a DataLoader worker
+    # A policy's shear, translate and rotate on its grids made before: a worker sees every bin many times.
+    keep_affine_grids(GRID_BYTES)
     inputs = list(inputs)  # the input buffer of each slot; a larger one arrives with its message
     while True:
         try:
@@ -208,8 +218,8 @@ def _serve(steps: Sequence[Step], connection, inputs: list[torch.Tensor], output
             buffer = inputs[slot]
             images = [buffer[offset:offset + height * width * channels].view(height, width, channels)
                       .permute(2, 0, 1) for offset, height, width, channels in layout]
-            done = run_tail(steps, images, tail, batched=False, contiguous_after_first=contiguous_after_first)
-            outputs[slot][start:stop].copy_(done)
+            run_tail(steps, images, tail, batched=False, contiguous_after_first=contiguous_after_first,
+                     out=outputs[slot][start:stop])
             outcome = None
         except Exception as exc:  # raised in the parent's collect
             outcome = _picklable(exc)

@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -342,3 +343,35 @@ def test_an_epoch_left_after_the_loader_closed_ends_though_close_cancelled_its_q
     leaving.start()
     leaving.join(timeout=60)
     assert not leaving.is_alive(), "leaving the epoch waits for a conversion its pool cancelled"
+
+
+def test_the_tail_written_into_given_memory_gives_the_stacked_batchs_pixels():
+    # A tail worker process writes its rows of the shared batch so: no stacked batch, no second copy.
+    from dali_bridge.backends.dali.tail import run_tail
+    from dali_bridge.pipeline.plan import build_plan
+    from dali_bridge.spec.pipeline import spec_from_dict
+
+    spec = spec_from_dict({"version": 1, "name": "tail-out", "source": {"type": "folder", "root": "."}, "batch_size": 3,
+                      "ops": [{"random_resized_crop": {"size": 12}}, {"horizontal_flip": 1.0},
+                              {"trivial_augment_wide": {}}],
+                      "outputs": ["image", "label"]})
+    plan = build_plan(spec)
+    generator = torch.Generator().manual_seed(1)
+    images = [torch.randint(0, 256, (20, 30, 3), dtype=torch.uint8, generator=generator).permute(2, 0, 1)
+              for _ in range(3)]
+    tail = [[step.op.sample(step.params, np.full(step.op.draws, 0.3 + 0.2 * n), 20, 30) for step in plan.steps]
+            for n in range(3)]
+    tail = [[(concrete, (20, 30)) for concrete in sample] for sample in tail]
+    stacked = run_tail(plan.steps, images, tail, batched=False, contiguous_after_first=True)
+    out = torch.zeros(4, 3, 12, 12, dtype=torch.uint8)
+    written = run_tail(plan.steps, images, tail, batched=False, contiguous_after_first=True, out=out[:3])
+    assert written.data_ptr() == out.data_ptr()
+    assert torch.equal(out[:3], stacked) and not out[3].any()
+
+
+def test_the_tails_chw_copy_of_an_image_in_hwc_memory_is_its_contiguous_copy():
+    from dali_bridge.backends.dali.tail import chw_copy
+
+    image = torch.randint(0, 256, (7, 9, 3), dtype=torch.uint8).permute(2, 0, 1)
+    copy = chw_copy(image)
+    assert copy.is_contiguous() and torch.equal(copy, image) and copy.data_ptr() != image.data_ptr()
