@@ -28,7 +28,6 @@ from collections import OrderedDict, deque
 from pathlib import Path
 from typing import Any, Iterator
 
-import numpy as np
 import torch
 
 from ..errors import SampleError
@@ -97,15 +96,13 @@ def make_batch(holder: list, task: BatchTask) -> dict[str, Any]:
         while len(_DATASETS) > _KEEP_DATASETS:
             _DATASETS.popitem(last=False)
     height, width = dataset.plan.output_size
-    pixels: list[np.ndarray] = []
-
-    def buffer(count: int) -> torch.Tensor:
-        pixels.append(np.empty((count, 3, height, width), dtype=np.uint8))
-        return torch.from_numpy(pixels[-1])
-
-    item = dataset.batch(task, buffer)
+    item = dataset.batch(task, lambda count: torch.empty((count, 3, height, width), dtype=torch.uint8))
     if "image" in item:
-        item["image"] = pixels[-1]
+        # In the memory order the worker wrote (NCHW, or NHWC under a channels-last view: see
+        # backends/torchvision.in_layout_of), so Ray ships the array without a copy.
+        image = item["image"]
+        item["channels_last"] = not image.is_contiguous()
+        item["image"] = image.permute(0, 2, 3, 1).numpy() if item["channels_last"] else image.numpy()
     return item
 
 
@@ -308,7 +305,8 @@ class RayExecutor:
     def _pixels(self, item: dict[str, Any]) -> torch.Tensor:
         with warnings.catch_warnings():  # the object store's memory is read-only; the finish only reads it
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            return torch.from_numpy(item["image"])
+            pixels = torch.from_numpy(item["image"])
+        return pixels.permute(0, 3, 1, 2) if item.get("channels_last") else pixels
 
     def _finish_here(self, item: dict[str, Any]) -> RawBatch:
         raw = _raw(item)

@@ -174,6 +174,9 @@ def spec_from_dict(data: Any, *, origin: str = "<dict>", base_dir: str | Path | 
     if loader.shuffle == "shards" and source.type != "webdataset":
         chk.add(("loader", "shuffle"), f"'shards' needs a webdataset source (the order shuffles shards); "
                                        f"this source is a {source.type}: use true for a global shuffle")
+    if views and loader.executor == "ray":
+        chk.add(("loader", "executor"), "'ray' runs pipelines of one image per sample; a pipeline with views runs "
+                                        "on this host's workers: use processes or threads")
     if chk.problems:
         raise SpecError(chk.problems, origin)
     return PipelineSpec(version=version, name=name, backend=backend, source=source, batch_size=batch_size,

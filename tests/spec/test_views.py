@@ -139,3 +139,9 @@ def test_a_change_to_an_op_the_group_has_twice_is_refused_as_ambiguous(tmp_path)
     problems = _problems(tmp_path, text)
     assert any("views.global.per_view[1].horizontal_flip: 'horizontal_flip' appears 2 times in this group's ops"
                in p for p in problems), problems
+
+
+def test_a_pipeline_with_views_on_the_ray_executor_is_refused_naming_the_local_ones():
+    with pytest.raises(SpecError, match=r"loader\.executor: 'ray' runs pipelines of one image per sample.*"
+                                         r"use processes or threads"):
+        load_spec("simclr_train", {"loader.executor": "ray"})
