@@ -59,3 +59,31 @@ def test_ssl_views_section_without_a_profile_ends_with_the_goals(tmp_path):
     path.write_text(json.dumps(report))
     section = render_file(path, out_dir=tmp_path)
     assert "Profile:" not in section and section.rstrip().endswith("| 1.25 | – |")
+
+
+def _figures(value) -> set[str]:
+    """Every number in a JSON value, as 1 and 2 decimals; each profile's total too."""
+    if isinstance(value, dict):
+        found = set().union(*(_figures(v) for v in value.values())) if value else set()
+        if value and all(isinstance(v, float) for v in value.values()):
+            found |= _figures(sum(value.values()))
+        return found
+    if isinstance(value, list):
+        return set().union(*(_figures(v) for v in value)) if value else set()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return {f"{value:.1f}", f"{value:.2f}"}
+    return set()
+
+
+def test_the_self_supervised_guide_quotes_only_the_recorded_figures():
+    import re
+
+    from tests.helpers.paths import REPO
+
+    recorded = _figures(json.loads((REPO / "benchmarks" / "results" / "ssl_views.json").read_text()))
+    guide = (REPO / "docs" / "self-supervised.md").read_text()
+    section = guide[guide.index("## Throughput"):]
+    quoted = re.findall(r"(?<![\d.])\d+\.\d+(?![\d.])", section)
+    assert quoted and [n for n in quoted if n not in recorded] == [], \
+        "docs/self-supervised.md quotes figures that benchmarks/results/ssl_views.json does not hold: " \
+        "quote the recorded run"
