@@ -301,8 +301,10 @@ def main() -> int:
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
     if args.child == "profile":
-        print(json.dumps({"samples": args.profile_samples, "bridge-torchvision": profile_bridge(args.profile_samples),
-                          "lightly": profile_lightly(args.profile_samples)}))
+        profile = {"samples": args.profile_samples, "bridge-torchvision": profile_bridge(args.profile_samples)}
+        if not _lightly_version().startswith("unavailable"):
+            profile["lightly"] = profile_lightly(args.profile_samples)
+        print(json.dumps(profile))
         sys.stdout.flush()
         os._exit(0)
     if args.child:
@@ -310,8 +312,15 @@ def main() -> int:
         sys.stdout.flush()
         os._exit(0)  # loaders' worker threads must not hold the exit
     if not DATA.is_dir():
-        raise SystemExit(f"{DATA} is missing: generate the sample images first (dali-bridge sample-data)")
+        raise SystemExit(f"{DATA} is missing: generate the sample images first (python -m dali_bridge sample-data "
+                         f"data/sample --images 2000 --classes 10 --seed 0)")
     names = args.only.split(",") if args.only else list(CANDIDATES)
+    unknown = [name for name in names if name not in CANDIDATES]
+    if unknown:
+        raise SystemExit(f"--only: unknown candidate(s) {', '.join(unknown)}; choose from {', '.join(CANDIDATES)}")
+    if "lightly" in names and _lightly_version().startswith("unavailable"):
+        raise SystemExit("lightly is not installed, and this benchmark compares against its DINOTransform: "
+                         "pip install lightly, or leave it out with --only")
     machine, start = machine_description(), time.perf_counter()
     rounds = []
     for number in range(args.rounds):

@@ -68,12 +68,12 @@ def _profile(report: dict[str, Any]) -> list[str]:
              f"runs after DALI's decode here; lightly's transforms on PIL images):", "",
              "| bridge stage | ms/sample | lightly stage | ms/sample |", "|---|--:|---|--:|"]
     ours = sorted(profile["bridge-torchvision"].items(), key=lambda item: -item[1])
-    theirs = sorted(profile["lightly"].items(), key=lambda item: -item[1])
+    theirs = sorted(profile.get("lightly", {}).items(), key=lambda item: -item[1])
     for n in range(max(len(ours), len(theirs))):
         left = f"{ours[n][0]} | {ours[n][1]:.2f}" if n < len(ours) else " | "
         right = f"{theirs[n][0]} | {theirs[n][1]:.2f}" if n < len(theirs) else " | "
         lines.append(f"| {left} | {right} |")
-    total = [sum(profile[key].values()) for key in ("bridge-torchvision", "lightly")]
+    total = [sum(profile.get(key, {}).values()) for key in ("bridge-torchvision", "lightly")]
     return lines + [f"| **total** | **{total[0]:.2f}** | **total** | **{total[1]:.2f}** |"]
 
 
