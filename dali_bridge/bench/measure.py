@@ -27,7 +27,9 @@ def _bridge(path: str, overrides: dict[str, Any], backend: str):
     if "index" not in outputs:
         outputs.append("index")
     loader = build_loader(path, backend, overrides={**overrides, "outputs": outputs})
-    image_at, index_at = outputs.index("image") if "image" in outputs else None, outputs.index("index")
+    # a pipeline with views gives a list of per-view tensors where another gives one image tensor
+    pixels = [name for name in ("image", "views") if name in outputs]
+    image_at, index_at = outputs.index(pixels[0]) if pixels else None, outputs.index("index")
 
     def stream() -> Iterator[tuple[Any, np.ndarray]]:
         while True:
@@ -133,9 +135,7 @@ def _measure(config: dict[str, Any], tick: Callable[[], None]) -> dict[str, Any]
         output: dict[str, Any] = {"batch_size": len(indices)}
         if config["kind"] != "backend":
             output["description"] = reference_description(config["kind"], config["name"], config["threads"])
-        if isinstance(images, torch.Tensor):
-            output.update(shape=list(images.shape), dtype=str(images.dtype).replace("torch.", ""),
-                          device=str(images.device))
+        output.update(_pixels_description(images, torch))
         for _ in range(config["warmup"] - 1):
             next(stream)
             tick()
@@ -149,6 +149,18 @@ def _measure(config: dict[str, Any], tick: Callable[[], None]) -> dict[str, Any]
     gpu_mib = None if gpu_before is None else gpu_peak - gpu_before
     return {"first_batch_s": first_batch_s, "windows": windows, "wait": wait, "output": output, "gpu_mib": gpu_mib,
             "pss_mib": peak_pss}
+
+
+def _pixels_description(images: Any, torch) -> dict[str, Any]:
+    """Shape, dtype and device of a batch's pixels; for a list of views (one tensor each), how many
+    views each sample gives and each one's shape: images/s counts samples, whatever their views."""
+    if isinstance(images, torch.Tensor):
+        return {"shape": list(images.shape), "dtype": str(images.dtype).replace("torch.", ""),
+                "device": str(images.device)}
+    if isinstance(images, (list, tuple)) and images and all(isinstance(v, torch.Tensor) for v in images):
+        return {"views": len(images), "view_shapes": [list(v.shape) for v in images],
+                "dtype": str(images[0].dtype).replace("torch.", ""), "device": str(images[0].device)}
+    return {}
 
 
 def _synchronize(torch) -> None:

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from .results import BenchError, BenchReport
 from .ray_report import RAY_EXECUTOR_FORMAT, ray_executor_section
 from .scale_report import SCALE_FORMAT, scale_section
+from .ssl_report import SSL_VIEWS_FORMAT, ssl_views_section
 from .storage_report import OBJECT_STORAGE_FORMAT, object_storage_section
 
 TABLE_COLUMNS = [("candidate", "candidate"), ("threads", "threads"), ("images_per_s", "img/s"),
@@ -56,6 +57,7 @@ def format_report(report: BenchReport) -> str:
              f"{_first(m['loadavg_at_end'])} at end"]
     good = [r for r in report.rows if "error" not in r]
     rows = [{**r, "threads": str(r["threads"])} for r in good]
+    lines += views_lines(good)
     lines.append(format_table(rows, table_columns(good)))
     if report.settings.get("model_ms"):
         lines.append(f"data wait %: share of step time the consumer waited for data with a "
@@ -66,6 +68,18 @@ def format_report(report: BenchReport) -> str:
             lines.append(f"{row['candidate']} x{row['threads']}: FAILED: {row['error']}")
     lines += [f"warning: {text}" for text in stability_warnings(report.settings, report.rows, report.machine)]
     return "\n".join(lines)
+
+
+def views_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """For a pipeline with views: how many views each sample gives, their shapes, and that img/s
+    counts samples (one sample, every view of it); empty for one image per sample."""
+    with_views = [r for r in rows if r.get("views")]
+    if not with_views:
+        return []
+    shapes = [" x ".join(str(n) for n in shape[1:]) for shape in with_views[0]["view_shapes"]]
+    counted = ", ".join(f"{shapes.count(s)} of {s}" for s in dict.fromkeys(shapes))
+    return [f"{with_views[0]['views']} views per sample ({counted}); img/s and CPU ms/img count samples, "
+            f"each with all its views"]
 
 
 def reference_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -270,7 +284,8 @@ def targets(report: dict[str, Any]) -> str | None:
 
 
 def _bench_section(report: dict[str, Any], *, command: str, plot: str | None) -> list[str]:
-    parts = [f"`{command}`", "", machine_line(report), ""]
+    views = views_lines([r for r in report["results"] if "error" not in r])
+    parts = [f"`{command}`", "", machine_line(report), ""] + ([*views, ""] if views else [])
     parts += [f"![images/s per candidate and thread count]({plot})", ""] if plot else []
     parts += [bench_table(report)]
     if report["settings"].get("model_ms"):
@@ -353,6 +368,9 @@ def render_file(path: str | Path, *, out_dir: str | Path = ".") -> str:
     elif first.get("format") == RAY_EXECUTOR_FORMAT:
         heading = f"## loader.executor: ray against local workers ({path.name})"
         body = ray_executor_section(first)
+    elif first.get("format") == SSL_VIEWS_FORMAT:
+        heading = f"## Several views per image: DINO's multi-crop ({path.name})"
+        body = ssl_views_section(first)
     elif first.get("format") == SCALE_FORMAT:
         heading = f"## Cost as the dataset grows ({path.name})"
         body = scale_section(first)

@@ -59,6 +59,8 @@ class CandidateResult:
         row: dict[str, Any] = {"candidate": c.label, "kind": c.kind, "name": c.name, "threads": c.threads}
         if self.output.get("description"):  # what a reference is, as its measuring process ran it
             row["description"] = self.output["description"]
+        if self.output.get("views"):  # a pipeline with views: img/s counts samples, each this many views
+            row.update(views=self.output["views"], view_shapes=self.output["view_shapes"])
         if self.error:
             return {**row, "error": self.error}
         rates = [w["images"] / w["seconds"] for w in self.windows]

@@ -16,8 +16,8 @@ import numpy as np
 
 from ..util.urls import is_url
 from .procstats import MemoryMonitor, kill_group
-from .results import (BASELINE_NAMES, PROTOCOL_FD_ENV, SAMPLE_SET, BenchReport, Candidate, CandidateResult, add_ratios,
-    default_data_dir, loadavg, machine_description, source_pixels)
+from .results import (BASELINE_NAMES, PROTOCOL_FD_ENV, SAMPLE_SET, BenchError, BenchReport, Candidate, CandidateResult,
+                      add_ratios, default_data_dir, loadavg, machine_description, source_pixels)
 
 STALL_SECONDS = 300.0  # a candidate that yields no batch for this long is killed and reported
 _CHILD = "import sys; from dali_bridge.bench.measure import child_main; sys.exit(child_main())"
@@ -161,6 +161,7 @@ def run_bench(file: str | Path, *, backends: Sequence[str], baselines: Sequence[
         raise ValueError("batches, repeat, warmup and rounds must each be at least 1")
     overrides = dict(overrides or {})
     spec = load_spec(file, overrides)
+    _refuse_single_image_baselines(spec, baselines)
     listing = list_source(spec.source)
     pixels = source_pixels(listing)
     machine = machine_description()
@@ -183,6 +184,17 @@ def run_bench(file: str | Path, *, backends: Sequence[str], baselines: Sequence[
             "mean_megapixels": float(pixels.mean() / 1e6) if len(pixels) else 0.0}
     machine["loadavg_at_end"] = loadavg()
     return BenchReport(machine, settings, data, rows)
+
+
+def _refuse_single_image_baselines(spec: Any, baselines: Sequence[str]) -> None:
+    """A hand-written baseline builds one image per sample: beside a pipeline with views its
+    figure would compare one view against all of them."""
+    hand_written = [name for name in baselines if name in BASELINE_NAMES]
+    if spec.views and hand_written:
+        views = sum(group.count for group in spec.views)
+        raise BenchError(f"{spec.origin}: the hand-written baselines ({', '.join(hand_written)}) build one image "
+                         f"per sample, and this pipeline gives {views} views per sample (views: "
+                         f"{', '.join(group.name for group in spec.views)}): use --baselines ceiling or none")
 
 
 def _measure_all(candidates: list[Candidate], *, base: dict[str, Any], pixels: np.ndarray, rounds: int,
