@@ -62,6 +62,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from ..bench.report import format_report
     from ..bench.results import REFERENCE_NAMES
     from ..bench.runner import data_overrides, default_baselines, run_bench
+    from ..spec.pipeline import load_spec
     from ..loader.select import BackendUnavailable, unavailable_reason
 
     backends = [] if args.backends == "none" else backend_list(args.backends)
@@ -75,8 +76,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         reason = unavailable_reason(name) if name != "auto" else None
         if reason and args.backends != "available":
             raise BackendUnavailable(f"backend '{name}' cannot run here: {reason}")
+    overrides = dict(parse_override(text) for text in (args.set or []))
+    overrides.update(data_overrides(args.data))  # default: the pipeline's own source
     if args.baselines == "default":
-        baselines = default_baselines(backends)
+        baselines = default_baselines(backends, views=bool(load_spec(args.file, overrides).views))
     elif args.baselines == "none":
         baselines = []
     else:
@@ -89,8 +92,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         check_writable_file(args.json, "--json")
     if args.plot:
         check_writable_file(args.plot, "--plot")
-    overrides = dict(parse_override(text) for text in (args.set or []))
-    overrides.update(data_overrides(args.data))  # default: the pipeline's own source
     report = run_bench(args.file, backends=backends, baselines=baselines, threads=threads,
                              batches=args.batches, warmup=args.warmup, repeat=args.repeat, rounds=args.rounds,
                              model_ms=args.model_ms, overrides=overrides, progress=not args.quiet)

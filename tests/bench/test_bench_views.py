@@ -58,3 +58,19 @@ def test_a_report_without_views_states_none():
     rows = [{"candidate": "torchvision", "kind": "backend", "name": "torchvision", "threads": 1}]
     from dali_bridge.bench.report import views_lines
     assert views_lines(rows) == []
+
+
+def test_bench_of_a_views_pipeline_by_default_measures_it_beside_the_ceiling_alone(sample_root, tmp_path,
+                                                                                   monkeypatch):
+    from dali_bridge.bench import runner
+
+    asked = {}
+
+    def measured(file, *, backends, baselines, **_):
+        asked.update(backends=backends, baselines=baselines)
+        raise BenchError("stop here")   # what run_bench was asked is all this test needs
+
+    monkeypatch.setattr(runner, "run_bench", measured)
+    main(["bench", str(_views_pipeline(tmp_path, sample_root)), "--backends", "torchvision", "-q"])
+    assert asked == {"backends": ["torchvision"], "baselines": ["ceiling"]}
+    assert runner.default_baselines(["torchvision"]) == ["ceiling", "torchvision"]   # one image per sample
