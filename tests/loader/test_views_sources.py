@@ -1,14 +1,18 @@
-"""Views beyond a folder: WebDataset shards on both CPU backends, and a Lightning fit on a shipped
-self-supervised recipe whose training step takes the list of views."""
+"""Views beyond a folder: WebDataset shards on both CPU backends, the same shards read over HTTP,
+and a Lightning fit on a shipped self-supervised recipe whose training step takes the list of views."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.helpers.backends import needs_cpu_backends
-from tests.helpers.object_storage import local_shards  # noqa: F401  (the fixture)
+from tests.helpers import s3_fixtures
+from tests.helpers.backends import CPU_BACKENDS, needs_cpu_backends
+from tests.helpers.object_storage import SHARDS, local_shards  # noqa: F401  (the fixture)
+
+http_folder = s3_fixtures.http_folder  # the fixture, used by name below
 
 OVERRIDES = {"batch_size": 5, "loader.workers": 1, "outputs": ["views", "label", "index"],
              "views.global.ops.0.random_resized_crop.size": 32, "views.local.ops.0.random_resized_crop.size": 16,
@@ -24,6 +28,30 @@ def test_views_of_webdataset_shards_are_the_same_on_both_cpu_backends(local_shar
                      overrides={**OVERRIDES, "source": source, "loader.last_batch": "partial"})
     assert result.passed and result.samples == 37, result.format()
     assert [o.name for o in result.outputs if not o.exact] == [f"views[{n}]" for n in range(4)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_views_of_shards_at_a_url_are_those_of_the_same_shards_on_disk(backend, local_shards,  # noqa: F811
+                                                                        http_folder):
+    from dali_bridge import build_loader
+
+    root, base = http_folder
+    for path in local_shards.iterdir():
+        shutil.copy2(path, root / path.name)
+
+    def epoch(shards: str) -> list[list[torch.Tensor]]:
+        loader = build_loader("dino_train", backend, overrides={
+            **OVERRIDES, "source": {"type": "webdataset", "shards": shards}, "loader.last_batch": "partial"})
+        out = [[view.clone() for view in views] + [labels, index] for views, labels, index in loader]
+        loader.close()
+        return out
+
+    on_disk, at_url = epoch(str(local_shards / SHARDS)), epoch(f"{base}/{SHARDS}")
+    assert sum(len(batch[-1]) for batch in at_url) == 37
+    assert len(on_disk) == len(at_url)
+    for mine, theirs in zip(at_url, on_disk):
+        assert all(torch.equal(a, b) for a, b in zip(mine, theirs))
 
 
 def test_a_lightning_fit_takes_the_views_of_a_shipped_recipe(sample_root, tmp_path, monkeypatch):
