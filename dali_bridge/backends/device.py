@@ -308,3 +308,23 @@ def memory_snapshot(device: int | None = None) -> dict[str, int | None]:
         if name in fields:
             figures[key] = int(fields[name].split()[0]) * 1024  # reported in kB
     return figures
+
+
+def on_side_stream(stream: Any, make: Callable[[], Any]) -> tuple[Any, Any]:
+    """What ``make()`` returns, its GPU work queued on ``stream`` (a finish off the consumer's stream,
+    so the next batch's finish overlaps the training step), and the CUDA event that marks it done."""
+    with torch.cuda.stream(stream):
+        made = make()
+        done = torch.cuda.Event()
+        done.record(stream)
+    return made, done
+
+
+def ready_on_consumer(device: Any, image: torch.Tensor | list[torch.Tensor], done: Any) -> None:
+    """Make the consumer's stream wait for ``done`` only, not for later work on the side stream, and
+    mark each tensor of ``image`` (one, or one per view) as used there: allocated on the side stream,
+    its memory must not be reused before the consumer is through with it."""
+    consumer = torch.cuda.current_stream(device)
+    consumer.wait_event(done)
+    for tensor in image if isinstance(image, list) else [image]:
+        tensor.record_stream(consumer)

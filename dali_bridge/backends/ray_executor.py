@@ -37,6 +37,7 @@ from ..data.sources.listing import Listing
 from ..spec.model import RaySettings
 from ..spec.pipeline import PipelineSpec
 from .base import RawBatch, Topology, default_workers
+from .device import on_side_stream, ready_on_consumer
 from .finishing import FinishedBuffers, finish_batch
 from .torchvision import BatchDataset, prefetched
 
@@ -315,17 +316,13 @@ class RayExecutor:
 
     def _finish_on_side_stream(self, item: dict[str, Any]) -> tuple[RawBatch, torch.cuda.Event]:
         raw = _raw(item)  # a bad sample raises here, before any GPU work
-        with torch.cuda.stream(self.stream):
-            raw.image = finish_batch(self._pixels(item), self.plan.finish, self.device)
-            done = torch.cuda.Event()
-            done.record(self.stream)
+        raw.image, done = on_side_stream(self.stream,
+                                         lambda: finish_batch(self._pixels(item), self.plan.finish, self.device))
         return raw, done
 
     def _ready(self, started: tuple[RawBatch, torch.cuda.Event]) -> RawBatch:
         raw, done = started
-        consumer = torch.cuda.current_stream(self.device)
-        consumer.wait_event(done)
-        raw.image.record_stream(consumer)
+        ready_on_consumer(self.device, raw.image, done)
         return raw
 
     def _disconnect(self, ray: Any) -> None:

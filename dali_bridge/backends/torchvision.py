@@ -38,7 +38,7 @@ from ..data.sources.formats import ImageInfo
 from ..data.sources.images import decode_checked
 from ..errors import SampleError
 from .base import RawBatch, Topology, default_workers
-from .device import gpu_target
+from .device import gpu_target, on_side_stream, ready_on_consumer
 from .finishing import FinishedBuffers, finish_batch
 from ..util.intra_op import single_intra_op_thread
 from .per_sample import PreparedBatch, SampleCore
@@ -467,19 +467,13 @@ class TorchvisionExecutor:
     def _finish_on_side_stream(self, item: dict[str, Any]) -> tuple[RawBatch, torch.cuda.Event]:
         raw = self._raw(item, None)  # a bad sample raises here, before any GPU work
         self._count(item)  # the finish is the GPU's work, not timed on the host
-        with torch.cuda.stream(self.stream):
-            raw.image = self._finished_batch(item["image"])
-            done = torch.cuda.Event()
-            done.record(self.stream)
+        raw.image, done = on_side_stream(self.stream, lambda: self._finished_batch(item["image"]))
         return raw, done
 
     def _ready(self, started: tuple[RawBatch, torch.cuda.Event]) -> RawBatch:
         """The consumer's stream waits for this batch's finishing only, not for later work on the side stream."""
         raw, done = started
-        consumer = torch.cuda.current_stream(self.device)
-        consumer.wait_event(done)
-        for image in (raw.image if isinstance(raw.image, list) else [raw.image]):
-            image.record_stream(consumer)  # allocated on the side stream, used on the consumer's
+        ready_on_consumer(self.device, raw.image, done)
         return raw
 
     def _raw(self, item: dict[str, Any], image: torch.Tensor | None) -> RawBatch:

@@ -139,14 +139,20 @@ def ended(tasks: list[asyncio.Task]) -> list[asyncio.Task]:
     return asyncio.run_coroutine_threadsafe(wait(), fsspec.asyn.get_loop()).result()
 
 
-@pytest.mark.parametrize("backend", CPU_BACKENDS)
-def test_closing_the_loader_cancels_its_reads_ahead(backend, served, fault_proxy):
+def stalled_loader(backend: str, served: str, fault_proxy):
+    """A loader reading the shards in order, one batch at a time, whose batches 1 and 2 get no answer."""
     proxy = fault_proxy(served)
     loader = build_loader(TRAIN, backend, overrides=overrides(f"{proxy.endpoint}/{SHARDS}", **{
         "loader.workers": 0, "loader.prefetch": 1, **IN_ORDER}))
     proxy.stall_s = 20
-    for _, header in requested(loader.listing.shards, range(5, 15)):   # batches 1 and 2 get no answer
+    for _, header in requested(loader.listing.shards, range(5, 15)):
         proxy.by_range[header] = "stall"
+    return loader
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_closing_the_loader_cancels_its_reads_ahead(backend, served, fault_proxy):
+    loader = stalled_loader(backend, served, fault_proxy)
     epoch = iter(loader)   # held: an epoch's iterator dropped stops its reads ahead itself
     next(epoch)
     waiting = waiting_fetches()
@@ -158,12 +164,7 @@ def test_closing_the_loader_cancels_its_reads_ahead(backend, served, fault_proxy
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_an_epoch_iterator_dropped_after_one_batch_cancels_its_reads_ahead(backend, served, fault_proxy):
-    proxy = fault_proxy(served)
-    loader = build_loader(TRAIN, backend, overrides=overrides(f"{proxy.endpoint}/{SHARDS}", **{
-        "loader.workers": 0, "loader.prefetch": 1, **IN_ORDER}))
-    proxy.stall_s = 20
-    for _, header in requested(loader.listing.shards, range(5, 15)):   # batches 1 and 2 get no answer
-        proxy.by_range[header] = "stall"
+    loader = stalled_loader(backend, served, fault_proxy)
     next(iter(loader))   # the iterator is gone at once: no one will take batches 1 and 2
     deadline = time.monotonic() + 5.0
     while waiting_fetches() and time.monotonic() < deadline:
