@@ -355,6 +355,15 @@ def _soak_section(runs: list[dict[str, Any]]) -> list[str]:
     return lines + [""] + notes
 
 
+# The benchmarks whose results file holds one report of a kind of its own: its heading and renderer.
+FORMAT_SECTIONS = {
+    OBJECT_STORAGE_FORMAT: ("Shards in object storage", object_storage_section),
+    RAY_EXECUTOR_FORMAT: ("loader.executor: ray against local workers", ray_executor_section),
+    SSL_VIEWS_FORMAT: ("Several views per image: DINO's multi-crop", ssl_views_section),
+    SCALE_FORMAT: ("Cost as the dataset grows", scale_section),
+}
+
+
 def render_file(path: str | Path, *, out_dir: str | Path = ".") -> str:
     """One results file as a markdown section (a bench report, or a runs file of bench reports,
     comparisons or soaks)."""
@@ -362,18 +371,10 @@ def render_file(path: str | Path, *, out_dir: str | Path = ".") -> str:
     title, runs = load_runs(path)
     first = runs[0]["report"]
     heading = f"## {title or first.get('settings', {}).get('pipeline_name', path.stem)} ({path.name})"
-    if first.get("format") == OBJECT_STORAGE_FORMAT:
-        heading = f"## Shards in object storage ({path.name})"
-        body = object_storage_section(first)
-    elif first.get("format") == RAY_EXECUTOR_FORMAT:
-        heading = f"## loader.executor: ray against local workers ({path.name})"
-        body = ray_executor_section(first)
-    elif first.get("format") == SSL_VIEWS_FORMAT:
-        heading = f"## Several views per image: DINO's multi-crop ({path.name})"
-        body = ssl_views_section(first)
-    elif first.get("format") == SCALE_FORMAT:
-        heading = f"## Cost as the dataset grows ({path.name})"
-        body = scale_section(first)
+    if first.get("format") in FORMAT_SECTIONS:
+        name, section = FORMAT_SECTIONS[first["format"]]
+        heading = f"## {name} ({path.name})"
+        body = section(first)
     elif "settings" in first and len(runs) == 1 and runs[0]["label"] is None:
         png = path.with_suffix(".png")
         plot = os.path.relpath(png, out_dir) if png.is_file() else None
