@@ -1,0 +1,52 @@
+"""``loader.executor: ray`` through Ray Client: ``loader.ray.address: ray://host:port`` connects the
+loader through a head's Ray Client server (the trainer needs no route to the nodes), and the batches
+are the ``torchvision`` backend's on local workers bit for bit."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dali_bridge import build_loader
+from tests.helpers.paths import TRAIN
+from tests.helpers.ray_cluster import free_port, ray_cluster
+
+pytestmark = pytest.mark.slow
+
+BATCHES = 2
+
+
+def overrides(sample_root, executor: str) -> dict:
+    return {"source": {"type": "folder", "root": str(sample_root)}, "batch_size": 4,
+            "outputs": ["image", "label", "index"], "ops.0.random_resized_crop.size": 48,
+            "loader.executor": executor, "loader.workers": 0 if executor == "processes" else 2}
+
+
+def first_batches(loader) -> list[tuple[torch.Tensor, ...]]:
+    out = []
+    for batch in loader:
+        out.append(tuple(value.clone() for value in batch))
+        if len(out) == BATCHES:
+            break
+    return out
+
+
+def test_a_ray_client_address_gives_the_batches_of_local_workers(sample_root):
+    import ray
+
+    with build_loader(TRAIN, "torchvision", overrides=overrides(sample_root, "processes")) as local:
+        expected = first_batches(local)
+    port = free_port()
+    address = f"ray://127.0.0.1:{port}"
+    with ray_cluster(client_port=port):
+        assert not ray.is_initialized()  # the loader makes the connection, from its address alone
+        with build_loader(TRAIN, "torchvision", overrides={
+                **overrides(sample_root, "ray"), "loader.ray": {"address": address}}) as loader:
+            got = first_batches(loader)
+            assert ray.util.client.ray.is_connected(), "the loader did not connect through Ray Client"
+            figures = loader.stats()["executor"]
+    assert figures["address"] == address and figures["batches"] == BATCHES
+    assert figures["cpus"] == 2  # the cluster's CPUs, as the client server reports them
+    assert len(got) == len(expected) == BATCHES
+    for number, (ours, theirs) in enumerate(zip(got, expected)):
+        for value, reference in zip(ours, theirs):
+            assert value.dtype == reference.dtype and torch.equal(value, reference), f"batch {number}"
