@@ -340,8 +340,9 @@ class RayExecutor:
 
     def _disconnect(self, ray: Any) -> None:
         self._owned, self._remote, self._reference, self._gcs = False, None, None, None
-        if ray.is_initialized():
-            ray.shutdown()
+        # Also when Ray no longer says it is initialized: a Ray Client that lost its head stays
+        # registered (client mode on, a later ray.init in this process fails) until shut down.
+        ray.shutdown()
 
     def close(self) -> None:
         """Stop the local cluster this executor started; a cluster it connected to stays up."""

@@ -56,6 +56,8 @@ def test_a_ray_client_address_gives_the_batches_of_local_workers(sample_root):
 
 def test_a_head_gone_behind_a_ray_client_address_ends_the_epoch_naming_it_and_the_state_resumes_locally(
         sample_root, monkeypatch):
+    import ray
+
     # How long Ray Client tries to reconnect before it gives up (30 s unless told), read when it connects.
     monkeypatch.setenv("RAY_CLIENT_RECONNECT_GRACE_PERIOD", "2")
     with build_loader(TRAIN, "torchvision", overrides=overrides(sample_root, "processes")) as local:
@@ -72,6 +74,8 @@ def test_a_head_gone_behind_a_ray_client_address_ends_the_epoch_naming_it_and_th
             for batch in iteration:
                 got.append(tuple(value.clone() for value in batch))
         assert "resume it on local workers" in str(caught.value)
+        # the lost client is shut down: this process can connect to a restarted cluster
+        assert ray.util.client.num_connected_contexts() == 0 and not ray.is_initialized()
         state = loader.state_dict()
         loader.close()
     assert state["batch"] == len(got) >= BATCHES

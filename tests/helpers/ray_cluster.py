@@ -54,8 +54,7 @@ def ray_cluster(*, client_port: int | None = None) -> Iterator[Any]:
                      runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
         yield cluster
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
+        ray.shutdown()  # also a Ray Client that lost its head: it stays registered until shut down
         cluster.head_node.kill_all_processes(check_alive=False, allow_graceful=True)
 
 
