@@ -217,6 +217,7 @@ class RayExecutor:
         queue: deque[BatchTask] = deque(tasks)
         pending: deque[tuple[BatchTask, Any]] = deque()  # (task, its result's reference), in order
         first = True
+        taken = 0
         try:
             while queue or pending:
                 self._submit(ray, queue, pending)
@@ -229,7 +230,16 @@ class RayExecutor:
                 item = self._get(ray, head, number=task.number, left=len(pending) + len(queue) + 1)
                 self._count_wait(time.perf_counter() - started, first=first)  # the copy to this node included
                 first = False
+                taken += 1
                 yield item
+        except ConnectionError as exc:
+            # Ray Client (a ray:// address) lost the head and gave up reconnecting: the head is not probed
+            # here (the client server stands for it), so this is how a cluster gone shows.
+            if not self._address.startswith("ray://"):
+                raise
+            pending.clear()
+            self._disconnect(ray)
+            raise self._gone_error(number=tasks[taken].number, left=len(tasks) - taken) from exc
         finally:
             if ray.is_initialized():  # not after a cluster gone: nothing to cancel there
                 for _, reference in pending:
@@ -327,8 +337,9 @@ class RayExecutor:
 
     def _disconnect(self, ray: Any) -> None:
         self._owned, self._remote, self._reference, self._gcs = False, None, None, None
-        if ray.is_initialized():
-            ray.shutdown()
+        # Also when Ray no longer says it is initialized: a Ray Client that lost its head stays
+        # registered (client mode on, a later ray.init in this process fails) until shut down.
+        ray.shutdown()
 
     def close(self) -> None:
         """Stop the local cluster this executor started; a cluster it connected to stays up."""
