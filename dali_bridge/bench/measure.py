@@ -135,7 +135,8 @@ def _measure(config: dict[str, Any], tick: Callable[[], None]) -> dict[str, Any]
         output: dict[str, Any] = {"batch_size": len(indices)}
         if config["kind"] != "backend":
             output["description"] = reference_description(config["kind"], config["name"], config["threads"])
-        output.update(_pixels_description(images, torch))
+        # a bridge backend's list is a pipeline's views; a reference's (the ceiling's) is its decoded images
+        output.update(_pixels_description(images, torch, views=config["kind"] == "backend"))
         for _ in range(config["warmup"] - 1):
             next(stream)
             tick()
@@ -151,13 +152,13 @@ def _measure(config: dict[str, Any], tick: Callable[[], None]) -> dict[str, Any]
             "pss_mib": peak_pss}
 
 
-def _pixels_description(images: Any, torch) -> dict[str, Any]:
-    """Shape, dtype and device of a batch's pixels; for a list of views (one tensor each), how many
+def _pixels_description(images: Any, torch, *, views: bool) -> dict[str, Any]:
+    """Shape, dtype and device of a batch's pixels; for a list of ``views`` (one tensor each), how many
     views each sample gives and each one's shape: images/s counts samples, whatever their views."""
     if isinstance(images, torch.Tensor):
         return {"shape": list(images.shape), "dtype": str(images.dtype).replace("torch.", ""),
                 "device": str(images.device)}
-    if isinstance(images, (list, tuple)) and images and all(isinstance(v, torch.Tensor) for v in images):
+    if views and isinstance(images, (list, tuple)) and images and all(isinstance(v, torch.Tensor) for v in images):
         return {"views": len(images), "view_shapes": [list(v.shape) for v in images],
                 "dtype": str(images[0].dtype).replace("torch.", ""), "device": str(images[0].device)}
     return {}

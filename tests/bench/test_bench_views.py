@@ -74,3 +74,13 @@ def test_bench_of_a_views_pipeline_by_default_measures_it_beside_the_ceiling_alo
     main(["bench", str(_views_pipeline(tmp_path, sample_root)), "--backends", "torchvision", "-q"])
     assert asked == {"backends": ["torchvision"], "baselines": ["ceiling"]}
     assert runner.default_baselines(["torchvision"]) == ["ceiling", "torchvision"]   # one image per sample
+
+
+def test_the_ceilings_list_of_decoded_images_is_not_taken_for_views():
+    import torch
+
+    from dali_bridge.bench.measure import _pixels_description
+
+    decoded = [torch.zeros(3, 20, 30, dtype=torch.uint8), torch.zeros(3, 10, 40, dtype=torch.uint8)]
+    assert "views" not in _pixels_description(decoded, torch, views=False)   # a reference's images
+    assert _pixels_description(decoded, torch, views=True)["views"] == 2       # a bridge backend's views
