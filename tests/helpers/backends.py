@@ -48,3 +48,31 @@ def backend_params(names: list[str] = ["dali-cpu", "torchvision", "dali"]) -> li
         marks = [pytest.mark.skip(reason=f"{name}: {reason}")] if reason else []
         params.append(pytest.param(name, id=name, marks=marks))
     return params
+
+
+def gpu_graph_ops(ops: list) -> list[str]:
+    """The first line of each DALI operator the plan of ``ops``' second step defines on the GPU device,
+    its fragment beside its plain-DALI baseline (defined, not run: no CUDA needed); fails where the
+    GPU's arithmetic would read data that is not on the GPU."""
+    from nvidia.dali import fn, pipeline_def
+
+    from dali_bridge.backends.dali.plan import graph_context
+
+    plan = plan_of(ops)
+    step, ctx = plan.steps[1], graph_context(plan, "gpu")
+    ctx.position = 1
+
+    @pipeline_def(batch_size=2, num_threads=1, device_id=0)
+    def graph():
+        image = fn.external_source(name="image", layout="HWC", device="gpu")
+        columns = {c.name: fn.external_source(name=c.name) for c in step.op.dali_columns(step, ctx)}
+        return step.op.dali_graph(step, image, columns, ctx), step.op.dali_baseline(step, image, ctx)
+
+    pipe = graph()
+    pipe._build_graph()
+    specs = [str(op.spec) for op in pipe._ops]
+    for spec in specs:  # arithmetic on the GPU reads GPU data only
+        if spec.startswith("OpSpec for _ArithmeticGenericOp") and "device: gpu" in spec:
+            inputs = spec.split("Inputs:", 1)[1].split("Outputs:", 1)[0].split()
+            assert inputs and all(name.endswith("_gpu") for name in inputs), spec
+    return [spec.splitlines()[0] for spec in specs]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from tests.helpers.backends import MEAN, STD, needs_cpu_backends
+from tests.helpers.backends import MEAN, STD, gpu_graph_ops, needs_cpu_backends
 
 from dali_bridge.errors import ImageError
 from dali_bridge.loader.placement import placement
@@ -317,26 +317,5 @@ def test_plain_dali_baseline_blurs_only_the_images_its_coin_flip_chooses():
 
 def test_the_gaussian_blur_with_a_probability_fragment_and_baseline_define_a_gpu_graph():
     """The GPU device's graph defines (not run: no CUDA needed here), its arithmetic reading GPU data."""
-    from nvidia.dali import fn, pipeline_def
-
-    from dali_bridge.backends.dali.plan import graph_context
-
-    plan = plan_of([{"center_crop": 8}, {"gaussian_blur": {"kernel_size": 5, "probability": 0.5}}])
-    step, ctx = plan.steps[1], graph_context(plan, "gpu")
-    ctx.position = 1
-
-    @pipeline_def(batch_size=2, num_threads=1, device_id=0)
-    def graph():
-        image = fn.external_source(name="image", layout="HWC", device="gpu")
-        columns = {c.name: fn.external_source(name=c.name) for c in step.op.dali_columns(step, ctx)}
-        return step.op.dali_graph(step, image, columns, ctx), step.op.dali_baseline(step, image, ctx)
-
-    pipe = graph()
-    pipe._build_graph()
-    specs = [str(op.spec) for op in pipe._ops]
-    defined = [spec.splitlines()[0] for spec in specs]
-    for spec in specs:  # arithmetic on the GPU reads GPU data only
-        if spec.startswith("OpSpec for _ArithmeticGenericOp") and "device: gpu" in spec:
-            inputs = spec.split("Inputs:", 1)[1].split("Outputs:", 1)[0].split()
-            assert inputs and all(name.endswith("_gpu") for name in inputs), spec
+    defined = gpu_graph_ops([{"center_crop": 8}, {"gaussian_blur": {"kernel_size": 5, "probability": 0.5}}])
     assert defined.count("OpSpec for GaussianBlur:") == 2

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from tests.helpers.backends import MEAN, STD, needs_cpu_backends, plan_of
+from tests.helpers.backends import MEAN, STD, gpu_graph_ops, needs_cpu_backends, plan_of
 
 from dali_bridge.loader.placement import placement
 from dali_bridge.ops.solarize import Solarize, solarized_levels
@@ -227,26 +227,5 @@ def test_plain_dali_baseline_solarizes_with_dalis_own_coin_flip():
 
 def test_the_solarize_fragment_and_baseline_define_a_gpu_graph():
     """The GPU device's graph defines (not run: no CUDA needed here), its arithmetic reading GPU data."""
-    from nvidia.dali import fn, pipeline_def
-
-    from dali_bridge.backends.dali.plan import graph_context
-
-    plan = plan_of([{"center_crop": 8}, {"solarize": {"threshold": 100, "probability": 0.5}}])
-    step, ctx = plan.steps[1], graph_context(plan, "gpu")
-    ctx.position = 1
-
-    @pipeline_def(batch_size=2, num_threads=1, device_id=0)
-    def graph():
-        image = fn.external_source(name="image", layout="HWC", device="gpu")
-        columns = {c.name: fn.external_source(name=c.name) for c in step.op.dali_columns(step, ctx)}
-        return step.op.dali_graph(step, image, columns, ctx), step.op.dali_baseline(step, image, ctx)
-
-    pipe = graph()
-    pipe._build_graph()
-    specs = [str(op.spec) for op in pipe._ops]
-    defined = [spec.splitlines()[0] for spec in specs]
-    for spec in specs:  # arithmetic on the GPU reads GPU data only
-        if spec.startswith("OpSpec for _ArithmeticGenericOp") and "device: gpu" in spec:
-            inputs = spec.split("Inputs:", 1)[1].split("Outputs:", 1)[0].split()
-            assert inputs and all(name.endswith("_gpu") for name in inputs), spec
+    defined = gpu_graph_ops([{"center_crop": 8}, {"solarize": {"threshold": 100, "probability": 0.5}}])
     assert defined.count("OpSpec for LookupTable:") == 2
