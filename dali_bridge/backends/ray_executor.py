@@ -51,6 +51,9 @@ POLL_SECONDS = 1.0
 PROBE_SECONDS = 5.0
 # A wait for the next batch longer than this counts as a stall in the executor's figures.
 STALL_SECONDS = 0.001
+# A Ray Client head starts a server process for each client; when that process dies as it starts, the
+# head answers "Initialization failure from server" and a new connection gets a new process.
+CLIENT_ATTEMPTS = 3
 
 
 class RayClusterError(RuntimeError):
@@ -126,7 +129,7 @@ class RayExecutor:
         self._reference: Any = None  # the dataset in the object store
         self.cpus = self.in_flight = 0
         self._figures = {"batches": 0, "startup_s": 0.0, "wait_s": 0.0, "stalls": 0, "stall_s": 0.0,
-                         "longest_stall_s": 0.0}
+                         "longest_stall_s": 0.0, "connect_retries": 0}
 
     # ---- the cluster
     def _connect(self) -> Any:
@@ -170,12 +173,29 @@ class RayExecutor:
                 self._owned = True
             else:
                 self._check_reachable(address)
-                ray.init(address=address, log_to_driver=False)
+                self._init_remote(ray, address)
         except Exception as exc:
             where = f"at {address}" if address else "(a local cluster on 127.0.0.1)"
             raise RayClusterError(f"loader.executor: ray cannot reach the Ray cluster {where}: "
                                   f"{type(exc).__name__}: {exc}. Start one (`ray start --head`, docs/ray.md), set "
                                   f"loader.ray.address to its address, or leave it out for a local cluster") from exc
+
+    def _init_remote(self, ray: Any, address: str) -> None:
+        """``ray.init`` on a running cluster; through Ray Client, tried again (with a warning) when the
+        head's server for this client failed to start, up to ``CLIENT_ATTEMPTS`` times."""
+        attempts = CLIENT_ATTEMPTS if address.startswith("ray://") else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                ray.init(address=address, log_to_driver=False)
+                return
+            except ConnectionAbortedError as exc:
+                ray.shutdown()  # the failed client stays registered until shut down
+                if attempt == attempts:
+                    raise
+                self._figures["connect_retries"] += 1
+                warnings.warn(f"loader.executor: ray: the Ray Client server at {address} failed to start this "
+                              f"client's session (attempt {attempt} of {attempts}: {str(exc).splitlines()[0]}); "
+                              f"connecting again", RuntimeWarning, stacklevel=2)
 
     @staticmethod
     def _check_reachable(address: str) -> None:
@@ -306,7 +326,8 @@ class RayExecutor:
     def stats(self) -> dict[str, Any]:
         """The waits for the cluster since the loader was built: batches taken, seconds waited for the
         next one (``startup_s``: each iteration's first), stalls (later waits for a batch not there
-        yet: the cluster behind the loop) and the longest, and the bounds in force."""
+        yet: the cluster behind the loop) and the longest, Ray Client connections tried again, and the
+        bounds in force."""
         height, width = self.plan.output_size
         batch_bytes = self.spec.batch_size * 3 * height * width
         return {"executor": "ray", "address": self._address, "cpus": self.cpus, "batches_in_flight": self.in_flight,
