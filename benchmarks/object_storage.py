@@ -8,8 +8,18 @@ sleeping before it is handled), Python's threading HTTP server (in this process,
 thread sleeping after its request line and headers are read) and nginx (the system's package, its
 echo module's ``echo_sleep`` before the file is served; skipped, with the reason, where either is
 not installed). For each delay (0, 20 and 100 ms by default) and backend, an epoch of a pipeline
-(``imagenet_train``) in a process of its own, from local disk and from each server, each sample
-one ranged GET:
+(``imagenet_train``) in a process of its own, from local disk and from each server, read two ways
+(``--access``):
+
+* **ranged**: each sample one ranged GET, in a global shuffle (no ``source.cache``);
+* **cached**: whole shards downloaded into a node cache (``source.cache``) in the shard-window order
+  (``loader.shuffle: shards``, windows of ``--window`` shards), which reads the next shards ahead
+  while the current ones are decoded; the cache is emptied after the first epoch, so the measured
+  epoch downloads every shard once — a cold node's first epoch, or every epoch of a dataset larger
+  than the cache — one GET per shard instead of one per sample. Its local reference reads the same
+  local shards in the same order.
+
+For each:
 
 * **the loader's CPU per image**: user + system CPU seconds of the loader's process tree (the
   process, its threads and its DataLoader workers, read from /proc) over a whole epoch, divided by
@@ -20,9 +30,9 @@ one ranged GET:
 * **img/s** of that epoch (on a machine whose cores the servers share, the servers' CPU comes out
   of the decode's: there img/s says less than CPU per image).
 
-Goals: the loader's CPU per image over S3 and HTTP at most 1.10 × local shards' (on a host with
-many cores, against storage on other machines, that ratio is what bounds the epoch); img/s at
-100 ms at least 95 % of 0 ms on the same server. ``--parts ranged`` adds ranged reads with
+Goals, per access: the loader's CPU per image over S3 and HTTP at most 1.10 × local shards' (on a
+host with many cores, against storage on other machines, that ratio is what bounds the epoch);
+img/s at 100 ms at least 95 % of 0 ms on the same server. ``--parts ranged`` adds ranged reads with
 nothing to decode per client (the bridge's, s3fs's own calls, obstore) and server, ``--parts
 listing`` the listing of ``--listing-shards`` shards, cold and warm.
 
@@ -114,6 +124,10 @@ def _epochs_in_child(pipeline: str, backend: str, overrides: dict[str, Any], ser
     multiprocessing.set_start_method(None, force=True)
     loader = build_loader(pipeline, backend, overrides=overrides)
     _, _, first_batch_s = _one_epoch(loader)   # workers, their clients and connections started
+    cache = overrides["source"].get("cache")
+    if cache:   # what another process's eviction does: the measured epoch downloads every shard again
+        for shard in Path(cache["dir"]).glob("*.tar"):
+            shard.unlink()
     cpu, server_cpu = tree_cpu_seconds(), _own_cpu_seconds(server_pids)   # the workers persist: both live
     images, seconds, _ = _one_epoch(loader)
     cpu, server_cpu = tree_cpu_seconds() - cpu, _own_cpu_seconds(server_pids) - server_cpu
@@ -356,7 +370,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="which servers, comma-separated (local shards are always measured)")
     parser.add_argument("--max-requests", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--shard-size", type=int, default=250)
+    parser.add_argument("--shard-size", type=int, default=250, help="samples per shard")
+    parser.add_argument("--access", default="ranged,cached",
+                        help="how remote shards are read, comma-separated: ranged (a GET per sample), cached "
+                             "(whole shards through source.cache, emptied before the measured epoch, "
+                             "shard-window order)")
+    parser.add_argument("--window", type=int, default=2, help="loader.shuffle_window of the cached access")
     parser.add_argument("--workers", type=int, default=None, help="loader.workers (default: the pipeline's)")
     parser.add_argument("--ranges", type=int, default=2000, help="ranged reads per client and latency (--parts ranged)")
     parser.add_argument("--listing-shards", type=int, default=1024, help="shards listed (--parts listing)")
@@ -367,6 +386,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.latency_ms, args.backends, args.batch_size, args.shard_size = "0", "torchvision", 8, 10
+        args.window = 2
         args.ranges, args.listing_shards, args.workers = 64, 16, 0
     return args
 
@@ -380,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
                               "command": " ".join(["benchmarks/object_storage.py", *(argv or sys.argv[1:])]),
                               "pipeline": Path(args.pipeline).stem, "batch_size": args.batch_size,
                               "workers": args.workers, "max_requests": args.max_requests, "delay": DELAY,
+                              "access": {}, "shard_size": args.shard_size,
                               "servers": {}, "epochs": [], "ranged_reads": [], "listing": []}
     moto_delay = multiprocessing.get_context("spawn").Value("d", 0.0)
     moto, endpoint = start_moto(moto_delay)
@@ -452,7 +473,10 @@ def run_all(args: argparse.Namespace, scratch: Path, endpoint: str, moto: Any, m
     shards = scratch / "served" / "train"   # served over HTTP too, as http://HOST/train/train-000000.tar
     shards.mkdir(parents=True)
     result = convert(args.data, str(shards / "train-%06d.tar"), shard_size=args.shard_size)
-    record["samples"] = json.loads(Path(result.manifest).read_text())["samples"]
+    manifest = json.loads(Path(result.manifest).read_text())
+    record["samples"] = manifest["samples"]
+    cache_bytes = sum(os.path.getsize(path) for path in result.shards)   # room for every shard
+    record["access"] = access_record(args, shards=len(result.shards))
     os.environ["XDG_CACHE_HOME"] = str(scratch / "cache-home")   # listings cached here, never in ~/.cache
     prefix = upload_folder(endpoint, shards, BUCKET, "train")
     pattern = Path(result.pattern).name
@@ -475,7 +499,8 @@ def run_all(args: argparse.Namespace, scratch: Path, endpoint: str, moto: Any, m
                 where = {"local": str(shards / pattern)} if latency_ms in (latencies[0], latencies[-1]) else {}
                 where.update({name: f"{prefix}/{pattern}" if server["scheme"] == "s3" else
                               f"{server['endpoint']}/train/{pattern}" for name, server in servers.items()})
-                epochs(args, latency_ms, where, servers, record, load)
+                epochs(args, latency_ms, where, servers, record, load,
+                       cache_root=scratch / f"node-cache-{latency_ms:g}", cache_bytes=cache_bytes)
             if "ranged" in parts:
                 record["ranged_reads"] += ranged_read_rates(ranges, servers, args.max_requests, latency_ms)
             if "listing" in parts:
@@ -489,23 +514,49 @@ def run_all(args: argparse.Namespace, scratch: Path, endpoint: str, moto: Any, m
         record["servers"][name] = {"scheme": server["scheme"]}
 
 
+def access_record(args: argparse.Namespace, *, shards: int) -> dict[str, dict[str, Any]]:
+    """What each access measured reads, as the results file states it."""
+    described = {
+        "ranged": {"description": "each sample one ranged GET, global shuffle, no source.cache"},
+        "cached": {"description": f"each of the {shards} shards downloaded whole into source.cache (emptied "
+                                  f"after the first epoch) and read from there, loader.shuffle: shards, window "
+                                  f"{args.window} shards; its local reference reads in the same order",
+                   "shards": shards, "window": args.window}}
+    return {access: described[access] for access in args.access.split(",")}
+
+
+def source_overrides(args: argparse.Namespace, *, access: str, mode: str, shards: str,
+                     servers: dict[str, dict[str, Any]], cache_dir: Path, cache_bytes: int) -> dict[str, Any]:
+    """The pipeline overrides of one epoch: where its shards are and how they are read."""
+    source: dict[str, Any] = {"type": "webdataset", "shards": shards}
+    if mode != "local":
+        source["max_requests"] = args.max_requests
+    if mode == "s3-moto":
+        source["storage_options"] = {"endpoint_url": servers[mode]["endpoint"]}
+    overrides: dict[str, Any] = {"batch_size": args.batch_size}
+    if access == "cached":
+        overrides.update({"loader.shuffle": "shards", "loader.shuffle_window": args.window})
+        if mode != "local":   # an empty cache of its own: the warm-up epoch fills it, the measured one streams
+            source["cache"] = {"dir": str(cache_dir), "max_bytes": cache_bytes}
+    if args.workers is not None:
+        overrides["loader.workers"] = args.workers
+    return {"source": source, **overrides}
+
+
 def epochs(args: argparse.Namespace, latency_ms: float, where: dict[str, str], servers: dict[str, dict[str, Any]],
-           record: dict[str, Any], load: list[float]) -> None:
-    """Per backend, an epoch from local shards, then from each server (each sample one ranged GET)."""
+           record: dict[str, Any], load: list[float], *, cache_root: Path, cache_bytes: int) -> None:
+    """Per backend and access, an epoch from local shards, then from each server."""
     for backend in args.backends.split(","):
-        for mode, shards in where.items():
-            source: dict[str, Any] = {"type": "webdataset", "shards": shards}
-            if mode != "local":
-                source["max_requests"] = args.max_requests
-            if mode == "s3-moto":
-                source["storage_options"] = {"endpoint_url": servers[mode]["endpoint"]}
-            overrides = {"source": source, "batch_size": args.batch_size,
-                         **({"loader.workers": args.workers} if args.workers is not None else {})}
-            pids = servers[mode]["pids"] if mode in servers else []
-            figures = epoch(Path(args.pipeline), backend, overrides, pids)
-            load.append(os.getloadavg()[0])
-            record["epochs"].append({"latency_ms": latency_ms, "mode": mode, "backend": backend, **figures})
-            print(json.dumps(record["epochs"][-1]), flush=True)
+        for access in args.access.split(","):
+            for mode, shards in where.items():
+                overrides = source_overrides(args, access=access, mode=mode, shards=shards, servers=servers,
+                                             cache_dir=cache_root / f"{backend}-{mode}", cache_bytes=cache_bytes)
+                pids = servers[mode]["pids"] if mode in servers else []
+                figures = epoch(Path(args.pipeline), backend, overrides, pids)
+                load.append(os.getloadavg()[0])
+                record["epochs"].append({"latency_ms": latency_ms, "mode": mode, "backend": backend,
+                                         "access": access, **figures})
+                print(json.dumps(record["epochs"][-1]), flush=True)
 
 
 if __name__ == "__main__":

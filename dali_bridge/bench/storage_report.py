@@ -1,7 +1,8 @@
 """The object-storage benchmark's results file (``benchmarks/object_storage.py``) as a section of
-the benchmarks page: per added delay, backend and server, an epoch's img/s and the loader's CPU per
-image against local shards' (the servers' CPU apart), with the goals beside the figures; ranged
-reads per client and listing times where the run measured them."""
+the benchmarks page: per added delay, backend, access (a ranged GET per sample, or whole shards
+through a bounded cache) and server, an epoch's img/s and the loader's CPU per image against local
+shards' read the same way (the servers' CPU apart), with the goals beside the figures; ranged reads
+per client and listing times where the run measured them."""
 from __future__ import annotations
 
 import statistics
@@ -13,6 +14,7 @@ GOAL_LATENCY_SHARE = 0.95   # img/s at the largest delay, at least this share of
 
 MODES = {"local": "local shards", "s3-moto": "S3 (moto)", "http-python": "HTTP (Python's server)",
          "http-nginx": "HTTP (nginx)"}
+ACCESS = {"ranged": "a GET per sample", "cached": "whole shards, cached"}
 
 
 def _num(value: Any, digits: int = 0) -> str:
@@ -23,54 +25,63 @@ def _ok(run: dict[str, Any]) -> bool:
     return "error" not in run and "images_per_s" in run
 
 
-def local_cpu_per_image(report: dict[str, Any]) -> dict[str, float]:
-    """Per backend, the median loader CPU ms per image of its local-shard epochs (the benchmark
-    measures them in its first and last round)."""
-    runs: dict[str, list[float]] = {}
+def _access(run: dict[str, Any]) -> str:
+    return run.get("access", "ranged")
+
+
+def _local_medians(report: dict[str, Any], figure: str) -> dict[tuple[str, str], float]:
+    """Per (backend, access), the median ``figure`` of its local-shard epochs (the benchmark measures
+    them in its first and last round)."""
+    runs: dict[tuple[str, str], list[float]] = {}
     for run in report["epochs"]:
         if run["mode"] == "local" and _ok(run):
-            runs.setdefault(run["backend"], []).append(run["loader_cpu_ms_per_image"])
-    return {backend: statistics.median(values) for backend, values in runs.items()}
+            runs.setdefault((run["backend"], _access(run)), []).append(run[figure])
+    return {key: statistics.median(values) for key, values in runs.items()}
+
+
+def local_cpu_per_image(report: dict[str, Any]) -> dict[tuple[str, str], float]:
+    """Per (backend, access), the median loader CPU ms per image of its local-shard epochs."""
+    return _local_medians(report, "loader_cpu_ms_per_image")
 
 
 def cpu_ratios(report: dict[str, Any]) -> list[tuple[dict[str, Any], float]]:
-    """Each remote epoch with its loader CPU per image ÷ its backend's local CPU per image."""
+    """Each remote epoch with its loader CPU per image ÷ the local CPU per image of its backend and access."""
     local = local_cpu_per_image(report)
-    return [(run, run["loader_cpu_ms_per_image"] / local[run["backend"]]) for run in report["epochs"]
-            if run["mode"] != "local" and _ok(run) and local.get(run["backend"])]
+    return [(run, run["loader_cpu_ms_per_image"] / local[(run["backend"], _access(run))]) for run in report["epochs"]
+            if run["mode"] != "local" and _ok(run) and local.get((run["backend"], _access(run)))]
 
 
 def latency_shares(report: dict[str, Any]) -> list[tuple[dict[str, Any], float]]:
-    """Each epoch at a delay other than 0 with its img/s ÷ the same backend and server's at 0 ms."""
-    zero = {(r["backend"], r["mode"]): r["images_per_s"] for r in report["epochs"] if r["latency_ms"] == 0 and _ok(r)}
-    return [(run, run["images_per_s"] / zero[(run["backend"], run["mode"])]) for run in report["epochs"]
-            if run["mode"] != "local" and run["latency_ms"] != 0 and _ok(run)
-            and zero.get((run["backend"], run["mode"]))]
+    """Each epoch at a delay other than 0 with its img/s ÷ the same backend, server and access's at 0 ms."""
+    def key(run: dict[str, Any]) -> tuple[str, str, str]:
+        return run["backend"], run["mode"], _access(run)
+
+    zero = {key(r): r["images_per_s"] for r in report["epochs"] if r["latency_ms"] == 0 and _ok(r)}
+    return [(run, run["images_per_s"] / zero[key(run)]) for run in report["epochs"]
+            if run["mode"] != "local" and run["latency_ms"] != 0 and _ok(run) and zero.get(key(run))]
 
 
 def _epochs(report: dict[str, Any]) -> list[str]:
     local_cpu = local_cpu_per_image(report)
-    local_rates: dict[str, list[float]] = {}
-    for run in report["epochs"]:
-        if run["mode"] == "local" and _ok(run):
-            local_rates.setdefault(run["backend"], []).append(run["images_per_s"])
-    local_rate = {backend: statistics.median(rates) for backend, rates in local_rates.items()}
+    local_rate = _local_medians(report, "images_per_s")
     ratio = {id(run): value for run, value in cpu_ratios(report)}
     share = {id(run): value for run, value in latency_shares(report)}
-    lines = ["| added delay (ms) | backend | shards from | img/s | of local img/s | of 0 ms img/s | "
+    lines = ["| added delay (ms) | backend | read | shards from | img/s | of local img/s | of 0 ms img/s | "
              "loader CPU ms/img | × local CPU/img | server CPU ms/img | first batch (s) | peak RSS (MiB) |",
-             "|--:|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+             "|--:|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for run in report["epochs"]:
-        head = f"| {run['latency_ms']:g} | {run['backend']} | {MODES.get(run['mode'], run['mode'])} |"
+        access = _access(run)
+        head = (f"| {run['latency_ms']:g} | {run['backend']} | {ACCESS.get(access, access)} | "
+                f"{MODES.get(run['mode'], run['mode'])} |")
         if not _ok(run):
             lines.append(f"{head} {run.get('error', '?')} | | | | | | | |")
             continue
-        reference = local_rate.get(run["backend"])
+        reference = local_rate.get((run["backend"], access))
+        local = local_cpu.get((run["backend"], access))
         of_local = f"{run['images_per_s'] / reference:.0%}" if reference else "–"
         of_zero = f"{share[id(run)]:.0%}" if id(run) in share else "–"
         times_local = (f"{ratio[id(run)]:.2f}" if id(run) in ratio else
-                       f"({run['loader_cpu_ms_per_image'] / local_cpu[run['backend']]:.2f})"
-                       if local_cpu.get(run["backend"]) else "–")
+                       f"({run['loader_cpu_ms_per_image'] / local:.2f})" if local else "–")
         lines.append(f"{head} {_num(run['images_per_s'])} | {of_local} | {of_zero} | "
                      f"{_num(run['loader_cpu_ms_per_image'], 2)} | {times_local} | "
                      f"{_num(run.get('server_cpu_ms_per_image'), 2)} | {_num(run['first_batch_s'], 2)} | "
@@ -83,23 +94,25 @@ def _verdicts(report: dict[str, Any]) -> list[str]:
     median over the delays stands for it (the range beside it); the worst backend decides. The img/s
     share is the worst of the delayed epochs."""
     lines = []
-    ratios: dict[str, dict[str, list[float]]] = {}
+    ratios: dict[tuple[str, str], dict[str, list[float]]] = {}
     for run, value in cpu_ratios(report):
-        ratios.setdefault(run["mode"], {}).setdefault(run["backend"], []).append(value)
-    for mode, per_backend in ratios.items():
+        ratios.setdefault((run["mode"], _access(run)), {}).setdefault(run["backend"], []).append(value)
+    for (mode, access), per_backend in ratios.items():
         figures = {backend: statistics.median(values) for backend, values in per_backend.items()}
         worst = max(figures.values())
         detail = ", ".join(f"{backend} {figures[backend]:.2f} ({min(v):.2f}–{max(v):.2f})"
                            for backend, v in per_backend.items())
-        lines.append(f"* {MODES.get(mode, mode)}: loader CPU per image ÷ local shards', median over the delays "
-                     f"{detail} (goal ≤ {GOAL_CPU_RATIO:.2f}): **{'met' if worst <= GOAL_CPU_RATIO else 'missed'}**")
-    shares: dict[str, list[tuple[dict[str, Any], float]]] = {}
+        lines.append(f"* {MODES.get(mode, mode)}, {ACCESS.get(access, access)}: loader CPU per image ÷ local "
+                     f"shards', median over the delays {detail} (goal ≤ {GOAL_CPU_RATIO:.2f}): "
+                     f"**{'met' if worst <= GOAL_CPU_RATIO else 'missed'}**")
+    shares: dict[tuple[str, str], list[tuple[dict[str, Any], float]]] = {}
     for run, value in latency_shares(report):
-        shares.setdefault(run["mode"], []).append((run, value))
-    for mode, runs in shares.items():
+        shares.setdefault((run["mode"], _access(run)), []).append((run, value))
+    for (mode, access), runs in shares.items():
         run, worst = min(runs, key=lambda pair: pair[1])
         met = worst >= GOAL_LATENCY_SHARE
-        lines.append(f"* {MODES.get(mode, mode)}: img/s with a delay ÷ at 0 ms, worst {worst:.0%} "
+        lines.append(f"* {MODES.get(mode, mode)}, {ACCESS.get(access, access)}: img/s with a delay ÷ at 0 ms, "
+                     f"worst {worst:.0%} "
                      f"({run['backend']}, {run['latency_ms']:g} ms; goal ≥ {GOAL_LATENCY_SHARE:.0%}): "
                      f"**{'met' if met else 'missed'}**")
     return lines
@@ -143,8 +156,10 @@ def _header(report: dict[str, Any]) -> list[str]:
              f"{report.get('run_s', 0):.0f} s." if load else f"Machine: {machine.get('platform', '?')}.", "",
              f"{report['pipeline']}, {report.get('samples', '?')} samples, batch {report['batch_size']}, "
              f"loader.workers {'as the pipeline sets it' if workers is None else workers}, "
-             f"{report['max_requests']} ranged GETs in flight per process; each sample one ranged GET. The "
-             f"servers run on 127.0.0.1, on the loader's cores; the delay is {report['delay']}.", ""]
+             f"{report['max_requests']} GETs in flight per process. The servers run on 127.0.0.1, on the "
+             f"loader's cores; the delay is {report['delay']}.", ""]
+    access = report.get("access") or {"ranged": {"description": "each sample one ranged GET"}}
+    lines += [f"* *{ACCESS.get(name, name)}*: {what['description']}" for name, what in access.items()] + [""]
     if report.get("quick"):
         lines += ["**A smoke run (`--quick`): these figures only show that the script works; they measure "
                   "nothing.**", ""]
@@ -159,8 +174,8 @@ def object_storage_section(report: dict[str, Any]) -> list[str]:
         "Each row is the second epoch of a process of its own (the first starts the workers and their "
         "clients and times the first batch). *Loader CPU* is the user + system CPU of the loader's process, "
         "threads and DataLoader workers over that epoch; *server CPU* is the server's processes' over the "
-        "same epoch, apart. *× local CPU/img* and *of local img/s* divide by the median of the backend's "
-        "local-shard rows. "
+        "same epoch, apart. *× local CPU/img* and *of local img/s* divide by the median of the local-shard "
+        "rows of the same backend and access. "
         "The servers share the loader's cores here, so their CPU comes out of the decode's: img/s against "
         "moto or Python's server is the test server's bound, not the client's.", "", *_epochs(report), "",
         f"Goals: the loader's CPU per image over S3/HTTP at most {GOAL_CPU_RATIO:.2f} × local shards'; img/s "
