@@ -29,6 +29,7 @@ from ...util.quoting import safe_name
 
 REGION_CODES = frozenset({"PermanentRedirect", "AuthorizationHeaderMalformed", "AuthorizationQueryParametersError",
                           "IllegalLocationConstraintException"})
+_SIGNING_CODES = ("AuthorizationHeaderMalformed", "AuthorizationQueryParametersError")
 ERROR_BODY_BYTES = 64 << 10   # an S3 error document is well under 1 KiB; no more is read of one
 _REGION = r"[a-z]{2}(?:-[a-z]+)+-\d+"
 _EXPECTING = re.compile(rf"expecting '({_REGION})'")
@@ -106,6 +107,10 @@ def wrong_region_message(answer: S3Answer, bucket_url: str, client_region: str |
     if region is None:   # S3's own words are all there is: quoted
         message = f": {safe_name(answer.message.rstrip('.'))}" if answer.message else ""
         asked = f" (this client asks in {client_region})" if client_region else ""
+        if answer.code in _SIGNING_CODES:   # a malformed signature names no region: the credentials may be it
+            return (f"{said}{message} — the request's signature does not fit the bucket{asked}: check the region "
+                    f"(AWS_DEFAULT_REGION or source.storage_options: {{client_kwargs: {{region_name: ...}}}}) and "
+                    f"the credentials (AWS_* variables, AWS_PROFILE)")
         return (f"{said}{message} — the bucket {bucket_url} is not served by this endpoint in this region{asked}: "
                 f"set the bucket's region (AWS_DEFAULT_REGION or source.storage_options: {{client_kwargs: "
                 f"{{region_name: ...}}}}) or an endpoint that serves it (AWS_ENDPOINT_URL or "

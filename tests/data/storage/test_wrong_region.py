@@ -231,3 +231,13 @@ def test_a_301_that_names_no_region_still_says_what_to_set_and_quotes_nothing_un
                               "s3://region-bucket is not served by this endpoint in this region"), message
     assert "AWS_DEFAULT_REGION or source.storage_options: {client_kwargs: {region_name: ...}}" in message
     assert "AWS_ENDPOINT_URL or storage_options.endpoint_url" in message and "\u202e" not in message
+
+
+def test_a_malformed_signature_naming_no_region_says_to_check_the_region_and_the_credentials():
+    body = (b"<Error><Code>AuthorizationHeaderMalformed</Code><Message>The authorization header is malformed; a "
+            b"non-empty Access Key (AKID) must be provided in the credential.</Message></Error>")
+    read = answer_from_xml(400, {}, body)
+    assert read.region is None and is_wrong_region(read, "us-east-1")
+    message = wrong_region_message(read, "s3://region-bucket", "us-east-1")
+    assert "a non-empty Access Key (AKID) must be provided" in message
+    assert "check the region (AWS_DEFAULT_REGION" in message and "the credentials (AWS_* variables" in message
