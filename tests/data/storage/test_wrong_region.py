@@ -241,3 +241,11 @@ def test_a_malformed_signature_naming_no_region_says_to_check_the_region_and_the
     message = wrong_region_message(read, "s3://region-bucket", "us-east-1")
     assert "a non-empty Access Key (AKID) must be provided" in message
     assert "check the region (AWS_DEFAULT_REGION" in message and "the credentials (AWS_* variables" in message
+
+
+def test_a_301_for_the_region_the_client_asks_in_says_to_set_that_regions_endpoint():
+    read = answer_from_xml(301, {"x-amz-bucket-region": "us-east-1"}, b"")
+    message = wrong_region_message(read, "s3://region-bucket", "us-east-1")
+    assert message == ("the bucket s3://region-bucket is in region us-east-1, but the endpoint asked does not serve it "
+                       "(S3 answered 301): set an endpoint of us-east-1 (AWS_ENDPOINT_URL or "
+                       "storage_options.endpoint_url: https://s3.us-east-1.amazonaws.com)")
