@@ -177,7 +177,7 @@ def wrong_region() -> Iterator:
         server = _QuietServer((LOOPBACK, 0), _Handler)
         server.daemon_threads = True
         server.how = how
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         servers.append(server)
         how.endpoint = f"http://{LOOPBACK}:{server.server_address[1]}"
         return how

@@ -141,6 +141,7 @@ def loader_over(server: WrongRegionEndpoint, shards: str, **source):
         **{"loader.shuffle": False, "loader.workers": 0}))
 
 
+@pytest.mark.slow   # a loader over moto's S3
 @pytest.mark.parametrize("answer", ANSWERS)
 def test_the_loaders_first_batch_fails_at_once_naming_the_region(region_shards, moto_endpoint, wrong_region, answer):
     server = wrong_region(moto_endpoint, answer, kinds=("ranged",))   # listed through moto; every sample refused
@@ -155,6 +156,7 @@ def test_the_loaders_first_batch_fails_at_once_naming_the_region(region_shards, 
     assert asked and len(asked) == len(set(asked)), asked   # no sample's GET asked twice
 
 
+@pytest.mark.slow   # a loader over moto's S3
 def test_a_cached_loaders_first_batch_fails_at_once_naming_the_region(region_shards, moto_endpoint, wrong_region,
                                                                        tmp_path):
     server = wrong_region(moto_endpoint, "PermanentRedirect", kinds=("ranged",))
@@ -171,6 +173,7 @@ def test_a_cached_loaders_first_batch_fails_at_once_naming_the_region(region_sha
     assert asked == [("/region-bucket/train/train-000000.tar", asked[0][1])] * len(asked) and len(asked) <= 2, asked
 
 
+@pytest.mark.slow   # a loader over moto's S3
 @pytest.mark.parametrize("answer", ANSWERS)
 def test_listing_shards_in_a_bucket_in_another_region_fails_at_once(region_shards, moto_endpoint, wrong_region,
                                                                       answer):
