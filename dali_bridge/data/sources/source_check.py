@@ -6,6 +6,8 @@ downloaded and no local path is made of a URL.
 
 A failure that is not "this object does not exist" (nothing answers, the request times out, a 5xx,
 a refusal) is named with what to check for its scheme: the endpoint, the region, the credentials.
+A bucket in another region is named by the store with the region S3 gives and the setting to
+change (:mod:`dali_bridge.data.storage.regions`): that advice stands alone.
 """
 from __future__ import annotations
 
@@ -30,12 +32,16 @@ _ADVICE = {
 # A message (key, count, reason, advice) fits the spec's problem length with the advice whole.
 _REASON_CHARS = 300
 _ADVICE.update(gcs=_ADVICE["gs"], https=_ADVICE["http"])
+# Reasons that say already what is wrong and what to do: a missing object, the credentials of a
+# 401/403, a bucket in another region (the store names the region and the setting).
+_SAID = ("does not exist", "matches no file", "check the credentials", "AWS_DEFAULT_REGION")
 
 
 def scheme_advice(location: str, reason: str) -> str | None:
     """What to check for ``location``'s scheme after a request failed for ``reason``; None when the
-    reason says already (the store names the credentials of a 401/403) or the object is missing."""
-    if any(said in reason for said in ("does not exist", "matches no file", "check the credentials")):
+    reason says already (the store names the credentials of a 401/403, the region of a bucket in
+    another region) or the object is missing."""
+    if any(said in reason for said in _SAID):
         return None
     return _ADVICE.get(scheme_of(location) or "")
 

@@ -8,7 +8,8 @@ A presigned URL signs the object once, and ``Range`` and ``If-Match`` are not pa
 signs, so each sample's GET then costs what fsspec's HTTP client costs (about 0.4 ms). The URL is
 signed by s3fs's own client — its credentials (environment, profiles, instance roles), endpoint,
 region, addressing style and ``requester_pays`` — and signed again before it expires, or once when
-S3 refuses it (temporary credentials renewed since). A presigned URL holds the access key id and
+S3 refuses it (temporary credentials renewed since), but not when S3 says the bucket is in another
+region: that is the error at once (:mod:`dali_bridge.data.storage.regions`). A presigned URL holds the access key id and
 a signature: it never leaves this module, and errors name the ``s3://`` URL instead.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from .answers import check_content_range, open_following
+from .regions import ERROR_BODY_BYTES, answer_from_xml, wrong_region
 from ...util.urls import hide_signature
 
 EXPIRES_S = 3600        # how long a signed URL is valid
@@ -54,7 +56,9 @@ class PresignedGets:
         """``size`` bytes of ``url`` from ``start`` (If-Match ``etag``); ``failure(status, url, what)``
         makes the exception for an answer other than 206, ``transient`` the one for another attempt.
         Redirects are followed within the endpoint's host and ``redirect_hosts``
-        (:mod:`dali_bridge.data.storage.answers`), and the answer must hold the range asked for."""
+        (:mod:`dali_bridge.data.storage.answers`), and the answer must hold the range asked for; an
+        answer saying the bucket is in another region raises
+        :class:`~dali_bridge.data.storage.regions.WrongRegion`."""
         import aiohttp
         import yarl
 
@@ -65,6 +69,8 @@ class PresignedGets:
         try:
             async with await open_following(session, "GET", yarl.URL(signed, encoded=True), shown=url,
                                             headers=headers, allowed_hosts=redirect_hosts) as response:
+                if response.status in (301, 400):   # a bucket in another region: before signing again
+                    await self._refuse_wrong_region(fs, url, response)
                 if response.status in (400, 403) and not fresh:
                     self._signed.pop(url, None)   # expired or renewed credentials: sign again, once
                     raise transient(f"GET {header}: the signed URL was refused ({response.status}): signing again")
@@ -74,6 +80,17 @@ class PresignedGets:
                 return await response.read()
         except aiohttp.ClientError as exc:  # connection errors: the message without the signed URL
             raise transient(f"{type(exc).__name__}: {hide_signature(str(exc).replace(signed, url))}") from None
+
+    @staticmethod
+    async def _refuse_wrong_region(fs: Any, url: str, response: Any) -> None:
+        """:class:`~dali_bridge.data.storage.regions.WrongRegion` when S3's answer says the bucket is in
+        another region: signing again would sign for the same one (:mod:`dali_bridge.data.storage.regions`)."""
+        body = await response.content.read(ERROR_BODY_BYTES)
+        client = await fs.set_session()
+        refused = wrong_region(answer_from_xml(response.status, response.headers, body),
+                               f"s3://{fs.split_path(url)[0]}", client.meta.region_name)
+        if refused is not None:
+            raise refused
 
     def inherited(self) -> Any:
         """What a forked process must keep, never close: the parent's HTTP file system."""

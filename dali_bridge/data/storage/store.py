@@ -5,7 +5,8 @@ systems (s3fs, gcsfs, fsspec's HTTP on aiohttp): one event loop per process runs
 at most ``max_requests`` of them in flight, each a ranged GET of exactly the bytes asked for. A
 transient failure (throttling, a 5xx, a reset connection, a body shorter than its range, a
 stalled read) is retried with exponential backoff and jitter until the request's ``timeout``
-runs out; a permanent one (gone, access denied, changed since it was listed) is not retried.
+runs out; a permanent one (gone, access denied, changed since it was listed, a bucket in another
+region: :mod:`dali_bridge.data.storage.regions`) is not retried.
 Either way the caller gets a :class:`FetchError` naming the URL, the range and the last error,
 never a hang.
 
@@ -40,6 +41,7 @@ from typing import Any, Awaitable, Callable, Sequence
 from ...spec.model import DEFAULT_MAX_REQUESTS, DEFAULT_TIMEOUT  # noqa: F401
 from .answers import AnswerRefused, check_content_range, open_following
 from .listing import FetchError, ListingRequests, ObjectInfo, gcs_object_info  # noqa: F401
+from .regions import answer_from_client_error, wrong_region, wrong_region_in
 from ...util.urls import (StorageError, is_url, redact, require_client, scheme_of, split_userinfo,  # noqa: F401
                           without_userinfo)
 
@@ -80,6 +82,8 @@ def _status_failure(status: int, url: str, what: str) -> Exception:
                           f"describes other bytes — restart to list it again", changed=True)
     if status == 416:
         return _Permanent(f"{url} is shorter than it was when listed ({what} is past its end)", changed=True)
+    if status == 301:   # moved for good, and no Location to follow (one with a Location was followed or refused)
+        return _Permanent(f"{url} has moved permanently (301) and the server does not say where (no Location)")
     return _Transient(f"{what}: HTTP {status}")
 
 
@@ -267,7 +271,7 @@ class ObjectStore(ListingRequests):
         try:
             self._filesystem().put_file(path, url)
         except Exception as exc:  # the clients' errors have no common base; all become one message
-            raise StorageError(redact(f"cannot write {url}: {_describe(exc)}")) from None
+            raise StorageError(redact(f"cannot write {url}: {self._failure(exc, url)}")) from None
 
     def glob(self, pattern: str) -> list[str]:
         """The objects ``pattern`` (``*``, ``?``, ``[...]`` in its last parts) matches, as URLs, sorted."""
@@ -276,8 +280,17 @@ class ObjectStore(ListingRequests):
         try:
             found = fs.glob(pattern)
         except Exception as exc:  # the clients' errors have no common base; all become one message
-            raise StorageError(redact(f"cannot list {pattern}: {_describe(exc)}")) from None
+            raise StorageError(redact(f"cannot list {pattern}: {self._failure(exc, pattern)}")) from None
         return sorted(path if is_url(path) else f"{self.scheme}://{path}" for path in found)
+
+    def _failure(self, exc: BaseException, url: str) -> str:
+        """A client library's exception from a call it made itself (a glob, an upload), described:
+        on S3, a bucket in another region named as such."""
+        if self.scheme == "s3":
+            refused = wrong_region_in(exc, f"s3://{url.split('://', 1)[-1].split('/', 1)[0]}")
+            if refused is not None:
+                return str(refused)
+        return _describe(exc)
 
     async def _fetch_one(self, request: Range) -> bytes | FetchError:
         end = request.start + request.size - 1
@@ -326,6 +339,11 @@ class ObjectStore(ListingRequests):
         except ParamValidationError as exc:   # a bucket or key S3 cannot name: no attempt will do better
             raise _Permanent(f"{url}: {exc}") from None
         except ClientError as exc:
+            # The bucket is in another region (what botocore's own region redirect did not fix): permanent.
+            refused = wrong_region(answer_from_client_error(exc.response), f"s3://{kwargs['Bucket']}",
+                                   client.meta.region_name)
+            if refused is not None:
+                raise refused from None
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "NoSuchBucket"):
                 status = 404
