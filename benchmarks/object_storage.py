@@ -14,8 +14,8 @@ not installed). For each delay (0, 20 and 100 ms by default) and backend, an epo
 * **ranged**: each sample one ranged GET, in a global shuffle (no ``source.cache``);
 * **cached**: whole shards downloaded into a node cache (``source.cache``) in the shard-window order
   (``loader.shuffle: shards``, windows of ``--window`` shards), which reads the next shards ahead
-  while the current ones are decoded; the cache is emptied after the first epoch, so the measured
-  epoch downloads every shard once — a cold node's first epoch, or every epoch of a dataset larger
+  while the current ones are decoded; the cache is emptied before each measured epoch, so each
+  downloads every shard once — a cold node's first epoch, or every epoch of a dataset larger
   than the cache — one GET per shard instead of one per sample. Its local reference reads the same
   local shards in the same order.
 
@@ -24,9 +24,9 @@ For each:
 * **the loader's CPU per image**: user + system CPU seconds of the loader's process tree (the
   process, its threads and its DataLoader workers, read from /proc) over a whole epoch, divided by
   its images — the servers run in other processes, so their CPU is not in it; beside it the CPU
-  the server's processes spent in the same epoch, per image. The epoch measured is the second of
-  the process: the first starts the workers and their clients, lists the shards and times the
-  first batch, as a training job does once;
+  the server's processes spent in the same epochs, per image. The epochs measured (``--measured-epochs``,
+  together) follow the process's first, which starts the workers and their clients, lists the
+  shards and times the first batch, as a training job does once;
 * **img/s** of that epoch (on a machine whose cores the servers share, the servers' CPU comes out
   of the decode's: there img/s says less than CPU per image).
 
@@ -116,34 +116,45 @@ def _one_epoch(loader: Any) -> tuple[int, float, float]:
     return images, time.perf_counter() - started, first or 0.0
 
 
+def _empty_cache(overrides: dict[str, Any]) -> None:
+    """What another process's eviction does: the next epoch downloads every shard again."""
+    cache = overrides["source"].get("cache")
+    if cache:
+        for shard in Path(cache["dir"]).glob("*.tar"):
+            shard.unlink()
+
+
 def _epochs_in_child(pipeline: str, backend: str, overrides: dict[str, Any], server_pids: list[int],
-                     queue: Any) -> None:
+                     measured: int, queue: Any) -> None:
     # A spawned process inherits "spawn" as its default start method, so its DataLoader workers
     # would be spawned too, each importing this script and torch again before its first batch
     # (seconds): a training script's workers start the platform's default way, as here.
     multiprocessing.set_start_method(None, force=True)
     loader = build_loader(pipeline, backend, overrides=overrides)
     _, _, first_batch_s = _one_epoch(loader)   # workers, their clients and connections started
-    cache = overrides["source"].get("cache")
-    if cache:   # what another process's eviction does: the measured epoch downloads every shard again
-        for shard in Path(cache["dir"]).glob("*.tar"):
-            shard.unlink()
-    cpu, server_cpu = tree_cpu_seconds(), _own_cpu_seconds(server_pids)   # the workers persist: both live
-    images, seconds, _ = _one_epoch(loader)
-    cpu, server_cpu = tree_cpu_seconds() - cpu, _own_cpu_seconds(server_pids) - server_cpu
+    images = seconds = cpu = server_cpu = 0.0
+    for _ in range(measured):   # the workers persist: the tree's CPU is read with all of them alive
+        _empty_cache(overrides)
+        cpu_before, server_before = tree_cpu_seconds(), _own_cpu_seconds(server_pids)
+        count, took, _ = _one_epoch(loader)
+        cpu += tree_cpu_seconds() - cpu_before
+        server_cpu += _own_cpu_seconds(server_pids) - server_before
+        images, seconds = images + count, seconds + took
     loader.close()
-    queue.put({"images": images, "seconds": seconds, "images_per_s": images / seconds,
+    queue.put({"images": int(images), "seconds": seconds, "images_per_s": images / seconds,
                "loader_cpu_ms_per_image": 1000 * cpu / images,
                "server_cpu_ms_per_image": 1000 * server_cpu / images if server_pids else None,
                "first_batch_s": first_batch_s, "peak_rss_mib": _peak_rss_mib()})
 
 
-def epoch(pipeline: Path, backend: str, overrides: dict[str, Any], server_pids: list[int]) -> dict[str, Any]:
-    """Two epochs in a spawned process of its own, the second measured: its figures, or why it failed."""
+def epoch(pipeline: Path, backend: str, overrides: dict[str, Any], server_pids: list[int], *,
+          measured: int = 1) -> dict[str, Any]:
+    """A warm-up epoch then ``measured`` epochs in a spawned process of its own, the latter measured
+    together: their figures, or why it failed."""
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     child = context.Process(target=_epochs_in_child,
-                            args=(str(pipeline), backend, overrides, server_pids, queue))
+                            args=(str(pipeline), backend, overrides, server_pids, measured, queue))
     child.start()
     child.join()
     if child.exitcode != 0 or queue.empty():
@@ -373,9 +384,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--shard-size", type=int, default=250, help="samples per shard")
     parser.add_argument("--access", default="ranged,cached",
                         help="how remote shards are read, comma-separated: ranged (a GET per sample), cached "
-                             "(whole shards through source.cache, emptied before the measured epoch, "
+                             "(whole shards through source.cache, emptied before each measured epoch, "
                              "shard-window order)")
     parser.add_argument("--window", type=int, default=2, help="loader.shuffle_window of the cached access")
+    parser.add_argument("--measured-epochs", type=int, default=3,
+                        help="epochs measured together after the warm-up epoch, in the same process")
     parser.add_argument("--workers", type=int, default=None, help="loader.workers (default: the pipeline's)")
     parser.add_argument("--ranges", type=int, default=2000, help="ranged reads per client and latency (--parts ranged)")
     parser.add_argument("--listing-shards", type=int, default=1024, help="shards listed (--parts listing)")
@@ -386,7 +399,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.latency_ms, args.backends, args.batch_size, args.shard_size = "0", "torchvision", 8, 10
-        args.window = 2
+        args.window, args.measured_epochs = 2, 1
         args.ranges, args.listing_shards, args.workers = 64, 16, 0
     return args
 
@@ -400,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
                               "command": " ".join(["benchmarks/object_storage.py", *(argv or sys.argv[1:])]),
                               "pipeline": Path(args.pipeline).stem, "batch_size": args.batch_size,
                               "workers": args.workers, "max_requests": args.max_requests, "delay": DELAY,
-                              "access": {}, "shard_size": args.shard_size,
+                              "access": {}, "shard_size": args.shard_size, "measured_epochs": args.measured_epochs,
                               "servers": {}, "epochs": [], "ranged_reads": [], "listing": []}
     moto_delay = multiprocessing.get_context("spawn").Value("d", 0.0)
     moto, endpoint = start_moto(moto_delay)
@@ -519,7 +532,7 @@ def access_record(args: argparse.Namespace, *, shards: int) -> dict[str, dict[st
     described = {
         "ranged": {"description": "each sample one ranged GET, global shuffle, no source.cache"},
         "cached": {"description": f"each of the {shards} shards downloaded whole into source.cache (emptied "
-                                  f"after the first epoch) and read from there, loader.shuffle: shards, window "
+                                  f"before each measured epoch) and read from there, loader.shuffle: shards, window "
                                   f"{args.window} shards; its local reference reads in the same order",
                    "shards": shards, "window": args.window}}
     return {access: described[access] for access in args.access.split(",")}
@@ -552,7 +565,7 @@ def epochs(args: argparse.Namespace, latency_ms: float, where: dict[str, str], s
                 overrides = source_overrides(args, access=access, mode=mode, shards=shards, servers=servers,
                                              cache_dir=cache_root / f"{backend}-{mode}", cache_bytes=cache_bytes)
                 pids = servers[mode]["pids"] if mode in servers else []
-                figures = epoch(Path(args.pipeline), backend, overrides, pids)
+                figures = epoch(Path(args.pipeline), backend, overrides, pids, measured=args.measured_epochs)
                 load.append(os.getloadavg()[0])
                 record["epochs"].append({"latency_ms": latency_ms, "mode": mode, "backend": backend,
                                          "access": access, **figures})

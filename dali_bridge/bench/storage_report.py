@@ -170,11 +170,13 @@ def _header(report: dict[str, Any]) -> list[str]:
 
 def object_storage_section(report: dict[str, Any]) -> list[str]:
     """The markdown lines of one object-storage results file."""
+    measured = report.get("measured_epochs", 1)
+    rows = "the second epoch" if measured == 1 else f"epochs 2–{measured + 1}, together,"
     lines = _header(report) + [
-        "Each row is the second epoch of a process of its own (the first starts the workers and their "
+        f"Each row is {rows} of a process of its own (the first starts the workers and their "
         "clients and times the first batch). *Loader CPU* is the user + system CPU of the loader's process, "
-        "threads and DataLoader workers over that epoch; *server CPU* is the server's processes' over the "
-        "same epoch, apart. *× local CPU/img* and *of local img/s* divide by the median of the local-shard "
+        "threads and DataLoader workers over the measured epochs; *server CPU* is the server's processes' over "
+        "the same epochs, apart. *× local CPU/img* and *of local img/s* divide by the median of the local-shard "
         "rows of the same backend and access. "
         "The servers share the loader's cores here, so their CPU comes out of the decode's: img/s against "
         "moto or Python's server is the test server's bound, not the client's.", "", *_epochs(report), "",

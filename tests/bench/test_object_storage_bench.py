@@ -88,12 +88,14 @@ def test_each_access_is_divided_by_the_local_shards_read_the_same_way():
               "delay": "d", "machine": {"cpus": 2, "cpu": "x", "platform": "y", "load_average_1min_range": [1, 2]},
               "run_s": 60, "servers": {}, "ranged_reads": [], "listing": [],
               "access": {"ranged": {"description": "a GET each"}, "cached": {"description": "whole shards"}},
+              "measured_epochs": 3,
               # ranged: local 2.0 ms/img; cached: local (shard windows) 1.6 ms/img
               "epochs": [run(0, "local", "ranged", 900, 2.0), run(0, "local", "cached", 1000, 1.6),
                          run(0, "http-nginx", "ranged", 700, 2.5), run(0, "http-nginx", "cached", 1000, 1.68),
                          run(100, "http-nginx", "ranged", 600, 2.6), run(100, "http-nginx", "cached", 960, 1.7)]}
     page = "\n".join(object_storage_section(report))
     assert "* *whole shards, cached*: whole shards" in page
+    assert "Each row is epochs 2–4, together, of a process of its own" in page
     assert "| 0 | dali-cpu | whole shards, cached | HTTP (nginx) | 1,000 | 100% | – | 1.68 | 1.05 | 0.10 |" in page
     # the median of the two delays' ratios is their mean
     assert ("* HTTP (nginx), whole shards, cached: loader CPU per image ÷ local shards', median over the delays "
