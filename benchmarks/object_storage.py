@@ -132,7 +132,7 @@ def _epochs_in_child(pipeline: str, backend: str, overrides: dict[str, Any], ser
     multiprocessing.set_start_method(None, force=True)
     loader = build_loader(pipeline, backend, overrides=overrides)
     _, _, first_batch_s = _one_epoch(loader)   # workers, their clients and connections started
-    images = seconds = cpu = server_cpu = 0.0
+    images, seconds, cpu, server_cpu = 0, 0.0, 0.0, 0.0
     for _ in range(measured):   # the workers persist: the tree's CPU is read with all of them alive
         _empty_cache(overrides)
         cpu_before, server_before = tree_cpu_seconds(), _own_cpu_seconds(server_pids)
@@ -141,14 +141,14 @@ def _epochs_in_child(pipeline: str, backend: str, overrides: dict[str, Any], ser
         server_cpu += _own_cpu_seconds(server_pids) - server_before
         images, seconds = images + count, seconds + took
     loader.close()
-    queue.put({"images": int(images), "seconds": seconds, "images_per_s": images / seconds,
+    queue.put({"images": images, "seconds": seconds, "images_per_s": images / seconds,
                "loader_cpu_ms_per_image": 1000 * cpu / images,
                "server_cpu_ms_per_image": 1000 * server_cpu / images if server_pids else None,
                "first_batch_s": first_batch_s, "peak_rss_mib": _peak_rss_mib()})
 
 
 def epoch(pipeline: Path, backend: str, overrides: dict[str, Any], server_pids: list[int], *,
-          measured: int = 1) -> dict[str, Any]:
+          measured: int) -> dict[str, Any]:
     """A warm-up epoch then ``measured`` epochs in a spawned process of its own, the latter measured
     together: their figures, or why it failed."""
     context = multiprocessing.get_context("spawn")

@@ -18,7 +18,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from .answers import check_content_range, open_following
-from .regions import ERROR_BODY_BYTES, answer_from_xml, wrong_region
+from .regions import ERROR_BODY_BYTES, answer_from_xml, bucket_url_of, wrong_region
 from ...util.urls import hide_signature
 
 EXPIRES_S = 3600        # how long a signed URL is valid
@@ -88,7 +88,7 @@ class PresignedGets:
         body = await response.content.read(ERROR_BODY_BYTES)
         client = await fs.set_session()
         refused = wrong_region(answer_from_xml(response.status, response.headers, body),
-                               f"s3://{fs.split_path(url)[0]}", client.meta.region_name)
+                               bucket_url_of(url), client.meta.region_name)
         if refused is not None:
             raise refused
 

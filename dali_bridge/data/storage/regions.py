@@ -135,6 +135,11 @@ def _endpoint_url(answer: S3Answer, bucket_url: str) -> str | None:
     return f"https://{answer.endpoint.removeprefix(f'{bucket}.')}"
 
 
+def bucket_url_of(url: str) -> str:
+    """``s3://BUCKET`` of an ``s3://`` URL or glob pattern: what the region messages name."""
+    return f"s3://{url.removeprefix('s3://').split('/', 1)[0]}"
+
+
 def wrong_region(answer: S3Answer, bucket_url: str, client_region: str | None) -> WrongRegion | None:
     """:class:`WrongRegion` for an ``answer`` that says the bucket is elsewhere; None for any other."""
     if not is_wrong_region(answer, client_region):

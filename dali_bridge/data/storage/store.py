@@ -41,7 +41,7 @@ from typing import Any, Awaitable, Callable, Sequence
 from ...spec.model import DEFAULT_MAX_REQUESTS, DEFAULT_TIMEOUT  # noqa: F401
 from .answers import AnswerRefused, check_content_range, open_following
 from .listing import FetchError, ListingRequests, ObjectInfo, gcs_object_info  # noqa: F401
-from .regions import answer_from_client_error, wrong_region, wrong_region_in
+from .regions import answer_from_client_error, bucket_url_of, wrong_region, wrong_region_in
 from ...util.urls import (StorageError, is_url, redact, require_client, scheme_of, split_userinfo,  # noqa: F401
                           without_userinfo)
 
@@ -287,7 +287,7 @@ class ObjectStore(ListingRequests):
         """A client library's exception from a call it made itself (a glob, an upload), described:
         on S3, a bucket in another region named as such."""
         if self.scheme == "s3":
-            refused = wrong_region_in(exc, f"s3://{url.split('://', 1)[-1].split('/', 1)[0]}")
+            refused = wrong_region_in(exc, bucket_url_of(url))
             if refused is not None:
                 return str(refused)
         return _describe(exc)
