@@ -111,6 +111,7 @@ class ShardCache:
         self._checked: dict[str, tuple[int, ...]] = {}   # file → the identity whose sha256 this process verified
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._paths: dict[CachedShard, Path] = {}   # path_for's answers: a sample's read asks twice
 
     def __getstate__(self) -> dict:
         return {"folder": self.folder, "max_bytes": self.max_bytes, "store": self.store}
@@ -119,8 +120,11 @@ class ShardCache:
         self.__init__(state["folder"], state["max_bytes"], state["store"])
 
     def path_for(self, shard: CachedShard) -> Path:
-        key = f"{shard.url}\n{shard.size}\n{shard.etag}".encode()
-        return self.folder / (hashlib.sha256(key).hexdigest()[:40] + _SHARD_SUFFIX)
+        path = self._paths.get(shard)
+        if path is None:   # a third of a cached sample's read was this hash and the path made from it
+            key = f"{shard.url}\n{shard.size}\n{shard.etag}".encode()
+            path = self._paths[shard] = self.folder / (hashlib.sha256(key).hexdigest()[:40] + _SHARD_SUFFIX)
+        return path
 
     def ensure(self, shard: CachedShard, *, keep: Iterable[CachedShard] = (), wait: bool = True) -> Path:
         """The local path of ``shard``, downloaded (once per node) if it is not cached yet.
@@ -205,11 +209,15 @@ class ShardCache:
         if status.st_size != shard.size:
             return False
         identity = _identity(status)
-        if shard.sha256 is None or self._checked.get(str(path)) == identity:
+        verified = self._checked.get(str(path))
+        if shard.sha256 is None or verified == identity:
             return True
-        if self._checked.get(str(path)) is not None:
-            log.warning("dali-bridge: cached shard %s (%s) changed since it was verified (inode, size or times): "
-                        "checking its sha256 again", path.name, shard.url)
+        if verified is not None and verified[:2] == identity[:2]:
+            log.warning("dali-bridge: cached shard %s (%s) changed since it was verified (size or times of the "
+                        "same file): checking its sha256 again", path.name, shard.url)
+        elif verified is not None:   # a new file: the shard was evicted and fetched again, as a cache does
+            log.info("dali-bridge: cached shard %s (%s) is another file than the one verified (fetched again "
+                     "since): checking its sha256", path.name, shard.url)
         if _sha256(descriptor) != shard.sha256:
             return False
         with self._lock:

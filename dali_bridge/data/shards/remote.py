@@ -434,12 +434,23 @@ class CachedShardSamples(RemoteShardSamples):
         return self.cache.ensure(self.cached_shard(shard))
 
     def prefetch(self, indices: Iterable[int], ahead: Sequence[Iterable[int]] = ()) -> None:
-        """Bring the batch's shards into the cache (each downloaded once per node); ``ahead`` is not read."""
-        for shard in dict.fromkeys(int(self.shard[int(i)]) for i in indices):
-            try:
-                self._cached(shard)
-            except StorageError:
-                pass  # the samples' reads raise it, each as a sample error
+        """Bring the batch's shards into the cache (each downloaded once per node); ``ahead`` is not read.
+        Shards not in the cache yet are downloaded together, each in a thread of its own: a batch of the
+        shard-aware order draws from a window of shards, and one after the other they cost a round
+        trip each before the batch (at the start of every epoch whose shards are not cached)."""
+        shards = list(dict.fromkeys(int(self.shard[int(i)]) for i in indices))
+        missing = [shard for shard in shards if not self.cache.path_for(self.cached_shard(shard)).exists()]
+        if len(missing) > 1:
+            with ThreadPoolExecutor(max_workers=len(missing), thread_name_prefix="dali-bridge-shard") as pool:
+                list(pool.map(self._cached_or_not, missing))
+        for shard in shards:   # the others (and those just fetched: checked, recently used)
+            self._cached_or_not(shard)
+
+    def _cached_or_not(self, shard: int) -> None:
+        try:
+            self._cached(shard)
+        except StorageError:
+            pass  # the samples' reads raise it, each as a sample error
 
     def read(self, index: int) -> bytes:
         """The sample's bytes from the cached copy, read only from a file verified against the manifest

@@ -1,0 +1,93 @@
+"""A batch's shards that are not cached yet are downloaded together: a batch of the shard-aware
+order draws from a window of shards, and downloading them one after the other would cost a round
+trip each before the batch, at the start of every epoch that finds the cache empty."""
+from __future__ import annotations
+
+import hashlib
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dali_bridge.data.shards.cache import ShardCache
+from dali_bridge.data.shards.remote import CachedShardSamples
+from dali_bridge.data.shards.tar import scan_shard
+from dali_bridge.data.storage.listing import FetchError
+from dali_bridge.tools.convert import convert
+
+URLS = ("s3://bucket/train-000000.tar", "s3://bucket/train-000001.tar")
+
+
+class MeetingStore:
+    """The part of an :class:`ObjectStore` the cache uses, serving two local shards. A GET of one shard
+    answers only once a GET of the other has arrived too (within ``timeout``): downloads made one
+    after the other fail, made together they succeed."""
+
+    timeout = 5.0
+
+    def __init__(self, files: list[Path]):
+        self.data = {url: path.read_bytes() for url, path in zip(URLS, files)}
+        self.meeting = threading.Barrier(2, timeout=self.timeout)
+        self.met: set[str] = set()
+
+    def fetch(self, ranges):
+        out = []
+        for request in ranges:
+            if request.url not in self.met:   # the first piece of each shard waits for the other shard's
+                try:
+                    self.meeting.wait()
+                except threading.BrokenBarrierError:
+                    out.append(FetchError(f"GET {request.url}: the other shard's GET never came alongside"))
+                    continue
+                self.met.add(request.url)
+            data = self.data[request.url]
+            out.append(data[request.start:request.start + request.size])
+        return out
+
+
+@pytest.fixture(scope="module")
+def two_shards(sample_root: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    out = tmp_path_factory.mktemp("first-touch")
+    folder = out / "images"
+    for source in sorted(p for p in sample_root.iterdir() if p.is_dir())[:2]:   # ten images of two classes
+        (folder / source.name).mkdir(parents=True)
+        for image in sorted(source.iterdir())[:10]:
+            (folder / source.name / image.name).write_bytes(image.read_bytes())
+    convert(folder, str(out / "train-%06d.tar"), shard_size=10)
+    return sorted(out.glob("train-*.tar"))
+
+
+def _samples(files: list[Path], cache: ShardCache) -> CachedShardSamples:
+    shard, offsets, sizes = [], [], []
+    for number, path in enumerate(files):
+        scan = scan_shard(str(path), ("jpg",), "cls")
+        shard += [number] * len(scan.offsets)
+        offsets += list(scan.offsets)
+        sizes += list(scan.sizes)
+    data = [path.read_bytes() for path in files]
+    return CachedShardSamples(URLS, np.array(shard), np.array(offsets), np.array(sizes), ("e0", "e1"), cache.store,
+                              cache, tuple(len(d) for d in data), tuple(hashlib.sha256(d).hexdigest() for d in data))
+
+
+def test_a_batch_drawing_from_two_uncached_shards_downloads_them_together(two_shards, tmp_path):
+    store = MeetingStore(two_shards)
+    samples = _samples(two_shards, ShardCache(tmp_path / "cache", 1 << 30, store))
+    batch = [0, len(samples) - 1, 1]   # samples of both shards
+    samples.prefetch(batch)
+    assert store.met == set(URLS)
+    for index in batch:   # both cached: read from the local copies, no GET
+        assert samples.read(index) == store.data[URLS[int(samples.shard[index])]][
+            int(samples.offset[index]):int(samples.offset[index] + samples.size[index])]
+
+
+def test_a_batch_whose_other_shard_is_cached_downloads_the_missing_one_alone(two_shards, tmp_path):
+    store = MeetingStore(two_shards)
+    cache = ShardCache(tmp_path / "cache", 1 << 30, store)
+    samples = _samples(two_shards, cache)
+    store.met.add(URLS[0])   # shard 0 served at once, and cached first
+    cache.ensure(samples.cached_shard(0))
+    store.met.discard(URLS[0])
+    store.meeting = threading.Barrier(1)   # a lone GET goes through
+    samples.prefetch([0, len(samples) - 1])
+    assert store.met == {URLS[1]}   # only the missing shard was fetched
