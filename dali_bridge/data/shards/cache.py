@@ -9,9 +9,10 @@ trimmed, least recently used first, so that the shards and every partial downloa
 stay within ``max_bytes``. Nothing in the folder is followed through a link: a link (or any
 other non-file) at a shard's name is removed and the shard fetched again, one at a lock's name
 is refused. A cached file whose size is wrong, or whose sha256 differs, is deleted and fetched
-again; the sha256 is checked the first time a process uses the file and again whenever the
-file's identity (device, inode, size, modification and change times) differs from the one
-verified, before and after each read. Cache file names are a hash of the URL, size and ETag:
+again; the sha256 is checked the first time the loader's processes use the file (its process and
+its forked workers share what they verified: :mod:`dali_bridge.data.shards.verified`) and again
+whenever the file's identity (device, inode, size, modification and change times) differs from
+the one verified, before and after each read. Cache file names are a hash of the URL, size and ETag:
 no bucket, path or credential shows in the file system.
 """
 from __future__ import annotations
@@ -23,7 +24,6 @@ import hashlib
 import os
 import stat
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +35,7 @@ from ..storage.listing import FetchError
 from ..storage.store import ObjectStore, Range
 from ...util.urls import StorageError
 from ...util.messages import package_log
+from .verified import VerifiedFiles
 
 log = package_log()
 
@@ -108,9 +109,7 @@ class ShardCache:
         self.folder = Path(folder)
         self.max_bytes = max_bytes
         self.store = store
-        self._checked: dict[str, tuple[int, ...]] = {}   # file → the identity whose sha256 this process verified
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
+        self._verified = VerifiedFiles()   # file → the identity whose sha256 a process of this loader verified
         self._paths: dict[CachedShard, Path] = {}   # path_for's answers: a sample's read asks twice
 
     def __getstate__(self) -> dict:
@@ -138,8 +137,6 @@ class ShardCache:
     def open(self, shard: CachedShard, *, keep: Iterable[CachedShard] = (), wait: bool = True) -> int:
         """:meth:`ensure`, returning a read-only descriptor on the verified file (the caller closes it);
         read from it, then ask :meth:`unchanged` whether what was read is still what was verified."""
-        if self._pid != os.getpid():
-            self._checked, self._lock, self._pid = {}, threading.Lock(), os.getpid()
         path = self.path_for(shard)
         descriptor = self._open_verified(path, shard)
         if descriptor is not None:
@@ -170,7 +167,7 @@ class ShardCache:
         status = os.fstat(descriptor)
         if shard.sha256 is None:
             return status.st_size == shard.size
-        verified = self._checked.get(str(self.path_for(shard)))
+        verified = self._verified.get(str(self.path_for(shard)))
         if status.st_nlink == 0 and verified is not None:   # evicted while read: unlinking sets the change time
             return verified[:-1] == _identity(status)[:-1]
         return verified == _identity(status)
@@ -204,12 +201,12 @@ class ShardCache:
         return None
 
     def _holds(self, descriptor: int, status: os.stat_result, path: Path, shard: CachedShard) -> bool:
-        """Whether the open file is the shard: its size, and its sha256 unless this process verified
-        this very file (same identity) before."""
+        """Whether the open file is the shard: its size, and its sha256 unless a process of the loader
+        verified this very file (same identity) before."""
         if status.st_size != shard.size:
             return False
         identity = _identity(status)
-        verified = self._checked.get(str(path))
+        verified = self._verified.get(str(path))
         if shard.sha256 is None or verified == identity:
             return True
         if verified is not None and verified[:2] == identity[:2]:
@@ -220,8 +217,7 @@ class ShardCache:
                      "since): checking its sha256", path.name, shard.url)
         if _sha256(descriptor) != shard.sha256:
             return False
-        with self._lock:
-            self._checked[str(path)] = identity   # as before the hash: a change while hashing is seen next time
+        self._verified.put(str(path), identity)   # as before the hash: a change while hashing is seen next time
         return True
 
     def _remove(self, path: Path, status: os.stat_result) -> None:
