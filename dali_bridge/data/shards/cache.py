@@ -153,7 +153,7 @@ class ShardCache:
             spared = {self.path_for(kept) for kept in keep}
             for _ in range(2):
                 self._download(shard, path, spared, wait)
-                descriptor = self._open_verified(path, shard)
+                descriptor = self._open_verified(path, shard, fresh=True)
                 if descriptor is not None:
                     return descriptor
                 log.warning("dali-bridge: %s was damaged after download (sha256 or size); fetching it again",
@@ -172,9 +172,10 @@ class ShardCache:
             return verified[:-1] == _identity(status)[:-1]
         return verified == _identity(status)
 
-    def _open_verified(self, path: Path, shard: CachedShard) -> int | None:
+    def _open_verified(self, path: Path, shard: CachedShard, *, fresh: bool = False) -> int | None:
         """A descriptor on the file at ``path`` if it holds the shard; None when it is absent, or was
-        removed as damaged or as a link (the caller fetches it again)."""
+        removed as damaged or as a link (the caller fetches it again). ``fresh``: this process has just
+        downloaded it (an identity verified before is another file's, whatever its inode)."""
         try:
             descriptor = os.open(path, os.O_RDONLY | _NO_LINK)
         except FileNotFoundError:
@@ -189,7 +190,7 @@ class ShardCache:
             return None
         try:
             status = os.fstat(descriptor)
-            if stat.S_ISREG(status.st_mode) and self._holds(descriptor, status, path, shard):
+            if stat.S_ISREG(status.st_mode) and self._holds(descriptor, status, path, shard, fresh=fresh):
                 return descriptor
         except BaseException:
             os.close(descriptor)
@@ -200,7 +201,8 @@ class ShardCache:
         self._remove(path, status)
         return None
 
-    def _holds(self, descriptor: int, status: os.stat_result, path: Path, shard: CachedShard) -> bool:
+    def _holds(self, descriptor: int, status: os.stat_result, path: Path, shard: CachedShard, *,
+               fresh: bool = False) -> bool:
         """Whether the open file is the shard: its size, and its sha256 unless a process of the loader
         verified this very file (same identity) before."""
         if status.st_size != shard.size:
@@ -209,12 +211,16 @@ class ShardCache:
         verified = self._verified.get(str(path))
         if shard.sha256 is None or verified == identity:
             return True
-        if verified is not None and verified[:2] == identity[:2]:
-            log.warning("dali-bridge: cached shard %s (%s) changed since it was verified (size or times of the "
-                        "same file): checking its sha256 again", path.name, shard.url)
-        elif verified is not None:   # a new file: the shard was evicted and fetched again, as a cache does
-            log.info("dali-bridge: cached shard %s (%s) is another file than the one verified (fetched again "
-                     "since): checking its sha256", path.name, shard.url)
+        # After its own download (``fresh``) an identity verified before was another file's: inode
+        # numbers are reused. Otherwise the same inode with other bytes or times was changed in place;
+        # a new inode is the shard evicted and fetched again, as a cache does.
+        if verified is not None and not fresh:
+            if verified[:2] == identity[:2]:
+                log.warning("dali-bridge: cached shard %s (%s) changed since it was verified (size or times of "
+                            "the same file): checking its sha256 again", path.name, shard.url)
+            else:
+                log.info("dali-bridge: cached shard %s (%s) is another file than the one verified (fetched "
+                         "again since): checking its sha256", path.name, shard.url)
         if _sha256(descriptor) != shard.sha256:
             return False
         self._verified.put(str(path), identity)   # as before the hash: a change while hashing is seen next time

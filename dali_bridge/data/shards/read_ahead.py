@@ -3,8 +3,8 @@ while the current ones are read (``loader.shuffle: shards`` with ``source.cache`
 
 The rank's batches are known before the epoch starts, so each shard's first and last batch are
 too. After each batch the consumer takes, a background thread of the loader's process downloads
-the shards first needed from that batch on, up to ``loader.shuffle_window`` of them, in the order
-they will be needed. A read-ahead never evicts a shard the rank still needs before the one it
+the shards first needed from that batch on, up to ``loader.shuffle_window`` of them, together (a
+thread each). A read-ahead never evicts a shard the rank still needs before the one it
 fetches (from the current batch up to that shard's first batch), never waits for room and never
 exceeds ``source.cache.max_bytes``: a shard that does not fit is left for its first touch. A
 read-ahead that fails (the store keeps failing, the shard is damaged) is logged and counted,
@@ -17,6 +17,7 @@ every window to every rank), so the shards one rank spares are those the others 
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 import numpy as np
@@ -114,26 +115,42 @@ class ShardReadAhead:
                     self._condition.notify_all()
 
     def _read_ahead(self, position: int) -> None:
-        for shard in self.targets(position):
-            if shard in self._attempted:
-                continue
-            with self._condition:
-                if self._closed or self._position != position:
-                    return   # the consumer moved on: look again from there
-            samples = self.samples
-            try:
-                samples.cache.ensure(samples.cached_shard(shard), wait=False,
-                                     keep=[samples.cached_shard(s) for s in self.in_use(position, shard)])
-            except CacheFull:
-                return   # no room without evicting shards in use: try again after the next batch
-            except OSError as exc:  # StorageError, CacheError, a full disk: the first touch tries again
-                self._attempted.add(shard)
+        """Download the targets at ``position`` not tried yet, together: one after the other, a window
+        of shards cost a round trip each, and readers that run ahead of the consumer (DataLoader
+        workers, DALI's feeder) reached the second before it had arrived. Each spares the shards needed
+        up to the last target's first batch, which covers every target's own."""
+        with self._condition:
+            if self._closed or self._position != position:
+                return   # the consumer moved on: look again from there
+        shards = [shard for shard in self.targets(position) if shard not in self._attempted]
+        if not shards:
+            return
+        samples = self.samples
+        keep = [samples.cached_shard(s) for s in self.in_use(position, shards[-1])]
+        if len(shards) == 1:
+            outcomes = [self._fetch(shards[0], keep)]
+        else:
+            with ThreadPoolExecutor(max_workers=len(shards), thread_name_prefix="dali-bridge-read-ahead") as pool:
+                outcomes = list(pool.map(lambda shard: self._fetch(shard, keep), shards))
+        for shard, outcome in zip(shards, outcomes):
+            if isinstance(outcome, CacheFull):
+                continue   # no room without evicting shards in use: try again after the next batch
+            self._attempted.add(shard)
+            if outcome is None:
+                self.fetched.append(shard)
+            else:
                 self.failed.append(shard)
                 log.info("dali-bridge: reading %s ahead failed (%s); it is fetched again when first read",
-                         self.samples.shards[shard], redact(str(exc)))
-                continue
-            self._attempted.add(shard)
-            self.fetched.append(shard)
+                         samples.shards[shard], redact(str(outcome)))
+
+    def _fetch(self, shard: int, keep: list) -> OSError | None:
+        """Bring ``shard`` into the cache; the error instead of raising it (StorageError, CacheError,
+        CacheFull, a full disk)."""
+        try:
+            self.samples.cache.ensure(self.samples.cached_shard(shard), wait=False, keep=keep)
+        except OSError as exc:
+            return exc
+        return None
 
 
 def read_ahead_for(listing: Any, loader: Any, batches: Sequence[np.ndarray]) -> ShardReadAhead | None:

@@ -91,3 +91,44 @@ def test_a_batch_whose_other_shard_is_cached_downloads_the_missing_one_alone(two
     store.meeting = threading.Barrier(1)   # a lone GET goes through
     samples.prefetch([0, len(samples) - 1])
     assert store.met == {URLS[1]}   # only the missing shard was fetched
+
+
+class MeetingCache:
+    """A shard cache whose downloads each wait for another to start alongside (within 5 s)."""
+
+    def __init__(self, parties: int):
+        self.meeting = threading.Barrier(parties, timeout=5.0)
+        self.kept: list[list] = []
+
+    def ensure(self, shard, *, keep=(), wait=True):
+        self.kept.append(list(keep))
+        self.meeting.wait()   # BrokenBarrierError (not an OSError) if the downloads come one at a time
+        return Path("/unused")
+
+
+class WindowSamples:
+    """Four shards of two batches each, as the read-ahead sees a listing read through a cache."""
+
+    def __init__(self, cache: MeetingCache):
+        self.shard = np.repeat(np.arange(4), 4)
+        self.shards = tuple(f"s3://bucket/train-{n:06d}.tar" for n in range(4))
+        self.cache = cache
+        self.store = type("Store", (), {"timeout": 5.0})()
+
+    def cached_shard(self, shard: int) -> int:
+        return shard
+
+
+def test_the_read_ahead_downloads_its_window_of_shards_together():
+    from dali_bridge.data.shards.read_ahead import ShardReadAhead
+
+    cache = MeetingCache(parties=2)
+    samples = WindowSamples(cache)
+    batches = [np.arange(k * 2, k * 2 + 2) * 2 for k in range(4)]   # batch k: samples of shard k
+    ahead = ShardReadAhead(samples, batches, ahead=2)
+    ahead.advance(1)
+    ahead.wait()
+    ahead.close()
+    assert ahead.fetched == [1, 2] and ahead.failed == []
+    # each spares every shard needed until the later target's first batch (shard 0's batch is behind)
+    assert [sorted(kept) for kept in cache.kept] == [[1, 2], [1, 2]]

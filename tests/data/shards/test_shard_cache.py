@@ -192,3 +192,15 @@ def test_a_shard_replaced_by_another_file_of_the_same_size_is_verified_again(sha
     os.replace(replacement, path)
     assert samples.read(0) == expected[0]
     assert store.served == 2 * shard.size
+
+
+def test_a_shard_evicted_and_fetched_again_by_this_process_is_not_reported_as_changed(shard_file, tmp_path, caplog):
+    cache, shard, store = _setup(shard_file, tmp_path / "c")
+    samples, expected = _samples(shard_file, cache, shard)
+    for _ in range(3):   # verified, evicted (as another process's trim does), fetched and verified again
+        assert samples.read(0) == expected[0]
+        with caplog.at_level(logging.INFO, logger="dali_bridge"):
+            cache.path_for(shard).unlink()
+            assert samples.read(0) == expected[0]
+    assert store.served == 4 * shard.size
+    assert "changed since it was verified" not in caplog.text and "WARNING" not in [r.levelname for r in caplog.records]
