@@ -7,9 +7,10 @@ thread, or nginx's timer): moto's S3 server (a process of its own, each request'
 sleeping before it is handled), Python's threading HTTP server (in this process, each request's
 thread sleeping after its request line and headers are read) and nginx (the system's package, its
 echo module's ``echo_sleep`` before the file is served; skipped, with the reason, where either is
-not installed). For each delay (0, 20 and 100 ms by default) and backend, an epoch of a pipeline
-(``imagenet_train``) in a process of its own, from local disk and from each server, read two ways
-(``--access``):
+not installed). For each backend and way of reading (``--access``), epochs of a pipeline
+(``imagenet_train``), each in a process of its own: from local disk, then from each server at each
+delay (0, 20 and 100 ms by default) one after the other, then from local disk again — ratios between
+epochs a minute or two apart, as the machine's speed drifts over a run. The ways of reading:
 
 * **ranged**: each sample one ranged GET, in a global shuffle (no ``source.cache``);
 * **cached**: whole shards downloaded into a node cache (``source.cache``) in the shard-window order
@@ -473,7 +474,9 @@ def set_delay(servers: dict[str, dict[str, Any]], latency_ms: float, moto_delay:
     if http_server is not None:
         http_server.delay_s = latency_ms / 1000
     nginx = servers.get("http-nginx")
-    if nginx is not None:   # echo_sleep's delay is in nginx's configuration: a fresh nginx per delay
+    if nginx is not None and nginx.get("delay_ms") != latency_ms:
+        # echo_sleep's delay is in nginx's configuration: a fresh nginx per delay
+        nginx["delay_ms"] = latency_ms
         if nginx["process"] is not None:
             nginx["process"].stop()
         nginx["process"] = Nginx(served, delay_s=latency_ms / 1000)
@@ -503,17 +506,13 @@ def run_all(args: argparse.Namespace, scratch: Path, endpoint: str, moto: Any, m
     servers, http_server = start_servers(args, scratch / "served", endpoint, moto, record)
     latencies = [float(x) for x in args.latency_ms.split(",")]
     try:
-        for latency_ms in latencies:
+        if "epochs" in parts:
+            epochs(args, latencies, {name: f"{prefix}/{pattern}" if server["scheme"] == "s3" else
+                                     f"/train/{pattern}" for name, server in servers.items()},
+                   str(shards / pattern), servers, record, load, moto_delay=moto_delay, http_server=http_server,
+                   served=scratch / "served", cache_root=scratch / "node-cache", cache_bytes=cache_bytes)
+        for latency_ms in latencies if parts & {"ranged", "listing"} else []:
             set_delay(servers, latency_ms, moto_delay, http_server, scratch / "served")
-            os.environ["XDG_CACHE_HOME"] = str(scratch / f"cache-home-{latency_ms:g}")
-            if "epochs" in parts:
-                # The local reference in the first and the last round: the delay does not touch it, and
-                # twice shows how much the machine drifted during the run.
-                where = {"local": str(shards / pattern)} if latency_ms in (latencies[0], latencies[-1]) else {}
-                where.update({name: f"{prefix}/{pattern}" if server["scheme"] == "s3" else
-                              f"{server['endpoint']}/train/{pattern}" for name, server in servers.items()})
-                epochs(args, latency_ms, where, servers, record, load,
-                       cache_root=scratch / f"node-cache-{latency_ms:g}", cache_bytes=cache_bytes)
             if "ranged" in parts:
                 record["ranged_reads"] += ranged_read_rates(ranges, servers, args.max_requests, latency_ms)
             if "listing" in parts:
@@ -556,20 +555,44 @@ def source_overrides(args: argparse.Namespace, *, access: str, mode: str, shards
     return {"source": source, **overrides}
 
 
-def epochs(args: argparse.Namespace, latency_ms: float, where: dict[str, str], servers: dict[str, dict[str, Any]],
-           record: dict[str, Any], load: list[float], *, cache_root: Path, cache_bytes: int) -> None:
-    """Per backend and access, an epoch from local shards, then from each server."""
+def epochs(args: argparse.Namespace, latencies: list[float], where: dict[str, str], local: str,
+           servers: dict[str, dict[str, Any]], record: dict[str, Any], load: list[float], *, moto_delay: Any,
+           http_server: Any, served: Path, cache_root: Path, cache_bytes: int) -> None:
+    """Per backend and access: an epoch from local shards, then each server's epochs at every delay one
+    after the other, then local shards again. The machine's speed drifts over a run (the local
+    reference moved by a fifth between the first and the last rounds of a run that measured each delay
+    over every server in turn): each ratio is taken between epochs a minute or two apart, not ten."""
     for backend in args.backends.split(","):
         for access in args.access.split(","):
-            for mode, shards in where.items():
-                overrides = source_overrides(args, access=access, mode=mode, shards=shards, servers=servers,
-                                             cache_dir=cache_root / f"{backend}-{mode}", cache_bytes=cache_bytes)
-                pids = servers[mode]["pids"] if mode in servers else []
-                figures = epoch(Path(args.pipeline), backend, overrides, pids, measured=args.measured_epochs)
-                load.append(os.getloadavg()[0])
-                record["epochs"].append({"latency_ms": latency_ms, "mode": mode, "backend": backend,
-                                         "access": access, **figures})
-                print(json.dumps(record["epochs"][-1]), flush=True)
+            _local_epoch(args, backend, access, local, record, load, cache_bytes=cache_bytes)
+            for mode in where:
+                for latency_ms in latencies:
+                    set_delay(servers, latency_ms, moto_delay, http_server, served)
+                    # HTTP shards are named on the server's endpoint, which a fresh nginx (one per delay) changes
+                    shards = where[mode] if servers[mode]["scheme"] == "s3" else servers[mode]["endpoint"] + where[mode]
+                    os.environ["XDG_CACHE_HOME"] = str(cache_root.parent / f"cache-home-{latency_ms:g}")
+                    overrides = source_overrides(args, access=access, mode=mode, shards=shards, servers=servers,
+                                                 cache_dir=cache_root / f"{backend}-{mode}-{latency_ms:g}",
+                                                 cache_bytes=cache_bytes)
+                    _record(record, load, latency_ms, mode, backend, access,
+                            epoch(Path(args.pipeline), backend, overrides, servers[mode]["pids"],
+                                  measured=args.measured_epochs))
+            _local_epoch(args, backend, access, local, record, load, cache_bytes=cache_bytes)
+
+
+def _local_epoch(args: argparse.Namespace, backend: str, access: str, local: str, record: dict[str, Any],
+                 load: list[float], *, cache_bytes: int) -> None:
+    overrides = source_overrides(args, access=access, mode="local", shards=local, servers={},
+                                 cache_dir=Path("unused"), cache_bytes=cache_bytes)
+    _record(record, load, 0.0, "local", backend, access,
+            epoch(Path(args.pipeline), backend, overrides, [], measured=args.measured_epochs))
+
+
+def _record(record: dict[str, Any], load: list[float], latency_ms: float, mode: str, backend: str, access: str,
+            figures: dict[str, Any]) -> None:
+    load.append(os.getloadavg()[0])
+    record["epochs"].append({"latency_ms": latency_ms, "mode": mode, "backend": backend, "access": access, **figures})
+    print(json.dumps(record["epochs"][-1]), flush=True)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ def _access(run: dict[str, Any]) -> str:
 
 def _local_medians(report: dict[str, Any], figure: str) -> dict[tuple[str, str], float]:
     """Per (backend, access), the median ``figure`` of its local-shard epochs (the benchmark measures
-    them in its first and last round)."""
+    them before and after each backend and access's server epochs)."""
     runs: dict[tuple[str, str], list[float]] = {}
     for run in report["epochs"]:
         if run["mode"] == "local" and _ok(run):
@@ -177,7 +177,8 @@ def object_storage_section(report: dict[str, Any]) -> list[str]:
         "clients and times the first batch). *Loader CPU* is the user + system CPU of the loader's process, "
         "threads and DataLoader workers over the measured epochs; *server CPU* is the server's processes' over "
         "the same epochs, apart. *× local CPU/img* and *of local img/s* divide by the median of the local-shard "
-        "rows of the same backend and access. "
+        "rows of the same backend and access (measured before and after its servers' rows); each server's delays "
+        "run one after the other, so *of 0 ms img/s* compares epochs a minute or two apart. "
         "The servers share the loader's cores here, so their CPU comes out of the decode's: img/s against "
         "moto or Python's server is the test server's bound, not the client's.", "", *_epochs(report), "",
         f"Goals: the loader's CPU per image over S3/HTTP at most {GOAL_CPU_RATIO:.2f} × local shards'; img/s "
