@@ -31,8 +31,7 @@ from typing import Iterable, Iterator
 
 from ...util.sizes import parse_size  # noqa: F401
 
-from ..storage.listing import FetchError
-from ..storage.store import ObjectStore, Range
+from ..storage.store import ObjectStore, pieces
 from ...util.urls import StorageError
 from ...util.messages import package_log
 from .verified import VerifiedFiles
@@ -262,16 +261,11 @@ class ShardCache:
     def _fill(self, descriptor: int, shard: CachedShard) -> None:
         """Write the shard's bytes through ``descriptor``: ranged GETs, four at a time, each retried as a
         sample's read is; :class:`StorageError` naming the failed range."""
-        for first in range(0, shard.size, 4 * _PIECE):
-            group = [Range(shard.url, start, min(_PIECE, shard.size - start), shard.etag)
-                     for start in range(first, min(shard.size, first + 4 * _PIECE), _PIECE)]
-            for request, answer in zip(group, self.store.fetch(group)):
-                if isinstance(answer, FetchError):
-                    raise StorageError(answer.reason)
-                view, offset = memoryview(answer), request.start
-                while view:
-                    written = os.pwrite(descriptor, view, offset)
-                    view, offset = view[written:], offset + written
+        for offset, data in pieces(self.store, shard.url, shard.size, shard.etag, piece=_PIECE):
+            view = memoryview(data)
+            while view:
+                written = os.pwrite(descriptor, view, offset)
+                view, offset = view[written:], offset + written
 
     def _reserve(self, path: Path, size: int, keep: set[Path], wait: bool) -> tuple[int, str]:
         """Make room for ``size`` bytes and claim it: a partial download (a new file of an unpredictable

@@ -36,7 +36,7 @@ import random
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 from ...spec.model import DEFAULT_MAX_REQUESTS, DEFAULT_TIMEOUT  # noqa: F401
 from .answers import AnswerRefused, check_content_range, open_following
@@ -253,16 +253,10 @@ class ObjectStore(ListingRequests):
     def download(self, url: str, path: str, size: int, etag: str | None = None, piece: int = 16 << 20) -> None:
         """Write the object's ``size`` bytes to ``path``: ranged GETs of ``piece`` bytes, four at a
         time, each retried as a sample's read is; :class:`StorageError` naming the failed range."""
-        url = without_userinfo(url)
         # An existing file is a reservation made at its full size (see shard_cache): written over, not truncated.
         with open(path, "r+b" if os.path.exists(path) else "wb") as out:
-            for first in range(0, size, 4 * piece):
-                group = [Range(url, start, min(piece, size - start), etag)
-                         for start in range(first, min(size, first + 4 * piece), piece)]
-                for answer in self.fetch(group):
-                    if isinstance(answer, FetchError):
-                        raise StorageError(answer.reason)
-                    out.write(answer)
+            for _, data in pieces(self, without_userinfo(url), size, etag, piece=piece):
+                out.write(data)
 
     def upload(self, path: str, url: str) -> None:
         """Write a local file to ``url`` (``convert`` to a URL; the client streams it, multipart on S3);
@@ -423,6 +417,20 @@ class ObjectStore(ListingRequests):
                     raise _status_failure(response.status, url, "GET")
                 return await response.read()
         return await self._gcs_media(url, "GET", {}, None)
+
+
+def pieces(store: Any, url: str, size: int, etag: str | None = None, *,
+           piece: int = 16 << 20) -> Iterator[tuple[int, bytes]]:
+    """An object's ``size`` bytes as (offset, bytes), in order: ranged GETs of ``piece`` bytes through
+    ``store.fetch``, four at a time, each retried as a sample's read is; :class:`StorageError` naming
+    the failed range."""
+    for first in range(0, size, 4 * piece):
+        group = [Range(url, start, min(piece, size - start), etag)
+                 for start in range(first, min(size, first + 4 * piece), piece)]
+        for request, answer in zip(group, store.fetch(group)):
+            if isinstance(answer, FetchError):
+                raise StorageError(answer.reason)
+            yield request.start, answer
 
 
 def _bare(urls: Sequence[str]) -> list[str]:
