@@ -559,9 +559,9 @@ def epochs(args: argparse.Namespace, latencies: list[float], where: dict[str, st
            servers: dict[str, dict[str, Any]], record: dict[str, Any], load: list[float], *, moto_delay: Any,
            http_server: Any, served: Path, cache_root: Path, cache_bytes: int) -> None:
     """Per backend and access: an epoch from local shards, then each server's epochs at every delay one
-    after the other, then local shards again. The machine's speed drifts over a run (the local
-    reference moved by a fifth between the first and the last rounds of a run that measured each delay
-    over every server in turn): each ratio is taken between epochs a minute or two apart, not ten."""
+    after the other, then local shards again. The machine's speed drifts over a run (the same local
+    epochs measured ten minutes apart differed by up to a fifth on the benchmark's machine): each
+    ratio is taken between epochs a minute or two apart."""
     for backend in args.backends.split(","):
         for access in args.access.split(","):
             _local_epoch(args, backend, access, local, record, load, cache_bytes=cache_bytes)

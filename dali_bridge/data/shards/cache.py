@@ -119,7 +119,7 @@ class ShardCache:
 
     def path_for(self, shard: CachedShard) -> Path:
         path = self._paths.get(shard)
-        if path is None:   # a third of a cached sample's read was this hash and the path made from it
+        if path is None:   # made once: otherwise a third of a cached sample's read
             key = f"{shard.url}\n{shard.size}\n{shard.etag}".encode()
             path = self._paths[shard] = self.folder / (hashlib.sha256(key).hexdigest()[:40] + _SHARD_SUFFIX)
         return path

@@ -116,8 +116,8 @@ class ShardReadAhead:
 
     def _read_ahead(self, position: int) -> None:
         """Download the targets at ``position`` not tried yet, together: one after the other, a window
-        of shards cost a round trip each, and readers that run ahead of the consumer (DataLoader
-        workers, DALI's feeder) reached the second before it had arrived. Each spares the shards needed
+        of shards would cost a round trip each, and readers that run ahead of the consumer (DataLoader
+        workers, DALI's feeder) would reach the second before it arrives. Each spares the shards needed
         up to the last target's first batch, which covers every target's own."""
         with self._condition:
             if self._closed or self._position != position:

@@ -3,8 +3,8 @@ DataLoader workers forked from it.
 
 The shard cache checks a shard's sha256 before its bytes are first used, and again whenever the
 file's identity (device, inode, size, modification and change times) differs from the one verified
-(:mod:`dali_bridge.data.shards.cache`). Kept per process, every worker hashed every shard it read
-although the loader's process (its read-ahead) or another worker had just verified the same file:
+(:mod:`dali_bridge.data.shards.cache`). Kept per process, every worker would hash every shard it reads
+although the loader's process (its read-ahead) or another worker has just verified the same file:
 one hash per worker per shard per epoch. Here the verified identities live in anonymous shared
 memory made with the cache, before the workers are forked, so one verification serves them all.
 
