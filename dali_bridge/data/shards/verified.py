@@ -43,7 +43,9 @@ class VerifiedFiles:
         """The identity verified for ``path``, or None."""
         key = self._key(path)
         for slot in self._slots(key):
-            row = [int(x) for x in self._table[slot]]
+            if self._table[slot, 0] != key:   # asked twice per cached sample's read: the key alone first
+                continue
+            row = self._table[slot].tolist()
             if row[0] == key and row[-1] == _check(row[:-1]):   # a slot two writers tore apart fails the check
                 return tuple(row[1:-1])
         return None
