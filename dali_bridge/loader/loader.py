@@ -12,7 +12,7 @@ import os
 import threading
 import weakref
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -24,7 +24,7 @@ from ..pipeline.plan import Plan, build_plan, unsupported_places
 from .post_finish import PostFinish
 from ..util.quoting import safe_name
 from ..pipeline.resume import STATE_FORMAT, Identity, check_identity, listing_fingerprint, merge_states, read_state
-from ..pipeline.sampling import BatchTask, batch_count, check_epoch, entries_consumed, rank_batches
+from ..pipeline.sampling import EPOCH_LIMIT, BatchTask, batch_count, check_epoch, entries_consumed, rank_batches
 from ..data.shards.order import windows_of
 from ..data.shards.read_ahead import ShardReadAhead, read_ahead_for
 from ..data.sources.listing import Listing
@@ -207,7 +207,8 @@ class Loader:
         epoch = self._epoch
         self._clock.asked(name=self.spec.name, epoch=epoch)
         batches = self._executor.run(tasks)
-        self.read_ahead = ahead = read_ahead_for(self.listing, self.spec.loader, [t.indices for t in tasks])
+        self.read_ahead = ahead = read_ahead_for(self.listing, self.spec.loader, [t.indices for t in tasks],
+                                                 following=self._following_batches(epoch))
         try:
             for taken, raw in enumerate(batches, start=1):
                 self._batches_done += 1
@@ -242,6 +243,13 @@ class Loader:
             if close:
                 close()
             self.listing.stop_reading_ahead()  # this process's GETs for batches no one will take
+
+    def _following_batches(self, epoch: int) -> Callable[[], list[np.ndarray]] | None:
+        """The batches of the epoch after ``epoch`` (the one a loop takes next unless it sets another),
+        for the shard read-ahead to bring in that epoch's first shards while this one ends."""
+        if epoch + 1 >= EPOCH_LIMIT:
+            return None
+        return lambda: [task.indices for task in self.tasks(epoch + 1)]
 
     def _record_skips(self, skipped: list[SkippedSample]) -> None:
         for item in skipped:

@@ -132,3 +132,53 @@ def test_the_read_ahead_downloads_its_window_of_shards_together():
     assert ahead.fetched == [1, 2] and ahead.failed == []
     # each spares every shard needed until the later target's first batch (shard 0's batch is behind)
     assert [sorted(kept) for kept in cache.kept] == [[1, 2], [1, 2]]
+
+
+class RecordingCache:
+    """A shard cache that records each download (the shard and what it had to spare), in order."""
+
+    def __init__(self):
+        self.ensured: list[tuple[int, list]] = []
+        self.lock = threading.Lock()
+
+    def ensure(self, shard, *, keep=(), wait=True):
+        with self.lock:
+            self.ensured.append((shard, sorted(keep)))
+        return Path("/unused")
+
+
+def test_the_next_epochs_first_shards_are_read_ahead_once_this_epochs_last_are_in_the_window():
+    from dali_bridge.data.shards.read_ahead import ShardReadAhead
+
+    cache = RecordingCache()
+    samples = WindowSamples(cache)
+    batches = [np.arange(k * 2, k * 2 + 2) * 2 for k in range(4)]   # batch k: samples of shard k
+    following = [batches[2], batches[0], batches[3], batches[1]]    # the next epoch: shards 2, 0, 3, 1
+    asked = []
+    ahead = ShardReadAhead(samples, batches, ahead=2, following=lambda: asked.append(1) or following)
+    ahead.advance(1)   # shards 1 and 2 ahead: the window is this epoch's
+    ahead.wait()
+    assert [shard for shard, _ in cache.ensured] == [1, 2] and asked == []
+    ahead.advance(3)   # only shard 3 left ahead: the next epoch's first shard fills the window
+    ahead.wait()
+    ahead.advance(4)   # the epoch's last batch taken: the next epoch's first two
+    ahead.wait()
+    ahead.close()
+    assert ahead.fetched == [1, 2, 3] and ahead.fetched_following == [2, 0] and asked == [1]
+    by_shard = dict(cache.ensured)
+    assert sorted(shard for shard, _ in cache.ensured) == [0, 1, 2, 2, 3]
+    # next to shard 3 the next epoch's shard 2 spares shard 3 (this epoch still needs it); then its 0 spares 2
+    assert by_shard[3] == [2, 3] and by_shard[0] == [0, 2]
+
+
+def test_without_a_following_epoch_nothing_beyond_the_epoch_is_read_ahead():
+    from dali_bridge.data.shards.read_ahead import ShardReadAhead
+
+    cache = RecordingCache()
+    batches = [np.arange(k * 2, k * 2 + 2) * 2 for k in range(4)]
+    ahead = ShardReadAhead(WindowSamples(cache), batches, ahead=2)
+    for done in range(1, 5):
+        ahead.advance(done)
+        ahead.wait()
+    ahead.close()
+    assert [shard for shard, _ in cache.ensured] == [1, 2, 3] and ahead.fetched_following == []

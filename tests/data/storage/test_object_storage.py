@@ -599,6 +599,28 @@ def test_the_next_shard_is_read_ahead_into_the_cache_before_its_first_batch(loca
     assert proxy.requests["GET"] == 4  # each shard downloaded once: by the read-ahead, or at first touch
 
 
+def test_the_next_epochs_first_shard_is_cached_before_that_epoch_starts(local_shards, s3_shards, moto_endpoint,
+                                                                        fault_proxy, tmp_path):
+    largest = max(p.stat().st_size for p in local_shards.glob("*.tar"))
+    bound = 2 * largest + 1000   # room for two shards: every epoch evicts the shards the next one starts with
+    proxy = fault_proxy(moto_endpoint)
+    loader = build_loader(TRAIN, "torchvision", overrides=cached_overrides(s3_shards, proxy, tmp_path / "c", bound,
+                                                                           **SHARD_ORDER))
+    samples = loader.listing.shards
+    first_of = [int(samples.shard[int(loader.tasks(epoch)[0].indices[0])]) for epoch in range(3)]
+    got = []
+    for epoch in range(3):
+        for batch in loader:
+            got.append(tuple(t.clone() for t in batch))
+            loader.read_ahead.wait()
+        if epoch < 2:   # its last batch taken: the next epoch's first shard was read ahead
+            assert loader.read_ahead.fetched_following == [first_of[epoch + 1]]
+            assert is_cached(samples, first_of[epoch + 1])
+    loader.close()
+    expected = [b for epoch in range(3) for b in local_batches(local_shards, "torchvision", epoch, **SHARD_ORDER)]
+    assert_same_batches(got, expected)
+
+
 def test_the_read_ahead_never_evicts_a_shard_still_in_use(s3_shards, moto_endpoint, fault_proxy, tmp_path):
     from dali_bridge.data.shards.cache import cache_usage
     from dali_bridge.data.shards.read_ahead import ShardReadAhead
