@@ -9,16 +9,18 @@ thread sleeping after its request line and headers are read) and nginx (the syst
 echo module's ``echo_sleep`` before the file is served; skipped, with the reason, where either is
 not installed). For each backend and way of reading (``--access``), epochs of a pipeline
 (``imagenet_train``), each in a process of its own: from local disk, then from each server at each
-delay (0, 20 and 100 ms by default) one after the other, then from local disk again — ratios between
-epochs a minute or two apart, as the machine's speed drifts over a run. The ways of reading:
+delay (0, 20 and 100 ms by default) one after the other, each server followed by local disk again —
+each ratio against the local epochs just before and after its server's, as the machine's speed
+drifts over a run. The ways of reading:
 
 * **ranged**: each sample one ranged GET, in a global shuffle (no ``source.cache``);
 * **cached**: whole shards downloaded into a node cache (``source.cache``) in the shard-window order
   (``loader.shuffle: shards``, windows of ``--window`` shards), which reads the next shards ahead
-  while the current ones are decoded; the cache is emptied before each measured epoch, so each
-  downloads every shard once — a cold node's first epoch, or every epoch of a dataset larger
-  than the cache — one GET per shard instead of one per sample. Its local reference reads the same
-  local shards in the same order.
+  while the current ones are decoded, and the next epoch's first window while an epoch ends. The
+  cache has room for two windows, so each epoch evicts the shards the next one needs and
+  downloads nearly every shard again — every epoch of a dataset larger than the cache — one GET
+  per shard instead of one per sample (the shards downloaded per epoch are counted). Its local
+  reference reads the same local shards in the same order.
 
 For each:
 
@@ -117,12 +119,21 @@ def _one_epoch(loader: Any) -> tuple[int, float, float]:
     return images, time.perf_counter() - started, first or 0.0
 
 
-def _empty_cache(overrides: dict[str, Any]) -> None:
-    """What another process's eviction does: the next epoch downloads every shard again."""
-    cache = overrides["source"].get("cache")
-    if cache:
-        for shard in Path(cache["dir"]).glob("*.tar"):
-            shard.unlink()
+def _count_downloads() -> Any:
+    """A count of the shard cache's downloads, shared with the DataLoader workers forked later (the
+    library keeps none: its download is wrapped here, in the epoch's process only)."""
+    from dali_bridge.data.shards.cache import ShardCache
+
+    counter = multiprocessing.Value("q", 0)
+    fill = ShardCache._fill
+
+    def counted(self: ShardCache, descriptor: int, shard: Any) -> None:
+        fill(self, descriptor, shard)
+        with counter.get_lock():
+            counter.value += 1
+
+    ShardCache._fill = counted
+    return counter
 
 
 def _epochs_in_child(pipeline: str, backend: str, overrides: dict[str, Any], server_pids: list[int],
@@ -131,11 +142,12 @@ def _epochs_in_child(pipeline: str, backend: str, overrides: dict[str, Any], ser
     # would be spawned too, each importing this script and torch again before its first batch
     # (seconds): a training script's workers start the platform's default way, as here.
     multiprocessing.set_start_method(None, force=True)
+    downloads = _count_downloads()
     loader = build_loader(pipeline, backend, overrides=overrides)
     _, _, first_batch_s = _one_epoch(loader)   # workers, their clients and connections started
     images, seconds, cpu, server_cpu = 0, 0.0, 0.0, 0.0
+    downloads_before = downloads.value
     for _ in range(measured):   # the workers persist: the tree's CPU is read with all of them alive
-        _empty_cache(overrides)
         cpu_before, server_before = tree_cpu_seconds(), _own_cpu_seconds(server_pids)
         count, took, _ = _one_epoch(loader)
         cpu += tree_cpu_seconds() - cpu_before
@@ -145,7 +157,9 @@ def _epochs_in_child(pipeline: str, backend: str, overrides: dict[str, Any], ser
     queue.put({"images": images, "seconds": seconds, "images_per_s": images / seconds,
                "loader_cpu_ms_per_image": 1000 * cpu / images,
                "server_cpu_ms_per_image": 1000 * server_cpu / images if server_pids else None,
-               "first_batch_s": first_batch_s, "peak_rss_mib": _peak_rss_mib()})
+               "first_batch_s": first_batch_s, "peak_rss_mib": _peak_rss_mib(),
+               "shard_downloads_per_epoch": (downloads.value - downloads_before) / measured
+               if overrides["source"].get("cache") else None})
 
 
 def epoch(pipeline: Path, backend: str, overrides: dict[str, Any], server_pids: list[int], *,
@@ -385,11 +399,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--shard-size", type=int, default=250, help="samples per shard")
     parser.add_argument("--access", default="ranged,cached",
                         help="how remote shards are read, comma-separated: ranged (a GET per sample), cached "
-                             "(whole shards through source.cache, emptied before each measured epoch, "
-                             "shard-window order)")
+                             "(whole shards through source.cache with room for two windows, so every epoch "
+                             "downloads again, shard-window order)")
     parser.add_argument("--window", type=int, default=2, help="loader.shuffle_window of the cached access")
     parser.add_argument("--measured-epochs", type=int, default=3,
                         help="epochs measured together after the warm-up epoch, in the same process")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="processes per server and delay, the delays taking turns (one process's speed "
+                             "varies by a tenth from another's here)")
     parser.add_argument("--workers", type=int, default=None, help="loader.workers (default: the pipeline's)")
     parser.add_argument("--ranges", type=int, default=2000, help="ranged reads per client and latency (--parts ranged)")
     parser.add_argument("--listing-shards", type=int, default=1024, help="shards listed (--parts listing)")
@@ -400,7 +417,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.latency_ms, args.backends, args.batch_size, args.shard_size = "0", "torchvision", 8, 10
-        args.window, args.measured_epochs = 2, 1
+        args.window, args.measured_epochs, args.repeats = 2, 1, 1
         args.ranges, args.listing_shards, args.workers = 64, 16, 0
     return args
 
@@ -415,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
                               "pipeline": Path(args.pipeline).stem, "batch_size": args.batch_size,
                               "workers": args.workers, "max_requests": args.max_requests, "delay": DELAY,
                               "access": {}, "shard_size": args.shard_size, "measured_epochs": args.measured_epochs,
+                              "repeats": args.repeats,
                               "servers": {}, "epochs": [], "ranged_reads": [], "listing": []}
     moto_delay = multiprocessing.get_context("spawn").Value("d", 0.0)
     moto, endpoint = start_moto(moto_delay)
@@ -491,7 +509,8 @@ def run_all(args: argparse.Namespace, scratch: Path, endpoint: str, moto: Any, m
     result = convert(args.data, str(shards / "train-%06d.tar"), shard_size=args.shard_size)
     manifest = json.loads(Path(result.manifest).read_text())
     record["samples"] = manifest["samples"]
-    cache_bytes = sum(os.path.getsize(path) for path in result.shards)   # room for every shard
+    # room for two windows of the largest shard: the window read and the one read ahead
+    cache_bytes = 2 * args.window * max(os.path.getsize(path) for path in result.shards)
     record["access"] = access_record(args, shards=len(result.shards))
     os.environ["XDG_CACHE_HOME"] = str(scratch / "cache-home")   # listings cached here, never in ~/.cache
     prefix = upload_folder(endpoint, shards, BUCKET, "train")
@@ -530,9 +549,10 @@ def access_record(args: argparse.Namespace, *, shards: int) -> dict[str, dict[st
     """What each access measured reads, as the results file states it."""
     described = {
         "ranged": {"description": "each sample one ranged GET, global shuffle, no source.cache"},
-        "cached": {"description": f"each of the {shards} shards downloaded whole into source.cache (emptied "
-                                  f"before each measured epoch) and read from there, loader.shuffle: shards, window "
-                                  f"{args.window} shards; its local reference reads in the same order",
+        "cached": {"description": f"the {shards} shards downloaded whole into source.cache and read from there, "
+                                  f"loader.shuffle: shards, window {args.window} shards; the cache holds two "
+                                  f"windows, so each epoch downloads again the shards the one before evicted; "
+                                  f"its local reference reads in the same order",
                    "shards": shards, "window": args.window}}
     return {access: described[access] for access in args.access.split(",")}
 
@@ -548,7 +568,7 @@ def source_overrides(args: argparse.Namespace, *, access: str, mode: str, shards
     overrides: dict[str, Any] = {"batch_size": args.batch_size}
     if access == "cached":
         overrides.update({"loader.shuffle": "shards", "loader.shuffle_window": args.window})
-        if mode != "local":   # an empty cache of its own: the warm-up epoch fills it, the measured one streams
+        if mode != "local":   # a cache of its own, smaller than the dataset: every epoch downloads
             source["cache"] = {"dir": str(cache_dir), "max_bytes": cache_bytes}
     if args.workers is not None:
         overrides["loader.workers"] = args.workers
@@ -559,25 +579,26 @@ def epochs(args: argparse.Namespace, latencies: list[float], where: dict[str, st
            servers: dict[str, dict[str, Any]], record: dict[str, Any], load: list[float], *, moto_delay: Any,
            http_server: Any, served: Path, cache_root: Path, cache_bytes: int) -> None:
     """Per backend and access: an epoch from local shards, then each server's epochs at every delay one
-    after the other, then local shards again. The machine's speed drifts over a run (the same local
-    epochs measured ten minutes apart differed by up to a fifth on the benchmark's machine): each
-    ratio is taken between epochs a minute or two apart."""
+    after the other (``--repeats`` times, taking turns), each server followed by local shards again. The
+    machine's speed drifts over a run
+    (the same local epochs measured ten minutes apart differed by up to a fifth on the benchmark's
+    machine): each ratio is taken against the local epochs just before and after its server's."""
     for backend in args.backends.split(","):
         for access in args.access.split(","):
             _local_epoch(args, backend, access, local, record, load, cache_bytes=cache_bytes)
-            for mode in where:
-                for latency_ms in latencies:
+            for mode in where:   # each server's delays between two local references
+                for repeat, latency_ms in ((r, ms) for r in range(args.repeats) for ms in latencies):
                     set_delay(servers, latency_ms, moto_delay, http_server, served)
                     # HTTP shards are named on the server's endpoint, which a fresh nginx (one per delay) changes
                     shards = where[mode] if servers[mode]["scheme"] == "s3" else servers[mode]["endpoint"] + where[mode]
                     os.environ["XDG_CACHE_HOME"] = str(cache_root.parent / f"cache-home-{latency_ms:g}")
                     overrides = source_overrides(args, access=access, mode=mode, shards=shards, servers=servers,
-                                                 cache_dir=cache_root / f"{backend}-{mode}-{latency_ms:g}",
+                                                 cache_dir=cache_root / f"{backend}-{mode}-{latency_ms:g}-{repeat}",
                                                  cache_bytes=cache_bytes)
                     _record(record, load, latency_ms, mode, backend, access,
                             epoch(Path(args.pipeline), backend, overrides, servers[mode]["pids"],
                                   measured=args.measured_epochs))
-            _local_epoch(args, backend, access, local, record, load, cache_bytes=cache_bytes)
+                _local_epoch(args, backend, access, local, record, load, cache_bytes=cache_bytes)
 
 
 def _local_epoch(args: argparse.Namespace, backend: str, access: str, local: str, record: dict[str, Any],
