@@ -222,8 +222,8 @@ def object_storage_section(report: dict[str, Any]) -> list[str]:
         "threads and DataLoader workers over the measured epochs; *server CPU* is the server's processes' over "
         "the same epochs, apart. *× local CPU/img* and *of local img/s* divide by the mean of the local-shard "
         "rows of the same backend and access measured just before and just after its server's rows (for a "
-        "local row, by the median of them all); each server's delays run one after the other, so *of 0 ms "
-        "img/s* compares epochs a minute or two apart. "
+        "local row, by the median of them all); each server's delays take turns, so *of 0 ms img/s* (the "
+        "median of the 0 ms rows) compares epochs a minute or two apart. "
         "The servers share the loader's cores here, so their CPU comes out of the decode's: img/s against "
         "moto or Python's server is the test server's bound, not the client's.", "", *_epochs(report), "",
         f"Goals: the loader's CPU per image over S3/HTTP at most {GOAL_CPU_RATIO:.2f} × local shards'; img/s "
