@@ -116,8 +116,8 @@ class ShardReadAhead:
     def following_in_use(self, position: int, shard: int) -> list[int]:
         """The shards a read-ahead of the next epoch's ``shard`` must not evict: every shard the rest
         of this epoch needs, and the next epoch's needed before it."""
-        order = self._following_order or []
-        before = order[:order.index(shard) + 1] if shard in order else [shard]
+        order = self._following_order or [shard]
+        before = order[:order.index(shard) + 1]
         return list(dict.fromkeys([s for s in self.order if self.last[s] >= position] + before))
 
     def _run(self) -> None:
@@ -157,7 +157,7 @@ class ShardReadAhead:
         if following:
             spared = list(dict.fromkeys(spared + self.following_in_use(position, following[-1])))
         keep = [samples.cached_shard(s) for s in spared]
-        jobs = [(shard, False) for shard in shards] + [(shard, True) for shard in following if shard not in shards]
+        jobs = [(shard, False) for shard in shards] + [(shard, True) for shard in following]   # apart already
         if len(jobs) == 1:
             outcomes = [self._fetch(jobs[0][0], keep)]
         else:
