@@ -579,10 +579,10 @@ def epochs(args: argparse.Namespace, latencies: list[float], where: dict[str, st
            servers: dict[str, dict[str, Any]], record: dict[str, Any], load: list[float], *, moto_delay: Any,
            http_server: Any, served: Path, cache_root: Path, cache_bytes: int) -> None:
     """Per backend and access: an epoch from local shards, then each server's epochs at every delay one
-    after the other (``--repeats`` times, taking turns), each server followed by local shards again. The
-    machine's speed drifts over a run
-    (the same local epochs measured ten minutes apart differed by up to a fifth on the benchmark's
-    machine): each ratio is taken against the local epochs just before and after its server's."""
+    after the other (``--repeats`` times, taking turns), each server followed by local shards again.
+    The machine's speed drifts over a run (the same local epochs measured ten minutes apart differed
+    by up to a fifth on the benchmark's machine): each ratio is taken against the local epochs just
+    before and after its server's."""
     for backend in args.backends.split(","):
         for access in args.access.split(","):
             _local_epoch(args, backend, access, local, record, load, cache_bytes=cache_bytes)

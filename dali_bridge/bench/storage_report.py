@@ -31,7 +31,7 @@ def _access(run: dict[str, Any]) -> str:
 
 def _local_medians(report: dict[str, Any], figure: str) -> dict[tuple[str, str], float]:
     """Per (backend, access), the median ``figure`` of its local-shard epochs (the benchmark measures
-    them before and after each backend and access's server epochs)."""
+    them between its servers' epochs): the reference of a local row itself."""
     runs: dict[tuple[str, str], list[float]] = {}
     for run in report["epochs"]:
         if run["mode"] == "local" and _ok(run):
