@@ -1,7 +1,9 @@
 """The measuring process: one candidate, built after the heavy imports, yields a first batch
 (timed from construction), ``warmup`` discarded batches, then ``repeat`` timed windows of
 ``batches`` batches, and reports them to the parent on a pipe (``PROTOCOL_FD_ENV``). PSS is read
-after the warm-up and after the windows, never inside them (reading it costs tens of ms)."""
+after the warm-up and after the windows, never inside them (reading it costs tens of ms). A bridge
+backend that splits its CPU by stage (``loader.stats()["stages"]``, the ``torchvision`` backend) has
+that split recorded for each window too."""
 from __future__ import annotations
 
 import json
@@ -16,6 +18,10 @@ import numpy as np
 from .baselines import ceiling, dali_baseline, reference_description, torchvision_baseline
 from .procstats import tree_cpu_seconds, tree_memory_mib
 from .results import PROTOCOL_FD_ENV, BenchError
+
+
+def _no_stages() -> None:
+    return None
 
 
 def _bridge(path: str, overrides: dict[str, Any], backend: str):
@@ -37,10 +43,20 @@ def _bridge(path: str, overrides: dict[str, Any], backend: str):
                 image = batch[image_at] if image_at is not None else None
                 yield image, batch[index_at].cpu().numpy()
 
-    return stream(), loader.close
+    def stages() -> dict[str, Any] | None:
+        return loader.stats().get("stages")
+
+    return stream(), loader.close, stages
 
 
 def _open_candidate(config: dict[str, Any]):
+    """The candidate's batch stream, its close, and what reads its CPU split by stage (``loader.stats()
+    ["stages"]``; a reader giving None for a candidate without one)."""
+    stream, close, *stages = _open_stream(config)
+    return stream, close, (stages[0] if stages else _no_stages)
+
+
+def _open_stream(config: dict[str, Any]):
     from ..backends.base import default_workers  # noqa: F401  (imports torch before timing starts)
     from ..pipeline.plan import build_plan
     from ..data.sources.local import list_source
@@ -126,7 +142,7 @@ def _measure(config: dict[str, Any], tick: Callable[[], None]) -> dict[str, Any]
     pixels = np.load(config["pixels"])
     gpu_before = _gpu_used_mib()
     start = time.perf_counter()
-    stream, close = _open_candidate(config)
+    stream, close, stages = _open_candidate(config)
     try:
         images, indices = next(stream)
         _synchronize(torch)
@@ -141,7 +157,8 @@ def _measure(config: dict[str, Any], tick: Callable[[], None]) -> dict[str, Any]
             next(stream)
             tick()
         peak_pss = tree_memory_mib(os.getpid())[1]  # outside the timed windows: reading PSS is slow
-        windows, gpu_peak = _timed_windows(stream, config=config, pixels=pixels, tick=tick, gpu_before=gpu_before)
+        windows, gpu_peak = _timed_windows(stream, config=config, pixels=pixels, tick=tick, gpu_before=gpu_before,
+                                           stages=stages)
         peak_pss = max(peak_pss, tree_memory_mib(os.getpid())[1])
         wait = _model_wait(stream, config=config, tick=tick) if config.get("model_ms") else None
     finally:
@@ -170,15 +187,35 @@ def _synchronize(torch) -> None:
         torch.cuda.synchronize()
 
 
+def _stage_seconds(figures: dict[str, Any] | None) -> tuple[dict[str, float], int] | None:
+    """CPU seconds per stage and the images they cover, from ``loader.stats()["stages"]``."""
+    if not figures or not figures.get("images"):
+        return None
+    per_image = figures["cpu_ms_per_image"]
+    return {stage: per_image[stage] * figures["images"] / 1e3 for stage in per_image}, figures["images"]
+
+
+def _window_stages(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:
+    """A window's share of the stage split (its batches' CPU per stage and their images), or nothing."""
+    start, end = _stage_seconds(before) or ({}, 0), _stage_seconds(after)
+    if end is None or end[1] <= start[1]:
+        return {}
+    return {"stage_cpu_seconds": {stage: seconds - start[0].get(stage, 0.0) for stage, seconds in end[0].items()},
+            "stage_images": end[1] - start[1]}
+
+
 def _timed_windows(stream: Iterator, *, config: dict[str, Any], pixels: np.ndarray, tick: Callable[[], None],
-                   gpu_before: float | None) -> tuple[list[dict[str, float]], float | None]:
+                   gpu_before: float | None, stages: Callable[[], dict[str, Any] | None] = _no_stages,
+                   ) -> tuple[list[dict[str, Any]], float | None]:
     """``repeat`` windows of ``batches`` batches: images, seconds, source megapixels and CPU seconds
-    of the process tree per window; and the peak GPU memory in use seen after each window."""
+    of the process tree per window, and where the candidate splits its CPU by stage, that split
+    over the window's batches; and the peak GPU memory in use seen after each window."""
     import torch
 
     windows, gpu_peak = [], gpu_before
     for _ in range(config["repeat"]):
         count = megapixels = 0.0
+        stages_before = stages()
         cpu0, t0 = tree_cpu_seconds(), time.perf_counter()
         for _ in range(config["batches"]):
             _, indices = next(stream)
@@ -187,7 +224,8 @@ def _timed_windows(stream: Iterator, *, config: dict[str, Any], pixels: np.ndarr
             tick()
         _synchronize(torch)
         t1, cpu1 = time.perf_counter(), tree_cpu_seconds()
-        windows.append({"images": count, "seconds": t1 - t0, "megapixels": megapixels, "cpu_seconds": cpu1 - cpu0})
+        windows.append({"images": count, "seconds": t1 - t0, "megapixels": megapixels, "cpu_seconds": cpu1 - cpu0,
+                        **_window_stages(stages_before, stages())})
         used = _gpu_used_mib()
         if used is not None:
             gpu_peak = max(gpu_peak or 0.0, used)

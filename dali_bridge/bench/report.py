@@ -17,6 +17,7 @@ from .results import BenchError, BenchReport
 from .ray_report import RAY_EXECUTOR_FORMAT, ray_executor_section
 from .scale_report import SCALE_FORMAT, scale_section
 from .ssl_report import SSL_VIEWS_FORMAT, ssl_views_section
+from .stage_report import stage_lines
 from .storage_report import OBJECT_STORAGE_FORMAT, object_storage_section
 
 TABLE_COLUMNS = [("candidate", "candidate"), ("threads", "threads"), ("images_per_s", "img/s"),
@@ -63,6 +64,7 @@ def format_report(report: BenchReport) -> str:
         lines.append(f"data wait %: share of step time the consumer waited for data with a "
                      f"{report.settings['model_ms']:g} ms model step per batch ({report.settings['model_ms_method']})")
     lines += [f"reference {line}" for line in reference_lines(good)]
+    lines += stage_lines(good, m.get("cpu_cores_available"))
     for row in report.rows:
         if "error" in row:
             lines.append(f"{row['candidate']} x{row['threads']}: FAILED: {row['error']}")
@@ -288,6 +290,8 @@ def _bench_section(report: dict[str, Any], *, command: str, plot: str | None) ->
     parts = [f"`{command}`", "", machine_line(report), ""] + ([*views, ""] if views else [])
     parts += [f"![images/s per candidate and thread count]({plot})", ""] if plot else []
     parts += [bench_table(report)]
+    split = stage_lines(report["results"], report["machine"].get("cpu_cores_available"))
+    parts += ["", "Where the CPU goes:", "", *[f"* {line}" for line in split]] if split else []
     if report["settings"].get("model_ms"):
         parts += ["", f"*data wait %*: share of each step the training loop spends waiting for the next batch "
                       f"when the model takes {report['settings']['model_ms']:g} ms per batch (measured: the consumer "
@@ -322,6 +326,7 @@ def _runs_table(runs: list[dict[str, Any]]) -> list[str]:
                          f"{_num(_vs_torchvision(r, report), 2)} | {r['windows']} |")
         notes += [f"* **{run['label']}**: `{run.get('command') or bench_command(report, run.get('environment'))}` — "
                   f"{machine_line(report)}"]
+        notes += [f"  {line}" for line in stage_lines(report["results"], report["machine"].get("cpu_cores_available"))]
     return lines + [""] + notes
 
 

@@ -76,6 +76,12 @@ class CandidateResult:
             first_batch_s=statistics.median(self.first_batch_s), windows=len(self.windows), images=images,
             megapixels=sum(w["megapixels"] for w in self.windows),
         )
+        staged = [w for w in self.windows if w.get("stage_images")]
+        if staged and len(staged) == len(self.windows):  # the torchvision backend: its CPU split by stage
+            covered = sum(w["stage_images"] for w in staged)
+            row["stages_cpu_ms_per_image"] = {
+                stage: 1000.0 * sum(w["stage_cpu_seconds"][stage] for w in staged) / covered
+                for stage in staged[0]["stage_cpu_seconds"]}
         if self.loadavg:  # absent where /proc/loadavg is (macOS)
             row.update(load_before=min(a for a, _ in self.loadavg), load_after=max(b for _, b in self.loadavg))
         if self.wait:

@@ -175,6 +175,19 @@ def test_tree_memory_includes_a_child_process():
         child.wait()
 
 
+@pytest.mark.slow
+def test_the_torchvision_backend_row_splits_its_cpu_by_stage(bench_run):
+    from dali_bridge.backends.stages import STAGES
+
+    for row in bench_run["report"]["results"]:
+        split = row.get("stages_cpu_ms_per_image")
+        if (row["kind"], row["name"]) != ("backend", "torchvision"):
+            assert split is None, row["candidate"]
+            continue
+        assert set(split) == set(STAGES)
+        assert split["decode"] > 0 and split["kernels"] > 0 and split["finish"] > 0
+
+
 def test_ratios_are_against_the_same_thread_count():
     rows = [{"kind": "ceiling", "name": "decode", "threads": 1, "images_per_s": 400.0},
             {"kind": "ceiling", "name": "decode", "threads": 2, "images_per_s": 800.0},
