@@ -314,15 +314,16 @@ def _vs_torchvision(row: dict[str, Any], report: dict[str, Any]) -> float | None
 
 def _runs_table(runs: list[dict[str, Any]]) -> list[str]:
     """Several bench runs of a few candidates each, in one table, then each run's command and machine."""
-    lines = ["| run | candidate | threads | img/s (min–max) | CPU ms/img | × hand-written | × torchvision | windows |",
-             "|---|---|--:|--:|--:|--:|--:|--:|"]
+    lines = ["| run | candidate | threads | img/s (min–max) | CPU ms/img | % of ceiling | × hand-written "
+             "| × torchvision | windows |", "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
     notes = []
     for run in runs:
         report = run["report"]
         for r in (r for r in report["results"] if "images_per_s" in r):
             lines.append(f"| {run['label']} | {r['candidate']} | {r['threads']} | {_num(r['images_per_s'])} "
                          f"({_num(r['images_per_s_min'])}–{_num(r['images_per_s_max'])}) | "
-                         f"{_num(r['cpu_ms_per_image'], 2)} | {_num(r.get('vs_baseline'), 2)} | "
+                         f"{_num(r['cpu_ms_per_image'], 2)} | {_num(r.get('vs_ceiling_pct'))} | "
+                         f"{_num(r.get('vs_baseline'), 2)} | "
                          f"{_num(_vs_torchvision(r, report), 2)} | {r['windows']} |")
         notes += [f"* **{run['label']}**: `{run.get('command') or bench_command(report, run.get('environment'))}` — "
                   f"{machine_line(report)}"]

@@ -19,16 +19,21 @@ STAGE_NAMES = {"sample_python": "per-sample Python", "decode": "decode", "kernel
                "transfer": "transfer", "finish": "finish"}
 CEILING_STAGES = ("decode", "kernels")              # what the fallback cannot do without
 SHARED_STAGES = ("decode", "kernels", "finish")     # what a backend giving the same pixels does too
+# The stages are each thread's CPU time per batch handed over, the process tree's CPU is read per window
+# from /proc: two clocks, which on the recording virtual machine differed by up to 5 % over a run. A split
+# up to this share above the tree's CPU leaves the rest at about none; more means windows too short.
+ALIGNMENT = 0.1
 
 
 def stage_bounds(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """For a row with a stage split: the CPU per image outside the stages (``rest_ms``), and, with a
     ceiling row at the same thread count, ``ceiling_bound_pct`` (the ceiling's CPU per image over
-    decode + kernels, as a percentage) and ``ahead_bound`` (the row's CPU per image over decode +
-    kernels + finish); with the measured ratios beside them."""
+    decode + kernels, as a percentage); ``ahead_bound`` (the row's CPU per image, or its stages' sum
+    where that is more, over decode + kernels + finish); and the measured ratios to set beside them."""
     stages = row["stages_cpu_ms_per_image"]
+    spent = max(row["cpu_ms_per_image"], sum(stages.values()))  # the work is at least its stages'
     found: dict[str, Any] = {"rest_ms": row["cpu_ms_per_image"] - sum(stages.values()),
-                             "ahead_bound": row["cpu_ms_per_image"] / sum(stages[s] for s in SHARED_STAGES)}
+                             "ahead_bound": spent / sum(stages[s] for s in SHARED_STAGES)}
     ceiling = next((r for r in rows if r.get("kind") == "ceiling" and r["threads"] == row["threads"]
                     and "cpu_ms_per_image" in r), None)
     if ceiling is not None:
@@ -50,13 +55,14 @@ def stage_lines(rows: list[dict[str, Any]], cores: int | None) -> list[str]:
         bounds = stage_bounds(row, rows)
         split = ", ".join(f"{STAGE_NAMES.get(stage, stage)} {ms:.2f}" for stage, ms in stages.items())
         text = f"`{row['name']}` × {row['threads']}, CPU ms per image by stage: {split}; "
-        if bounds["rest_ms"] >= 0:
-            text += (f"the rest {bounds['rest_ms']:.2f} (the loop, the steps after the finish, idle workers) of "
-                     f"{row['cpu_ms_per_image']:.2f}.")
+        lined_up = bounds["rest_ms"] >= -ALIGNMENT * row["cpu_ms_per_image"]
+        if lined_up:
+            text += (f"the rest {max(bounds['rest_ms'], 0.0):.2f} (the loop, the steps after the finish, idle "
+                     f"workers) of {row['cpu_ms_per_image']:.2f}.")
         else:  # the stages follow the batches handed over, the process's CPU the clock: short windows part them
             text += (f"together more than the process's {row['cpu_ms_per_image']:.2f} over the windows, as batches "
                      f"made before a window opened were handed over in it: longer windows (--batches) line them up.")
-        if cores and row["threads"] >= cores and bounds["rest_ms"] >= 0:
+        if cores and row["threads"] >= cores and lined_up:
             if "ceiling_bound_pct" in bounds:
                 text += (f" With its decode and kernels alone ({sum(stages[s] for s in CEILING_STAGES):.2f}) against "
                          f"the ceiling's {bounds['ceiling_cpu_ms']:.2f}, it could reach at most "

@@ -84,7 +84,14 @@ def test_the_bounds_are_stated_only_where_the_loader_is_cpu_bound():
 
 def test_a_split_larger_than_the_process_cpu_says_the_windows_were_too_short():
     rows = _rows()
-    rows[1]["cpu_ms_per_image"] = 1.0   # 1.2 ms in its stages: batches prefetched before the window
+    rows[1]["cpu_ms_per_image"] = 1.05   # 1.2 ms in its stages: batches prefetched before the window
     line = stage_lines(rows, cores=2)[0]
     assert "the rest" not in line and "longer windows (--batches)" in line
     assert "at most" not in line   # no bound from a split that does not line up
+
+
+def test_a_split_a_little_above_the_process_cpu_leaves_about_nothing_for_the_rest():
+    rows = _rows()
+    rows[1]["cpu_ms_per_image"] = 1.12   # 1.2 ms in its stages: within the two clocks' difference
+    line = stage_lines(rows, cores=2)[0]
+    assert "the rest 0.00" in line and "at most 1.20× ahead" in line   # the stages' 1.2 over the shared 1.0
