@@ -11,4 +11,6 @@ RESULTS="${RESULTS:-$OUT}"
 mkdir -p "$RESULTS"
 "$PY" -m dali_bridge sample-data data/sample --images 2000 --classes 10 --seed 0 --if-absent -q
 "$PY" -m dali_bridge bench pipelines/imagenet_train.yaml --data data/sample --backends torchvision \
-  --baselines ceiling --threads "$THREADS" $WINDOWS --json "$RESULTS/bench_ceiling.json" -q
+  --baselines ceiling --threads "$THREADS" $WINDOWS --json "$SCRATCH/ceiling.json" -q
+"$PY" -m dali_bridge.bench add-run "$RESULTS/bench_ceiling.json" "$SCRATCH/ceiling.json" --label imagenet_train \
+  --title "The torchvision backend against the decode-only ceiling, by stage"

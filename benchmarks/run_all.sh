@@ -3,7 +3,8 @@
 #   bash benchmarks/run_all.sh            (about 30 minutes on 2 cores; more cores, more candidates)
 # Writes benchmarks/results/bench_train.{json,png} and bench_val.{json,png}, records its run in
 # bench_train_fast.json (next to the longer runs benchmarks/parity_rounds.sh records there) and
-# every shipped pipeline's whole-epoch compare in compare_epochs.json, the recipe pipelines in
+# every shipped pipeline's whole-epoch compare in compare_epochs.json, the torchvision backend against
+# the ceiling with its CPU by stage in bench_ceiling.json, the recipe pipelines in
 # bench_recipes.json, the torchvision backend's two executors in bench_executors.json and, with
 # moto and s3fs installed, shards in object storage in object_storage.json, then
 # generates benchmarks/README.md from every file in results/. Measure on a quiet machine: every
@@ -44,6 +45,9 @@ echo "load average before: $(cat /proc/loadavg 2> /dev/null || echo n/a)"
   --baselines ceiling,dali-cpu --threads "$CORES" --warmup 3 --batches 8 --repeat 3 --rounds "$ROUNDS" \
   --set parity=fast --set name=imagenet-train-fast --json "$SCRATCH/fast.json" -q
 "$PY" -m dali_bridge.bench add-run "$OUT/bench_train_fast.json" "$SCRATCH/fast.json" --label run_all.sh
+
+# The torchvision backend against the decode-only ceiling, with its CPU split by stage.
+bash benchmarks/bench_ceiling.sh
 
 # The recipe pipelines (augmentation policies, random erasing, batch mixing).
 bash benchmarks/bench_recipes.sh
