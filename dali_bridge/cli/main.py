@@ -58,7 +58,7 @@ def _run(argv: Sequence[str] | None) -> int:
     from ..errors import SampleError
     from ..errors import SourceError
 
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(recipes.timm_arguments_apart(list(sys.argv[1:] if argv is None else argv)))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     # Errors users can act on: one line (SpecError: every problem), no traceback.

@@ -3,6 +3,7 @@ as a pipeline file."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from typing import Callable
 
@@ -34,11 +35,16 @@ def _add_from_torchvision(add: AddCommand) -> None:
 def _add_from_timm(add: AddCommand) -> None:
     p = add("from-timm", cmd_from_timm, "Write the pipeline file of timm's training arguments (train.py's data and "
                                         "augmentation options), without timm.",
-            "timm's arguments come after --.\n"
+            "timm's arguments as train.py takes them, after --, or among this command's own options.\n"
             "examples:\n  dali-bridge from-timm --source data/train -- \\\n"
             "      --aa rand-m9-mstd0.5-inc1 --reprob 0.25 --remode pixel --mixup 0.8 --cutmix 1.0 > timm.yaml\n"
+            "  dali-bridge from-timm --source data/train --aa rand-m9-mstd0.5-inc1 --reprob 0.25 > timm.yaml\n"
             "exit status: 0 written, 2 an argument has no op yet (each is named, with what to do)")
     p.add_argument("timm_args", nargs="*", metavar="TIMM_ARGS")
+    _add_own_timm_options(p)
+
+
+def _add_own_timm_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source", required=True, metavar="DIR", help="image folder (ImageFolder layout) to read")
     p.add_argument("--batch-size", type=int, default=None, help="images per batch (default: -b from the arguments, "
                                                                  "else train.py's 128)")
@@ -46,6 +52,28 @@ def _add_from_timm(add: AddCommand) -> None:
                    help="the crop's filter where timm's --train-interpolation is random (its default)")
     p.add_argument("--name", default="from-timm", help="the pipeline's name (default from-timm)")
     add_spec_options(p, data=False)
+
+
+def timm_arguments_apart(argv: list[str]) -> list[str]:
+    """``from-timm``'s command line with timm's arguments moved behind ``--`` where they came without one
+    (``--source data/train --aa rand-m9-mstd0.5-inc1``): argparse would take the first value among them
+    for ``TIMM_ARGS`` and refuse the rest. Any other command line is returned as it is."""
+    command = next((n for n, token in enumerate(argv) if not token.startswith("-")), None)
+    if command is None or argv[command] != "from-timm" or "--" in argv:
+        return argv
+    own = argparse.ArgumentParser(add_help=False)
+    _add_own_timm_options(own)
+    values = {option: 0 if action.nargs == 0 else 1 for action in own._actions for option in action.option_strings}
+    values.update({"-h": 0, "--help": 0})
+    kept, timm, rest = argv[:command + 1], [], iter(argv[command + 1:])
+    for token in rest:
+        name = token.split("=", 1)[0]
+        if name in values:
+            kept.append(token)
+            kept += list(itertools.islice(rest, values[name] if "=" not in token else 0))
+        else:
+            timm.append(token)
+    return kept + (["--", *timm] if timm else [])
 
 
 def _print_recipe(make: Callable[[], PipelineSpec], origin: str) -> int:

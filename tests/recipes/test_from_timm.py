@@ -252,6 +252,28 @@ def test_the_cli_writes_the_pipeline_file_of_timms_arguments(tmp_path, capsys):
     assert "--aa v0-x1: unknown AutoAugment section 'x1'" in err
 
 
+def test_the_cli_takes_timms_arguments_without_the_dashes_as_with_them(tmp_path, capsys):
+    timm_line = ["--aa", "rand-m9-mstd0.5-inc1", "--reprob", "0.25", "-b", "64", "--mixup", "0.8"]
+    assert cli.main(["from-timm", "--source", str(tmp_path), "--", *timm_line]) == 0
+    with_dashes = capsys.readouterr().out
+    # timm's arguments first, this command's own among and after them, one in its --name=value form
+    assert cli.main(["from-timm", *timm_line[:4], "--source", str(tmp_path), *timm_line[4:], "--name=from-timm"]) == 0
+    assert capsys.readouterr().out == with_dashes
+    assert cli.main(["from-timm", "--source", str(tmp_path), "--aa", "v0-x1"]) == 2
+    assert "--aa v0-x1: unknown AutoAugment section 'x1'" in capsys.readouterr().err
+    assert cli.main(["from-timm", "--source", str(tmp_path), "--model", "resnet50"]) == 2
+    assert "--model: not one of timm's data arguments from_timm reads" in capsys.readouterr().err
+
+
+def test_only_from_timm_moves_arguments_behind_the_dashes():
+    from dali_bridge.cli.recipes import timm_arguments_apart
+
+    assert timm_arguments_apart(["-v", "from-timm", "--aa", "x", "--set", "seed=1", "--source"]) == \
+        ["-v", "from-timm", "--set", "seed=1", "--source", "--", "--aa", "x"]
+    for line in (["validate", "p.yaml", "--aa"], ["from-timm", "--source", "d", "--", "--aa", "x"], ["-v"]):
+        assert timm_arguments_apart(line) == line
+
+
 def test_a_mappings_values_are_typed_as_train_py_types_them():
     assert dict(ops_of(convert({"hflip": "0.25", "scale": [0.3, 1]})))["horizontal_flip"] == {"probability": 0.25}
     with pytest.raises(RecipeError) as error:

@@ -455,7 +455,7 @@ def test_the_from_your_code_examples_run_as_printed(tmp_path, monkeypatch, capsy
     python = [body for lang, body in blocks if lang == "python" and ("from_torchvision" in body or "from_timm" in body)]
     commands = [line for lang, body in blocks if lang == "bash" for line in body.splitlines()
                 if line.startswith(("dali-bridge from-torchvision", "dali-bridge from-timm"))]
-    assert len(python) == 2 and len(commands) == 2
+    assert len(python) == 2 and len(commands) == 3
     monkeypatch.chdir(tmp_path)
     scopes = []
     for body in python:
@@ -465,5 +465,8 @@ def test_the_from_your_code_examples_run_as_printed(tmp_path, monkeypatch, capsy
         assert load_spec(tmp_path / "printed.yaml").ops == scopes[-1]["spec"].ops
     assert [type(t).__name__ for t in scopes[0]["compose"].transforms] == [
         "RandomResizedCrop", "RandomHorizontalFlip", "TrivialAugmentWide", "ToDtype", "Normalize", "RandomErasing"]
-    for command in commands:
-        cli.build_parser().parse_args(shlex.split(command.split(" > ")[0])[1:])
+    from dali_bridge.cli.recipes import timm_arguments_apart
+
+    parsed = [cli.build_parser().parse_args(timm_arguments_apart(shlex.split(command.split(" > ")[0])[1:]))
+              for command in commands]
+    assert parsed[1] == parsed[2]   # timm's arguments after -- or without it
