@@ -11,8 +11,8 @@ other non-file) at a shard's name is removed and the shard fetched again, one at
 is refused. A cached file whose size is wrong, or whose sha256 differs, is deleted and fetched
 again; the sha256 is checked the first time the loader's processes use the file (its process and
 its forked workers share what they verified: :mod:`dali_bridge.data.shards.verified`) and again
-whenever the file's identity (device, inode, size, modification and change times) differs from
-the one verified, before and after each read. Cache file names are a hash of the URL, size and ETag:
+whenever the file's identity (device, inode and its generation, size, modification and change
+times) differs from the one verified, before and after each read. Cache file names are a hash of the URL, size and ETag:
 no bucket, path or credential shows in the file system.
 """
 from __future__ import annotations
@@ -23,6 +23,8 @@ import fcntl
 import hashlib
 import os
 import stat
+import struct
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -64,10 +66,27 @@ class CachedShard:
     sha256: str | None   # from the converter's manifest; None: size checked only
 
 
-def _identity(status: os.stat_result) -> tuple[int, ...]:
-    """What changes when a file is replaced, rewritten, cut or has its times reset: its device and
-    inode, size, modification and change times (the kernel sets the change time; no one can set it back)."""
-    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
+# FS_IOC_GETVERSION (Linux, _IOR('v', 1, long)): the inode's generation, which ext4, XFS and btrfs draw
+# anew whenever they give a freed inode number to a new file (ext4 does so at once).
+_GET_GENERATION = 0x80087601
+
+
+def _generation(descriptor: int) -> int:
+    """The open file's inode generation; 0 where the file system keeps none (tmpfs) or this is not Linux."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        return struct.unpack("q", fcntl.ioctl(descriptor, _GET_GENERATION, bytes(8)))[0]
+    except OSError:
+        return 0
+
+
+def _identity(status: os.stat_result, descriptor: int) -> tuple[int, ...]:
+    """What changes when a file is replaced, rewritten, cut or has its times reset: its device, inode
+    and inode generation (which tells a new file that reuses a freed inode number from the old one),
+    size, modification and change times (the kernel sets the change time; no one can set it back)."""
+    return (status.st_dev, status.st_ino, _generation(descriptor), status.st_size, status.st_mtime_ns,
+            status.st_ctime_ns)
 
 
 def _file_mode() -> int:
@@ -168,8 +187,8 @@ class ShardCache:
             return status.st_size == shard.size
         verified = self._verified.get(str(self.path_for(shard)))
         if status.st_nlink == 0 and verified is not None:   # evicted while read: unlinking sets the change time
-            return verified[:-1] == _identity(status)[:-1]
-        return verified == _identity(status)
+            return verified[:-1] == _identity(status, descriptor)[:-1]
+        return verified == _identity(status, descriptor)
 
     def _open_verified(self, path: Path, shard: CachedShard, *, fresh: bool = False) -> int | None:
         """A descriptor on the file at ``path`` if it holds the shard; None when it is absent, or was
@@ -206,15 +225,17 @@ class ShardCache:
         verified this very file (same identity) before."""
         if status.st_size != shard.size:
             return False
-        identity = _identity(status)
+        identity = _identity(status, descriptor)
         verified = self._verified.get(str(path))
         if shard.sha256 is None or verified == identity:
             return True
         # After its own download (``fresh``) an identity verified before was another file's: inode
-        # numbers are reused. Otherwise the same inode with other bytes or times was changed in place;
-        # a new inode is the shard evicted and fetched again, as a cache does.
+        # numbers are reused. Otherwise the same inode (number and generation) with other bytes or times
+        # was changed in place; another inode is the shard evicted and fetched again, as a cache does
+        # (by another process too: a reused inode number comes with a new generation where the file
+        # system keeps one).
         if verified is not None and not fresh:
-            if verified[:2] == identity[:2]:
+            if verified[:3] == identity[:3]:
                 log.warning("dali-bridge: cached shard %s (%s) changed since it was verified (size or times of "
                             "the same file): checking its sha256 again", path.name, shard.url)
             else:

@@ -2,10 +2,10 @@
 DataLoader workers forked from it.
 
 The shard cache checks a shard's sha256 before its bytes are first used, and again whenever the
-file's identity (device, inode, size, modification and change times) differs from the one verified
-(:mod:`dali_bridge.data.shards.cache`). Kept per process, every worker would hash every shard it reads
-although the loader's process (its read-ahead) or another worker has just verified the same file:
-one hash per worker per shard per epoch. Here the verified identities live in anonymous shared
+file's identity (device, inode and its generation, size, modification and change times) differs
+from the one verified (:mod:`dali_bridge.data.shards.cache`). Kept per process, every worker would
+hash every shard it reads although the loader's process (its read-ahead) or another worker has just
+verified the same file: one hash per worker per shard per epoch. Here the verified identities live in anonymous shared
 memory made with the cache, before the workers are forked, so one verification serves them all.
 
 Only the loader's own processes can write it (no file, nothing another user can reach), so the
@@ -22,7 +22,7 @@ import numpy as np
 
 SLOTS = 8192   # files remembered at once: the shards a cache holds, with room to spare
 _PROBES = 8    # slots looked at from a file's own before its entry overwrites another's
-_FIELDS = 7    # per slot: the file's key, its identity's five numbers, a check of the six
+_FIELDS = 8    # per slot: the file's key, its identity's six numbers, a check of the seven
 
 
 class VerifiedFiles:

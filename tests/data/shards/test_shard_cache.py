@@ -204,3 +204,29 @@ def test_a_shard_evicted_and_fetched_again_by_this_process_is_not_reported_as_ch
             assert samples.read(0) == expected[0]
     assert store.served == 4 * shard.size
     assert "changed since it was verified" not in caplog.text and "WARNING" not in [r.levelname for r in caplog.records]
+
+
+def test_a_shard_fetched_again_by_another_process_into_a_reused_inode_is_not_reported_as_changed(
+        shard_file, tmp_path, caplog):
+    from dali_bridge.data.shards.cache import _generation
+
+    cache, shard, _ = _setup(shard_file, tmp_path / "c")
+    other, _, _ = _setup(shard_file, tmp_path / "c")   # another rank's loader: a table of its own
+    samples, expected = _samples(shard_file, cache, shard)
+    assert samples.read(0) == expected[0]
+    path = cache.path_for(shard)
+    before = path.stat()
+    with open(path, "rb") as handle:
+        if not _generation(handle.fileno()):
+            pytest.skip(f"{tmp_path} keeps no inode generations: a reused inode number looks like the same file")
+    for _ in range(20):   # evicted and fetched again by the other rank, until its file gets the same inode number
+        path.unlink()
+        os.close(other.open(shard))
+        if path.stat().st_ino == before.st_ino:
+            break
+    else:
+        pytest.skip(f"{tmp_path}'s file system gave the new file another inode number in 20 tries")
+    with caplog.at_level(logging.INFO, logger="dali_bridge"):
+        assert samples.read(0) == expected[0]
+    assert "is another file than the one verified" in caplog.text
+    assert "changed since it was verified" not in caplog.text

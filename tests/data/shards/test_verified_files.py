@@ -108,8 +108,8 @@ def test_a_shard_changed_after_the_parent_verified_it_is_verified_again_in_the_w
 
 def test_a_slot_torn_by_two_writers_is_not_trusted():
     verified = VerifiedFiles(slots=16)
-    verified.put("/cache/a.tar", (1, 2, 3, 4, 5))
-    assert verified.get("/cache/a.tar") == (1, 2, 3, 4, 5)
+    verified.put("/cache/a.tar", (1, 2, 3, 4, 5, 6))
+    assert verified.get("/cache/a.tar") == (1, 2, 3, 4, 5, 6)
     slot = verified._slots(verified._key("/cache/a.tar"))[0]
     verified._table[slot, 4] = 99   # one field of another write
     assert verified.get("/cache/a.tar") is None
@@ -119,10 +119,10 @@ def test_a_full_table_forgets_an_entry_and_never_answers_another_files_identity(
     verified = VerifiedFiles(slots=8)
     paths = [f"/cache/{n}.tar" for n in range(40)]
     for n, path in enumerate(paths):
-        verified.put(path, (n, n, n, n, n))
+        verified.put(path, (n, n, n, n, n, n))
     answers = [verified.get(path) for path in paths]
-    assert all(answer in (None, (n, n, n, n, n)) for n, answer in enumerate(answers))
-    assert answers[-1] == (39,) * 5 and answers.count(None) >= 40 - 8
+    assert all(answer in (None, (n,) * 6) for n, answer in enumerate(answers))
+    assert answers[-1] == (39,) * 6 and answers.count(None) >= 40 - 8
 
 
 def test_a_pickled_cache_a_spawned_process_gets_starts_with_nothing_verified(shard_bytes, tmp_path):
