@@ -12,8 +12,8 @@ is refused. A cached file whose size is wrong, or whose sha256 differs, is delet
 again; the sha256 is checked the first time the loader's processes use the file (its process and
 its forked workers share what they verified: :mod:`dali_bridge.data.shards.verified`) and again
 whenever the file's identity (device, inode and its generation, size, modification and change
-times) differs from the one verified, before and after each read. Cache file names are a hash of the URL, size and ETag:
-no bucket, path or credential shows in the file system.
+times) differs from the one verified, before and after each read. Cache file names are a hash of
+the URL, size and ETag: no bucket, path or credential shows in the file system.
 """
 from __future__ import annotations
 
@@ -67,7 +67,8 @@ class CachedShard:
 
 
 # FS_IOC_GETVERSION (Linux, _IOR('v', 1, long)): the inode's generation, which ext4, XFS and btrfs draw
-# anew whenever they give a freed inode number to a new file (ext4 does so at once).
+# anew whenever they give a freed inode number to a new file (ext4 does so at once). File systems write
+# an int or a long into the 8 bytes: either reads back the same for the same file, all that is compared.
 _GET_GENERATION = 0x80087601
 
 
