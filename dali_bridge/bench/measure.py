@@ -51,20 +51,20 @@ def _bridge(path: str, overrides: dict[str, Any], backend: str):
 
 def _open_candidate(config: dict[str, Any]):
     """The candidate's batch stream, its close, and what reads its CPU split by stage (``loader.stats()
-    ["stages"]``; a reader giving None for a candidate without one)."""
-    stream, close, *stages = _open_stream(config)
-    return stream, close, (stages[0] if stages else _no_stages)
-
-
-def _open_stream(config: dict[str, Any]):
+    ["stages"]`` for a bridge backend; a reader giving None for a reference)."""
     from ..backends.base import default_workers  # noqa: F401  (imports torch before timing starts)
+
+    if config["kind"] == "backend":
+        return _bridge(config["file"], config["overrides"], config["name"])
+    return (*_open_reference(config), _no_stages)
+
+
+def _open_reference(config: dict[str, Any]):
     from ..pipeline.plan import build_plan
     from ..data.sources.local import list_source
     from ..spec.pipeline import load_spec
 
     kind, name, threads = config["kind"], config["name"], config["threads"]
-    if kind == "backend":
-        return _bridge(config["file"], config["overrides"], name)
     spec = load_spec(config["file"], config["overrides"])
     listing = list_source(spec.source)
     if kind == "ceiling":

@@ -26,18 +26,22 @@ ALIGNMENT = 0.1
 
 
 def stage_bounds(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """For a row with a stage split: the CPU per image outside the stages (``rest_ms``), and, with a
+    """For a row with a stage split: the CPU per image outside the stages (``rest_ms``), in decode +
+    kernels + finish (``shared_ms``) and in decode + kernels (``unavoidable_ms``), and, with a
     ceiling row at the same thread count, ``ceiling_bound_pct`` (the ceiling's CPU per image over
     decode + kernels, as a percentage); ``ahead_bound`` (the row's CPU per image, or its stages' sum
     where that is more, over decode + kernels + finish); and the measured ratios to set beside them."""
     stages = row["stages_cpu_ms_per_image"]
-    spent = max(row["cpu_ms_per_image"], sum(stages.values()))  # the work is at least its stages'
-    found: dict[str, Any] = {"rest_ms": row["cpu_ms_per_image"] - sum(stages.values()),
-                             "ahead_bound": spent / sum(stages[s] for s in SHARED_STAGES)}
+    staged = sum(stages.values())
+    found: dict[str, Any] = {"rest_ms": row["cpu_ms_per_image"] - staged,
+                             "shared_ms": sum(stages[s] for s in SHARED_STAGES),
+                             "unavoidable_ms": sum(stages[s] for s in CEILING_STAGES)}
+    # the work is at least its stages'
+    found["ahead_bound"] = max(row["cpu_ms_per_image"], staged) / found["shared_ms"]
     ceiling = next((r for r in rows if r.get("kind") == "ceiling" and r["threads"] == row["threads"]
                     and "cpu_ms_per_image" in r), None)
     if ceiling is not None:
-        found["ceiling_bound_pct"] = 100.0 * ceiling["cpu_ms_per_image"] / sum(stages[s] for s in CEILING_STAGES)
+        found["ceiling_bound_pct"] = 100.0 * ceiling["cpu_ms_per_image"] / found["unavoidable_ms"]
         found["ceiling_cpu_ms"] = ceiling["cpu_ms_per_image"]
     found["ahead_measured"] = {r["name"]: r["vs_torchvision"] for r in rows
                                if r.get("kind") == "backend" and r["threads"] == row["threads"]
@@ -64,13 +68,13 @@ def stage_lines(rows: list[dict[str, Any]], cores: int | None) -> list[str]:
                      f"made before a window opened were handed over in it: longer windows (--batches) line them up.")
         if cores and row["threads"] >= cores and lined_up:
             if "ceiling_bound_pct" in bounds:
-                text += (f" With its decode and kernels alone ({sum(stages[s] for s in CEILING_STAGES):.2f}) against "
+                text += (f" With its decode and kernels alone ({bounds['unavoidable_ms']:.2f}) against "
                          f"the ceiling's {bounds['ceiling_cpu_ms']:.2f}, it could reach at most "
                          f"{bounds['ceiling_bound_pct']:.0f} % of the ceiling"
                          + (f" (measured: {row['vs_ceiling_pct']:.0f} %)." if "vs_ceiling_pct" in row else "."))
             measured = ", ".join(f"`{name}` {ratio:.2f}×" for name, ratio in bounds["ahead_measured"].items())
             text += (f" A backend doing the same decode, kernels and finish at the same cost "
-                     f"({sum(stages[s] for s in SHARED_STAGES):.2f}) can be at most {bounds['ahead_bound']:.2f}× "
+                     f"({bounds['shared_ms']:.2f}) can be at most {bounds['ahead_bound']:.2f}× "
                      f"ahead of it here" + (f" (measured: {measured})." if measured else "."))
         lines.append(text)
     return lines

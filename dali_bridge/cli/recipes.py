@@ -61,10 +61,9 @@ def timm_arguments_apart(argv: list[str]) -> list[str]:
     command = next((n for n, token in enumerate(argv) if not token.startswith("-")), None)
     if command is None or argv[command] != "from-timm" or "--" in argv:
         return argv
-    own = argparse.ArgumentParser(add_help=False)
+    own = argparse.ArgumentParser()   # with -h/--help, as the command has
     _add_own_timm_options(own)
     values = {option: 0 if action.nargs == 0 else 1 for action in own._actions for option in action.option_strings}
-    values.update({"-h": 0, "--help": 0})
     kept, timm, rest = argv[:command + 1], [], iter(argv[command + 1:])
     for token in rest:
         name = token.split("=", 1)[0]

@@ -82,12 +82,12 @@ def _generation(descriptor: int) -> int:
         return 0
 
 
-def _identity(status: os.stat_result, descriptor: int) -> tuple[int, ...]:
+def _identity(status: os.stat_result, generation: int) -> tuple[int, ...]:
     """What changes when a file is replaced, rewritten, cut or has its times reset: its device, inode
-    and inode generation (which tells a new file that reuses a freed inode number from the old one),
-    size, modification and change times (the kernel sets the change time; no one can set it back)."""
-    return (status.st_dev, status.st_ino, _generation(descriptor), status.st_size, status.st_mtime_ns,
-            status.st_ctime_ns)
+    and inode ``generation`` (:func:`_generation`: tells a new file that reuses a freed inode number
+    from the old one), size, modification and change times (the kernel sets the change time; no one
+    can set it back)."""
+    return status.st_dev, status.st_ino, generation, status.st_size, status.st_mtime_ns, status.st_ctime_ns
 
 
 def _file_mode() -> int:
@@ -187,9 +187,14 @@ class ShardCache:
         if shard.sha256 is None:
             return status.st_size == shard.size
         verified = self._verified.get(str(self.path_for(shard)))
-        if status.st_nlink == 0 and verified is not None:   # evicted while read: unlinking sets the change time
-            return verified[:-1] == _identity(status, descriptor)[:-1]
-        return verified == _identity(status, descriptor)
+        if verified is None:
+            return False
+        # Asked before and after every read: no ioctl here. An inode held open is never given to another
+        # file, so with the device and inode verified its generation is the one verified too.
+        current = _identity(status, verified[2])
+        if status.st_nlink == 0:   # evicted while read: unlinking sets the change time
+            return verified[:-1] == current[:-1]
+        return verified == current
 
     def _open_verified(self, path: Path, shard: CachedShard, *, fresh: bool = False) -> int | None:
         """A descriptor on the file at ``path`` if it holds the shard; None when it is absent, or was
@@ -226,7 +231,7 @@ class ShardCache:
         verified this very file (same identity) before."""
         if status.st_size != shard.size:
             return False
-        identity = _identity(status, descriptor)
+        identity = _identity(status, _generation(descriptor))
         verified = self._verified.get(str(path))
         if shard.sha256 is None or verified == identity:
             return True

@@ -5,8 +5,9 @@ The shard cache checks a shard's sha256 before its bytes are first used, and aga
 file's identity (device, inode and its generation, size, modification and change times) differs
 from the one verified (:mod:`dali_bridge.data.shards.cache`). Kept per process, every worker would
 hash every shard it reads although the loader's process (its read-ahead) or another worker has just
-verified the same file: one hash per worker per shard per epoch. Here the verified identities live in anonymous shared
-memory made with the cache, before the workers are forked, so one verification serves them all.
+verified the same file: one hash per worker per shard per epoch. Here the verified identities live
+in anonymous shared memory made with the cache, before the workers are forked, so one verification
+serves them all.
 
 Only the loader's own processes can write it (no file, nothing another user can reach), so the
 guarantee is the one a single process gave: bytes are used only from a file whose identity is one
